@@ -1,0 +1,512 @@
+"""Reading a Kaggle-format Humpback Whale folder and loading (cropped) images.
+
+A competition folder holds::
+
+    train.csv               Image,Id             (required)
+    train/                  the training images  (required)
+    test/                   the test images      (optional when there is no test set)
+    sample_submission.csv   Image,Id             (optional; defines the test order)
+    bounding_boxes.csv      Image,x0,y0,x1,y1    (optional; pixels, x1/y1 exclusive)
+
+Everything is checked once, at load time, so that a bad row is reported with its file and
+line before any training starts. Line numbers count the header as line 1, so data row ``r``
+(1-based) is on line ``r + 1``; messages give both.
+
+Images are decoded by content, not by extension: a PNG saved under a ``.jpg`` name, gray,
+RGBA, palette, CMYK and 16-bit files all come back as ``uint8 [H, W, C]`` RGB (C = 3) or
+gray (C = 1). EXIF orientation is ignored on purpose: bounding boxes are given in the stored
+pixel grid.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from whale.errors import DataError
+
+TRAIN_CSV = "train.csv"
+SAMPLE_CSV = "sample_submission.csv"
+BOXES_CSV = "bounding_boxes.csv"
+TRAIN_DIR = "train"
+TEST_DIR = "test"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+"""Suffixes (lower case) of the files taken from a ``test/`` listing."""
+
+_MAX_REPORTED = 5  # how many missing files one error message lists
+
+Box = tuple[int, int, int, int]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Competition:
+    """A loaded competition folder.
+
+    Attributes:
+        root: the competition folder.
+        train: DataFrame with columns ``Image`` and ``Id`` (str), one row per training image,
+            in ``train.csv`` order, index ``0..n-1``.
+        test_images: test image names, in ``sample_submission.csv`` order if that file exists,
+            else the sorted listing of ``test/``.
+        boxes: image name -> ``(x0, y0, x1, y1)`` ints (x1, y1 exclusive); empty without
+            ``bounding_boxes.csv``.
+        sample_path: path of ``sample_submission.csv``, or None.
+    """
+
+    root: Path
+    train: pd.DataFrame
+    test_images: list[str]
+    boxes: dict[str, Box]
+    sample_path: Path | None
+
+    def train_path(self, name: str) -> Path:
+        """Path of training image ``name`` (checked to stay inside ``train/``)."""
+        return safe_image_path(self.root / TRAIN_DIR, name)
+
+    def test_path(self, name: str) -> Path:
+        """Path of test image ``name`` (checked to stay inside ``test/``)."""
+        return safe_image_path(self.root / TEST_DIR, name)
+
+    def box(self, name: str) -> Box | None:
+        """Box of image ``name``, or None (meaning the whole image) if it has none."""
+        return self.boxes.get(name)
+
+
+def _line(lines: np.ndarray, row: int) -> str:
+    """'line L (data row R)' for 0-based data row ``row``."""
+    return f"line {int(lines[row])} (data row {row + 1})"
+
+
+def _where(path: Path, lines: np.ndarray, row: int) -> str:
+    """'FILE, line L (data row R)' for 0-based data row ``row``."""
+    return f"{path}, {_line(lines, row)}"
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np.ndarray]:
+    """Read a CSV as strings (nothing turned into NaN) and check that columns exist.
+
+    Returns:
+        the rows (values stripped, blank lines dropped, index ``0..n-1``) and ``[n]`` int64,
+        the 1-based line number of each row in the file (header = line 1; exact unless a
+        quoted field spans lines).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found (expected a CSV with columns {', '.join(required)})")
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, skip_blank_lines=False)
+    except pd.errors.EmptyDataError:
+        raise DataError(
+            f"{path}: file is empty (expected a header with columns {', '.join(required)})"
+        ) from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a readable CSV file: {exc}") from None
+    df.columns = [str(c).strip().lstrip("\ufeff") for c in df.columns]
+    found = list(df.columns)
+    missing = [c for c in required if c not in found]
+    if missing:
+        raise DataError(
+            f"{path}: missing column(s) {', '.join(missing)}; "
+            f"expected {', '.join(required)}, found {', '.join(found) or 'no columns'}"
+        )
+    for col in df.columns:
+        df[col] = df[col].str.strip()
+    lines = np.arange(2, len(df) + 2, dtype=np.int64)
+    blank = (df == "").all(axis=1).to_numpy()
+    return df[~blank].reset_index(drop=True), lines[~blank]
+
+
+def _check_names(path: Path, lines: np.ndarray, names: pd.Series, what: str = "Image") -> None:
+    """Raise on empty or duplicate values in ``names`` (a column of a CSV read by _read_csv)."""
+    empty = np.flatnonzero((names == "").to_numpy())
+    if len(empty):
+        raise DataError(f"{_where(path, lines, int(empty[0]))}: empty {what} value")
+    dup = names.duplicated(keep=False).to_numpy()
+    if dup.any():
+        rows = np.flatnonzero(dup)
+        first = rows[0]
+        same = rows[(names.to_numpy()[rows] == names.iloc[first])]
+        raise DataError(
+            f"{path}: {what} {names.iloc[first]!r} appears more than once, on lines "
+            f"{', '.join(str(lines[r]) for r in same[:_MAX_REPORTED])} "
+            f"(data rows {', '.join(str(r + 1) for r in same[:_MAX_REPORTED])}); "
+            f"expected each {what} once"
+        )
+
+
+def read_train_csv(path: str | Path) -> pd.DataFrame:
+    """Read and check ``train.csv``.
+
+    Args:
+        path: the CSV file, columns ``Image,Id`` (others are ignored).
+
+    Returns:
+        DataFrame with exactly the columns ``Image`` and ``Id`` (str), index ``0..n-1``.
+
+    Raises:
+        DataError: missing file or columns, empty Image or Id, duplicate Image (the message
+            names the file and the line).
+    """
+    return _read_train(Path(path))[0]
+
+
+def _read_train(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
+    """:func:`read_train_csv` plus the ``[n]`` int64 line number of each row."""
+    df, lines = _read_csv(path, ("Image", "Id"))
+    _check_names(path, lines, df["Image"])
+    empty = np.flatnonzero((df["Id"] == "").to_numpy())
+    if len(empty):
+        row = int(empty[0])
+        raise DataError(
+            f"{_where(path, lines, row)}: empty Id for image {df['Image'].iloc[row]!r} "
+            "(expected a whale id or new_whale)"
+        )
+    return df[["Image", "Id"]].copy(), lines
+
+
+def _parse_int(where: str, col: str, text: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value) or value != int(value):
+        raise DataError(f"{where}: column {col} is {text!r}; expected an integer pixel coordinate")
+    return int(value)
+
+
+def read_boxes(path: str | Path) -> dict[str, Box]:
+    """Read and check ``bounding_boxes.csv``.
+
+    Args:
+        path: the CSV file, columns ``Image,x0,y0,x1,y1``; coordinates are integer pixels
+            (``12`` or ``12.0``), x1/y1 exclusive.
+
+    Returns:
+        dict image name -> ``(x0, y0, x1, y1)`` Python ints.
+
+    Raises:
+        DataError: missing columns, duplicate or empty Image, a non-integer or negative
+            coordinate, or ``x1 <= x0`` / ``y1 <= y0`` (the message names the file and line).
+    """
+    path = Path(path)
+    cols = ("Image", "x0", "y0", "x1", "y1")
+    df, lines = _read_csv(path, cols)
+    _check_names(path, lines, df["Image"])
+    boxes: dict[str, Box] = {}
+    values = df[list(cols)].to_numpy()
+    for row, (name, *coords) in enumerate(values):
+        where = _where(path, lines, row)
+        x0, y0, x1, y1 = (_parse_int(where, c, t) for c, t in zip(cols[1:], coords))
+        if min(x0, y0, x1, y1) < 0:
+            raise DataError(
+                f"{where}: negative coordinate in box ({x0}, {y0}, {x1}, {y1}) "
+                f"of {name!r}; expected pixels >= 0"
+            )
+        if x1 <= x0 or y1 <= y0:
+            raise DataError(
+                f"{where}: empty box ({x0}, {y0}, {x1}, {y1}) of {name!r}; "
+                "expected x1 > x0 and y1 > y0 (x1, y1 exclusive)"
+            )
+        boxes[name] = (x0, y0, x1, y1)
+    return boxes
+
+
+def _name_problem(name: object) -> str | None:
+    """Why ``name`` is not a plain relative file name, or None if it is one (no I/O)."""
+    if not isinstance(name, str) or not name:
+        return "an empty name"
+    if "\x00" in name:
+        return "a NUL byte"
+    if "\\" in name:
+        return "a backslash"
+    if name.startswith("/") or Path(name).is_absolute() or (len(name) > 1 and name[1] == ":"):
+        return "an absolute path"
+    if ".." in Path(name).parts:
+        return "a '..' component"
+    return None
+
+
+def safe_image_path(folder: str | Path, name: str) -> Path:
+    """``folder / name``, refusing names that would read outside ``folder``.
+
+    Rejected: empty names, NUL bytes, absolute paths, backslashes, ``..`` components, and
+    names whose resolved path (following symlinks) is not inside the resolved ``folder``.
+    The file itself need not exist.
+
+    Returns:
+        ``Path(folder) / name`` (not resolved).
+
+    Raises:
+        DataError: naming the folder and the offending name.
+    """
+    folder = Path(folder)
+    bad = _name_problem(name)
+    if bad is None:
+        path = folder / name
+        try:
+            resolved = path.resolve()
+            resolved.relative_to(folder.resolve())
+        except ValueError:
+            bad = f"a path that resolves outside the folder (to {resolved})"
+        except (OSError, RuntimeError) as exc:  # symlink loops and the like
+            bad = f"a path that cannot be resolved ({exc})"
+        else:
+            return path
+    raise DataError(f"image name {name!r} in {folder} is {bad}; expected a plain file name inside {folder}")
+
+
+def _check_images_exist(folder: Path, names: list[str], csv: Path, lines: np.ndarray) -> None:
+    """Raise on the first unsafe name, or list the first few names not found (with rows)."""
+    # One directory listing answers the common case (plain files in a flat folder) without
+    # resolving every path; symlinks and sub-folder names take the full check.
+    entries = {}
+    if folder.is_dir():
+        entries = {e.name: e for e in os.scandir(folder)}
+    missing: list[tuple[int, str]] = []
+    for row, name in enumerate(names):
+        entry = entries.get(name)
+        if entry is not None and _name_problem(name) is None and not entry.is_symlink() and entry.is_file():
+            continue
+        try:
+            path = safe_image_path(folder, name)
+        except DataError as exc:
+            raise DataError(f"{_where(csv, lines, row)}: {exc}") from None
+        if not path.is_file():
+            missing.append((row, name))
+    if missing:
+        shown = "; ".join(f"{_line(lines, r)}: {n!r}" for r, n in missing[:_MAX_REPORTED])
+        more = f" and {len(missing) - _MAX_REPORTED} more" if len(missing) > _MAX_REPORTED else ""
+        raise DataError(f"{csv}: {len(missing)} listed image(s) not found in {folder}: {shown}{more}")
+
+
+def _list_test(folder: Path) -> list[str]:
+    if not folder.is_dir():
+        return []
+    return sorted(
+        e.name
+        for e in os.scandir(folder)
+        if e.is_file() and not e.name.startswith(".") and e.name.lower().endswith(IMAGE_SUFFIXES)
+    )
+
+
+def load_competition(root: str | Path) -> Competition:
+    """Load and check a Kaggle-format competition folder (see the module docstring).
+
+    Every image listed in ``train.csv`` (and in ``sample_submission.csv``, if present) must
+    exist; boxes are parsed and checked. Images are not decoded here.
+
+    Raises:
+        DataError: a missing folder or file, a malformed CSV, an unsafe or missing image name;
+            the message names the file and line.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"{root}: competition folder not found (expected {TRAIN_CSV} and {TRAIN_DIR}/ inside)")
+    train_dir = root / TRAIN_DIR
+    if not train_dir.is_dir():
+        raise DataError(f"{train_dir}: training image folder not found")
+    train, lines = _read_train(root / TRAIN_CSV)
+    _check_images_exist(train_dir, train["Image"].tolist(), root / TRAIN_CSV, lines)
+
+    sample_path = root / SAMPLE_CSV
+    if sample_path.is_file():
+        sample, lines = _read_csv(sample_path, ("Image",))
+        _check_names(sample_path, lines, sample["Image"])
+        test_images = sample["Image"].tolist()
+        _check_images_exist(root / TEST_DIR, test_images, sample_path, lines)
+    else:
+        sample_path = None
+        test_images = _list_test(root / TEST_DIR)
+
+    boxes_path = root / BOXES_CSV
+    boxes = read_boxes(boxes_path) if boxes_path.is_file() else {}
+    return Competition(root=root, train=train, test_images=test_images, boxes=boxes, sample_path=sample_path)
+
+
+# ---------------------------------------------------------------------------------------
+# Images
+
+
+def _decode_pil(data: bytes, path: Path) -> np.ndarray:
+    """Decode with Pillow; raises DataError on unreadable or truncated data."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()  # raises OSError on a truncated file
+            mode = im.mode
+            if mode in ("RGB", "L"):
+                arr = np.asarray(im)
+            elif mode in ("I;16", "I;16B", "I;16L", "I"):
+                arr = np.asarray(im).astype(np.int64)
+                arr = np.clip(arr, 0, 65535).astype(np.uint16)
+            elif mode in ("LA", "La", "1"):
+                arr = np.asarray(im.convert("L"))
+            else:  # CMYK, P, PA, RGBA, YCbCr, ... : Pillow knows how to get RGB
+                arr = np.asarray(im.convert("RGB"))
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable or truncated image ({exc})") from None
+    return np.ascontiguousarray(arr)
+
+
+def _jpeg_complete(data: bytes) -> bool:
+    """True if the JPEG ends with an EOI marker (ignoring trailing padding)."""
+    return data.rstrip(b"\x00\r\n\t ").endswith(b"\xff\xd9")
+
+
+def _png_complete(data: bytes) -> bool:
+    """True if the PNG holds its IEND chunk (with its fixed CRC), trailing bytes allowed."""
+    return data.rfind(b"IEND\xaeB`\x82") >= 0
+
+
+def _decode(data: bytes, path: Path) -> tuple[np.ndarray, bool]:
+    """Decode bytes -> (array, is_bgr). Array is uint8/uint16, [H, W] or [H, W, C]."""
+    import cv2
+
+    is_jpeg = data[:3] == b"\xff\xd8\xff"
+    is_png = data[:8] == b"\x89PNG\r\n\x1a\n"
+    # Some OpenCV builds return a gray-filled image for a truncated file instead of None.
+    # A JPEG not ending in EOI goes to Pillow, which raises on truncation but accepts
+    # trailing junk; a PNG without IEND is truncated by definition, even if Pillow (which
+    # skips the checksums) would decode it.
+    if is_png and not _png_complete(data):
+        raise DataError(f"{path}: truncated PNG image (no IEND chunk)")
+    if is_jpeg and not _jpeg_complete(data):
+        return _decode_pil(data, path), False
+    arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if arr is None or arr.size == 0:
+        return _decode_pil(data, path), False
+    if is_jpeg and arr.ndim == 3 and arr.shape[2] == 4:  # CMYK/YCCK, not alpha
+        return _decode_pil(data, path), False
+    return arr, True
+
+
+def load_image(path: str | Path, channels: int = 3) -> np.ndarray:
+    """Read an image file, whatever its format, as 8-bit RGB or gray.
+
+    Decoding is by content (a PNG named ``.jpg`` works). Alpha is dropped, 16-bit data is
+    scaled to 8 bits, palette and CMYK images are converted to RGB.
+
+    Args:
+        path: the image file.
+        channels: 3 for RGB, 1 for gray.
+
+    Returns:
+        ``uint8`` array ``[H, W, channels]``.
+
+    Raises:
+        DataError: the file is missing, empty, unreadable, truncated, or of an unsupported
+            pixel type; the message names the file.
+        ValueError: ``channels`` is not 1 or 3.
+    """
+    import cv2
+
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 1 or 3, got {channels!r}")
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: image file not found") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read image file ({exc})") from None
+    if not data:
+        raise DataError(f"{path}: image file is empty (0 bytes)")
+    arr, is_bgr = _decode(data, path)
+
+    if arr.dtype == np.uint16:
+        arr = ((arr.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+    elif arr.dtype != np.uint8:
+        raise DataError(f"{path}: unsupported pixel type {arr.dtype}; expected 8- or 16-bit integers")
+    if arr.ndim == 3 and arr.shape[2] == 1:
+        arr = arr[:, :, 0]
+    if arr.ndim == 3 and arr.shape[2] == 2:  # gray + alpha
+        arr = arr[:, :, 0]
+    if arr.ndim == 3 and arr.shape[2] == 4:
+        arr = arr[:, :, :3]
+    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] != 3):
+        raise DataError(f"{path}: unsupported image shape {arr.shape}; expected [H, W] or [H, W, 1-4]")
+
+    if arr.ndim == 2:
+        out = arr[:, :, None] if channels == 1 else np.repeat(arr[:, :, None], 3, axis=2)
+    else:
+        code_rgb = cv2.COLOR_BGR2RGB if is_bgr else None
+        if channels == 3:
+            out = cv2.cvtColor(arr, code_rgb) if code_rgb is not None else arr
+        else:
+            gray = cv2.cvtColor(arr, cv2.COLOR_BGR2GRAY if is_bgr else cv2.COLOR_RGB2GRAY)
+            out = gray[:, :, None]
+    return np.ascontiguousarray(out, dtype=np.uint8)
+
+
+def crop_to_box(img: np.ndarray, box: Box | None, margin: float = 0.05) -> np.ndarray:
+    """Cut a box, widened by a margin, out of an image.
+
+    Args:
+        img: ``[H, W, C]`` (or ``[H, W]``) array, any dtype.
+        box: ``(x0, y0, x1, y1)`` pixels, x1/y1 exclusive; None returns ``img`` unchanged.
+        margin: fraction of the box width (height) added on the left and right (top and
+            bottom); the result is clipped to the image.
+
+    Returns:
+        a view ``img[y0':y1', x0':x1']`` of the widened, clipped box.
+
+    Raises:
+        DataError: the box does not overlap the image.
+        ValueError: negative margin.
+    """
+    if box is None:
+        return img
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin!r}")
+    h, w = img.shape[:2]
+    x0, y0, x1, y1 = box
+    mx = (x1 - x0) * margin
+    my = (y1 - y0) * margin
+    cx0 = max(0, int(np.floor(x0 - mx)))
+    cy0 = max(0, int(np.floor(y0 - my)))
+    cx1 = min(w, int(np.ceil(x1 + mx)))
+    cy1 = min(h, int(np.ceil(y1 + my)))
+    if cx1 <= cx0 or cy1 <= cy0:
+        raise DataError(f"box {tuple(box)} does not overlap the image of size {w}x{h} (width x height)")
+    return img[cy0:cy1, cx0:cx1]
+
+
+def load_crop(
+    path: str | Path, box: Box | None, size: int, channels: int = 3, margin: float = 0.05
+) -> np.ndarray:
+    """Load an image, crop it to its box (with margin) and resize it to a square.
+
+    The aspect ratio is not preserved (as in the reference code); resizing uses
+    ``cv2.INTER_AREA``.
+
+    Args:
+        path: the image file.
+        box: ``(x0, y0, x1, y1)`` or None for the whole image.
+        size: output side in pixels.
+        channels: 3 (RGB) or 1 (gray).
+        margin: see :func:`crop_to_box`.
+
+    Returns:
+        ``uint8`` array ``[size, size, channels]``.
+
+    Raises:
+        DataError: as :func:`load_image`, or the box lies outside the image (names the file).
+    """
+    import cv2
+
+    if int(size) != size or size < 1:
+        raise ValueError(f"size must be a positive integer, got {size!r}")
+    img = load_image(path, channels=channels)
+    try:
+        crop = crop_to_box(img, box, margin)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+    out = cv2.resize(np.ascontiguousarray(crop), (int(size), int(size)), interpolation=cv2.INTER_AREA)
+    if out.ndim == 2:
+        out = out[:, :, None]
+    return out
