@@ -1,0 +1,105 @@
+"""Tests for whale.augment: shapes, dtypes, determinism for 1- and 3-channel images."""
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+from whale.augment import Augmenter, build_augmenter, build_plain
+
+
+def image(size, channels, seed=0):
+    rng = np.random.default_rng(seed)
+    # smooth-ish content so blur/crop changes are visible, plus some texture
+    y, x = np.mgrid[0:size, 0:size]
+    base = (127 + 100 * np.sin(x / 5.0) * np.cos(y / 7.0))[:, :, None]
+    noise = rng.integers(0, 40, (size, size, channels))
+    return np.clip(base + noise, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("size", [48, 64])
+def test_shape_dtype(channels, size):
+    aug = build_augmenter(size, channels)
+    img = image(round(size * 1.15), channels)
+    for i in range(30):
+        out = aug(img, np.random.default_rng(i))
+        assert out.shape == (size, size, channels) and out.dtype == np.uint8
+        assert out.flags.c_contiguous
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_deterministic_given_rng(channels):
+    aug = build_augmenter(64, channels)
+    img = image(74, channels)
+    a = aug(img, np.random.default_rng(123))
+    b = build_augmenter(64, channels)(img, np.random.default_rng(123))  # a fresh pipeline too
+    assert np.array_equal(a, b)
+    outs = [aug(img, np.random.default_rng(s)) for s in range(8)]
+    assert len({o.tobytes() for o in outs}) == 8  # different seeds differ
+    # the same generator advances: two draws from it differ
+    rng = np.random.default_rng(5)
+    assert not np.array_equal(aug(img, rng), aug(img, rng))
+
+
+def test_input_not_modified_and_checked():
+    aug = build_augmenter(64, 3)
+    img = image(74, 3)
+    before = img.copy()
+    aug(img, np.random.default_rng(0))
+    assert np.array_equal(img, before)
+    with pytest.raises(ValueError, match="channel"):
+        aug(image(74, 1), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="uint8"):
+        aug(img.astype(np.float32), np.random.default_rng(0))
+
+
+def test_transforms_are_seeded_independently():
+    # Compose.set_random_seed would give every transform the same seed, so two transforms with
+    # the same p would always fire together; ours must not.
+    aug = Augmenter(64, 3)
+    compose, nodes = aug._pipeline()
+    aug(image(74, 3), np.random.default_rng(0))
+    seeds = [n.seed for n in nodes]
+    assert len(nodes) >= 10 and len(set(seeds)) == len(nodes)
+
+
+def test_threads_and_pickle_same_result():
+    aug = build_augmenter(64, 3)
+    img = image(74, 3)
+    expected = [aug(img, np.random.default_rng(s)) for s in range(16)]
+    got = [None] * 16
+
+    def work(offset):
+        for s in range(offset, 16, 2):
+            got[s] = aug(img, np.random.default_rng(s))
+
+    threads = [threading.Thread(target=work, args=(o,)) for o in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(e, g) for e, g in zip(expected, got))
+    clone = pickle.loads(pickle.dumps(aug))
+    assert np.array_equal(clone(img, np.random.default_rng(3)), expected[3])
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_plain_and_strength_zero(channels):
+    img = image(90, channels)
+    plain = build_plain(48, channels)
+    out = plain(img)
+    assert out.shape == (48, 48, channels) and out.dtype == np.uint8
+    zero = build_augmenter(48, channels, strength=0)
+    assert np.array_equal(zero(img, np.random.default_rng(0)), out)
+    assert np.array_equal(plain(out), out)  # already the right size: unchanged
+
+
+def test_weak_strength_stays_close():
+    img = image(74, 3)
+    weak = build_augmenter(64, 3, strength=0.1)
+    plain = build_plain(64, 3)(img).astype(float)
+    diffs = [np.abs(weak(img, np.random.default_rng(s)).astype(float) - plain).mean() for s in range(10)]
+    strong = build_augmenter(64, 3, strength=1.0)
+    diffs_strong = [np.abs(strong(img, np.random.default_rng(s)).astype(float) - plain).mean() for s in range(10)]
+    assert np.mean(diffs) < np.mean(diffs_strong)

@@ -1,0 +1,228 @@
+"""Tests for whale.config: schema checks, error messages, the paper's Table 3, K decay."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from whale.config import (
+    RunConfig,
+    Stage,
+    config_from_dict,
+    is_mining_epoch,
+    load_config,
+    schedule_epochs,
+)
+from whale.errors import ConfigError
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+MINIMAL = {
+    "name": "t",
+    "model": {"branch": "tiny"},
+    "stages": [
+        {"epochs": 4, "k": 1000.0, "lr": 1e-3, "image_size": 64},
+        {"epochs": 5, "k": 1.0, "k_end": 0.2, "lr": 5e-4, "image_size": 64, "dataset": "main"},
+    ],
+}
+
+# Paper Table 3 (DenseNet121): (epochs, K, K_end, lr, image size, dataset, freeze branch).
+# Rows "1-20", "21-40", ... -> epochs = last - first + 1; "0.25-0.05" -> K decays to 0.05.
+TABLE3 = [
+    (20, 1.0, None, 8e-5, 224, "playground", False),    # 1–20
+    (20, 0.5, None, 2e-5, 224, "playground", False),    # 21–40
+    (60, 0.25, None, 1e-5, 224, "playground", False),   # 41–100
+    (100, 0.25, None, 8e-6, 224, "playground", False),  # 101–200
+    (20, 1000.0, None, 2e-5, 384, "playground", True),  # 1–20
+    (20, 1.0, None, 2e-5, 384, "playground", False),    # 21–40
+    (20, 0.5, None, 1e-5, 384, "playground", False),    # 41–60
+    (60, 0.25, None, 1e-5, 384, "playground", False),   # 61–120
+    (100, 0.25, None, 8e-6, 384, "playground", False),  # 121–220
+    (15, 1.0, None, 8e-5, 384, "main", True),           # 1–15
+    (20, 0.5, None, 8e-5, 384, "main", False),          # 16–35
+    (20, 0.25, None, 4e-5, 384, "main", False),         # 36–55
+    (20, 0.25, None, 2e-5, 384, "main", False),         # 56–75
+    (20, 0.25, None, 1e-5, 384, "main", False),         # 76–95
+    (100, 0.25, 0.05, 8e-6, 384, "main", False),        # 96–195
+    (15, 1.0, None, 8e-5, 512, "main", True),           # 1–15
+    (20, 0.5, None, 8e-5, 512, "main", False),          # 16–35
+    (20, 0.25, None, 4e-5, 512, "main", False),         # 36–55
+    (20, 0.25, None, 2e-5, 512, "main", False),         # 56–75
+    (20, 0.25, None, 1e-5, 512, "main", False),         # 76–95
+    (100, 0.25, 0.05, 8e-6, 512, "main", False),        # 96–195
+]
+
+
+def write(tmp_path, data, name="cfg.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def test_minimal_gets_defaults(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL))
+    assert isinstance(cfg, RunConfig)
+    assert cfg.seed == 0 and cfg.mining == "exact" and cfg.val_new_whale is True
+    assert cfg.threshold is None and cfg.model.channels == 3
+    assert cfg.stages[0] == Stage(epochs=4, k=1000.0, lr=1e-3, image_size=64)
+    assert cfg.total_epochs == 9
+
+
+def test_round_trip(tmp_path):
+    cfg = load_config(write(tmp_path, MINIMAL))
+    out = tmp_path / "resolved.yaml"
+    text = cfg.to_yaml(out)
+    assert out.read_text() == text
+    assert load_config(out) == cfg
+    assert config_from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("name", ["densenet121", "seresnext50", "convnet_v1", "demo"])
+def test_shipped_configs_load_and_round_trip(name, tmp_path):
+    cfg = load_config(CONFIGS / f"{name}.yaml")
+    assert cfg.name == name
+    assert load_config(write(tmp_path, cfg.to_dict())) == cfg
+
+
+def test_densenet121_is_table3():
+    cfg = load_config(CONFIGS / "densenet121.yaml")
+    got = [(s.epochs, s.k, s.k_end, s.lr, s.image_size, s.dataset, s.freeze_branch) for s in cfg.stages]
+    assert got == TABLE3
+    assert cfg.model.branch == "densenet121" and cfg.model.weights == "imagenet"
+    assert cfg.mining_interval == 5  # the paper's n
+
+
+def test_convnet_v1_one_channel_and_head_only_at_size_increase():
+    cfg = load_config(CONFIGS / "convnet_v1.yaml")
+    assert cfg.model.channels == 1 and cfg.model.weights is None
+    sizes = [s.image_size for s in cfg.stages]
+    assert sorted(set(sizes)) == [384, 768, 1024]
+    for prev, cur in zip(cfg.stages, cfg.stages[1:]):
+        if cur.image_size > prev.image_size:
+            assert cur.freeze_branch
+
+
+def test_unknown_top_level_key(tmp_path):
+    p = write(tmp_path, {**MINIMAL, "learning_rate": 1})
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert str(p) in msg and "learning_rate" in msg and "expected one of" in msg
+
+
+def test_unknown_stage_key(tmp_path):
+    stages = [dict(s) for s in MINIMAL["stages"]]
+    stages[1]["lrate"] = 0.1
+    p = write(tmp_path, {**MINIMAL, "stages": stages})
+    with pytest.raises(ConfigError, match=r"stages\[1\]\.lrate") as e:
+        load_config(p)
+    assert str(p) in str(e.value)
+
+
+def test_unknown_model_key(tmp_path):
+    p = write(tmp_path, {**MINIMAL, "model": {"branch": "tiny", "dropout": 0.5}})
+    with pytest.raises(ConfigError, match=r"model\.dropout"):
+        load_config(p)
+
+
+@pytest.mark.parametrize(
+    "key,value,path",
+    [
+        ("lr", -1e-4, "stages[1].lr"),
+        ("lr", 0, "stages[1].lr"),
+        ("image_size", 5000, "stages[1].image_size"),
+        ("image_size", 16, "stages[1].image_size"),
+        ("dataset", "foo", "stages[1].dataset"),
+        ("k_end", -0.1, "stages[1].k_end"),
+        ("k", -1, "stages[1].k"),
+        ("epochs", 0, "stages[1].epochs"),
+        ("epochs", 2.5, "stages[1].epochs"),
+        ("freeze_branch", 3, "stages[1].freeze_branch"),
+        ("lr", "fast", "stages[1].lr"),
+    ],
+)
+def test_bad_stage_values(tmp_path, key, value, path):
+    stages = [dict(s) for s in MINIMAL["stages"]]
+    stages[1][key] = value
+    p = write(tmp_path, {**MINIMAL, "stages": stages})
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert str(p) in msg and path in msg and "expected" in msg and repr(value) in msg
+
+
+@pytest.mark.parametrize(
+    "patch,path",
+    [
+        ({"model": {"branch": "vgg99"}}, "model.branch"),
+        ({"model": {"branch": "tiny", "channels": 2}}, "model.channels"),
+        ({"mining": "greedy"}, "mining"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"threshold": 1.5}, "threshold"),
+        ({"stages": []}, "stages"),
+    ],
+)
+def test_bad_run_values(tmp_path, patch, path):
+    p = write(tmp_path, {**MINIMAL, **patch})
+    with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
+        load_config(p)
+
+
+def test_missing_required(tmp_path):
+    stages = [{"epochs": 4, "k": 1.0, "image_size": 64}]
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.lr: required"):
+        load_config(write(tmp_path, {**MINIMAL, "stages": stages}))
+
+
+def test_numbers_from_strings(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(
+        "name: s\nmodel: {branch: tiny}\n"
+        "stages:\n  - {epochs: 3, k: 1e3, lr: 8e-5, image_size: 64, l2: 2e-4}\n"
+    )
+    assert yaml.safe_load(p.read_text())["stages"][0]["lr"] == "8e-5"  # the PyYAML quirk
+    s = load_config(p).stages[0]
+    assert s.lr == pytest.approx(8e-5) and isinstance(s.lr, float)
+    assert s.k == 1000.0 and s.l2 == pytest.approx(2e-4)
+
+
+def test_overrides(tmp_path):
+    p = write(tmp_path, MINIMAL)
+    cfg = load_config(p, {"seed": 7, "model.channels": 1, "stages[0].epochs": 2, "model": {"head_mid": 8}})
+    assert cfg.seed == 7 and cfg.model.channels == 1 and cfg.model.head_mid == 8
+    assert cfg.model.branch == "tiny" and cfg.stages[0].epochs == 2
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.lr"):
+        load_config(p, {"stages[0].lr": -1})
+    with pytest.raises(ConfigError, match="out of range"):
+        load_config(p, {"stages[5].lr": 1})
+
+
+def test_frozen():
+    cfg = config_from_dict(MINIMAL)
+    with pytest.raises(Exception):
+        cfg.seed = 3  # type: ignore[misc]
+
+
+def test_k_at_linear():
+    s = Stage(epochs=100, k=0.25, k_end=0.05, lr=8e-6, image_size=512)
+    n = s.n_minings(5)
+    assert n == 20
+    ks = [s.k_at(i, n) for i in range(n)]
+    assert ks[0] == pytest.approx(0.25) and ks[-1] == pytest.approx(0.05)
+    steps = [b - a for a, b in zip(ks, ks[1:])]
+    assert all(d == pytest.approx(-0.2 / 19) for d in steps)
+    assert s.k_for_epoch(0, 5) == ks[0] and s.k_for_epoch(7, 5) == ks[1] and s.k_for_epoch(99, 5) == ks[-1]
+    const = Stage(epochs=10, k=1.0, lr=1e-4, image_size=224)
+    assert [const.k_at(i, 3) for i in range(3)] == [1.0, 1.0, 1.0]
+    assert Stage(epochs=3, k=1.0, k_end=0.1, lr=1e-4, image_size=64).k_at(0, 1) == 1.0
+    with pytest.raises(ValueError):
+        s.k_at(20, 20)
+
+
+def test_schedule_epochs_and_mining():
+    cfg = config_from_dict(MINIMAL)  # stages of 4 and 5 epochs
+    sched = schedule_epochs(cfg)
+    assert sched[0] == (0, 0, 0) and sched[3] == (3, 0, 3) and sched[4] == (4, 1, 0) and sched[-1] == (8, 1, 4)
+    assert [g for g, _, _ in sched] == list(range(9))
+    # interval 3: a stage of 5 epochs mines at its epochs 0 and 3 (the last period is shorter)
+    assert [e for e in range(5) if is_mining_epoch(e, 3)] == [0, 3]
+    assert cfg.stages[1].n_minings(3) == 2

@@ -1,0 +1,136 @@
+"""Submission writing (validation, sample order, atomicity) and every problem check_submission finds."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from whale import NEW_WHALE
+from whale.errors import DataError
+from whale.submission import check_submission, write_submission
+
+IMAGES = ["a.jpg", "b.jpg", "c.jpg"]
+PREDS = [
+    ["w1", "w2", NEW_WHALE, "w3", "w4"],
+    "w5 w6 w7 w8 w9",
+    [NEW_WHALE, "w1", "w2", "w3", "w4"],
+]
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def sample(tmp_path):
+    path = tmp_path / "sample_submission.csv"
+    path.write_text("Image,Id\nc.jpg,new_whale w1 w2 w3 w4\na.jpg,new_whale w1 w2 w3 w4\n"
+                    "b.jpg,new_whale w1 w2 w3 w4\n")
+    return path
+
+
+def write_raw(tmp_path, text, name="sub.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_round_trip_follows_sample_order(tmp_path, sample):
+    out = write_submission(tmp_path / "out" / "sub.csv", IMAGES, PREDS, sample=sample)
+    lines = out.read_text().splitlines()
+    assert lines == [
+        "Image,Id",
+        "c.jpg,new_whale w1 w2 w3 w4",
+        "a.jpg,w1 w2 new_whale w3 w4",
+        "b.jpg,w5 w6 w7 w8 w9",
+    ]
+    assert check_submission(out, sample) == []
+    assert sorted(p.name for p in out.parent.iterdir()) == ["sub.csv"]  # no temp file left
+
+
+def test_write_rejects_bad_rows_and_leaves_nothing(tmp_path, sample):
+    target = tmp_path / "sub.csv"
+    cases = [
+        (IMAGES, PREDS[:2], "3 images but 2 predictions"),
+        (IMAGES, [PREDS[0], PREDS[0][:4], PREDS[2]], "expected 5 labels"),
+        (IMAGES, [PREDS[0], ["w1", "w1", "w2", "w3", "w4"], PREDS[2]], "repeated labels"),
+        (IMAGES, [PREDS[0], ["w1", "", "w2", "w3", "w4"], PREDS[2]], "bad labels"),
+        (["a.jpg", "a.jpg", "c.jpg"], PREDS, "already given in row 0"),
+    ]
+    for images, preds, message in cases:
+        with pytest.raises(DataError, match=message):
+            write_submission(target, images, preds)
+    with pytest.raises(DataError, match="no prediction: 'c.jpg'"):
+        write_submission(target, IMAGES[:2], PREDS[:2], sample=sample)
+    with pytest.raises(DataError, match="not in the sample: 'd.jpg'"):
+        write_submission(target, IMAGES + ["d.jpg"], PREDS + [PREDS[0]], sample=sample)
+    assert list(tmp_path.iterdir()) == [sample]
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
+    target = write_submission(tmp_path / "sub.csv", IMAGES, PREDS)
+    before = target.read_text()
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("whale.submission.os.replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_submission(target, IMAGES, [PREDS[1], PREDS[0], PREDS[2]])
+    assert target.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["sub.csv"]
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "empty file"),
+        ("Image;Id\n", "line 1: expected the header"),
+        ("Id,Image\nw1 w2 w3 w4 w5,c.jpg\nw1 w2 w3 w4 w5,a.jpg\nw1 w2 w3 w4 w5,b.jpg\n",
+         "line 1: expected the header"),
+        ("Image,Id\nc.jpg,w1 w2 w3 w4 w5\na.jpg,w1 w2 w3 w4 w5\nb.jpg,w1 w2 w3 w4 w5,x\n",
+         "line 4: expected 2 fields, got 3"),
+        ("Image,Id\nc.jpg,w1 w2 w3 w4 w5\na.jpg,w1 w2 w3 w4 w5\nb.jpg,w1 w2 w3 w4 w5\nb.jpg,w1 w2 w3 w4 w5\n",
+         "line 5: image 'b.jpg' already on line 4"),
+        ("Image,Id\nc.jpg,w1 w2 w3 w4\na.jpg,w1 w2 w3 w4 w5\nb.jpg,w1 w2 w3 w4 w5\n",
+         "line 2: image 'c.jpg' has 4 labels, expected 5"),
+        ("Image,Id\nc.jpg,w1 w2 w3 w4 w5\na.jpg,w1 w2 w1 w4 w5\nb.jpg,w1 w2 w3 w4 w5\n",
+         "line 3: image 'a.jpg' repeats label(s) ['w1']"),
+        ("Image,Id\nc.jpg,w1 w2 w3 w4 w5\na.jpg,w1 w2 w3 w4 w5\n", "2 rows, but"),
+        ("Image,Id\nc.jpg,w1 w2 w3 w4 w5\na.jpg,w1 w2 w3 w4 w5\n", "1 images of"),
+        ("Image,Id\na.jpg,w1 w2 w3 w4 w5\nc.jpg,w1 w2 w3 w4 w5\nb.jpg,w1 w2 w3 w4 w5\n",
+         "line 2: image 'a.jpg', but"),
+        ("Image,Id\nc.jpg,w1 w2 w3 w4 w5\na.jpg,w1 w2 w3 w4 w5\nx.jpg,w1 w2 w3 w4 w5\n",
+         "line 4: image 'x.jpg' is not in"),
+        ("Image,Id\nc.jpg,w1 w2 w3 w4 w5\n\na.jpg,w1 w2 w3 w4 w5\nb.jpg,w1 w2 w3 w4 w5\n",
+         "line 3: blank line"),
+    ],
+)
+def test_check_finds_each_problem(tmp_path, sample, text, fragment):
+    path = write_raw(tmp_path, text)
+    problems = check_submission(path, sample)
+    assert problems, text
+    assert any(fragment in p for p in problems), problems
+    assert all(str(path) in p for p in problems)
+
+
+def test_check_missing_file_and_bad_sample(tmp_path):
+    assert check_submission(tmp_path / "nope.csv") == [f"{tmp_path / 'nope.csv'}: file not found"]
+    path = write_raw(tmp_path, "Image,Id\na.jpg,w1 w2 w3 w4 w5\n")
+    assert check_submission(path) == []
+    with pytest.raises(DataError, match="sample submission not found"):
+        check_submission(path, tmp_path / "missing_sample.csv")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "whale.submission", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_cli_exit_codes(tmp_path, sample):
+    good = write_submission(tmp_path / "good.csv", IMAGES, PREDS, sample=sample)
+    bad = write_raw(tmp_path, "Image,Id\nc.jpg,w1 w2 w3 w4\n", "bad.csv")
+    ok = run_cli("check", good, "--sample", sample)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == f"OK: {good} (3 rows)"
+    fail = run_cli("check", bad, "--sample", sample)
+    assert fail.returncode == 1
+    assert "line 2" in fail.stdout and "has 4 labels" in fail.stdout

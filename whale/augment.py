@@ -1,0 +1,223 @@
+"""The paper's image augmentation (albumentations), deterministic given a numpy Generator.
+
+Paper, "Image Augmentations": shear, rotation, flipping, contrast, Gaussian noise, blurring,
+colour augmentations, graying and random crops; in detail:
+
+1. 5% of images to gray scale (the estimated share of gray photos in the data);
+2. JPEG compression at different qualities (the data has many JPEG artifacts);
+3. colour balance / brightness changes, and blur / out-of-focus / fuzzy distortions;
+4. noise, as in low light or high ISO photos;
+5. random skew within 20 degrees, emulating a skewed horizon.
+
+Mapping onto albumentations 2.0.8 (``build_augmenter``), in the order applied:
+
+- random crop: ``RandomResizedCrop`` keeping 76-100% of the area (aspect 0.9-1.1) and resizing to
+  ``image_size``. The inputs are box crops of side ``crop_size = round(1.15 * image_size)``
+  (see :func:`whale.pairs.crop_size_for`); ``1 / 1.15**2 = 0.756``, so even the smallest crop
+  still has at least ``image_size`` pixels a side and is never upsampled.
+- shear / rotation / skew: ``Affine`` with rotation within +-15 degrees, shear within
+  +-20 degrees (the paper's "skew within 20 degrees") and scale 0.9-1.1;
+- rare horizontal flip (p = 0.02 by default). A flipped fluke is the *mirror image* of the
+  whale's pattern, i.e. not a view that the camera could produce of the same animal; since the
+  two sides of a pair are augmented independently, a flip makes a positive pair disagree in
+  handedness. So flips stay rare (the paper lists them; it does not say how often).
+- 5% to gray (``ToGray``, 3 channels kept); skipped for 1-channel input;
+- brightness / contrast (``RandomBrightnessContrast``) and colour balance (``HueSaturationValue``,
+  3 channels only);
+- one of ``Blur`` / ``GaussianBlur`` / ``Defocus`` (weights 1 : 1 : 0.25, as Defocus is slow;
+  kernel sizes grow with ``image_size``), on 25% of images;
+- ``GaussNoise``;
+- ``ImageCompression`` (JPEG, quality 30-95): last, as in a camera/upload pipeline.
+
+``strength`` scales every magnitude (angles, limits, noise, lowest JPEG quality, crop area);
+``strength = 0`` gives :func:`build_plain`.
+
+Determinism: albumentations 2 keeps its own random state in every transform, and
+``Compose.set_random_seed`` hands the *same* seed to every transform, which makes their
+"apply with probability p" draws identical (all transforms with the same p fire together). The
+augmenter instead draws one seed per transform from the caller's ``np.random.Generator`` and
+seeds each transform separately, so the output depends only on the generator's state. Each
+thread gets its own copy of the pipeline (``threading.local``) so concurrent calls from a
+multi-worker ``keras.utils.PyDataset`` cannot interleave random states.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import cv2
+import numpy as np
+
+AugmentFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+
+
+def _odd(x: float, lo: int = 3) -> int:
+    k = max(lo, int(round(x)))
+    return k if k % 2 == 1 else k + 1
+
+
+def _check_image(image: np.ndarray, channels: int) -> None:
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3:
+        raise ValueError(
+            f"expected a uint8 image [H, W, {channels}], received "
+            f"{type(image).__name__} {getattr(image, 'dtype', '?')} {getattr(image, 'shape', '?')}"
+        )
+    if image.shape[2] != channels:
+        raise ValueError(f"expected {channels} channel(s), received an image of shape {image.shape}")
+
+
+def _resize(image: np.ndarray, size: int) -> np.ndarray:
+    h, w = image.shape[:2]
+    if (h, w) == (size, size):
+        out = image
+    else:
+        interp = cv2.INTER_AREA if size < min(h, w) else cv2.INTER_LINEAR
+        out = cv2.resize(image, (size, size), interpolation=interp)
+    if out.ndim == 2:
+        out = out[:, :, None]
+    return np.ascontiguousarray(out)
+
+
+class PlainResize:
+    """Resize only (validation, test, scoring): ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``."""
+
+    def __init__(self, image_size: int, channels: int = 3):
+        self.image_size = int(image_size)
+        self.channels = int(channels)
+
+    def __call__(self, image: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        _check_image(image, self.channels)
+        return _resize(image, self.image_size)
+
+    def __repr__(self) -> str:
+        return f"PlainResize(image_size={self.image_size}, channels={self.channels})"
+
+
+def build_plain(image_size: int, channels: int = 3) -> PlainResize:
+    """Resize only: a callable ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``."""
+    return PlainResize(image_size, channels)
+
+
+def _compose(image_size: int, channels: int, strength: float, flip_p: float):
+    import albumentations as A
+
+    s = float(strength)
+    size = int(image_size)
+    blur_k = _odd(3 + size / 128)  # 3 at 64 px, 5 at 224-384, 7 at 512, 11 at 1024
+    min_area = max(0.5, 1.0 - 0.244 * s)
+    transforms = [
+        A.RandomResizedCrop(size=(size, size), scale=(min_area, 1.0), ratio=(0.9, 1.0 / 0.9), p=1.0),
+        A.Affine(
+            rotate=(-15 * s, 15 * s),
+            shear=(-20 * s, 20 * s),
+            scale=(1 - 0.1 * s, 1 + 0.1 * s),
+            border_mode=cv2.BORDER_REFLECT_101,
+            p=0.5,
+        ),
+        A.HorizontalFlip(p=flip_p),
+    ]
+    if channels == 3:
+        transforms.append(A.ToGray(num_output_channels=3, p=0.05))
+    transforms.append(A.RandomBrightnessContrast(brightness_limit=0.2 * s, contrast_limit=0.2 * s, p=0.5))
+    if channels == 3:
+        transforms.append(
+            A.HueSaturationValue(
+                hue_shift_limit=10 * s, sat_shift_limit=20 * s, val_shift_limit=10 * s, p=0.3
+            )
+        )
+    transforms += [
+        A.OneOf(
+            [
+                A.Blur(blur_limit=(3, blur_k), p=1.0),
+                A.GaussianBlur(blur_limit=(3, blur_k), sigma_limit=(0.3, 0.3 + s * blur_k / 4), p=1.0),
+                # Defocus costs ~100x a Blur (20 ms at 256 px): a smaller share of the OneOf
+                A.Defocus(radius=(1, max(1, blur_k // 2)), alias_blur=(0.1, 0.3), p=0.25),
+            ],
+            p=0.25,
+        ),
+        A.GaussNoise(std_range=(0.01, max(0.01, 0.05 * s)), p=0.25),
+        A.ImageCompression(quality_range=(int(max(5, 100 - 70 * s)), 95), p=0.5),
+    ]
+    return A.Compose(transforms, p=1.0)
+
+
+def _flatten(node) -> list:
+    """All transforms of a Compose tree (composes included), depth first."""
+    out = [node]
+    for child in getattr(node, "transforms", None) or ():
+        out.extend(_flatten(child))
+    return out
+
+
+class Augmenter:
+    """Training augmentation: ``aug(uint8 [H, W, C], rng) -> uint8 [S, S, C]``.
+
+    Deterministic given the state of ``rng`` (a ``np.random.Generator``); draws from it.
+    Picklable (for multiprocessing workers); each thread builds its own pipeline.
+    """
+
+    def __init__(self, image_size: int, channels: int = 3, strength: float = 1.0, flip_p: float = 0.02):
+        if channels not in (1, 3):
+            raise ValueError(f"channels: expected 1 or 3, received {channels!r}")
+        if not strength >= 0:
+            raise ValueError(f"strength: expected a number >= 0, received {strength!r}")
+        if not 0.0 <= flip_p <= 1.0:
+            raise ValueError(f"flip_p: expected a probability in [0, 1], received {flip_p!r}")
+        self.image_size = int(image_size)
+        self.channels = int(channels)
+        self.strength = float(strength)
+        self.flip_p = float(flip_p)
+        self._local = threading.local()
+
+    def _pipeline(self):
+        pipe = getattr(self._local, "pipe", None)
+        if pipe is None:
+            compose = _compose(self.image_size, self.channels, self.strength, self.flip_p)
+            pipe = (compose, _flatten(compose))
+            self._local.pipe = pipe
+        return pipe
+
+    def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        _check_image(image, self.channels)
+        compose, nodes = self._pipeline()
+        seeds = rng.integers(0, 2**63 - 1, size=len(nodes))
+        # Compose.set_random_seed would give every child the same seed: seed each node itself,
+        # parents first (a parent's call propagates to its children, which are then overwritten).
+        for node, seed in zip(nodes, seeds):
+            node.set_random_seed(int(seed))
+        out = compose(image=image)["image"]
+        if out.ndim == 2:
+            out = out[:, :, None]
+        if out.shape != (self.image_size, self.image_size, self.channels):
+            out = _resize(out, self.image_size)
+        return np.ascontiguousarray(out, dtype=np.uint8)
+
+    def __getstate__(self):
+        d = self.__dict__.copy()
+        d.pop("_local", None)
+        return d
+
+    def __setstate__(self, d):
+        self.__dict__.update(d)
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return (
+            f"Augmenter(image_size={self.image_size}, channels={self.channels}, "
+            f"strength={self.strength}, flip_p={self.flip_p})"
+        )
+
+
+def build_augmenter(
+    image_size: int, channels: int = 3, strength: float = 1.0, flip_p: float = 0.02
+) -> AugmentFn:
+    """The paper's augmentation pipeline as ``aug(uint8 [H, W, C], rng) -> uint8 [S, S, C]``.
+
+    ``image_size`` S: output side. ``channels``: 1 (gray; colour transforms skipped) or 3 (RGB).
+    ``strength``: multiplies every magnitude; 0 returns :func:`build_plain`. ``flip_p``:
+    probability of a horizontal flip (rare on purpose, see the module docstring).
+    The result depends only on the image and the state of ``rng``, which it advances.
+    """
+    if strength == 0:
+        return build_plain(image_size, channels)
+    return Augmenter(image_size, channels, strength, flip_p)

@@ -1,0 +1,322 @@
+"""Training pairs fed to Keras: cached box crops, epoch pairs, and the batch sequences.
+
+- :class:`ImageStore`: the box crop of every image, decoded once and kept in memory as
+  ``uint8 [crop, crop, C]``. ``crop_size`` is a bit larger than the stage's image size
+  (:func:`crop_size_for`: ``round(1.15 * S)``) so that the augmenter's random crops (76-100% of
+  the area, see :mod:`whale.augment`) keep at least S pixels a side.
+  Memory: ``n * crop**2 * C`` bytes, e.g. 15,697 images at S = 384 (crop 442) x 3 = 9.2 GB;
+  pass ``cache=False`` to decode on every access instead.
+- :func:`make_epoch_pairs`: one epoch's positive (label 1) and negative (label 0) pairs, half
+  each.
+- :class:`PairDataset`: ``keras.utils.PyDataset`` of ``((a, b), y)`` batches for ``fit``.
+  The batch order comes from ``(seed, epoch)`` and every image's augmentation from
+  ``(seed, epoch, pair index, side)``, so a batch is the same whatever worker builds it and
+  whenever it is built; a resumed run sees the same data as an uninterrupted one.
+- :class:`ImageBatches`: plain (resized, un-augmented) images in order, for scoring/predict.
+
+Keras (and so TensorFlow) is imported with this module: both sequences subclass PyDataset.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import keras
+import numpy as np
+
+from whale.augment import build_plain
+
+CROP_FACTOR = 1.15
+"""Stored crops are this much larger (per side) than the model input; see the module docstring."""
+
+# Third word of the rng seeds ``[seed, epoch, purpose, ...]`` (one stream per use).
+_PURPOSE_SHUFFLE = 101
+_PURPOSE_AUGMENT = 102
+
+
+def crop_size_for(image_size: int, factor: float = CROP_FACTOR) -> int:
+    """Side of the stored crop for model input side ``image_size``: ``round(factor * S)``."""
+    return int(round(factor * int(image_size)))
+
+
+class ImageStore:
+    """Box crops of a list of images, loaded lazily and cached in memory.
+
+    ``paths``: image files. ``boxes``: one ``(x0, y0, x1, y1)`` or None (whole image) per path.
+    ``store[i]`` -> ``uint8 [crop_size, crop_size, channels]`` (via :func:`whale.data.load_crop`).
+    The cache is a plain dict: safe under threads (at worst a crop is decoded twice); with
+    multiprocessing workers call :meth:`preload` first so forked workers inherit the crops.
+    Callers must not modify the returned arrays.
+    """
+
+    def __init__(
+        self,
+        paths: Sequence,
+        boxes: Sequence | None,
+        crop_size: int,
+        channels: int = 3,
+        margin: float = 0.05,
+        cache: bool = True,
+    ):
+        self.paths = list(paths)
+        self.boxes = [None] * len(self.paths) if boxes is None else list(boxes)
+        if len(self.boxes) != len(self.paths):
+            raise ValueError(
+                f"expected one box (or None) per path: received {len(self.paths)} paths and "
+                f"{len(self.boxes)} boxes"
+            )
+        if channels not in (1, 3):
+            raise ValueError(f"channels: expected 1 or 3, received {channels!r}")
+        if int(crop_size) < 1:
+            raise ValueError(f"crop_size: expected a positive integer, received {crop_size!r}")
+        self.crop_size = int(crop_size)
+        self.channels = int(channels)
+        self.margin = float(margin)
+        self.cache = bool(cache)
+        self._cache: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def _load(self, i: int) -> np.ndarray:
+        from whale import data  # looked up at call time (tests monkeypatch data.load_crop)
+
+        return data.load_crop(
+            self.paths[i], self.boxes[i], self.crop_size, channels=self.channels, margin=self.margin
+        )
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Crop ``i``: ``uint8 [crop_size, crop_size, channels]``."""
+        i = int(i)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"image index {i} out of range for a store of {len(self)} images")
+        i %= len(self)
+        img = self._cache.get(i)
+        if img is None:
+            img = self._load(i)
+            if self.cache:
+                self._cache[i] = img
+        return img
+
+    def preload(self, progress: bool = True) -> "ImageStore":
+        """Decode every crop now (no-op for cached ones); returns self."""
+        indices = range(len(self))
+        if progress:
+            from tqdm.auto import tqdm
+
+            indices = tqdm(indices, desc=f"loading crops {self.crop_size}px", unit="img")
+        for i in indices:
+            self[i]
+        return self
+
+    @property
+    def n_cached(self) -> int:
+        return len(self._cache)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cache."""
+        return sum(a.nbytes for a in self._cache.values())
+
+
+def _check_pairs(pairs: np.ndarray, what: str) -> np.ndarray:
+    pairs = np.asarray(pairs)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or not (
+        pairs.size == 0 or np.issubdtype(pairs.dtype, np.integer)
+    ):
+        raise ValueError(f"{what}: expected an (n, 2) integer array, received {pairs.dtype} {pairs.shape}")
+    return pairs.astype(np.int64, copy=False)
+
+
+def _resample(pairs: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n >= len(pairs)`` rows: every pair once, then extra ones drawn without replacement
+    (repeating the whole set as many times as needed)."""
+    m = len(pairs)
+    reps, rest = divmod(n, m)
+    extra = rng.choice(m, size=rest, replace=False)
+    return np.concatenate([np.tile(pairs, (reps, 1)), pairs[extra]])
+
+
+def make_epoch_pairs(
+    positive: np.ndarray, negative: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """One epoch's training pairs, half positive.
+
+    Args:
+        positive: ``(p, 2)`` int image-index pairs of the same id (e.g. ``miner.positive_pairs``).
+        negative: ``(q, 2)`` int pairs of different ids (e.g. one epoch of ``mine_negatives``).
+        rng: used only when ``p != q``.
+
+    Returns:
+        ``pairs`` ``(2 * max(p, q), 2)`` int64 and ``labels`` ``(2 * max(p, q),)`` float32:
+        the positives (label 1) first, then the negatives (label 0); :class:`PairDataset`
+        shuffles. When ``p != q`` the smaller set is repeated to match the larger one: all of
+        its pairs once (or several times), plus a random subset of it. Nothing is dropped, so
+        every image keeps all of its negative (and positive) pairs; in the paper's setting
+        (positives = one derangement per id, negatives = one LAP match per image over the
+        same images) ``p == q`` and both are used as they are.
+    """
+    pos = _check_pairs(positive, "positive")
+    neg = _check_pairs(negative, "negative")
+    if len(pos) == 0 or len(neg) == 0:
+        raise ValueError(
+            f"expected at least one positive and one negative pair, received {len(pos)} "
+            f"positive and {len(neg)} negative pairs"
+        )
+    n = max(len(pos), len(neg))
+    if len(pos) < n:
+        pos = _resample(pos, n, rng)
+    if len(neg) < n:
+        neg = _resample(neg, n, rng)
+    pairs = np.concatenate([pos, neg])
+    labels = np.concatenate([np.ones(n, np.float32), np.zeros(n, np.float32)])
+    return pairs, labels
+
+
+def _item_rng(seed: int, epoch: int, index: int, side: int) -> np.random.Generator:
+    return np.random.default_rng([int(seed), int(epoch), _PURPOSE_AUGMENT, int(index), int(side)])
+
+
+class PairDataset(keras.utils.PyDataset):
+    """Batches of image pairs for ``model.fit``: ``((a, b), y)``.
+
+    Args:
+        store: :class:`ImageStore` (or any sequence of ``uint8 [H, W, C]`` images).
+        pairs: ``(m, 2)`` int indices into ``store``.
+        labels: ``(m,)`` float (1 = same id, 0 = different ids).
+        image_size: model input side S.
+        augmenter: ``aug(uint8 image, rng) -> uint8 [S, S, C]`` (see :mod:`whale.augment`), or
+            None for resize only. The two images of a pair are augmented independently.
+        batch_size: pairs per batch; the last batch may be smaller.
+        seed, epoch: fix the order (``shuffle``) and the augmentation of every item.
+        shuffle: shuffle the pairs (by ``(seed, epoch)``); False keeps the given order.
+        workers, use_multiprocessing, max_queue_size: passed to ``keras.utils.PyDataset``.
+
+    Each batch: ``a``, ``b`` float32 ``[B, S, S, C]`` (pixel values 0..255), ``y`` float32 ``[B, 1]``.
+    Build one dataset per epoch (the pairs change every epoch anyway).
+    """
+
+    def __init__(
+        self,
+        store,
+        pairs: np.ndarray,
+        labels: np.ndarray,
+        image_size: int,
+        augmenter: Callable | None,
+        batch_size: int,
+        seed: int,
+        epoch: int,
+        shuffle: bool = True,
+        workers: int = 1,
+        use_multiprocessing: bool = False,
+        max_queue_size: int = 10,
+    ):
+        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+        pairs = _check_pairs(pairs, "pairs")
+        labels = np.asarray(labels, dtype=np.float32).reshape(-1)
+        if len(labels) != len(pairs):
+            raise ValueError(f"expected one label per pair: received {len(pairs)} pairs and {len(labels)} labels")
+        if len(pairs) == 0:
+            raise ValueError("expected at least one pair, received none")
+        if pairs.min() < 0 or pairs.max() >= len(store):
+            raise ValueError(
+                f"pair indices must be in [0, {len(store)}), received values in "
+                f"[{pairs.min()}, {pairs.max()}]"
+            )
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size: expected a positive integer, received {batch_size!r}")
+        self.store = store
+        self.pairs = pairs
+        self.labels = labels
+        self.image_size = int(image_size)
+        self.augmenter = augmenter
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.epoch = int(epoch)
+        channels = getattr(store, "channels", None) or np.asarray(store[int(pairs[0, 0])]).shape[-1]
+        self.channels = int(channels)
+        self._plain = build_plain(self.image_size, self.channels)
+        if shuffle:
+            rng = np.random.default_rng([self.seed, self.epoch, _PURPOSE_SHUFFLE])
+            self.order = rng.permutation(len(pairs))
+        else:
+            self.order = np.arange(len(pairs))
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.pairs) / self.batch_size)
+
+    @property
+    def num_batches(self) -> int:
+        return len(self)
+
+    def _image(self, pair_index: int, side: int) -> np.ndarray:
+        img = self.store[int(self.pairs[pair_index, side])]
+        if self.augmenter is None:
+            return self._plain(img)
+        return self.augmenter(img, _item_rng(self.seed, self.epoch, pair_index, side))
+
+    def __getitem__(self, idx: int):
+        """Batch ``idx``: ``((a, b), y)``, a/b float32 ``[B, S, S, C]``, y float32 ``[B, 1]``."""
+        if not 0 <= idx < len(self):
+            raise IndexError(f"batch {idx} out of range for {len(self)} batches")
+        rows = self.order[idx * self.batch_size : (idx + 1) * self.batch_size]
+        s, c = self.image_size, self.channels
+        a = np.empty((len(rows), s, s, c), np.float32)
+        b = np.empty((len(rows), s, s, c), np.float32)
+        for j, r in enumerate(rows):
+            a[j] = self._image(r, 0)
+            b[j] = self._image(r, 1)
+        y = self.labels[rows].reshape(-1, 1).copy()
+        return (a, b), y
+
+
+class ImageBatches(keras.utils.PyDataset):
+    """Plain (resized, un-augmented) images of ``store`` at ``indices``, in order, for predict.
+
+    ``ImageBatches(store, indices, image_size, batch_size=64, ...)``; ``indices=None`` means
+    every image of the store. Each batch: float32 ``[B, S, S, C]`` (0..255); the last batch may
+    be smaller.
+    """
+
+    def __init__(
+        self,
+        store,
+        indices: Sequence[int] | np.ndarray | None,
+        image_size: int,
+        batch_size: int = 64,
+        workers: int = 1,
+        use_multiprocessing: bool = False,
+        max_queue_size: int = 10,
+    ):
+        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+        self.store = store
+        self.indices = np.arange(len(store)) if indices is None else np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(self.indices) and (self.indices.min() < 0 or self.indices.max() >= len(store)):
+            raise ValueError(f"indices must be in [0, {len(store)}), received {self.indices.min()}..{self.indices.max()}")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size: expected a positive integer, received {batch_size!r}")
+        self.image_size = int(image_size)
+        self.batch_size = int(batch_size)
+        channels = getattr(store, "channels", None)
+        if channels is None:
+            channels = np.asarray(store[int(self.indices[0])]).shape[-1] if len(self.indices) else 3
+        self.channels = int(channels)
+        self._plain = build_plain(self.image_size, self.channels)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.indices) / self.batch_size)
+
+    @property
+    def num_batches(self) -> int:
+        return len(self)
+
+    def __getitem__(self, idx: int) -> np.ndarray:
+        """Batch ``idx``: float32 ``[B, S, S, C]``."""
+        if not 0 <= idx < len(self):
+            raise IndexError(f"batch {idx} out of range for {len(self)} batches")
+        rows = self.indices[idx * self.batch_size : (idx + 1) * self.batch_size]
+        s = self.image_size
+        out = np.empty((len(rows), s, s, self.channels), np.float32)
+        for j, i in enumerate(rows):
+            out[j] = self._plain(self.store[int(i)])
+        return out

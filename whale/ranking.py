@@ -1,0 +1,462 @@
+"""From a query-vs-gallery score matrix to five ranked labels per query, with ``new_whale``.
+
+The paper's inference rule (section "Inference", Table 2):
+
+1. per id, the probability of a query is the maximum over that id's gallery images
+   (:func:`per_id_scores`: gallery columns sorted by id, then ``np.maximum.reduceat``);
+   gallery images labelled ``new_whale`` are dropped, so ``new_whale`` is never predicted
+   as an id;
+2. the five ids of highest probability are taken, ties broken by id name (ascending);
+3. walking from rank 1, ``new_whale`` is inserted at the first rank whose probability is
+   below the threshold ``t`` and the fifth id falls off (:func:`rank_from_id_scores`).
+   If all five are ``>= t`` there is no ``new_whale``. With fewer than five known ids,
+   ``new_whale`` goes right after the last id that is ``>= t`` and the list is shorter than
+   five only when fewer than four ids exist (labels are never repeated).
+
+Comparisons with ``t`` are made in float64 everywhere, so :func:`tune_threshold`,
+:func:`predict_top5` and :func:`threshold_for_fraction` agree exactly at the boundaries.
+
+The full test matrix (7,960 x 25,361) is handled in blocks of queries
+(:func:`top_id_scores`) so that the per-id matrix is never held whole; :func:`tune_threshold`
+computes the top five ids once and then scores every threshold in a vectorised pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from whale import NEW_WHALE
+
+__all__ = [
+    "per_id_scores",
+    "top_id_scores",
+    "rank_from_id_scores",
+    "predict_top5",
+    "threshold_grid",
+    "map_by_threshold",
+    "tune_threshold",
+    "new_whale_share",
+    "threshold_for_fraction",
+]
+
+TOP_K = 5
+DEFAULT_BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class _IdIndex:
+    """Gallery columns grouped by id: ``columns`` sorted by id, group ``i`` starts at ``starts[i]``."""
+
+    names: np.ndarray  # [n_ids] str, ascending, no new_whale
+    columns: np.ndarray | None  # [m] int64 gallery columns sorted by id; None = all, in order
+    starts: np.ndarray  # [n_ids] int64 offsets into the sorted columns
+
+
+def _check_scores(scores, gallery_ids) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.asarray(scores)
+    if scores.ndim != 2:
+        raise ValueError(f"scores: expected a 2-D [n_query, n_gallery] array, got shape {scores.shape}")
+    if not np.issubdtype(scores.dtype, np.floating):
+        raise ValueError(f"scores: expected a float array, got dtype {scores.dtype}")
+    gallery_ids = _check_names(gallery_ids, "gallery_ids")
+    if gallery_ids.shape[0] != scores.shape[1]:
+        raise ValueError(
+            f"gallery_ids has {gallery_ids.shape[0]} entries but scores has {scores.shape[1]} "
+            "gallery columns; expected one id per column"
+        )
+    return scores, gallery_ids
+
+
+def _check_names(names, what: str) -> np.ndarray:
+    if isinstance(names, str):
+        raise ValueError(f"{what}: expected a sequence of labels, got the str {names!r}")
+    names = np.asarray(names)
+    if names.ndim != 1:
+        raise ValueError(f"{what}: expected a 1-D array of labels, got shape {names.shape}")
+    if names.size and names.dtype.kind not in "UO":
+        raise ValueError(f"{what}: expected str labels, got dtype {names.dtype}")
+    names = names.astype(str)
+    empty = np.flatnonzero(names == "")
+    if empty.size:
+        raise ValueError(f"{what}: empty label at position(s) {empty[:10].tolist()}")
+    return names
+
+
+def _check_threshold(threshold) -> float:
+    t = float(threshold)
+    if np.isnan(t):
+        raise ValueError("threshold is NaN; expected a number (probabilities are in [0, 1])")
+    return t
+
+
+def _check_block(block) -> int:
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ValueError(f"block must be a positive integer, got {block!r}")
+    return int(block)
+
+
+def _id_index(gallery_ids: np.ndarray) -> _IdIndex:
+    keep = np.flatnonzero(gallery_ids != NEW_WHALE)
+    kept = gallery_ids[keep]
+    order = np.argsort(kept, kind="stable")
+    columns = keep[order].astype(np.int64)
+    names, starts = np.unique(kept[order], return_index=True)
+    if columns.size == gallery_ids.size and np.array_equal(columns, np.arange(columns.size)):
+        columns = None  # already grouped by id: no gather needed
+    return _IdIndex(names=names, columns=columns, starts=starts.astype(np.int64))
+
+
+def _block_id_max(block: np.ndarray, index: _IdIndex) -> np.ndarray:
+    """``[b, n_gallery]`` scores -> ``[b, n_ids]`` float32, max over each id's columns."""
+    if index.names.size == 0:
+        return np.empty((block.shape[0], 0), dtype=np.float32)
+    # np.take is markedly faster than fancy indexing for a column gather.
+    grouped = block if index.columns is None else np.take(block, index.columns, axis=1)
+    # float16 arithmetic is slow; rounding is monotonic, so casting first keeps the max exact.
+    grouped = grouped.astype(np.float32, copy=False)
+    return np.maximum.reduceat(grouped, index.starts, axis=1)
+
+
+def per_id_scores(
+    scores: np.ndarray, gallery_ids: Sequence[str], block: int = DEFAULT_BLOCK
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-id probability: the maximum over each id's gallery images.
+
+    Args:
+        scores: ``[n_query, n_gallery]`` float16/float32/float64 probabilities.
+        gallery_ids: ``[n_gallery]`` str, the id of each gallery column. Columns labelled
+            ``new_whale`` are dropped.
+        block: queries processed per step (bounds the temporary memory).
+
+    Returns:
+        ``(id_names, id_scores)``: ``id_names`` ``[n_ids]`` str in ascending order (no
+        ``new_whale``), ``id_scores`` ``[n_query, n_ids]`` float32.
+
+    Raises:
+        ValueError: shapes disagree, scores are not floats, or an id is empty.
+    """
+    scores, gallery_ids = _check_scores(scores, gallery_ids)
+    block = _check_block(block)
+    index = _id_index(gallery_ids)
+    out = np.empty((scores.shape[0], index.names.size), dtype=np.float32)
+    for start in range(0, scores.shape[0], block):
+        out[start : start + block] = _block_id_max(scores[start : start + block], index)
+    return index.names, out
+
+
+def _top_k(id_scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` columns per row by value (descending), ties by column index (ascending).
+
+    Args:
+        id_scores: ``[b, n]`` float array, no NaN.
+        k: how many columns to keep.
+
+    Returns:
+        ``(idx, vals)``: ``[b, min(k, n)]`` int64 columns and their float32 values.
+    """
+    b, n = id_scores.shape
+    kk = min(k, n)
+    if kk == 0:
+        return np.empty((b, 0), dtype=np.int64), np.empty((b, 0), dtype=np.float32)
+    if np.isnan(id_scores).any():
+        rows = np.flatnonzero(np.isnan(id_scores).any(axis=1))
+        raise ValueError(f"scores contain NaN (query rows {rows[:10].tolist()} of this block)")
+    if kk < n:
+        idx = np.argpartition(id_scores, n - kk, axis=1)[:, n - kk :].astype(np.int64)
+        vals = np.take_along_axis(id_scores, idx, axis=1)
+        kth = vals.min(axis=1)
+        # argpartition picks an arbitrary subset of values tied with the k-th largest; redo
+        # those rows so that the lowest column indices (= first id names) win.
+        tied = np.flatnonzero((id_scores >= kth[:, None]).sum(axis=1) > kk)
+        if tied.size:
+            sub = id_scores[tied]
+            edge = kth[tied][:, None]
+            greater = sub > edge
+            equal = sub == edge
+            need = kk - greater.sum(axis=1)
+            chosen = greater | (equal & (np.cumsum(equal, axis=1) <= need[:, None]))
+            idx[tied] = np.nonzero(chosen)[1].reshape(tied.size, kk)
+            vals[tied] = np.take_along_axis(sub, idx[tied], axis=1)
+    else:
+        idx = np.broadcast_to(np.arange(n, dtype=np.int64), (b, n)).copy()
+        vals = id_scores.copy()
+    order = np.lexsort((idx, -vals.astype(np.float64)), axis=-1)
+    idx = np.take_along_axis(idx, order, axis=1)
+    vals = np.take_along_axis(vals, order, axis=1).astype(np.float32, copy=False)
+    return idx, vals
+
+
+def top_id_scores(
+    scores: np.ndarray, gallery_ids: Sequence[str], k: int = TOP_K, block: int = DEFAULT_BLOCK
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top ``k`` ids per query by per-id max, in blocks of queries (never the whole per-id matrix).
+
+    Args:
+        scores: ``[n_query, n_gallery]`` float probabilities (float16 is fine).
+        gallery_ids: ``[n_gallery]`` str; ``new_whale`` columns are dropped.
+        k: ids kept per query.
+        block: queries per step.
+
+    Returns:
+        ``(id_names, top_idx, top_vals)``: ``id_names`` ``[n_ids]`` str ascending,
+        ``top_idx`` ``[n_query, min(k, n_ids)]`` int64 indices into ``id_names`` and
+        ``top_vals`` the matching float32 probabilities, descending per row (ties by name).
+
+    Raises:
+        ValueError: shapes disagree, scores are not floats or contain NaN.
+    """
+    scores, gallery_ids = _check_scores(scores, gallery_ids)
+    block = _check_block(block)
+    index = _id_index(gallery_ids)
+    kk = min(k, index.names.size)
+    top_idx = np.empty((scores.shape[0], kk), dtype=np.int64)
+    top_vals = np.empty((scores.shape[0], kk), dtype=np.float32)
+    for start in range(0, scores.shape[0], block):
+        stop = min(start + block, scores.shape[0])
+        try:
+            idx, vals = _top_k(_block_id_max(scores[start:stop], index), k)
+        except ValueError as err:
+            raise ValueError(f"queries {start}..{stop - 1}: {err}") from None
+        top_idx[start:stop] = idx
+        top_vals[start:stop] = vals
+    return index.names, top_idx, top_vals
+
+
+def _insert_positions(top_vals: np.ndarray, threshold: float) -> np.ndarray:
+    """0-based rank where ``new_whale`` goes: the number of leading values ``>= threshold``.
+
+    ``top_vals`` ``[n, k]`` is descending per row, so the count equals the first index below
+    the threshold. Returns ``[n]`` int64.
+    """
+    return (top_vals.astype(np.float64) >= threshold).sum(axis=1).astype(np.int64)
+
+
+def _labels(top_names: np.ndarray, positions: np.ndarray) -> list[list[str]]:
+    """``[n, k]`` str ids + ``[n]`` insertion ranks -> ``n`` lists of at most 5 labels."""
+    out = []
+    for row, p in zip(top_names.tolist(), positions.tolist()):
+        if p < TOP_K:
+            row = row[:p] + [NEW_WHALE] + row[p:]
+        out.append(row[:TOP_K])
+    return out
+
+
+def rank_from_id_scores(
+    id_names: Sequence[str], id_scores: np.ndarray, threshold: float
+) -> list[list[str]]:
+    """Five labels per query from per-id probabilities, ``new_whale`` inserted by threshold.
+
+    Args:
+        id_names: ``[n_ids]`` distinct str ids (any order; ``new_whale`` not allowed).
+        id_scores: ``[n_query, n_ids]`` float probabilities.
+        threshold: ``new_whale`` goes at the first rank whose probability is ``< threshold``.
+
+    Returns:
+        ``n_query`` lists of distinct labels, five unless fewer than four ids exist.
+
+    Raises:
+        ValueError: shapes disagree, ids repeat or include ``new_whale``, NaN scores.
+    """
+    names = _check_names(id_names, "id_names")
+    id_scores = np.asarray(id_scores)
+    if id_scores.ndim != 2 or id_scores.shape[1] != names.size:
+        raise ValueError(
+            f"id_scores: expected shape [n_query, {names.size}] (one column per id name), "
+            f"got {id_scores.shape}"
+        )
+    if not np.issubdtype(id_scores.dtype, np.floating):
+        raise ValueError(f"id_scores: expected a float array, got dtype {id_scores.dtype}")
+    if NEW_WHALE in set(names.tolist()):
+        raise ValueError(f"id_names contains {NEW_WHALE!r}; it is inserted by threshold, not ranked")
+    t = _check_threshold(threshold)
+    order = np.argsort(names, kind="stable")
+    names = names[order]
+    if names.size > 1 and (names[1:] == names[:-1]).any():
+        dup = names[1:][names[1:] == names[:-1]]
+        raise ValueError(f"id_names repeats {sorted(set(dup.tolist()))[:10]}; expected distinct ids")
+    if not np.array_equal(order, np.arange(order.size)):
+        id_scores = id_scores[:, order]  # column order = name order, for the tie rule
+    idx, vals = _top_k(id_scores, TOP_K)
+    return _labels(names[idx], _insert_positions(vals, t))
+
+
+def predict_top5(
+    scores: np.ndarray, gallery_ids: Sequence[str], threshold: float, block: int = DEFAULT_BLOCK
+) -> list[list[str]]:
+    """Query-vs-gallery probabilities -> five labels per query (per-id max, top 5, new_whale).
+
+    Args:
+        scores: ``[n_query, n_gallery]`` float probabilities (float16 is fine).
+        gallery_ids: ``[n_gallery]`` str; ``new_whale`` gallery images are dropped.
+        threshold: ``new_whale`` goes at the first rank whose probability is ``< threshold``.
+        block: queries per step.
+
+    Returns:
+        ``n_query`` lists of distinct labels (five unless fewer than four known ids).
+    """
+    t = _check_threshold(threshold)
+    names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, block)
+    return _labels(names[idx], _insert_positions(vals, t))
+
+
+def threshold_grid() -> np.ndarray:
+    """Thresholds to try: 0..1 step 0.005, 0.99..1 step 0.0001, and 0.9995, 0.9999, 0.99999.
+
+    Returns:
+        ``[n]`` float64, ascending, distinct, within [0, 1].
+    """
+    coarse = np.arange(201) * 0.005
+    fine = 0.99 + np.arange(101) * 0.0001
+    extra = np.array([0.9995, 0.9999, 0.99995, 0.99999])
+    return np.unique(np.round(np.concatenate([coarse, fine, extra]), 8))
+
+
+def map_by_threshold(
+    id_names: np.ndarray,
+    top_idx: np.ndarray,
+    top_vals: np.ndarray,
+    query_ids: Sequence[str],
+    grid: Sequence[float],
+) -> np.ndarray:
+    """MAP@5 for every threshold, from the top ids computed once (see :func:`top_id_scores`).
+
+    Args:
+        id_names: ``[n_ids]`` str.
+        top_idx: ``[n_query, k]`` int64 indices into ``id_names``, ``k <= 5``.
+        top_vals: ``[n_query, k]`` float probabilities, descending per row.
+        query_ids: ``[n_query]`` true labels (``new_whale`` included).
+        grid: ``[n_t]`` thresholds.
+
+    Returns:
+        ``[n_t]`` float64 MAP@5, equal to :func:`whale.metrics.map_at_k` of
+        :func:`predict_top5` at each threshold.
+    """
+    query_ids = _check_names(query_ids, "query_ids")
+    top_idx = np.asarray(top_idx)
+    top_vals = np.asarray(top_vals, dtype=np.float64)
+    if top_idx.shape != top_vals.shape or top_idx.ndim != 2 or top_idx.shape[1] > TOP_K:
+        raise ValueError(
+            f"top_idx {top_idx.shape} and top_vals {top_vals.shape}: expected equal shapes "
+            f"[n_query, k] with k <= {TOP_K}"
+        )
+    if query_ids.size != top_idx.shape[0]:
+        raise ValueError(
+            f"query_ids has {query_ids.size} entries but there are {top_idx.shape[0]} queries"
+        )
+    grid = np.asarray(grid, dtype=np.float64).ravel()
+    if np.isnan(grid).any():
+        raise ValueError("grid contains NaN")
+    n = query_ids.size
+    if n == 0:
+        return np.zeros(grid.size)
+    hit = np.asarray(id_names)[top_idx] == query_ids[:, None]
+    true_rank = np.where(hit.any(axis=1), hit.argmax(axis=1), -1)  # 0-based, -1 = absent
+    is_new = query_ids == NEW_WHALE
+    known = true_rank >= 0
+    maps = np.empty(grid.size)
+    for start in range(0, grid.size, 64):
+        ts = grid[start : start + 64]
+        pos_new = (top_vals[None, :, :] >= ts[:, None, None]).sum(axis=2)  # [t, n]
+        pos_true = true_rank[None, :] + (true_rank[None, :] >= pos_new)
+        pos = np.where(is_new[None, :], pos_new, pos_true)
+        valid = (pos < TOP_K) & (is_new | known)[None, :]
+        score = np.divide(1.0, pos + 1, out=np.zeros(pos.shape), where=valid)
+        maps[start : start + 64] = score.mean(axis=1)
+    return maps
+
+
+def tune_threshold(
+    scores: np.ndarray,
+    gallery_ids: Sequence[str],
+    query_ids: Sequence[str],
+    grid: Sequence[float] | None = None,
+    block: int = DEFAULT_BLOCK,
+) -> tuple[float, float, np.ndarray]:
+    """The threshold that maximises validation MAP@5 (with ``new_whale`` queries included).
+
+    Args:
+        scores: ``[n_query, n_gallery]`` float validation-vs-train probabilities.
+        gallery_ids: ``[n_gallery]`` str.
+        query_ids: ``[n_query]`` str true labels of the queries.
+        grid: thresholds to try; :func:`threshold_grid` if None.
+        block: queries per step for the per-id max.
+
+    Returns:
+        ``(best_t, best_map, maps)``: the first (smallest) grid value reaching the best
+        MAP@5, that MAP@5, and ``[len(grid)]`` float64 MAP@5 per threshold.
+    """
+    grid = threshold_grid() if grid is None else np.asarray(grid, dtype=np.float64).ravel()
+    if grid.size == 0:
+        raise ValueError("grid is empty; expected at least one threshold")
+    query_ids = _check_names(query_ids, "query_ids")
+    scores, gallery_ids = _check_scores(scores, gallery_ids)
+    if query_ids.size != scores.shape[0]:
+        raise ValueError(
+            f"query_ids has {query_ids.size} entries but scores has {scores.shape[0]} query rows"
+        )
+    names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, block)
+    maps = map_by_threshold(names, idx, vals, query_ids, grid)
+    best = int(np.argmax(maps))
+    return float(grid[best]), float(maps[best]), maps
+
+
+def _check_top1(top1_scores) -> np.ndarray:
+    top1 = np.asarray(top1_scores)
+    if top1.ndim != 1:
+        raise ValueError(f"top1_scores: expected a 1-D [n_query] array, got shape {top1.shape}")
+    if top1.size and not np.issubdtype(top1.dtype, np.floating):
+        raise ValueError(f"top1_scores: expected floats, got dtype {top1.dtype}")
+    if np.isnan(top1.astype(np.float64)).any():
+        raise ValueError("top1_scores contains NaN")
+    return top1
+
+
+def new_whale_share(top1_scores: np.ndarray, threshold: float) -> float:
+    """Share of queries that get ``new_whale`` at rank 1 (their best id is ``< threshold``).
+
+    Args:
+        top1_scores: ``[n_query]`` float, each query's best per-id probability
+            (``top_vals[:, 0]`` of :func:`top_id_scores`).
+        threshold: the ``new_whale`` threshold.
+
+    Returns:
+        A float in [0, 1]; 0.0 for no queries.
+    """
+    top1 = _check_top1(top1_scores)
+    t = _check_threshold(threshold)
+    return float((top1.astype(np.float64) < t).mean()) if top1.size else 0.0
+
+
+def threshold_for_fraction(top1_scores: np.ndarray, fraction: float) -> float:
+    """A threshold giving ``new_whale`` at rank 1 to a share ``fraction`` of the queries.
+
+    The share ``mean(top1 < t)`` only takes the values ``j / n``; the returned ``t`` reaches
+    the achievable share closest to ``fraction`` (the smaller one on a tie). ``t`` is one of
+    the scores themselves (or the next float above the largest one), so it selects the same
+    queries whether compared in float32 or float64.
+
+    Args:
+        top1_scores: ``[n_query]`` float, each query's best per-id probability.
+        fraction: wanted share in [0, 1] (about 0.276 on the Kaggle test set).
+
+    Returns:
+        The threshold (float).
+
+    Raises:
+        ValueError: no scores, NaN scores, or ``fraction`` outside [0, 1].
+    """
+    top1 = _check_top1(top1_scores)
+    fraction = float(fraction)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    if top1.size == 0:
+        raise ValueError("top1_scores is empty; expected at least one query")
+    ordered = np.sort(top1.astype(np.float64))
+    distinct = np.unique(top1)
+    above = np.nextafter(distinct[-1], np.inf)  # in the input dtype: representable there too
+    candidates = np.append(distinct.astype(np.float64), float(above))
+    shares = np.searchsorted(ordered, candidates, side="left") / ordered.size
+    return float(candidates[int(np.argmin(np.abs(shares - fraction)))])

@@ -1,0 +1,306 @@
+"""Writing and checking Kaggle submission files (``Image,Id``; ``Id`` = 5 space-separated labels).
+
+:func:`write_submission` validates every row first and writes atomically (a temp file in the
+target folder, then ``os.replace``), so a crash never leaves a half-written CSV behind.
+:func:`check_submission` reads a file back and lists every problem with its file and line.
+
+Command line::
+
+    python -m whale.submission check FILE [--sample sample_submission.csv]
+
+prints ``OK: FILE (N rows)`` and exits 0, or prints the problems and exits 1 (2 when the
+sample itself cannot be read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from whale.errors import DataError, WhaleError
+
+__all__ = ["N_LABELS", "read_sample_images", "write_submission", "check_submission", "main"]
+
+N_LABELS = 5
+HEADER = ["Image", "Id"]
+_MAX_NAMES = 10  # how many offending names an error message lists
+_MAX_PRINTED = 50  # how many problems the CLI prints
+
+
+def _some(names: Sequence[str]) -> str:
+    shown = ", ".join(repr(n) for n in list(names)[:_MAX_NAMES])
+    more = len(names) - _MAX_NAMES
+    return shown + (f" ... and {more} more" if more > 0 else "")
+
+
+def read_sample_images(sample: str | os.PathLike) -> list[str]:
+    """Image names of a ``sample_submission.csv``, in file order.
+
+    Args:
+        sample: path to a CSV with an ``Image`` column.
+
+    Returns:
+        The image names (str), one per data row.
+
+    Raises:
+        DataError: the file is missing, has no ``Image`` column, or repeats an image.
+    """
+    sample = Path(sample)
+    if not sample.is_file():
+        raise DataError(f"{sample}: sample submission not found")
+    with open(sample, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header or "Image" not in header:
+            raise DataError(f"{sample}: line 1: expected a header with an 'Image' column, got {header}")
+        col = header.index("Image")
+        images: list[str] = []
+        first_line: dict[str, int] = {}
+        for row in reader:
+            if not row:
+                continue
+            if len(row) <= col or not row[col]:
+                raise DataError(f"{sample}: line {reader.line_num}: no image name in {row}")
+            name = row[col]
+            if name in first_line:
+                raise DataError(
+                    f"{sample}: line {reader.line_num}: image {name!r} repeats line {first_line[name]}"
+                )
+            first_line[name] = reader.line_num
+            images.append(name)
+    return images
+
+
+def _label_list(prediction, image: str) -> list[str]:
+    if isinstance(prediction, str):
+        return prediction.split()
+    try:
+        return [str(p) for p in prediction]
+    except TypeError:
+        raise DataError(
+            f"prediction for image {image!r}: expected a sequence of labels or a "
+            f"space-separated string, got {type(prediction).__name__}"
+        ) from None
+
+
+def _validate_rows(path: Path, images: Sequence[str], predictions: Sequence) -> list[list[str]]:
+    if len(images) != len(predictions):
+        raise DataError(
+            f"{path}: {len(images)} images but {len(predictions)} predictions; expected one each"
+        )
+    seen: dict[str, int] = {}
+    rows: list[list[str]] = []
+    for i, (image, prediction) in enumerate(zip(images, predictions)):
+        image = str(image)
+        if not image or any(c in image for c in ',"\r\n') or image != image.strip():
+            raise DataError(f"{path}: row {i}: bad image name {image!r} (empty, whitespace, comma or quote)")
+        if image in seen:
+            raise DataError(f"{path}: row {i}: image {image!r} already given in row {seen[image]}")
+        seen[image] = i
+        labels = _label_list(prediction, image)
+        bad = [lab for lab in labels if not lab or lab != lab.strip() or " " in lab or "," in lab]
+        if bad:
+            raise DataError(f"{path}: row {i}: image {image!r}: bad labels {bad} (empty, space or comma)")
+        if len(labels) != N_LABELS:
+            raise DataError(
+                f"{path}: row {i}: image {image!r}: expected {N_LABELS} labels, got {len(labels)} {labels}"
+            )
+        if len(set(labels)) != len(labels):
+            raise DataError(f"{path}: row {i}: image {image!r}: repeated labels in {labels}")
+        rows.append(labels)
+    return rows
+
+
+def write_submission(
+    path: str | os.PathLike,
+    images: Sequence[str],
+    predictions: Sequence[Sequence[str] | str],
+    sample: str | os.PathLike | None = None,
+) -> Path:
+    """Write ``Image,Id`` rows atomically after checking them.
+
+    Args:
+        path: output CSV; its folder is created if needed.
+        images: ``n`` distinct image names.
+        predictions: ``n`` predictions, each 5 distinct labels (a sequence or a
+            space-separated string).
+        sample: optional ``sample_submission.csv``; rows are then written in its order and
+            its image set must equal ``images`` exactly.
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        DataError: lengths differ, an image repeats, a prediction is not 5 distinct
+            non-empty labels, or images are missing from / extra to the sample (named).
+    """
+    path = Path(path)
+    images = [str(im) for im in images]
+    predictions = list(predictions)
+    rows = _validate_rows(path, images, predictions)
+    by_image = dict(zip(images, rows))
+    order = images
+    if sample is not None:
+        order = read_sample_images(sample)
+        missing = [im for im in order if im not in by_image]
+        wanted = set(order)
+        extra = [im for im in images if im not in wanted]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"{len(missing)} sample images have no prediction: {_some(missing)}")
+            if extra:
+                parts.append(f"{len(extra)} images are not in the sample: {_some(extra)}")
+            raise DataError(f"{path}: rows do not match {sample}: " + "; ".join(parts))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(HEADER)
+            for image in order:
+                writer.writerow([image, " ".join(by_image[image])])
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def check_submission(path: str | os.PathLike, sample: str | os.PathLike | None = None) -> list[str]:
+    """List the problems of a submission file; an empty list means it is valid.
+
+    Checks: the file exists and is readable, header is exactly ``Image,Id``, every row has 2
+    fields and a non-empty image, images are unique, each ``Id`` holds 5 distinct labels; with
+    a sample: same row count, no image outside the sample, none missing, same order.
+
+    Args:
+        path: the submission CSV.
+        sample: optional ``sample_submission.csv``.
+
+    Returns:
+        Human-readable problems (str), each naming the file and, where there is one, the line.
+
+    Raises:
+        DataError: the sample (not the submission) is missing or unreadable.
+    """
+    path = Path(path)
+    sample_images = read_sample_images(sample) if sample is not None else None
+    if not path.is_file():
+        return [f"{path}: file not found"]
+    problems: list[str] = []
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            lines = list(_numbered_rows(fh))
+    except (UnicodeDecodeError, csv.Error) as err:
+        return [f"{path}: cannot be read as a UTF-8 CSV: {err}"]
+    if not lines:
+        return [f"{path}: empty file; expected the header {','.join(HEADER)} and one row per image"]
+    header_line, header = lines[0]
+    if header != HEADER:
+        if "Image" not in header or "Id" not in header:
+            return [f"{path}: line {header_line}: expected the header {','.join(HEADER)}, got {','.join(header)!r}"]
+        problems.append(f"{path}: line {header_line}: expected the header {','.join(HEADER)}, got {','.join(header)!r}")
+    i_col, id_col = header.index("Image"), header.index("Id")
+
+    first_line: dict[str, int] = {}
+    images: list[tuple[int, str]] = []
+    for line, row in lines[1:]:
+        if not row:
+            problems.append(f"{path}: line {line}: blank line")
+            continue
+        if len(row) != len(header):
+            problems.append(f"{path}: line {line}: expected {len(header)} fields, got {len(row)}: {row}")
+            if len(row) <= max(i_col, id_col):
+                continue
+        image = row[i_col]
+        if not image.strip():
+            problems.append(f"{path}: line {line}: empty image name")
+            continue
+        if image in first_line:
+            problems.append(f"{path}: line {line}: image {image!r} already on line {first_line[image]}")
+        else:
+            first_line[image] = line
+            images.append((line, image))
+        labels = row[id_col].split()
+        if len(labels) != N_LABELS:
+            problems.append(
+                f"{path}: line {line}: image {image!r} has {len(labels)} labels, expected {N_LABELS}"
+            )
+        repeated = sorted({lab for lab in labels if labels.count(lab) > 1})
+        if repeated:
+            problems.append(f"{path}: line {line}: image {image!r} repeats label(s) {repeated}")
+
+    n_rows = len(lines) - 1
+    if sample_images is not None:
+        problems.extend(_compare_with_sample(path, Path(sample), n_rows, images, sample_images))
+    return problems
+
+
+def _numbered_rows(fh):
+    """Yield ``(line number, fields)`` for each CSV record (line of its last physical line)."""
+    reader = csv.reader(fh)
+    for row in reader:
+        yield reader.line_num, row
+
+
+def _compare_with_sample(
+    path: Path, sample: Path, n_rows: int, images: list[tuple[int, str]], sample_images: list[str]
+) -> list[str]:
+    problems = []
+    if n_rows != len(sample_images):
+        problems.append(f"{path}: {n_rows} rows, but {sample} has {len(sample_images)}")
+    wanted = set(sample_images)
+    for line, image in images:
+        if image not in wanted:
+            problems.append(f"{path}: line {line}: image {image!r} is not in {sample}")
+    present = {image for _, image in images}
+    missing = [im for im in sample_images if im not in present]
+    if missing:
+        problems.append(f"{path}: {len(missing)} images of {sample} are missing: {_some(missing)}")
+    # Order is only meaningful once the image sets agree; report the first difference.
+    if not missing and len(images) == len(sample_images):
+        for (line, image), expected in zip(images, sample_images):
+            if image != expected:
+                problems.append(
+                    f"{path}: line {line}: image {image!r}, but {sample} has {expected!r} here; "
+                    "rows must follow the sample order"
+                )
+                break
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry: ``check FILE [--sample SAMPLE]``. Returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m whale.submission", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="check a submission CSV")
+    check.add_argument("file", type=Path)
+    check.add_argument("--sample", type=Path, default=None, help="sample_submission.csv to compare with")
+    args = parser.parse_args(argv)
+    try:
+        problems = check_submission(args.file, args.sample)
+    except WhaleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if problems:
+        for problem in problems[:_MAX_PRINTED]:
+            print(problem)
+        if len(problems) > _MAX_PRINTED:
+            print(f"... and {len(problems) - _MAX_PRINTED} more problems")
+        return 1
+    with open(args.file, newline="", encoding="utf-8-sig") as fh:
+        n_rows = sum(1 for _ in csv.reader(fh)) - 1
+    print(f"OK: {args.file} ({n_rows} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
