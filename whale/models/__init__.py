@@ -1,0 +1,49 @@
+"""Siamese models: branches (registry), head, siamese assembly, weights and model files.
+
+See ``docs/ARCHITECTURE.md``. Inputs to every model are float32 raw pixels 0..255; each
+branch preprocesses inside itself.
+"""
+from whale.models.head import PairFeatures, build_head, head_param_count
+from whale.models.io import architecture_difference, load_model, save_model
+from whale.models.preprocessing import Preprocess
+from whale.models.registry import (
+    BRANCHES,
+    BranchDef,
+    branch_spec,
+    build_branch,
+    check_input_shape,
+    feature_dim,
+    get_branch_def,
+)
+from whale.models.siamese import (
+    build_siamese,
+    compile_siamese,
+    resize_siamese,
+    set_branch_trainable,
+    transfer_branch,
+)
+from whale.models.weights import adapt_first_conv, load_branch_weights
+
+__all__ = [
+    "BRANCHES",
+    "BranchDef",
+    "PairFeatures",
+    "Preprocess",
+    "adapt_first_conv",
+    "architecture_difference",
+    "branch_spec",
+    "build_branch",
+    "build_head",
+    "build_siamese",
+    "check_input_shape",
+    "compile_siamese",
+    "feature_dim",
+    "get_branch_def",
+    "head_param_count",
+    "load_branch_weights",
+    "load_model",
+    "resize_siamese",
+    "save_model",
+    "set_branch_trainable",
+    "transfer_branch",
+]

@@ -1,0 +1,151 @@
+"""The branch registry: name -> backbone builder, and ``build_branch``.
+
+A branch is a ``keras.Model`` named ``"branch"`` with layers
+
+    ``image`` (Input, float32 ``[b, S, S, C]``, raw 0..255)
+    -> ``preprocess`` (:class:`~whale.models.preprocessing.Preprocess`, stores the branch name)
+    -> ``backbone`` (nested functional model, last feature map ``[b, s, s, d]``)
+    -> ``gmp`` (GlobalMaxPooling2D) -> ``[b, d]`` float32.
+
+Global max pooling makes the weights independent of the input size, which is what lets
+:func:`whale.models.transfer_branch` grow the image size during a schedule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import keras
+
+from whale.errors import ConfigError
+from whale.models import backbones, convnet, seresnext
+from whale.models.preprocessing import Preprocess
+
+MAX_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class BranchDef:
+    """What the registry knows about one branch.
+
+    Attributes:
+        backbone: ``f(input_shape, weights) -> keras.Model`` named ``"backbone"``.
+        preprocess: :class:`Preprocess` mode.
+        feature_dim: ``d``, the length of the feature vector.
+        min_size: smallest accepted square input size in pixels.
+        imagenet: whether ``weights="imagenet"`` is available.
+    """
+
+    backbone: Callable[..., keras.Model]
+    preprocess: str
+    feature_dim: int
+    min_size: int = 64
+    imagenet: bool = False
+
+
+BRANCHES: dict[str, BranchDef] = {
+    "densenet121": BranchDef(backbones.densenet121, "torch", 1024, imagenet=True),
+    "resnet50": BranchDef(backbones.resnet50, "caffe", 2048, imagenet=True),
+    "inceptionv3": BranchDef(backbones.inceptionv3, "tf", 2048, min_size=75, imagenet=True),
+    "seresnext50": BranchDef(seresnext.seresnext50, "torch", 2048),
+    "convnet_v1": BranchDef(convnet.convnet_v1, "standardize", 512),
+    "convnet_v2": BranchDef(convnet.convnet_v2, "standardize", 512),
+    "tiny": BranchDef(convnet.tiny, "standardize", 32),
+}
+
+
+def get_branch_def(name: str) -> BranchDef:
+    """Registry lookup; an unknown name raises ``ConfigError`` (a ``ValueError``) listing names."""
+    try:
+        return BRANCHES[name]
+    except (KeyError, TypeError):
+        raise ConfigError(
+            f"unknown branch {name!r}; expected one of {', '.join(sorted(BRANCHES))}"
+        ) from None
+
+
+def check_input_shape(name: str, input_shape) -> tuple[int, int, int]:
+    """Validate ``(S, S, C)`` for branch ``name``; returns it as a tuple of ints."""
+    spec = get_branch_def(name)
+    try:
+        shape = tuple(int(v) for v in input_shape)
+    except (TypeError, ValueError):
+        raise ConfigError(f"input_shape must be (S, S, C), got {input_shape!r}") from None
+    if len(shape) != 3 or shape[0] != shape[1]:
+        raise ConfigError(f"input_shape must be square (S, S, C), got {input_shape!r}")
+    size, _, channels = shape
+    if channels not in (1, 3):
+        raise ConfigError(f"input_shape channels must be 1 or 3, got {channels}")
+    if not spec.min_size <= size <= MAX_SIZE:
+        raise ConfigError(
+            f"branch {name!r} accepts input sizes {spec.min_size}..{MAX_SIZE} px, got {size}"
+        )
+    return shape
+
+
+def assemble_branch(name: str, backbone: keras.Model) -> keras.Model:
+    """Wrap a backbone as a branch: Input -> Preprocess -> backbone -> global max pooling."""
+    spec = get_branch_def(name)
+    inp = keras.Input(backbone.input_shape[1:], name="image", dtype="float32")
+    x = Preprocess(spec.preprocess, branch=name, name="preprocess")(inp)
+    x = backbone(x)
+    x = keras.layers.GlobalMaxPooling2D(name="gmp")(x)
+    return keras.Model(inp, x, name="branch")
+
+
+def build_branch(name: str, input_shape, weights=None) -> keras.Model:
+    """Build branch ``name``: float32 ``[b, S, S, C]`` raw pixels 0..255 -> ``[b, d]`` float32.
+
+    Args:
+        name: a key of :data:`BRANCHES`.
+        input_shape: ``(S, S, C)``, square, ``C`` in {1, 3}, ``min_size <= S <= 1024``.
+        weights: ``None`` (random init), ``"imagenet"`` (keras.applications backbones only;
+            downloads; with ``C = 1`` the first convolution is adapted, see
+            :func:`whale.models.adapt_first_conv`), or a path to a ``.weights.h5`` / ``.h5``
+            file of the backbone or of the whole branch.
+
+    Raises:
+        ConfigError: unknown name, bad shape, ImageNet weights unavailable for this branch.
+        FileNotFoundError: ``weights`` is a path that does not exist.
+        DataError: the weights file does not fit (names the file and the layer).
+    """
+    from whale.models import weights as weights_lib
+
+    spec = get_branch_def(name)
+    shape = check_input_shape(name, input_shape)
+    if weights is None:
+        return assemble_branch(name, spec.backbone(shape, None))
+    if isinstance(weights, str) and weights == "imagenet":
+        if not spec.imagenet:
+            raise ConfigError(
+                f"ImageNet weights are not available for branch {name!r}; available for "
+                f"{', '.join(n for n, s in BRANCHES.items() if s.imagenet)}. Use weights=None "
+                "or a local weights file."
+            )
+        rgb = assemble_branch(name, spec.backbone(shape[:2] + (3,), "imagenet"))
+        if shape[2] == 3:
+            return rgb
+        gray = assemble_branch(name, spec.backbone(shape, None))
+        weights_lib.adapt_first_conv(rgb, gray)
+        return gray
+    branch = assemble_branch(name, spec.backbone(shape, None))
+    weights_lib.load_branch_weights(branch, weights)
+    return branch
+
+
+def branch_spec(branch: keras.Model) -> tuple[str, int]:
+    """``(registry name, channels)`` of a branch built by :func:`build_branch` (or loaded)."""
+    try:
+        layer = branch.get_layer("preprocess")
+    except ValueError:
+        raise ConfigError(
+            f"model {branch.name!r} is not a whale branch (it has no 'preprocess' layer)"
+        ) from None
+    if not isinstance(layer, Preprocess) or layer.branch not in BRANCHES:
+        raise ConfigError(f"model {branch.name!r}: cannot tell which registry branch it is")
+    return layer.branch, int(branch.input_shape[-1])
+
+
+def feature_dim(branch: keras.Model) -> int:
+    """Length ``d`` of the branch's feature vector."""
+    return int(branch.output_shape[-1])

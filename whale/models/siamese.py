@@ -1,0 +1,98 @@
+"""The siamese model (one branch applied to both images + head), freezing, and resizing.
+
+Layer names are part of the contract: ``model.get_layer("branch")`` and
+``model.get_layer("head")`` return the two sub-models; the inputs are ``img_a``, ``img_b``.
+"""
+from __future__ import annotations
+
+import keras
+
+from whale.models.registry import branch_spec, build_branch
+
+
+def build_siamese(branch: keras.Model, head: keras.Model) -> keras.Model:
+    """``(img_a, img_b)`` float32 ``[b, S, S, C]`` raw 0..255 -> ``[b, 1]`` float32 score.
+
+    The same ``branch`` (shared weights) embeds both images; ``head`` scores the pair.
+    ``branch`` must be named ``"branch"`` and ``head`` ``"head"`` (the builders do this).
+    """
+    if branch.name != "branch" or head.name != "head":
+        raise ValueError(
+            f"build_siamese needs models named 'branch' and 'head', got {branch.name!r} and "
+            f"{head.name!r}"
+        )
+    if branch.output_shape[-1] != head.input_shape[0][-1]:
+        raise ValueError(
+            f"branch gives {branch.output_shape[-1]} features, head expects "
+            f"{head.input_shape[0][-1]}"
+        )
+    shape = tuple(branch.input_shape[1:])
+    img_a = keras.Input(shape, name="img_a")
+    img_b = keras.Input(shape, name="img_b")
+    score = head([branch(img_a), branch(img_b)])
+    return keras.Model([img_a, img_b], score, name="siamese")
+
+
+def set_branch_trainable(model: keras.Model, flag: bool) -> None:
+    """Freeze (``False``) or unfreeze the siamese model's branch in place.
+
+    Keras 3 fixes the trainable variables when a model is compiled: the change takes effect
+    only after the caller compiles again (:func:`compile_siamese`). A frozen branch also runs
+    its BatchNorm layers in inference mode, so moving statistics stay put too.
+    """
+    model.get_layer("branch").trainable = bool(flag)
+
+
+def compile_siamese(model: keras.Model, lr: float, l2: float = 0.0) -> keras.Model:
+    """Compile with Adam(lr), binary cross-entropy and an ``acc`` (binary accuracy) metric.
+
+    ``l2 > 0`` puts an L2 penalty ``l2 * sum(w^2)`` on every Conv2D/Dense kernel (the
+    reference kernel's ``kernel_regularizer``); ``l2 = 0`` removes it. Call again after
+    :func:`set_branch_trainable`. Returns ``model`` for chaining.
+    """
+    if lr <= 0:
+        raise ValueError(f"learning rate must be > 0, got {lr}")
+    if l2 < 0:
+        raise ValueError(f"l2 must be >= 0, got {l2}")
+    reg = keras.regularizers.L2(l2) if l2 > 0 else None
+    for layer in _all_layers(model):
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
+            layer.kernel.regularizer = reg
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=lr),
+        loss=keras.losses.BinaryCrossentropy(),
+        metrics=[keras.metrics.BinaryAccuracy(name="acc")],
+    )
+    return model
+
+
+def transfer_branch(branch: keras.Model, new_size: int) -> keras.Model:
+    """The same branch architecture at input ``new_size x new_size``, with all weights copied.
+
+    Works because every branch ends in global max pooling: no weight depends on the input
+    size. The trainable flag is carried over too.
+    """
+    name, channels = branch_spec(branch)
+    new = build_branch(name, (int(new_size), int(new_size), channels), weights=None)
+    new.set_weights(branch.get_weights())
+    new.trainable = branch.trainable
+    return new
+
+
+def resize_siamese(model: keras.Model, new_size: int) -> keras.Model:
+    """A new siamese model at ``new_size`` px with copies of ``model``'s branch and head weights.
+
+    The returned model is uncompiled and shares no variables with ``model``.
+    """
+    branch = transfer_branch(model.get_layer("branch"), new_size)
+    old_head = model.get_layer("head")
+    head = keras.models.clone_model(old_head)
+    head.set_weights(old_head.get_weights())
+    return build_siamese(branch, head)
+
+
+def _all_layers(model: keras.Model):
+    for layer in model.layers:
+        yield layer
+        if isinstance(layer, keras.Model):
+            yield from _all_layers(layer)
