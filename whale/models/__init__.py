@@ -18,7 +18,9 @@ from whale.models.registry import (
 from whale.models.siamese import (
     build_siamese,
     compile_siamese,
+    model_image_size,
     resize_siamese,
+    set_l2,
     set_branch_trainable,
     transfer_branch,
 )
@@ -42,8 +44,10 @@ __all__ = [
     "head_param_count",
     "load_branch_weights",
     "load_model",
+    "model_image_size",
     "resize_siamese",
     "save_model",
     "set_branch_trainable",
+    "set_l2",
     "transfer_branch",
 ]

@@ -52,18 +52,33 @@ def compile_siamese(model: keras.Model, lr: float, l2: float = 0.0) -> keras.Mod
     """
     if lr <= 0:
         raise ValueError(f"learning rate must be > 0, got {lr}")
-    if l2 < 0:
-        raise ValueError(f"l2 must be >= 0, got {l2}")
-    reg = keras.regularizers.L2(l2) if l2 > 0 else None
-    for layer in _all_layers(model):
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
-            layer.kernel.regularizer = reg
+    set_l2(model, l2)
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate=lr),
         loss=keras.losses.BinaryCrossentropy(),
         metrics=[keras.metrics.BinaryAccuracy(name="acc")],
     )
     return model
+
+
+def set_l2(model: keras.Model, l2: float) -> None:
+    """Put an L2 penalty ``l2 * sum(w^2)`` on every Conv2D/Dense kernel (0 removes it).
+
+    Regularisers are not saved in model files: call this again after loading a checkpoint,
+    before the first training step.
+    """
+    if l2 < 0:
+        raise ValueError(f"l2 must be >= 0, got {l2}")
+    reg = keras.regularizers.L2(l2) if l2 > 0 else None
+    for layer in _all_layers(model):
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
+            layer.kernel.regularizer = reg
+
+
+def model_image_size(model: keras.Model) -> int:
+    """Input side S of a siamese model (or of a branch)."""
+    branch = model.get_layer("branch") if any(l.name == "branch" for l in model.layers) else model
+    return int(branch.inputs[0].shape[1])
 
 
 def transfer_branch(branch: keras.Model, new_size: int) -> keras.Model:
