@@ -1,0 +1,272 @@
+"""Benchmark of whale.scoring: exact head speed, pruned mining, streaming top-k inference.
+
+    python benchmarks/bench_scoring.py            # Kaggle scale (n=15,697 train, 7,960 test), ~5 min
+    python benchmarks/bench_scoring.py --quick    # small version, ~1 min
+
+Every phase runs in its own subprocess (so each peak RSS is that phase's own) and prints one
+JSON line; the parent prints a human table and, as the LAST stdout line, one JSON object.
+
+Data ("features of a trained model"; no trained branch exists here): ``n_ids`` identities
+with a Kaggle-like long tail of images per id (1 + geometric, mean ~3.1 -> 15,697 images for
+5,004 ids). Each id has a centre ``c ~ N(0, 1)^d``; an image's feature is
+``relu(s * (c + 0.9 * N(0, 1)^d))`` with a per-image scale ``s ~ U(0.6, 1.4)`` (contrast /
+size), i.e. non-negative like max-pooled ReLU activations. Test queries: 72% new images of
+known ids, 28% images of unseen ids (new_whale). The head (``build_head(512, 32)``) is
+trained for ``--steps`` (250) Adam steps (batch 256, lr 1e-3, half positive pairs of one id, half
+random pairs) on the training features, so it behaves like a trained head (high scores for
+same-id pairs, low otherwise); its weights are shared by all phases through a temp file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+D, MID = 512, 32
+
+
+def world(n_ids: int, n_test: int, seed: int = 0):
+    """``(f_train [n, D], ids [n] str, f_test [n_test, D], test_ids [n_test] str)``, float32."""
+    rng = np.random.default_rng(seed)
+    # Images per id: geometric with mean 15,697 / 5,004, then nudged to exactly that ratio.
+    target = int(round(n_ids * 15697 / 5004))
+    sizes = rng.geometric(5004 / 15697, size=n_ids)
+    while sizes.sum() != target:
+        diff = target - int(sizes.sum())
+        pool = np.arange(n_ids) if diff > 0 else np.flatnonzero(sizes > 1)
+        pick = rng.choice(pool, min(abs(diff), len(pool)), replace=False)
+        sizes[pick] += 1 if diff > 0 else -1
+    centres = rng.standard_normal((n_ids, D), dtype=np.float32)
+
+    def images(owner):
+        scale = rng.uniform(0.6, 1.4, size=(len(owner), 1)).astype(np.float32)
+        noise = rng.standard_normal((len(owner), D), dtype=np.float32)
+        return np.maximum(scale * (centres_all[owner] + 0.9 * noise), 0).astype(np.float32)
+
+    n_new = int(round(0.28 * n_test))
+    centres_all = np.concatenate([centres, rng.standard_normal((n_new, D), dtype=np.float32)])
+    owner = np.repeat(np.arange(n_ids), sizes)
+    f_train = images(owner)
+    q_owner = np.concatenate([rng.integers(0, n_ids, n_test - n_new), n_ids + np.arange(n_new)])
+    f_test = images(q_owner)
+    name = lambda o: "new_whale" if o >= n_ids else f"w{o:05d}"
+    return f_train, np.array([name(o) for o in owner]), f_test, np.array([name(o) for o in q_owner])
+
+
+def _tf():
+    import tensorflow as tf
+
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    return tf
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def phase_train(a):
+    _tf()
+    import keras
+
+    from whale.models import build_head
+
+    keras.utils.set_random_seed(0)
+    f, ids, _, _ = world(a.n_ids, 0)
+    codes = np.unique(ids, return_inverse=True)[1]
+    order = np.argsort(codes, kind="stable")
+    starts = np.searchsorted(codes[order], np.arange(codes.max() + 1))
+    sizes = np.bincount(codes)
+    multi = np.flatnonzero(sizes >= 2)
+    rng = np.random.default_rng(1)
+    head = build_head(D, MID)
+    head.compile(optimizer=keras.optimizers.Adam(1e-3), loss="binary_crossentropy")
+    t = time.perf_counter()
+    for _ in range(a.steps):
+        g = rng.choice(multi, 128)
+        i = starts[g] + rng.integers(0, sizes[g])
+        j = starts[g] + (i - starts[g] + rng.integers(1, sizes[g])) % sizes[g]
+        pos = np.stack([order[i], order[j]], 1)
+        neg = rng.integers(0, len(f), (128, 2))
+        p = np.concatenate([pos, neg])
+        y = np.concatenate([np.ones(128), (codes[neg[:, 0]] == codes[neg[:, 1]]).astype(float)])
+        loss = head.train_on_batch([f[p[:, 0]], f[p[:, 1]]], y.astype(np.float32))
+    head.save_weights(a.weights)
+    return {"train_s": time.perf_counter() - t, "train_loss": float(loss)}
+
+
+def _head(a):
+    _tf()
+    from whale.models import build_head
+
+    head = build_head(D, MID)
+    head.load_weights(a.weights)
+    return head
+
+
+def phase_speed(a):
+    from whale.scoring import HeadScorer
+
+    head = _head(a)
+    f, _, _, _ = world(a.n_ids, 0)
+    f = f[: a.exact_n]
+    rng = np.random.default_rng(2)
+    # Reference style: gather every index pair, head.predict(batch_size=2048).
+    ia = rng.integers(0, len(f), a.baseline_pairs)
+    ib = rng.integers(0, len(f), a.baseline_pairs)
+    head.predict([f[ia[:4096]], f[ib[:4096]]], batch_size=2048, verbose=0)  # warm-up / trace
+    t = time.perf_counter()
+    base = head.predict([f[ia], f[ib]], batch_size=2048, verbose=0)[:, 0]
+    base_pps = a.baseline_pairs / (time.perf_counter() - t)
+    scorer = HeadScorer(head)
+    scorer.matrix(f[:64], progress=False)  # compile
+    scorer.pairs_computed = 0
+    t = time.perf_counter()
+    S = scorer.matrix(f, progress=False)
+    dt = time.perf_counter() - t
+    exact_pps = scorer.pairs_computed / dt
+    err = float(np.abs(S[ia, ib] - base).max())
+    return {"baseline_pairs_per_s": base_pps, "exact_pairs_per_s": exact_pps,
+            "exact_speedup": exact_pps / base_pps, "exact_matrix_s": dt, "exact_max_abs_err": err}
+
+
+def phase_quality(a):
+    from whale.miner import mine_negatives
+    from whale.scoring import HeadScorer, mine_pruned
+
+    head = _head(a)
+    f, ids, _, _ = world(a.n_ids, 0)
+    n = min(a.quality_n, len(f))
+    f, ids = f[:n], ids[:n]  # images are grouped by id, so a prefix keeps whole ids
+    scorer = HeadScorer(head)
+    S = scorer.matrix(f, progress=False)
+    ratios = {}
+    for k in (0.25, 0.05):
+        dense = mine_negatives(S, ids, k, 1, np.random.default_rng(3))[0]
+        pruned = mine_pruned(scorer, f, ids, k, 1, np.random.default_rng(3), m=a.m)[0]
+        ratios[k] = float(S[pruned[:, 0], pruned[:, 1]].mean() / S[dense[:, 0], dense[:, 1]].mean())
+    return {"mining_quality": ratios[0.25], "mining_quality_k005": ratios[0.05], "quality_n": n,
+            "same_id_mean_score": float(S[ids[:, None] == ids[None, :]].mean()),
+            "other_id_mean_score": float(S[ids[:, None] != ids[None, :]].mean())}
+
+
+def phase_mining(a):
+    from whale.scoring import HeadScorer, candidate_counts, candidates, mine_pruned
+
+    head = _head(a)
+    f, ids, _, _ = world(a.n_ids, 0)
+    scorer = HeadScorer(head)
+    scorer.pairs(f[:8], f[:8])  # compile outside the timing, as in a training run
+    scorer.pairs_computed = 0
+    t = time.perf_counter()
+    pairs = mine_pruned(scorer, f, ids, 0.25, 1, np.random.default_rng(4), m=a.m)
+    dt = time.perf_counter() - t
+    m_top, r = candidate_counts(a.m, 0.25)
+    t2 = time.perf_counter()
+    candidates(f, ids, m=m_top, n_random=r, rng=np.random.default_rng(4))
+    cand_s = time.perf_counter() - t2
+    return {"mining_s": dt, "mining_n": len(f), "mining_pairs_scored": scorer.pairs_computed,
+            "mining_candidates_s": cand_s, "mining_rss_mb": _rss_mb(), "epochs": len(pairs)}
+
+
+def phase_inference(a):
+    from whale.ranking import top_id_scores
+    from whale.scoring import HeadScorer, topk_stream
+
+    head = _head(a)
+    fg, gids, fq, qids = world(a.n_ids, a.n_test)
+    scorer = HeadScorer(head)
+    scorer.pairs(fq[:8], fg[:8])
+    rss0 = _rss_mb()
+    t = time.perf_counter()
+    names, vals = topk_stream(scorer, fq, fg, gids, k_ids=20, prune=a.prune, progress=False)
+    dt = time.perf_counter() - t
+    peak = _rss_mb()
+    # Agreement with dense exact scoring on a subset of queries (dense is ~1 h at full size).
+    sub = np.random.default_rng(5).choice(len(fq), min(a.agree_q, len(fq)), replace=False)
+    dense = scorer.matrix(fq[sub], fg, progress=False)
+    dn, di, _ = top_id_scores(dense, gids, k=5)
+    agree = float((dn[di] == names[sub, :5]).all(axis=1).mean())
+    known = qids != "new_whale"
+    top1 = float((names[known, 0] == qids[known]).mean())
+    return {"inference_s": dt, "inference_peak_rss_mb": peak, "inference_rss_before_mb": rss0,
+            "top5_agreement": agree, "agreement_queries": len(sub), "prune": a.prune,
+            "top1_acc_known": top1, "n_query": len(fq), "n_gallery": len(fg)}
+
+
+PHASES = {"train": phase_train, "speed": phase_speed, "quality": phase_quality,
+          "mining": phase_mining, "inference": phase_inference}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small version (~1 min)")
+    p.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
+    p.add_argument("--weights", help=argparse.SUPPRESS)
+    p.add_argument("--n-ids", type=int, default=None, help="identities (default 5004; quick 500)")
+    p.add_argument("--n-test", type=int, default=None, help="test queries (default 7960; quick 800)")
+    p.add_argument("--steps", type=int, default=None, help="head training steps (default 250; quick 150)")
+    p.add_argument("--m", type=int, default=100, help="proxy candidates per image for mining")
+    p.add_argument("--prune", type=int, default=100, help="gallery images re-ranked per query")
+    a = p.parse_args()
+    q = a.quick
+    a.n_ids = a.n_ids or (500 if q else 5004)
+    a.n_test = a.n_test or (800 if q else 7960)
+    a.steps = a.steps or (150 if q else 250)
+    a.exact_n = 600 if q else 2000
+    a.baseline_pairs = 30_000 if q else 200_000
+    a.quality_n = 1000 if q else 3000
+    a.agree_q = 100 if q else 300
+    if a.phase:
+        print(json.dumps(PHASES[a.phase](a)), flush=True)
+        return
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = str(Path(tmp) / "head.weights.h5")
+        for phase in ("train", "speed", "quality", "mining", "inference"):
+            cmd = [sys.executable, __file__, "--phase", phase, "--weights", weights,
+                   "--n-ids", str(a.n_ids), "--n-test", str(a.n_test), "--steps", str(a.steps),
+                   "--m", str(a.m), "--prune", str(a.prune)] + (["--quick"] if q else [])
+            t = time.perf_counter()
+            out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            res = json.loads(out.strip().splitlines()[-1])
+            print(f"[{phase}] {time.perf_counter() - t:.1f}s {res}", file=sys.stderr, flush=True)
+            results.update(res)
+    rows = [
+        ("reference head.predict (pairs/s)", results["baseline_pairs_per_s"], ""),
+        ("exact HeadScorer.matrix (pairs/s)", results["exact_pairs_per_s"], ""),
+        ("exact speedup", results["exact_speedup"], ">= 10"),
+        (f"pruned mining, n={results['mining_n']} (s)", results["mining_s"], "<= 30"),
+        (f"mining quality K=0.25, n={results['quality_n']}", results["mining_quality"], ">= 0.95"),
+        (f"inference {results['n_query']}x{results['n_gallery']}, prune={a.prune} (s)", results["inference_s"], "<= 60"),
+        ("inference peak RSS (MB)", results["inference_peak_rss_mb"], "<= 2000"),
+        (f"top-5 agreement ({results['agreement_queries']} queries)", results["top5_agreement"], ">= 0.995"),
+    ]
+    print(f"{'measure':<52} {'value':>14}  target")
+    for name, v, target in rows:
+        print(f"{name:<52} {v:>14,.3f}  {target}")
+    keys = ["baseline_pairs_per_s", "exact_pairs_per_s", "exact_speedup", "mining_s", "mining_quality",
+            "inference_s", "inference_peak_rss_mb", "top5_agreement"]
+    out = {k: round(float(results[k]), 4) for k in keys}
+    out["top5_agreement_note"] = (f"share of {results['agreement_queries']} random queries whose top-5 ids "
+                                  f"equal dense exact scoring's (dense on all queries takes ~1 h)")
+    out["extra"] = {k: v for k, v in results.items() if k not in keys}
+    out["quick"] = q
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

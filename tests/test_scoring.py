@@ -1,0 +1,231 @@
+"""whale.scoring: exact head scoring vs head.predict, pruned mining rules, streaming top-k vs dense."""
+import numpy as np
+import pytest
+
+from whale import NEW_WHALE
+from whale.miner import mine_negatives, validate_negative_pairs
+from whale.ranking import predict_top5, top_id_scores
+
+
+@pytest.fixture(scope="module")
+def heads(tf):
+    import keras
+
+    from whale.models import build_head
+
+    keras.utils.set_random_seed(0)
+    d = 16
+    h0 = build_head(d, mid=8, hidden=0)
+    h1 = build_head(d, mid=8, hidden=1)
+    h2 = build_head(d, mid=4, hidden=[6, 3])
+    return d, {0: h0, 1: h1, 2: h2}
+
+
+def _feats(rng, n, d):
+    # Non-negative like max-pooled ReLU activations, with some larger values.
+    return np.maximum(rng.normal(size=(n, d)), 0).astype(np.float32) * 1.5
+
+
+def _dense_ref(head, fa, fb):
+    ia = np.repeat(np.arange(len(fa)), len(fb))
+    ib = np.tile(np.arange(len(fb)), len(fa))
+    out = head.predict([fa[ia], fb[ib]], batch_size=2048, verbose=0)
+    return out.reshape(len(fa), len(fb))
+
+
+@pytest.mark.parametrize("hidden", [0, 1, 2])
+def test_matrix_equals_head_predict(heads, hidden):
+    from whale.scoring import HeadScorer
+
+    d, hs = heads
+    head = hs[hidden]
+    rng = np.random.default_rng(1)
+    fa, fb = _feats(rng, 23, d), _feats(rng, 31, d)
+    scorer = HeadScorer(head, tile=(8, 16))
+    assert scorer.exact_formula
+    ref_ab = _dense_ref(head, fa, fb)
+    ref_aa = _dense_ref(head, fa, fa)
+    for block in [(8, 16), (4, 8), 5]:
+        got = scorer.matrix(fa, fb, block=block, progress=False)
+        assert got.dtype == np.float32 and got.shape == (23, 31)
+        np.testing.assert_allclose(got, ref_ab, atol=1e-5, rtol=0)
+        sym = scorer.matrix(fa, block=block, progress=False)
+        np.testing.assert_allclose(sym, ref_aa, atol=1e-5, rtol=0)
+        assert np.array_equal(sym, sym.T)
+    half = scorer.matrix(fa, fb, dtype=np.float16, progress=False)
+    assert half.dtype == np.float16
+    np.testing.assert_allclose(half.astype(np.float32), ref_ab, atol=1e-3, rtol=0)
+    pairs = scorer.pairs(fa[:20], fb[:20])
+    np.testing.assert_allclose(pairs, np.diag(ref_ab[:20, :20]), atol=1e-5, rtol=0)
+
+
+def test_symmetric_equals_full_and_counts_upper_triangle(heads):
+    from whale.scoring import HeadScorer
+
+    d, hs = heads
+    scorer = HeadScorer(hs[0], tile=(4, 8))
+    f = _feats(np.random.default_rng(2), 21, d)
+    full = scorer.matrix(f, f, progress=False)
+    scorer.pairs_computed = 0
+    sym = scorer.matrix(f, progress=False)
+    np.testing.assert_allclose(sym, full, atol=1e-6, rtol=0)
+    # Row tiles of 4: each computes from its first row to the end -> about half of n^2.
+    assert scorer.pairs_computed == sum((min(21, r + 4) - r) * (21 - r) for r in range(0, 21, 4))
+
+
+def test_generic_path_matches(heads):
+    from whale.scoring import HeadScorer
+
+    d, hs = heads
+    scorer = HeadScorer(hs[1], tile=(4, 8))
+    scorer.exact_formula = False  # force the Keras-model path
+    scorer._fns.clear()
+    f = _feats(np.random.default_rng(3), 9, d)
+    np.testing.assert_allclose(scorer.matrix(f, progress=False), _dense_ref(hs[1], f, f), atol=1e-5)
+
+
+def _ids(rng, n, n_ids):
+    ids = np.array([f"w{i % n_ids}" for i in range(n)])
+    return ids[rng.permutation(n)]
+
+
+def test_candidates_rules():
+    from whale.scoring import candidates
+
+    rng = np.random.default_rng(4)
+    f = _feats(rng, 60, 32)
+    f[0] = 0.0  # an all-zero feature vector must not break the cosine
+    ids = _ids(rng, 60, 12)
+    rows, cols = candidates(f, ids, m=5, n_random=3, rng=rng)
+    assert (ids[rows] != ids[cols]).all()
+    keys = rows * 60 + cols
+    assert np.array_equal(keys, np.unique(keys))
+    counts = np.bincount(rows, minlength=60)
+    assert counts.min() >= 5 and counts.max() <= 8
+    # Top-5 by cosine of each row are all present.
+    fn = f / np.maximum(np.linalg.norm(f, axis=1, keepdims=True), 1e-12)
+    sim = fn @ fn.T
+    sim[ids[:, None] == ids[None, :]] = -np.inf
+    top = np.argsort(-sim, axis=1)[:, :5]
+    assert np.isin(np.arange(60)[:, None] * 60 + top, keys)[1:].all()  # row 0: all tied
+    assert counts[0] >= 5
+
+
+def test_mine_pruned_rules_and_full_candidates_equal_dense(heads):
+    from whale.scoring import HeadScorer, mine_pruned
+
+    d, hs = heads
+    scorer = HeadScorer(hs[0], tile=(8, 16))
+    rng = np.random.default_rng(5)
+    n = 40
+    f = _feats(rng, n, d)
+    ids = _ids(rng, n, 10)
+    for k in (0.25, 1000.0):
+        pairs = mine_pruned(scorer, f, ids, k, 3, np.random.default_rng(6), m=6)
+        assert len(pairs) == 3
+        validate_negative_pairs(pairs, ids, n)  # permutation, no same id, no repeats
+    # m >= n: every other-id pair is a candidate, so with k=0 the optimum equals dense mining.
+    S = scorer.matrix(f, progress=False)
+    dense = mine_negatives(S, ids, 0.0, 3, np.random.default_rng(7))
+    pruned = mine_pruned(scorer, f, ids, 0.0, 3, np.random.default_rng(7), m=n, n_random=0)
+    for a, b in zip(dense, pruned):
+        assert S[a[:, 0], a[:, 1]].sum() == pytest.approx(S[b[:, 0], b[:, 1]].sum(), abs=1e-4)
+
+
+def test_large_k_spreads_over_all_images(heads):
+    from whale.scoring import HeadScorer, candidate_counts, mine_pruned, proxy_scores
+
+    d, hs = heads
+    scorer = HeadScorer(hs[0], tile=(8, 16))
+    rng = np.random.default_rng(8)
+    n, m = 300, 10
+    f = _feats(rng, n, d)
+    ids = _ids(rng, n, 100)
+    assert candidate_counts(m, 1000.0) == (1, m)
+    assert candidate_counts(m, 0.25) == (m, 8)
+    sim = proxy_scores(f, f)
+    sim[ids[:, None] == ids[None, :]] = -np.inf
+    topm = np.argsort(-sim, axis=1)[:, :m]
+    in_top = lambda p: np.isin(p[:, 0] * n + p[:, 1], np.arange(n)[:, None] * n + topm).mean()
+    hard = mine_pruned(scorer, f, ids, 0.0, 1, np.random.default_rng(9), m=m)[0]
+    spread = mine_pruned(scorer, f, ids, 1000.0, 2, np.random.default_rng(9), m=m)
+    # Uniform partners would fall in the top-m with probability ~ m / n = 3%.
+    assert in_top(hard) > 0.25  # random head: proxy and head only loosely agree
+    assert max(in_top(p) for p in spread) < 0.2  # 1 proxy + 10 random candidates per row
+    # Partners of one epoch are spread over far more than the top-m neighbourhood.
+    ranks = np.argsort(np.argsort(-sim, axis=1), axis=1)
+    chosen_rank = ranks[spread[0][:, 0], spread[0][:, 1]]
+    assert np.median(chosen_rank) > n / 4
+
+
+@pytest.mark.parametrize("with_new_whale", [False, True])
+def test_topk_stream_equals_dense(heads, with_new_whale):
+    from whale.scoring import HeadScorer, topk_stream, topk_to_predictions
+
+    d, hs = heads
+    scorer = HeadScorer(hs[0], tile=(8, 16))
+    rng = np.random.default_rng(10)
+    fq, fg = _feats(rng, 19, d), _feats(rng, 45, d)
+    gids = _ids(rng, 45, 12)
+    if with_new_whale:
+        gids[:5] = NEW_WHALE
+        fg[0] = fq[0]  # the best match of query 0 is a new_whale image: must not be returned
+    dense = scorer.matrix(fq, fg, progress=False)
+    names, top_idx, top_vals = top_id_scores(dense, gids, k=7)
+    for prune, sim in ((None, "auto"), (45, "auto"), (1000, "cosine"), (45, "euclidean"), (45, "dot")):
+        got_names, got_vals = topk_stream(scorer, fq, fg, gids, k_ids=7, block=4, prune=prune,
+                                          similarity=sim, progress=False)
+        assert got_names.shape == (19, 7) and got_vals.dtype == np.float32
+        assert NEW_WHALE not in set(got_names.ravel().tolist())
+        assert np.array_equal(got_names, names[top_idx])
+        np.testing.assert_allclose(got_vals, top_vals, atol=1e-6)
+    got_names, got_vals = topk_stream(scorer, fq, fg, gids, k_ids=7, block=5, progress=False)
+    assert topk_to_predictions(got_names, got_vals, 0.5) == predict_top5(dense, gids, 0.5)
+
+
+def test_topk_stream_prune_pads_missing_ids(heads):
+    from whale.scoring import HeadScorer, topk_stream
+
+    d, hs = heads
+    scorer = HeadScorer(hs[0], tile=(8, 16))
+    rng = np.random.default_rng(11)
+    fq, fg = _feats(rng, 6, d), _feats(rng, 30, d)
+    gids = _ids(rng, 30, 10)
+    names, vals = topk_stream(scorer, fq, fg, gids, k_ids=5, prune=1, progress=False)
+    assert (vals[:, 1:] == 0).all() and (vals[:, 0] > 0).all()
+    assert all(len(set(r)) == 5 for r in names.tolist())
+
+
+def test_compute_features_batches(tf):
+    import keras
+
+    from whale.scoring import compute_features
+
+    inp = keras.Input((4, 4, 1))
+    branch = keras.Model(inp, keras.layers.GlobalMaxPooling2D()(keras.layers.Conv2D(3, 1)(inp)))
+    x = np.random.default_rng(12).random((10, 4, 4, 1)).astype(np.float32)
+    want = np.asarray(branch(x))
+    got = compute_features(branch, x, batch_size=3, progress=False)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    got = compute_features(branch, [(x[:6], None), (x[6:], None)], n=10, progress=False)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    with pytest.raises(ValueError, match="expected 11 images"):
+        compute_features(branch, [x], n=11, progress=False)
+
+
+def test_head_proxy_ranks_like_the_head(heads):
+    from whale.scoring import HeadScorer
+
+    d, hs = heads
+    scorer = HeadScorer(hs[0], tile=(8, 16))
+    rng = np.random.default_rng(13)
+    fq, fg = _feats(rng, 10, d), _feats(rng, 50, d)
+    g = scorer.proxy_features(fg, "g", rank=8)
+    q = scorer.proxy_features(fq, "q", rank=8)
+    assert g.shape == (50, 8 * d) and q.dtype == np.float32
+    proxy = q @ g.T
+    exact = scorer.matrix(fq, fg, progress=False)
+    logit = np.log(exact) - np.log1p(-exact)
+    for i in range(10):  # the proxy is the logit up to a per-row constant and a small error
+        assert np.corrcoef(proxy[i], logit[i])[0, 1] > 0.9
+    assert not HeadScorer(hs[1], tile=(8, 16)).has_head_proxy
