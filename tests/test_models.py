@@ -27,7 +27,7 @@ from whale.models import (
 from whale.models.seresnext import PUBLISHED_PARAMS_NO_FC
 
 FEATURES = {"densenet121": 1024, "resnet50": 2048, "inceptionv3": 2048, "seresnext50": 2048,
-            "convnet_v1": 512, "convnet_v2": 512, "tiny": 32}
+            "convnet_v1": 512, "convnet_v2": 512, "small": 128, "tiny": 32}
 PUBLISHED = {"densenet121": 7_037_504, "resnet50": 23_587_712, "inceptionv3": 21_802_784}
 
 
@@ -102,7 +102,14 @@ def test_unknown_branch_lists_valid_names():
                                    (64, 64)])
 def test_bad_input_shapes_raise(shape):
     with pytest.raises(ConfigError):
-        build_branch("tiny", shape)
+        build_branch("convnet_v1", shape)
+
+
+@pytest.mark.parametrize("name", ["small", "tiny"])
+def test_cpu_branches_accept_32_px_but_not_less(name):
+    assert build_branch(name, (32, 32, 1)).output_shape[-1] == FEATURES[name]
+    with pytest.raises(ConfigError, match="32"):
+        build_branch(name, (31, 31, 3))
 
 
 def test_inception_needs_75_px():

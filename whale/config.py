@@ -31,6 +31,7 @@ KNOWN_BRANCHES = (
     "inceptionv3",
     "convnet_v1",
     "convnet_v2",
+    "small",
     "tiny",
 )
 """Branch names a config may use (kept here so loading a config never imports TensorFlow)."""

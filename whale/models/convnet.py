@@ -94,3 +94,24 @@ def tiny(input_shape, weights=None) -> keras.Model:
 def _no_weights(name, weights):
     if weights is not None:
         raise ValueError(f"{name} builds with weights=None only, got {weights!r}")
+
+
+def small(input_shape, weights=None) -> keras.Model:
+    """A ~0.2M-parameter ConvNet for CPU demos and benchmarks at 48-128 px.
+
+    ``[b, S, S, C] -> [b, S/32, S/32, 128]``: a 5x5 stride-2 stem (24 maps), then four stages
+    of two 3x3 convolutions (32, 48, 64, 128 maps; ReLU, BN) each followed by 2x2 max pooling.
+    The same shape as the reference ConvNet (strided stem, conv stages, max pooling), sized
+    so that a fold of the synthetic demo trains in minutes on two CPU cores.
+    """
+    _no_weights("small", weights)
+    inp = keras.Input(tuple(input_shape), name="backbone_input")
+    x = layers.Conv2D(24, 5, strides=2, padding="same", activation="relu")(inp)
+    x = layers.BatchNormalization()(x)
+    for filters in (32, 48, 64, 128):
+        x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        x = layers.BatchNormalization()(x)
+        x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        x = layers.BatchNormalization()(x)
+        x = layers.MaxPooling2D(2, padding="same")(x)
+    return keras.Model(inp, x, name="backbone")

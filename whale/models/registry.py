@@ -50,6 +50,7 @@ BRANCHES: dict[str, BranchDef] = {
     "seresnext50": BranchDef(seresnext.seresnext50, "torch", 2048),
     "convnet_v1": BranchDef(convnet.convnet_v1, "standardize", 512),
     "convnet_v2": BranchDef(convnet.convnet_v2, "standardize", 512),
+    "small": BranchDef(convnet.small, "standardize", 128, min_size=32),  # CPU demo and benchmarks
     "tiny": BranchDef(convnet.tiny, "standardize", 32, min_size=32),  # small inputs for tests
 }
 
