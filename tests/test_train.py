@@ -105,3 +105,22 @@ def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition,
     assert np.isfinite(test["scores"].astype(np.float32)).all()
     # Validation images never sit in the fold's gallery.
     assert not set(val["query"]) & set(val["gallery"])
+
+
+def test_end_to_end_run_fold_then_ensemble(competition, config_file, tmp_path):
+    """run_fold.py on generated data, then ensemble.py --tune on its score files."""
+    run = tmp_path / "run"
+    base = [sys.executable, str(ROOT / "run_fold.py"), "--config", str(config_file), "--fold", "1",
+            "--data", str(competition), "--out", str(run), "--verbose", "0"]
+    out = subprocess.run(base + ["--max-epochs", "3"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 3, out.stdout[-3000:] + out.stderr[-3000:]  # paused, resumable
+    out = subprocess.run(base + ["--resume"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    sub = tmp_path / "sub.csv"
+    cmd = [sys.executable, str(ROOT / "ensemble.py"), str(run), "--tune", "--out", str(sub),
+           "--sample", str(competition / "sample_submission.csv")]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    from whale.submission import check_submission
+
+    assert check_submission(sub, competition / "sample_submission.csv") == []
