@@ -1,0 +1,89 @@
+"""Multi-device training: MirroredStrategy over two logical CPUs matches the default strategy.
+
+Logical devices can only be configured before TensorFlow initialises its devices, and other
+test modules initialise them in this process, so the comparison runs in a subprocess.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = r"""
+import json
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+tf.config.threading.set_intra_op_parallelism_threads(2)
+
+import keras
+from whale.distribute import describe, get_strategy, strategy_scope
+from whale.models import build_branch, build_head, build_siamese, compile_siamese
+
+
+def build():
+    branch = build_branch("tiny", (32, 32, 3))
+    return build_siamese(branch, build_head(int(branch.output_shape[-1]), mid=8))
+
+
+rng = np.random.default_rng(0)
+xa, xb = (rng.uniform(0, 255, (8, 32, 32, 3)).astype("float32") for _ in range(2))
+y = (rng.uniform(size=(8, 1)) > 0.5).astype("float32")
+# The global batch is two copies of 8 pairs: each of the 2 replicas gets one copy, so its
+# BatchNorm batch statistics equal those of the whole batch on one device.
+xa, xb, y = np.concatenate([xa, xa]), np.concatenate([xb, xb]), np.concatenate([y, y])
+
+
+class Batches(keras.utils.PyDataset):  # the trainer feeds a PyDataset too
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return (xa, xb), y
+
+
+keras.utils.set_random_seed(1)
+w0 = build().get_weights()
+out = {"auto": describe(get_strategy("auto"))}
+for name in ("default", "mirrored"):
+    with strategy_scope(name) as strategy:
+        model = build()
+        model.set_weights(w0)
+        compile_siamese(model, 1e-3)
+    hist = model.fit(Batches(), epochs=2, verbose=0, shuffle=False)
+    out[name] = {"replicas": strategy.num_replicas_in_sync, "describe": describe(strategy),
+                 "loss": hist.history["loss"],
+                 "eval": float(model.evaluate([xa, xb], y, batch_size=16, verbose=0)[0])}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_mirrored_over_two_cpus_gives_the_same_loss_as_one_device(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "KERAS_BACKEND": "tensorflow", "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    line = next(l for l in res.stdout.splitlines() if l.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    assert out["default"]["replicas"] == 1
+    assert out["mirrored"]["replicas"] == 2 and "CPU:1" in out["mirrored"]["describe"]
+    assert out["auto"].startswith("_DefaultDistributionStrategy")  # no GPU: auto = default
+    assert out["default"]["loss"][0] > out["default"]["loss"][-1]  # it trained
+    for a, b in zip(out["default"]["loss"], out["mirrored"]["loss"]):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-5)
+    assert out["default"]["eval"] == pytest.approx(out["mirrored"]["eval"], rel=1e-4, abs=1e-5)
+
+
+def test_unknown_strategy_names_the_valid_ones():
+    from whale.distribute import get_strategy
+
+    with pytest.raises(ValueError, match="auto, mirrored, default"):
+        get_strategy("tpu")
