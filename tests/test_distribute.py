@@ -87,3 +87,36 @@ def test_unknown_strategy_names_the_valid_ones():
 
     with pytest.raises(ValueError, match="auto, mirrored, default"):
         get_strategy("tpu")
+
+
+TRAIN_SCRIPT = r"""
+import sys
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+from whale.config import config_from_dict
+from whale.synth import generate
+from whale.train import train_fold
+
+data = generate(sys.argv[1] + "/data", n_ids=16, seed=2, size=96, progress=False)
+cfg = config_from_dict({
+    "name": "mirrored", "seed": 0, "strategy": "mirrored", "batch_size": 16, "mining_interval": 2,
+    "model": {"branch": "tiny", "channels": 3, "head_mid": 8},
+    "stages": [{"epochs": 2, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main"},
+               {"epochs": 1, "k": 0.5, "lr": 1.0e-3, "image_size": 40, "dataset": "main"}]})
+result = train_fold(cfg, data, 0, sys.argv[1] + "/run", verbose=0)
+print("RESULT", result.finished, result.epochs_done)
+"""
+
+
+def test_train_fold_under_mirrored_strategy_mines_trains_and_scores(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "KERAS_BACKEND": "tensorflow", "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, str(tmp_path)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "RESULT True 3" in res.stdout
+    assert "MirroredStrategy" in res.stdout
+    assert (tmp_path / "run" / "scores" / "test.npz").exists()

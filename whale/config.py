@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whale.distribute import STRATEGIES
 from whale.errors import ConfigError
 
 KNOWN_BRANCHES = (
@@ -118,6 +119,8 @@ class RunConfig:
     candidates per row + sparse LAP). ``box_margin``: fraction of the box size added on each side
     before cropping. ``val_new_whale``: add ~25% new_whale images to the validation fold.
     ``threshold``: new_whale threshold; ``None`` = tuned on validation.
+    ``strategy``: ``auto`` (MirroredStrategy when several GPUs are visible), ``mirrored`` or
+    ``default``.
     """
 
     name: str
@@ -133,6 +136,7 @@ class RunConfig:
     workers: int = 1
     val_new_whale: bool = True
     threshold: float | None = None
+    strategy: str = "auto"
 
     @property
     def total_epochs(self) -> int:
@@ -320,6 +324,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         workers=c.number(get("workers"), "workers", int, 1),
         val_new_whale=c.boolean(get("val_new_whale"), "val_new_whale"),
         threshold=None if threshold is None else c.number(threshold, "threshold", float, 0.0, 1.0),
+        strategy=c.choice(get("strategy"), "strategy", STRATEGIES),
     )
 
 

@@ -187,7 +187,9 @@ class PairDataset(keras.utils.PyDataset):
         image_size: model input side S.
         augmenter: ``aug(uint8 image, rng) -> uint8 [S, S, C]`` (see :mod:`whale.augment`), or
             None for resize only. The two images of a pair are augmented independently.
-        batch_size: pairs per batch; the last batch may be smaller.
+        batch_size: pairs per batch. The last batch is topped up with the first pairs of the
+            epoch's order, so every batch is full: BatchNorm never sees a batch of one, and
+            under a multi-replica strategy no replica gets an empty slice.
         seed, epoch: fix the order (``shuffle``) and the augmentation of every item.
         shuffle: shuffle the pairs (by ``(seed, epoch)``); False keeps the given order.
         workers, use_multiprocessing, max_queue_size: passed to ``keras.utils.PyDataset``.
@@ -260,6 +262,9 @@ class PairDataset(keras.utils.PyDataset):
         if not 0 <= idx < len(self):
             raise IndexError(f"batch {idx} out of range for {len(self)} batches")
         rows = self.order[idx * self.batch_size : (idx + 1) * self.batch_size]
+        short = min(self.batch_size, len(self.order)) - len(rows)
+        if short > 0:
+            rows = np.concatenate([rows, self.order[:short]])
         s, c = self.image_size, self.channels
         a = np.empty((len(rows), s, s, c), np.float32)
         b = np.empty((len(rows), s, s, c), np.float32)

@@ -143,7 +143,13 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
         if isinstance(batch, (tuple, list)):
             batch = batch[0]
         x = np.asarray(batch, dtype=np.float32)
-        f = np.asarray(branch.predict_on_batch(x), dtype=np.float32)
+        # Under a multi-replica MirroredStrategy, Keras 3.15's predict_on_batch returns each
+        # row once per replica and predict() fails on batches smaller than the replica
+        # count; a direct call runs the batch whole on one device.
+        if branch.distribute_strategy.num_replicas_in_sync > 1:
+            f = np.asarray(branch(x, training=False), dtype=np.float32)
+        else:
+            f = np.asarray(branch.predict_on_batch(x), dtype=np.float32)
         if f.ndim != 2 or f.shape[0] != x.shape[0]:
             raise ValueError(f"branch: expected [b, d] features for a batch of {x.shape[0]}, received {f.shape}")
         out.append(f)

@@ -85,10 +85,18 @@ class FoldData:
     summary: str = ""
 
 
-def fold_data(comp: Competition, fold: int, seed: int, n_folds: int = 4) -> FoldData:
-    """Split a competition by the paper's fold rules; fold -1 trains on everything."""
+def fold_data(comp: Competition, fold: int, seed: int, n_folds: int = 4,
+              val_new_whale: bool = True) -> FoldData:
+    """Split a competition by the paper's fold rules; fold -1 trains on everything.
+
+    ``val_new_whale=False`` drops the ``new_whale`` images the rules add to validation.
+    """
+    if not -1 <= fold < n_folds:
+        raise ValueError(f"fold must be -1 (train on everything) or 0..{n_folds - 1}, got {fold}")
     folds = assign_folds(comp.train, n_folds=n_folds, seed=seed)
     train_part, val_part = split(comp.train, folds, fold)
+    if not val_new_whale:
+        val_part = val_part[val_part["Id"] != NEW_WHALE]
     known = train_part[train_part["Id"] != NEW_WHALE]
     counts = known["Id"].map(known["Id"].value_counts())
     gallery = ImageSet.from_frame(comp, known)
@@ -221,11 +229,15 @@ class Trainer:
 
     # ------------------------------------------------------------ evaluation
     def validate(self, image_size: int) -> tuple[float, float]:
-        """Validation MAP@5 at the best threshold on the validation set: ``(map5, threshold)``."""
+        """Validation MAP@5: ``(map5, threshold)``.
+
+        The threshold is the config's, or (``threshold: null``) the best one on this validation set.
+        """
         from whale.ranking import tune_threshold
 
         scores = self.val_scores(image_size)
-        t, best, _ = tune_threshold(scores, self.data.gallery.ids, self.data.val.ids)
+        grid = None if self.cfg.threshold is None else np.array([self.cfg.threshold])
+        t, best, _ = tune_threshold(scores, self.data.gallery.ids, self.data.val.ids, grid=grid)
         return float(best), float(t)
 
     def val_scores(self, image_size: int) -> np.ndarray:
@@ -407,25 +419,31 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     Writes ``config.yaml``, ``run.json``, ``log.csv``, ``tensorboard/``, ``checkpoints/`` and,
     when the schedule is done and ``score`` is true, ``scores/val.npz`` and ``scores/test.npz``.
     """
+    from whale.distribute import describe, strategy_scope
     from whale.inference import score_run
 
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     comp = load_competition(data_dir)
-    data = fold_data(comp, fold, cfg.seed)
+    data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
     write_run_metadata(out_dir, cfg, fold, data_dir, Path(playground) if playground else None)
-    trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log)
-    result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
-    if result.finished and score:
-        score_run(out_dir, comp, data, checkpoint="best", log=log)
+    with strategy_scope(cfg.strategy) as strategy:
+        log(f"distribution: {describe(strategy)}")
+        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log)
+        result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
+        if result.finished and score:
+            score_run(out_dir, comp, data, checkpoint="best", log=log)
     return result
 
 
 def score_fold(out_dir, data_dir, fold: int, cfg: RunConfig, checkpoint: str = "best",
                log=print) -> dict:
     """Write the score files of an existing run folder from one of its checkpoints."""
+    from whale.distribute import strategy_scope
     from whale.inference import score_run
 
     comp = load_competition(data_dir)
-    return score_run(out_dir, comp, fold_data(comp, fold, cfg.seed), checkpoint=checkpoint, log=log)
+    data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
+    with strategy_scope(cfg.strategy):
+        return score_run(out_dir, comp, data, checkpoint=checkpoint, log=log)

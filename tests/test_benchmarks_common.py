@@ -1,0 +1,139 @@
+"""benchmarks/common.py: the mini-competition builder, one-shot tasks and report helpers.
+
+Tiny fake images only; no TensorFlow, no shared data.
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import common  # noqa: E402
+from whale import NEW_WHALE  # noqa: E402
+from whale.data import load_competition  # noqa: E402
+
+
+def _images(folder: Path, n: int, fmt: str = "PNG", suffix: str = ".png") -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(n):
+        p = folder / f"src_{i}{suffix}"
+        Image.fromarray(rng.integers(0, 255, (12, 10, 3), dtype=np.uint8)).save(p, format=fmt)
+        paths.append(p)
+    return paths
+
+
+def test_build_competition_writes_kaggle_layout(tmp_path):
+    src = _images(tmp_path / "src", 7)
+    train = [(src[0], "a"), (src[1], "a"), (src[2], "b"), (src[3], NEW_WHALE)]
+    test = [(src[4], "a"), (src[5], NEW_WHALE), (src[6], "b")]
+    out = common.build_competition(tmp_path / "comp", train, test)
+
+    comp = load_competition(out)
+    assert list(comp.train["Id"]) == ["a", "a", "b", NEW_WHALE]
+    assert comp.test_images == ["te00000.png", "te00001.png", "te00002.png"]
+    sol = pd.read_csv(out / "test_solution.csv")
+    assert list(sol["Id"]) == ["a", NEW_WHALE, "b"]
+    sample = pd.read_csv(out / "sample_submission.csv")
+    assert list(sample["Image"]) == comp.test_images and set(sample["Id"]) == {NEW_WHALE}
+    # copies are byte-identical and anonymous (no id in the file name)
+    assert (out / "train" / "tr00002.png").read_bytes() == src[2].read_bytes()
+    assert all("a" not in n and "b" not in n for n in comp.train["Image"])
+    assert common.truth(out) == dict(zip(sol["Image"], sol["Id"]))
+
+
+def test_build_competition_rebuilds_and_renames_suffix(tmp_path):
+    src = _images(tmp_path / "src", 3, fmt="JPEG", suffix=".png")  # JPEG despite .png, as the lions
+    out = common.build_competition(tmp_path / "comp", [(s, "x") for s in src], [], suffix=".jpg")
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["tr00000.jpg", "tr00001.jpg", "tr00002.jpg"]
+    out = common.build_competition(tmp_path / "comp", [(src[0], "x")], [(src[1], "x")], suffix=".jpg")
+    assert [p.name for p in (out / "train").iterdir()] == ["tr00000.jpg"]  # old copies gone
+    assert load_competition(out).test_images == ["te00000.jpg"]
+
+
+def test_build_competition_rejects_missing_file_and_empty_id(tmp_path):
+    src = _images(tmp_path / "src", 1)
+    with pytest.raises(ValueError, match="not found"):
+        common.build_competition(tmp_path / "c1", [(tmp_path / "nope.png", "a")])
+    with pytest.raises(ValueError, match="empty id"):
+        common.build_competition(tmp_path / "c2", [(src[0], " ")])
+
+
+def _grid(n_ids=30, n_groups=5, n_families=2):
+    ids = [f"c{i}" for i in range(n_ids) for _ in range(n_groups)]
+    groups = [f"d{g}" for _ in range(n_ids) for g in range(n_groups)]
+    fams = [f"f{i % n_families}" for i in range(n_ids) for _ in range(n_groups)]
+    return np.array(ids), np.array(groups), np.array(fams)
+
+
+def test_one_shot_tasks_structure():
+    ids, groups, fams = _grid()
+    tasks = common.one_shot_tasks(ids, groups, n_way=5, n_tasks=12, seed=3, families=fams)
+    assert len(tasks) == 12
+    for gallery, queries in tasks:
+        assert gallery.shape == queries.shape == (5,)
+        assert list(ids[gallery]) == list(ids[queries])          # query i belongs with gallery i
+        assert len(set(ids[gallery])) == 5                        # distinct ids
+        assert len(set(groups[gallery])) == 1 and len(set(groups[queries])) == 1
+        assert groups[gallery][0] != groups[queries][0]           # two different drawers
+        assert len(set(fams[gallery])) == 1                       # one alphabet per task
+    again = common.one_shot_tasks(ids, groups, n_way=5, n_tasks=12, seed=3, families=fams)
+    assert all((a[0] == b[0]).all() and (a[1] == b[1]).all() for a, b in zip(tasks, again))
+
+
+def test_one_shot_tasks_falls_back_to_all_families_and_checks_size():
+    ids, groups, fams = _grid(n_ids=8, n_families=4)  # 2 ids per family < n_way
+    tasks = common.one_shot_tasks(ids, groups, n_way=6, n_tasks=3, seed=0, families=fams)
+    assert all(len(set(fams[g])) > 1 for g, _ in tasks)
+    with pytest.raises(ValueError, match="share 9 ids"):
+        common.one_shot_tasks(ids, groups, n_way=9, n_tasks=1)
+
+
+def test_one_shot_accuracy_counts_argmax():
+    tasks = [(np.arange(3), np.arange(3, 6))]
+    perfect = lambda q, g: np.eye(3)  # noqa: E731
+    assert common.one_shot_accuracy(perfect, tasks) == 1.0
+    one_wrong = lambda q, g: np.array([[1, 0, 0], [0, 1, 0], [0, 2, 1.0]])  # noqa: E731
+    assert common.one_shot_accuracy(one_wrong, tasks * 2) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="shape"):
+        common.one_shot_accuracy(lambda q, g: np.zeros((2, 3)), tasks)
+
+
+def test_pixel_method_on_a_mini_competition(tmp_path):
+    """Identical copies are found by the pixel baseline: top-1 = 1 on known test images."""
+    src = _images(tmp_path / "src", 12)
+    train = [(src[i], f"id{i // 3}") for i in range(12)]          # 4 ids x 3 images
+    train += [(src[i], NEW_WHALE) for i in (0,)]                   # one new_whale row
+    test = [(src[1], "id0"), (src[4], "id1"), (src[7], "id2"), (src[10], "id3")]
+    comp = common.build_competition(tmp_path / "comp", train, test)
+    res = common.evaluate_competition(common.PixelMethod(size=8, channels=1), comp)
+    assert res["top1"] == 1.0 and res["top10"] == 1.0
+    assert set(res) == {"val_map5", "threshold", "map5", "top1", "top5", "top10", "new_whale_share"}
+
+
+def test_random_negatives_and_quick_config():
+    from whale.config import config_from_dict
+
+    cfg = config_from_dict({"name": "x", "stages": [
+        {"epochs": 4, "k": 1000.0, "lr": 1e-3, "image_size": 32},
+        {"epochs": 6, "k": 1.0, "k_end": 0.1, "lr": 5e-4, "image_size": 32}]})
+    rnd = common.random_negatives(cfg)
+    assert [(s.epochs, s.k, s.k_end) for s in rnd.stages] == [(4, 1000.0, None), (6, 1000.0, None)]
+    assert rnd.total_epochs == cfg.total_epochs and rnd.name == "x-random"
+    assert [s.epochs for s in common.quick_config(cfg, 0.2).stages] == [1, 1]
+
+
+def test_reports():
+    table = common.results_table([{"m": "a", "v": 0.5}, {"m": "b", "v": None}], [("m", "M"), ("v", "V")])
+    assert table.splitlines() == ["| M | V |", "| --- | --- |", "| a | 0.500 |", "| b | - |"]
+    assert "helps" in common.miner_verdict(0.8, 0.7, "x") and "+0.100" in common.miner_verdict(0.8, 0.7, "x")
+    assert "hurts" in common.miner_verdict(0.6, 0.7, "x")
+    line = json.loads(common.final_json("b", {"acc": 0.123456, "n": 3}, 12.34))
+    assert line == {"benchmark": "b", "metrics": {"acc": 0.1235, "n": 3}, "seconds": 12.3}
+    assert common.training_budget(0, 0.0) is None
