@@ -1,0 +1,378 @@
+"""Shared pieces of the accuracy benchmarks (``omniglot.py``, ``lions.py``). Not a test.
+
+* :func:`shared_data` finds ``../shared/data/...`` beside the checkout (None when absent:
+  the benchmarks then print a message and exit 0; nothing from there is copied into the repo).
+* :func:`build_competition` writes a Kaggle-format mini-competition (``train/``, ``test/``,
+  ``train.csv``, ``sample_submission.csv``, ``test_solution.csv``) from lists of
+  ``(image path, id)``; images get anonymous names so that a file name never gives its id away.
+* :func:`one_shot_tasks` / :func:`one_shot_accuracy`: N-way one-shot tasks as in Lake et al.
+  (one group's image of each of N ids is the gallery, another group's images are the queries).
+* :class:`PixelMethod` (raw-pixel cosine nearest neighbour, :mod:`whale.baseline`) and
+  :class:`SiameseMethod` (a trained run folder) share one interface: ``features(paths)``
+  ``[n, d] float32`` and ``scores(fq, fg)`` ``[n_q, n_g] float32``, so every method is
+  evaluated by the same code (:func:`evaluate_competition`).
+* :func:`train_variants` trains the config twice on fold 0: with the config's adversarial
+  schedule and with random negatives only (every stage at K = 1000, same epochs).
+* :func:`results_table`, :func:`miner_verdict`, :func:`final_json` print the results; the last
+  stdout line of a benchmark is one JSON object ``{"benchmark", "metrics", "seconds"}``.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from whale import NEW_WHALE
+
+TOTAL_BUDGET_S = 1170.0
+"""Default wall-clock budget of one benchmark: under 20 minutes on 2 CPU cores, all included."""
+EVAL_RESERVE_S = 90.0
+"""Seconds kept back from the training budget for the evaluation after training."""
+RANDOM_K = 1000.0
+"""K of the random-negatives ablation: noise this large swamps the scores (Algorithm 1)."""
+
+
+# ------------------------------------------------------------------------------------ data
+def repo_root() -> Path:
+    """The checkout holding ``benchmarks/`` and ``whale/``."""
+    return Path(__file__).resolve().parents[1]
+
+
+def shared_data(*parts: str) -> Path | None:
+    """``<checkout>/../shared/data/<parts>`` if it exists, else None."""
+    path = repo_root().parent / "shared" / "data" / Path(*parts)
+    return path if path.exists() else None
+
+
+def build_competition(out, train: Sequence[tuple], test: Sequence[tuple] = (),
+                      suffix: str | None = None) -> Path:
+    """Write a Kaggle-format competition folder from ``(image path, id)`` pairs.
+
+    Args:
+        out: the folder; its ``train/`` and ``test/`` are emptied first.
+        train: ``(path, id)`` per training image; ``id`` may be ``new_whale``.
+        test: ``(path, id)`` per test image; the ids go to ``test_solution.csv`` only.
+        suffix: file suffix of the copies (e.g. ``".jpg"``); None keeps each source's suffix.
+
+    Returns:
+        ``out``. Training images are named ``tr00000.<suffix>``..., test images
+        ``te00000.<suffix>``..., in the given order; ``sample_submission.csv`` lists the test
+        images with the placeholder prediction ``new_whale``.
+
+    Raises:
+        ValueError: an id is empty, or a source file is missing (the message names it).
+    """
+    out = Path(out)
+    for sub in ("train", "test"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+        (out / sub).mkdir(parents=True)
+
+    def copy(items, folder, prefix) -> pd.DataFrame:
+        rows = []
+        for i, (src, label) in enumerate(items):
+            src, label = Path(src), str(label)
+            if not label.strip():
+                raise ValueError(f"{src}: empty id; expected an individual's name or {NEW_WHALE}")
+            if not src.is_file():
+                raise ValueError(f"{src}: image file not found")
+            name = f"{prefix}{i:05d}{suffix if suffix is not None else src.suffix.lower()}"
+            shutil.copyfile(src, out / folder / name)
+            rows.append((name, label))
+        return pd.DataFrame(rows, columns=["Image", "Id"])
+
+    tr = copy(train, "train", "tr")
+    te = copy(test, "test", "te")
+    tr.to_csv(out / "train.csv", index=False)
+    te.to_csv(out / "test_solution.csv", index=False)
+    pd.DataFrame({"Image": te["Image"], "Id": NEW_WHALE}).to_csv(out / "sample_submission.csv", index=False)
+    return out
+
+
+def truth(comp_dir) -> dict[str, str]:
+    """Image name -> true id of the test images (``test_solution.csv``)."""
+    sol = pd.read_csv(Path(comp_dir) / "test_solution.csv", dtype=str, keep_default_na=False)
+    return dict(zip(sol["Image"], sol["Id"]))
+
+
+# ------------------------------------------------------------------------ one-shot tasks
+def one_shot_tasks(ids: Sequence[str], groups: Sequence[str], n_way: int = 20, n_tasks: int = 40,
+                   seed: int = 0, families: Sequence[str] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """N-way one-shot tasks over a set of images.
+
+    Each task draws two distinct groups (Omniglot: drawers) A and B and ``n_way`` distinct ids
+    that have an image in both; the gallery is A's image of each id, the queries are B's
+    images, in the same id order (query ``i`` belongs with gallery ``i``). With ``families``
+    (Omniglot: alphabets) the ids of a task come from one family when it has enough ids
+    (harder, as in Lake et al. and Koch et al.), else from all.
+
+    Args:
+        ids, groups: ``[n]`` str, the id and group of each image.
+        n_way: ids per task. n_tasks: number of tasks. seed: seed of the draw.
+        families: ``[n]`` str family of each image's id, or None.
+
+    Returns:
+        ``n_tasks`` pairs ``(gallery, queries)``, each ``[n_way]`` int64 indices into the
+        images.
+
+    Raises:
+        ValueError: lengths differ, or no pair of groups has ``n_way`` ids in common.
+    """
+    ids, groups = np.asarray(ids, dtype=str), np.asarray(groups, dtype=str)
+    fam = np.asarray(families if families is not None else [""] * len(ids), dtype=str)
+    if not len(ids) == len(groups) == len(fam):
+        raise ValueError(f"ids ({len(ids)}), groups ({len(groups)}) and families ({len(fam)}) "
+                         "must have one entry per image")
+    where: dict[tuple[str, str], int] = {}
+    for i, key in enumerate(zip(ids, groups)):
+        where.setdefault(key, i)  # first image of an (id, group) pair
+    family_of = dict(zip(ids, fam))
+    group_names = np.unique(groups)
+    rng = np.random.default_rng(seed)
+    tasks = []
+    for t in range(n_tasks):
+        for _attempt in range(100):
+            a, b = rng.choice(group_names, size=2, replace=False) if len(group_names) > 1 else (None, None)
+            if a is None:
+                break
+            both = np.array(sorted({i for (i, g) in where if g == a} & {i for (i, g) in where if g == b}))
+            if len(both) < n_way:
+                continue
+            fams = np.array([family_of[i] for i in both])
+            names, counts = np.unique(fams, return_counts=True)
+            big = names[counts >= n_way]
+            if len(big):
+                both = both[fams == rng.choice(big)]
+            chosen = rng.choice(both, size=n_way, replace=False)
+            tasks.append((np.array([where[(c, a)] for c in chosen], dtype=np.int64),
+                          np.array([where[(c, b)] for c in chosen], dtype=np.int64)))
+            break
+        else:
+            a = None
+        if a is None:
+            raise ValueError(f"task {t}: no two groups share {n_way} ids; expected at least "
+                             f"{n_way} ids with images in two groups")
+    return tasks
+
+
+def one_shot_accuracy(score_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                      tasks: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
+    """Share of queries whose best-scoring gallery image is their own id, over all tasks.
+
+    ``score_fn(queries, gallery)`` gets ``[n_way]`` int64 indices and returns the
+    ``[n_way, n_way]`` query-vs-gallery scores (higher = more alike). Ties count as wrong
+    unless the right image is the first of the tied ones (``argmax``).
+    """
+    right = total = 0
+    for gallery, queries in tasks:
+        s = np.asarray(score_fn(queries, gallery), dtype=np.float64)
+        if s.shape != (len(queries), len(gallery)):
+            raise ValueError(f"score_fn returned shape {s.shape}, expected {(len(queries), len(gallery))}")
+        right += int((s.argmax(axis=1) == np.arange(len(queries))).sum())
+        total += len(queries)
+    return right / total if total else 0.0
+
+
+# ------------------------------------------------------------------------------ methods
+class PixelMethod:
+    """Raw-pixel cosine nearest neighbour (:mod:`whale.baseline`) on whole images."""
+
+    name = "pixel NN (cosine)"
+
+    def __init__(self, size: int = 32, channels: int = 1):
+        self.size, self.channels = size, channels
+
+    def features(self, paths: Sequence) -> np.ndarray:
+        """``[n, size*size*channels] float32``, rows L2-normalised."""
+        from whale.baseline import pixel_features
+        from whale.data import load_crop
+
+        return pixel_features(np.stack([load_crop(p, None, self.size, channels=self.channels)
+                                        for p in paths]))
+
+    def scores(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
+        from whale.baseline import cosine_scores
+
+        return cosine_scores(fq, fg)
+
+
+class SiameseMethod:
+    """A trained run folder (checkpoint ``best``): branch features, head scores."""
+
+    def __init__(self, run_dir, name: str, checkpoint: str = "best"):
+        from whale.inference import RunScorer, load_run_model
+
+        model, cfg = load_run_model(run_dir, checkpoint)
+        self.name, self.run_dir = name, Path(run_dir)
+        self._rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=False)
+
+    def features(self, paths: Sequence) -> np.ndarray:
+        """``[n, d] float32`` branch features of the whole images."""
+        return self._rs.features(list(paths), [None] * len(paths))
+
+    def scores(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
+        return self._rs.scorer.matrix(fq, fg, progress=False).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- evaluation
+def top_k_ids(scores: np.ndarray, gallery_ids: Sequence[str], k: int) -> list[list[str]]:
+    """The ``k`` best ids per query by per-id max score (no ``new_whale``)."""
+    from whale.ranking import top_id_scores
+
+    names, idx, _ = top_id_scores(scores, gallery_ids, k=k)
+    return [list(r) for r in names[idx]]
+
+
+def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict[str, float]:
+    """MAP@5 and top-1/5/10 accuracy of ``method`` on a mini-competition's test set.
+
+    The ``new_whale`` threshold is tuned on validation fold ``fold`` of ``train.csv`` (the
+    toolkit's fold rules, the fold's own training images as gallery); the test images are then
+    ranked against every known-id training image. Top-k accuracy counts the test images of
+    known ids only (is the true id among the k best ids, ``new_whale`` left out).
+
+    Returns:
+        ``{"val_map5", "threshold", "map5", "top1", "top5", "top10", "new_whale_share"}``.
+    """
+    from whale.data import load_competition
+    from whale.metrics import map_at_k, top_k_accuracy
+    from whale.ranking import predict_top5, tune_threshold
+    from whale.train import fold_data
+
+    comp = load_competition(comp_dir)
+    data = fold_data(comp, fold, seed)
+    known = comp.train[comp.train["Id"] != NEW_WHALE]
+    names, ids = list(known["Image"]), np.asarray(list(known["Id"]), dtype=str)
+    f_all = method.features([comp.train_path(n) for n in names])
+    pos = {n: i for i, n in enumerate(names)}
+    f_gal = f_all[[pos[n] for n in data.gallery.names]]
+    f_val = method.features(data.val.paths)
+    t, val_map, _ = tune_threshold(method.scores(f_val, f_gal), data.gallery.ids, data.val.ids)
+    f_test = method.features([comp.test_path(n) for n in comp.test_images])
+    s_test = method.scores(f_test, f_all)
+    sol = truth(comp_dir)
+    actual = [sol[n] for n in comp.test_images]
+    preds = predict_top5(s_test, ids, t)
+    is_known = np.array([a != NEW_WHALE for a in actual])
+    top = top_k_ids(s_test[is_known], ids, 10)
+    act_known = [a for a, k in zip(actual, is_known) if k]
+    return {"val_map5": float(val_map), "threshold": float(t), "map5": map_at_k(preds, actual),
+            "top1": top_k_accuracy(top, act_known, 1), "top5": top_k_accuracy(top, act_known, 5),
+            "top10": top_k_accuracy(top, act_known, 10),
+            "new_whale_share": float(np.mean([p[0] == NEW_WHALE for p in preds]))}
+
+
+# ----------------------------------------------------------------------------- training
+def random_negatives(cfg):
+    """The same run with random negatives only: every stage at K = 1000, no decay."""
+    from whale.config import config_from_dict
+
+    d = cfg.to_dict()
+    d["name"] = f"{cfg.name}-random"
+    for s in d["stages"]:
+        s["k"], s["k_end"] = RANDOM_K, None
+    return config_from_dict(d, source=f"{cfg.name} (random negatives)")
+
+
+def quick_config(cfg, epochs_scale: float = 0.25):
+    """A shortened copy for ``--quick``: each stage's epochs scaled down (at least 1)."""
+    from whale.config import config_from_dict
+
+    d = cfg.to_dict()
+    for s in d["stages"]:
+        s["epochs"] = max(1, int(round(s["epochs"] * epochs_scale)))
+    return config_from_dict(d, source=f"{cfg.name} (quick)")
+
+
+def training_budget(total_s: float | None, t0: float) -> float | None:
+    """Seconds left for training: ``total_s`` since ``t0`` minus :data:`EVAL_RESERVE_S`
+    (None when ``total_s`` is None or 0: no limit)."""
+    if not total_s:
+        return None
+    return max(60.0, total_s - (time.time() - t0) - EVAL_RESERVE_S)
+
+
+@dataclass
+class Variant:
+    """One trained model of a benchmark."""
+
+    label: str
+    run_dir: Path
+    best_val_map5: float | None
+    seconds: float
+    epochs_done: int
+    epochs_total: int
+
+
+def train_variants(cfg, comp_dir, out_dir, budget_s: float | None = None, log=print) -> list[Variant]:
+    """Train fold 0 twice: ``random`` (K = 1000 only), then ``adversarial`` (the config's schedule).
+
+    Run folders: ``out_dir/random`` and ``out_dir/adversarial`` (an existing one is resumed).
+    ``budget_s``: wall-clock seconds for both; each gets half, and a run that would overrun
+    stops early (its best checkpoint so far is evaluated; ``epochs_done`` says how far it got),
+    so that both variants see the same time.
+    """
+    from whale.train import train_fold
+
+    out = []
+    for label, c in (("random", random_negatives(cfg)), ("adversarial", cfg)):
+        t0 = time.time()
+        deadline = None if budget_s is None else t0 + budget_s / 2
+        log(f"--- training {label} negatives: {c.total_epochs} epochs -> {Path(out_dir) / label}")
+        res = train_fold(c, comp_dir, 0, Path(out_dir) / label, resume=True, deadline=deadline,
+                         verbose=0, log=lambda m, lb=label: log(f"  [{lb}] {m}"))
+        out.append(Variant(label, Path(out_dir) / label, res.best_val_map5, time.time() - t0,
+                           res.epochs_done, c.total_epochs))
+        log(f"--- {label}: {res.epochs_done}/{c.total_epochs} epochs, best validation MAP@5 "
+            f"{res.best_val_map5}, {time.time() - t0:.0f} s")
+    return out
+
+
+# ------------------------------------------------------------------------------ reports
+def results_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> str:
+    """A Markdown table: ``rows`` of dicts, ``columns`` of ``(key, header)``; floats as %.3f."""
+    def cell(v):
+        if v is None:
+            return "-"
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(h for _, h in columns) + " |",
+             "| " + " | ".join("---" for _ in columns) + " |"]
+    lines += ["| " + " | ".join(cell(r.get(k)) for k, _ in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def miner_verdict(adversarial: float, random: float, what: str) -> str:
+    """One sentence: does adversarial mining help on ``what``, and by how much."""
+    gap = adversarial - random
+    if abs(gap) < 1e-9:
+        return f"miner: no difference on {what} ({adversarial:.3f} both)"
+    word = "helps" if gap > 0 else "hurts"
+    return (f"miner {word} on {what}: adversarial {adversarial:.3f} vs random negatives "
+            f"{random:.3f} (gap {gap:+.3f})")
+
+
+def final_json(benchmark: str, metrics: dict, seconds: float) -> str:
+    """The benchmark's last stdout line."""
+    clean = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in metrics.items()}
+    return json.dumps({"benchmark": benchmark, "metrics": clean, "seconds": round(seconds, 1)})
+
+
+def setup_tensorflow(threads: int = 2) -> None:
+    """Quiet TensorFlow on the CPU with a fixed number of threads (call before importing it)."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        pass

@@ -1,0 +1,157 @@
+"""Lion re-identification benchmark: the siamese toolkit on real wildlife photos. Not a test.
+
+    python benchmarks/lions.py --out runs/bench_lions [--quick] [--seed S]
+
+Data: ``../shared/data/lions/Lion_Data_Zero/{train,val}/<name>/*.png`` beside the checkout
+(JPEG files despite the name; read in place, copied under ``--out``; skipped with a message and
+exit 0 when absent). Each lion's photos show different body parts (face, ears, nose,
+whiskers, body...), so a query is usually matched against *other* views of the same lion.
+
+Mini-competition ``OUT/lions`` (Kaggle format):
+
+* the 75 ``train`` lions are the known ids: a quarter of each lion's photos (rounded, at
+  least one when it has 2 or more; a lion with 1 photo stays in train) are test sightings,
+  the rest are ``train.csv`` rows;
+* the 19 ``val`` lions never appear with their name: about half of them (by a seeded draw)
+  give ``new_whale`` rows of ``train.csv`` (as Kaggle's train.csv has new_whale images, used by
+  the fold rules to put ~25% new_whale into validation), the others give ``new_whale`` test
+  images, capped at ~28% of the test set (Kaggle's test share is 27.6%).
+
+Methods: raw-pixel cosine nearest neighbour (32 px gray); the siamese model (``configs/lions.yaml``)
+trained with random negatives only (K = 1000 in every stage, same epochs); the same with the
+config's adversarial schedule. The ``new_whale`` threshold is tuned on validation fold 0 of
+``train.csv``. Reported: MAP@5 on the test set, and top-1/5/10 accuracy on the test images of
+known lions (seed 002's biologists need 95% top-10).
+
+The last stdout line is ``{"benchmark": "lions", "metrics": {...}, "seconds": ...}``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+from whale import NEW_WHALE  # noqa: E402
+
+TEST_SHARE = 0.25        # of each known lion's photos
+NEW_TEST_SHARE = 0.28    # of the test set at most
+TARGET = "seed 002: biologists need 95% top-10 accuracy"
+
+
+def index_lions(root: Path) -> dict[str, dict[str, list[Path]]]:
+    """``{"train": {lion: [photos]}, "val": {...}}`` from ``root/{train,val}/<name>/*``."""
+    out = {}
+    for part in ("train", "val"):
+        lions = {}
+        for d in sorted((root / part).iterdir()) if (root / part).is_dir() else []:
+            photos = sorted(p for p in d.iterdir() if p.is_file())
+            if d.is_dir() and photos:
+                lions[d.name] = photos
+        out[part] = lions
+    if not out["train"]:
+        raise ValueError(f"{root}/train: no lion folders with photos found")
+    return out
+
+
+def lion_competition(lions: dict, out: Path, seed: int) -> Path:
+    """The mini-competition described in the module docstring."""
+    rng = np.random.default_rng([seed, 3])
+    train, test = [], []
+    for name, photos in lions["train"].items():
+        photos = [photos[i] for i in rng.permutation(len(photos))]
+        n_test = 0 if len(photos) < 2 else max(1, int(round(TEST_SHARE * len(photos))))
+        test += [(p, name) for p in photos[:n_test]]
+        train += [(p, name) for p in photos[n_test:]]
+    names = sorted(lions["val"])
+    names = [names[i] for i in rng.permutation(len(names))]
+    half = (len(names) + 1) // 2
+    for name in names[:half]:
+        train += [(p, NEW_WHALE) for p in lions["val"][name]]
+    pool = [p for name in names[half:] for p in lions["val"][name]]
+    cap = int(round(NEW_TEST_SHARE / (1 - NEW_TEST_SHARE) * len(test)))
+    test += [(pool[i], NEW_WHALE) for i in rng.permutation(len(pool))[:cap]]
+    test = [test[i] for i in rng.permutation(len(test))]
+    return common.build_competition(out, train, test, suffix=".jpg")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="work folder (data copies, run folders)")
+    p.add_argument("--quick", action="store_true", help="reduced settings for development")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split and training")
+    p.add_argument("--config", default=str(common.repo_root() / "configs" / "lions.yaml"))
+    p.add_argument("--data", default=None, help="Lion_Data_Zero folder (default ../shared/data/lions/Lion_Data_Zero)")
+    p.add_argument("--budget", type=float, default=common.TOTAL_BUDGET_S,
+                   help="wall-clock seconds for the whole benchmark; both trainings share what the "
+                        "data preparation and evaluation leave (0 = no limit)")
+    args = p.parse_args(argv)
+    t0 = time.time()
+
+    src = Path(args.data) if args.data else common.shared_data("lions", "Lion_Data_Zero")
+    if src is None or not (src / "train").is_dir():
+        print(f"lions: data not found ({src or '../shared/data/lions/Lion_Data_Zero'}: expected "
+              "train/<name>/*.png and val/<name>/*.png); skipping")
+        print(common.final_json("lions", {"skipped": True}, time.time() - t0))
+        return 0
+
+    common.setup_tensorflow()
+    from whale.config import load_config
+    from whale.data import load_competition
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(args.config, overrides={"seed": args.seed})
+    if args.quick:
+        cfg = common.quick_config(cfg, 0.2)
+    comp_dir = lion_competition(index_lions(src), out / "lions", args.seed)
+    comp = load_competition(comp_dir)
+    sol = common.truth(comp_dir)
+    n_new_test = sum(v == NEW_WHALE for v in sol.values())
+    known = comp.train[comp.train["Id"] != NEW_WHALE]
+    print(f"mini-competition {comp_dir}: train.csv {len(comp.train)} rows ({len(known)} of "
+          f"{known['Id'].nunique()} lions, {len(comp.train) - len(known)} new_whale); test "
+          f"{len(sol)} images ({n_new_test} new_whale)")
+
+    def evaluate(method) -> dict:
+        t1 = time.time()
+        res = {"method": method.name, **common.evaluate_competition(method, comp_dir, seed=args.seed)}
+        print(f"{method.name}: MAP@5 {res['map5']:.3f}, top-10 {res['top10']:.3f} ({time.time() - t1:.0f} s)")
+        return res
+
+    rows = [evaluate(common.PixelMethod(size=32, channels=1))]
+    variants = common.train_variants(cfg, comp_dir, out / "runs",
+                                     budget_s=common.training_budget(args.budget, t0))
+    for v in variants:
+        r = evaluate(common.SiameseMethod(v.run_dir, f"siamese, {v.label} negatives"))
+        r.update(train_s=round(v.seconds), epochs=f"{v.epochs_done}/{v.epochs_total}")
+        rows.append(r)
+
+    print()
+    print(f"Lions: {len(sol) - n_new_test} test photos of known lions + {n_new_test} new_whale; "
+          f"threshold tuned on validation fold 0{' (--quick)' if args.quick else ''}")
+    print(common.results_table(rows, [
+        ("method", "method"), ("map5", "MAP@5 (test)"), ("top1", "top-1"), ("top5", "top-5"),
+        ("top10", "top-10"), ("val_map5", "val MAP@5"), ("threshold", "threshold"),
+        ("epochs", "epochs"), ("train_s", "train s")]))
+    pix, rnd, adv = rows
+    print(common.miner_verdict(adv["map5"], rnd["map5"], "MAP@5"))
+    print(common.miner_verdict(adv["top10"], rnd["top10"], "top-10 accuracy"))
+    print(TARGET)
+    metrics = {f"{m}_{r}": row[m] for r, row in (("adversarial", adv), ("random", rnd), ("pixel", pix))
+               for m in ("map5", "top1", "top5", "top10")}
+    metrics.update(miner_gap_map5=adv["map5"] - rnd["map5"], miner_gap_top10=adv["top10"] - rnd["top10"],
+                   quick=bool(args.quick), run_dir=str(out / "runs" / "adversarial"))
+    print(common.final_json("lions", metrics, time.time() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
