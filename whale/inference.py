@@ -98,13 +98,14 @@ def load_run_model(run_dir, checkpoint: str = "best"):
     return model, cfg
 
 
-def score_run(run_dir, comp, data, checkpoint: str = "best", log=print) -> dict[str, Path]:
+def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
+              progress: bool = True) -> dict[str, Path]:
     """Write ``scores/val.npz`` (when the fold validates) and ``scores/test.npz`` for a run."""
     from whale.train import ImageSet
 
     run_dir = Path(run_dir)
     model, cfg = load_run_model(run_dir, checkpoint)
-    rs = RunScorer(model, cfg.model.channels, cfg.box_margin)
+    rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=progress)
     written = {}
     known = comp.train[comp.train["Id"] != NEW_WHALE]
     full = ImageSet.from_frame(comp, known)

@@ -273,7 +273,7 @@ class Trainer:
             with np.load(self.ckpt_dir / "mined.npz", allow_pickle=False) as z:
                 mined = [z[f"epoch{i}"] for i in range(int(z["count"]))]
 
-        epochs_this_call, last_epoch_s = 0, 0.0
+        epochs_this_call, longest_epoch_s = 0, 0.0
         gepoch = 0
         for s_idx, stage in enumerate(cfg.stages):
             dataset = self.data if stage.dataset == "main" else self._playground()
@@ -287,7 +287,8 @@ class Trainer:
                     continue
                 if max_epochs is not None and epochs_this_call >= max_epochs:
                     return self._result(False, state, log_rows)
-                if deadline is not None and time.time() + 1.5 * last_epoch_s > deadline:
+                # The longest epoch so far (mining and validation included) must still fit.
+                if deadline is not None and time.time() + 1.5 * longest_epoch_s > deadline:
                     self.log(f"time budget reached before epoch {gepoch + 1}; checkpoint kept, resume to go on")
                     return self._result(False, state, log_rows)
                 if not prepared:
@@ -337,8 +338,9 @@ class Trainer:
                                                                             "stage": s_idx})
                 state.update(epochs_done=gepoch, stage=s_idx)
                 save_checkpoint(self.model, self.ckpt_dir, "last", state)
-                last_epoch_s = time.time() - t0
-                row["epoch_s"] = round(last_epoch_s, 2)
+                epoch_s = time.time() - t0
+                longest_epoch_s = max(longest_epoch_s, epoch_s)
+                row["epoch_s"] = round(epoch_s, 2)
                 log_rows.append(row)
                 _write_log(self.out_dir / "log.csv", log_rows)
                 self._tensorboard(row)
@@ -433,7 +435,7 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
         trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log)
         result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
         if result.finished and score:
-            score_run(out_dir, comp, data, checkpoint="best", log=log)
+            score_run(out_dir, comp, data, checkpoint="best", log=log, progress=verbose != 0)
     return result
 
 
