@@ -279,6 +279,20 @@ def random_negatives(cfg):
     return config_from_dict(d, source=f"{cfg.name} (random negatives)")
 
 
+def prepare(args):
+    """Start of a benchmark run: TensorFlow set up, ``args.out`` created, the config loaded
+    with ``args.seed`` (shortened with ``--quick``). Returns ``(cfg, out)``."""
+    from whale.config import load_config
+
+    setup_tensorflow()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(args.config, overrides={"seed": args.seed})
+    if args.quick:
+        cfg = quick_config(cfg, 0.2)
+    return cfg, out
+
+
 def quick_config(cfg, epochs_scale: float = 0.25):
     """A shortened copy for ``--quick``: each stage's epochs scaled down (at least 1)."""
     from whale.config import config_from_dict

@@ -102,15 +102,9 @@ def main(argv=None) -> int:
         print(common.final_json("lions", {"skipped": True}, time.time() - t0))
         return 0
 
-    common.setup_tensorflow()
-    from whale.config import load_config
+    cfg, out = common.prepare(args)
     from whale.data import load_competition
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = load_config(args.config, overrides={"seed": args.seed})
-    if args.quick:
-        cfg = common.quick_config(cfg, 0.2)
     comp_dir = lion_competition(index_lions(src), out / "lions", args.seed)
     comp = load_competition(comp_dir)
     sol = common.truth(comp_dir)

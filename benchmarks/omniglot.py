@@ -125,14 +125,7 @@ def main(argv=None) -> int:
         print(common.final_json("omniglot", {"skipped": True}, time.time() - t0))
         return 0
 
-    common.setup_tensorflow()
-    from whale.config import load_config
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = load_config(args.config, overrides={"seed": args.seed})
-    if args.quick:
-        cfg = common.quick_config(cfg, 0.2)
+    cfg, out = common.prepare(args)
     train_rows = index_images(extract(zips[0], out / "raw"))
     eval_rows = index_images(extract(zips[1], out / "raw"))
     if args.quick:  # 12 drawers per character: 3 validate, 9 train

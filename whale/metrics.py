@@ -19,17 +19,21 @@ import numpy as np
 __all__ = ["precision_at_k_per_image", "map_at_k", "top_k_accuracy"]
 
 
-def _labels(prediction, index: int) -> list[str]:
-    """One image's prediction as a list of labels (a string is split on whitespace)."""
+def as_labels(prediction, where: str, error: type[Exception] = ValueError) -> list[str]:
+    """One image's prediction as a list of labels (a string is split on whitespace).
+
+    ``where`` names the image in the message of ``error``, raised for anything that is not
+    a string or a sequence of labels.
+    """
     if isinstance(prediction, str):
         return prediction.split()
     if isinstance(prediction, (bytes, bytearray)):
-        raise ValueError(f"prediction {index}: expected str labels, got bytes {prediction!r}")
+        raise error(f"{where}: expected str labels, got bytes {prediction!r}")
     try:
         return [str(label) for label in prediction]
     except TypeError:
-        raise ValueError(
-            f"prediction {index}: expected a sequence of labels or a space-separated string, "
+        raise error(
+            f"{where}: expected a sequence of labels or a space-separated string, "
             f"got {type(prediction).__name__} {prediction!r}"
         ) from None
 
@@ -69,7 +73,7 @@ def precision_at_k_per_image(
     predicted, actual = _check_inputs(predicted, actual, k)
     out = np.zeros(len(actual), dtype=np.float64)
     for i, (prediction, truth) in enumerate(zip(predicted, actual)):
-        labels = _labels(prediction, i)[:k]
+        labels = as_labels(prediction, f"prediction {i}")[:k]
         truth = str(truth)
         # list.index finds the first occurrence, so later duplicates never count.
         if truth in labels:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from whale.errors import DataError, WhaleError
+from whale.metrics import as_labels
 
 __all__ = ["N_LABELS", "read_sample_images", "write_submission", "check_submission", "main"]
 
@@ -76,18 +77,6 @@ def read_sample_images(sample: str | os.PathLike) -> list[str]:
     return images
 
 
-def _label_list(prediction, image: str) -> list[str]:
-    if isinstance(prediction, str):
-        return prediction.split()
-    try:
-        return [str(p) for p in prediction]
-    except TypeError:
-        raise DataError(
-            f"prediction for image {image!r}: expected a sequence of labels or a "
-            f"space-separated string, got {type(prediction).__name__}"
-        ) from None
-
-
 def _validate_rows(path: Path, images: Sequence[str], predictions: Sequence) -> list[list[str]]:
     if len(images) != len(predictions):
         raise DataError(
@@ -102,7 +91,7 @@ def _validate_rows(path: Path, images: Sequence[str], predictions: Sequence) -> 
         if image in seen:
             raise DataError(f"{path}: row {i}: image {image!r} already given in row {seen[image]}")
         seen[image] = i
-        labels = _label_list(prediction, image)
+        labels = as_labels(prediction, f"prediction for image {image!r}", DataError)
         bad = [lab for lab in labels if not lab or lab != lab.strip() or " " in lab or "," in lab]
         if bad:
             raise DataError(f"{path}: row {i}: image {image!r}: bad labels {bad} (empty, space or comma)")
