@@ -91,7 +91,8 @@ def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition,
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "run_fold: finished after 4 epochs" in out.stdout
-    for name in ("config.yaml", "run.json", "log.csv", "checkpoints/best.keras", "checkpoints/last.keras",
+    for name in ("config.yaml", "run.json", "log.csv", "training.png", "checkpoints/best.keras",
+                 "checkpoints/last.keras",
                  "scores/val.npz", "scores/test.npz", "done.json"):
         assert (run / name).exists(), name
     from whale.inference import load_scores
@@ -124,3 +125,32 @@ def test_end_to_end_run_fold_then_ensemble(competition, config_file, tmp_path):
     from whale.submission import check_submission
 
     assert check_submission(sub, competition / "sample_submission.csv") == []
+
+
+def test_fold_minus_one_trains_on_every_known_image_and_validates_nothing(competition):
+    from whale.data import load_competition
+    from whale.train import fold_data
+
+    comp = load_competition(competition)
+    data = fold_data(comp, -1, seed=0)
+    known = comp.train[comp.train["Id"] != "new_whale"]
+    assert len(data.val) == 0
+    assert sorted(data.gallery.names) == sorted(known["Image"])
+    counts = known["Id"].value_counts()
+    assert sorted(data.pairs.names) == sorted(known[known["Id"].map(counts) >= 2]["Image"])
+    with pytest.raises(ValueError, match="fold"):
+        fold_data(comp, 4, seed=0)
+
+
+def test_training_plot_is_written_from_a_log(tmp_path):
+    from whale.plots import plot_training
+    from whale.train import LOG_FIELDS, _write_log
+
+    rows = [{"epoch": e, "stage": 1 + e // 3, "epoch_in_stage": 1, "image_size": 32, "k": 1000.0 / e,
+             "lr": 1e-3, "freeze_branch": False, "dataset": "main", "loss": 0.7 - 0.05 * e,
+             "accuracy": 0.5 + 0.04 * e, "val_map5": 0.1 * e if e % 2 == 0 else "",
+             "val_threshold": "", "mining_s": 0.1, "epoch_s": 1.0} for e in range(1, 7)]
+    assert set(rows[0]) == set(LOG_FIELDS)
+    _write_log(tmp_path / "log.csv", rows)
+    png = plot_training(tmp_path / "log.csv", tmp_path / "training.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

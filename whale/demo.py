@@ -121,7 +121,8 @@ def main(argv=None) -> int:
         val_map, t, preds = submission_from_run(run_dir, comp, sub)
         test_map = map_at_k(preds, truth(data_dir, comp.test_images))
         val_txt = f"{val_map:.3f}"
-        print(f"threshold {t:g} tuned on validation fold 0; {time.time() - t0:.0f} s in all")
+        print(f"threshold {t:g} tuned on validation fold 0; training curves in {run_dir / 'training.png'}; "
+              f"{time.time() - t0:.0f} s in all")
     print(f"demo: validation MAP@5 {val_txt}, test MAP@5 {test_map:.3f}, baseline {base_test:.3f}, "
           f"submission {sub}")
     return 0

@@ -29,6 +29,7 @@ from whale.config import RunConfig, Stage
 from whale.data import Competition, load_competition
 from whale.folds import assign_folds, fold_summary, split
 from whale.pairs import ImageStore, crop_size_for
+from whale.plots import plot_training
 
 LOG_FIELDS = [
     "epoch", "stage", "epoch_in_stage", "image_size", "k", "lr", "freeze_branch", "dataset",
@@ -344,6 +345,8 @@ class Trainer:
                 log_rows.append(row)
                 _write_log(self.out_dir / "log.csv", log_rows)
                 self._tensorboard(row)
+                if end_of_block:
+                    plot_training(self.out_dir / "log.csv", self.out_dir / "training.png")
         if not len(self.data.val) or state["best_val_map5"] is None:
             # No validation (fold -1): the final model is the best one.
             save_checkpoint(self.model, self.ckpt_dir, "best", {**state, "epochs_done": gepoch})
@@ -418,7 +421,8 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
                score: bool = True, verbose: int | str = "auto", log=print) -> TrainResult:
     """Train fold ``fold`` (-1: all data) of the competition in ``data_dir`` into ``out_dir``.
 
-    Writes ``config.yaml``, ``run.json``, ``log.csv``, ``tensorboard/``, ``checkpoints/`` and,
+    Writes ``config.yaml``, ``run.json``, ``log.csv``, ``training.png``, ``tensorboard/``,
+    ``checkpoints/`` and,
     when the schedule is done and ``score`` is true, ``scores/val.npz`` and ``scores/test.npz``.
     """
     from whale.distribute import describe, strategy_scope
