@@ -351,3 +351,16 @@ def test_adapt_first_conv_rejects_other_architectures(tf):
     with pytest.raises(ValueError, match="adapt_first_conv"):
         adapt_first_conv(build_branch("tiny", (64, 64, 3)), build_branch("convnet_v1",
                                                                          (64, 64, 1)))
+
+
+def test_set_l2_takes_effect_on_the_next_traced_step(tiny_siamese):
+    from whale.models import set_l2
+
+    compile_siamese(tiny_siamese, 1e-3)
+    x = [_images(4, 64), _images(4, 64, seed=1)]
+    y = np.ones((4, 1), np.float32)
+    plain = tiny_siamese.fit(x, y, epochs=1, verbose=0).history["loss"][0]
+    set_l2(tiny_siamese, 10.0)
+    tiny_siamese.make_train_function(force=True)
+    penalised = tiny_siamese.fit(x, y, epochs=1, verbose=0).history["loss"][0]
+    assert penalised > 10 * plain  # the L2 term dominates the cross-entropy

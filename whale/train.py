@@ -43,7 +43,7 @@ def _rng(seed: int, *keys: int) -> np.random.Generator:
 
 
 # Purposes of the random streams, so that each draws its own numbers.
-_MINING, _POSITIVES, _PAIRS, _LOADER = 1, 2, 3, 4
+_MINING, _POSITIVES, _PAIRS = 1, 2, 3
 
 
 @dataclass
@@ -196,6 +196,8 @@ class Trainer:
         else:
             set_l2(self.model, stage.l2)
             self.model.optimizer.learning_rate.assign(stage.lr)
+            # Regularisers are read when the train step is traced: trace it again.
+            self.model.make_train_function(force=True)
 
     # -------------------------------------------------------------- features
     def _features(self, key: str, images: ImageSet, image_size: int) -> np.ndarray:
