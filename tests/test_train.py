@@ -106,6 +106,14 @@ def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition,
     assert np.isfinite(test["scores"].astype(np.float32)).all()
     # Validation images never sit in the fold's gallery.
     assert not set(val["query"]) & set(val["gallery"])
+    # `python -m whale.score` on the same folder reproduces the run's test scores.
+    out = subprocess.run([sys.executable, "-m", "whale.score", "--run", str(run), "--data", str(competition),
+                          "--out", str(tmp_path / "again.npz")], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    again = load_scores(tmp_path / "again.npz")
+    np.testing.assert_array_equal(again["query"], test["query"])
+    np.testing.assert_allclose(again["scores"].astype(np.float32), test["scores"].astype(np.float32), atol=1e-3)
 
 
 def test_end_to_end_run_fold_then_ensemble(competition, config_file, tmp_path):
