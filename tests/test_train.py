@@ -162,3 +162,47 @@ def test_training_plot_is_written_from_a_log(tmp_path):
     _write_log(tmp_path / "log.csv", rows)
     png = plot_training(tmp_path / "log.csv", tmp_path / "training.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+PLAYGROUND_CONFIG = """
+name: playground-then-main
+seed: 1
+model: {branch: tiny, weights: null, channels: 1, head_mid: 8, head_hidden: 0}
+batch_size: 16
+mining_interval: 2
+mining: pruned
+candidates: 8
+augment: false
+workers: 1
+stages:
+  - {epochs: 2, k: 1.0, lr: 1.0e-3, image_size: 32, dataset: playground}
+  - {epochs: 1, k: 1000.0, lr: 1.0e-3, image_size: 32, dataset: main, freeze_branch: true}
+  - {epochs: 1, k: 0.25, lr: 5.0e-4, image_size: 32, dataset: main, l2: 1.0e-4}
+"""
+
+
+def test_playground_stages_and_pruned_mining(competition, tmp_path):
+    """PlayGround pre-training (its own ids) then the main data, with pruned mining."""
+    from whale.config import load_config
+    from whale.synth import generate
+    from whale.train import train_fold
+
+    playground = generate(tmp_path / "playground", n_ids=20, seed=11, size=96, progress=False)
+    path = tmp_path / "pg.yaml"
+    path.write_text(PLAYGROUND_CONFIG)
+    cfg = load_config(path)
+    lines = []
+    with pytest.raises(ValueError, match="playground"):
+        train_fold(cfg, competition, 0, tmp_path / "no-pg", score=False, verbose=0, log=lines.append)
+    result = train_fold(cfg, competition, 0, tmp_path / "run", playground=playground, score=False,
+                        verbose=0, log=lines.append)
+    assert result.finished and result.epochs_done == 4
+    import csv
+
+    with open(tmp_path / "run" / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["dataset"] for r in rows] == ["playground", "playground", "main", "main"]
+    # Playground pairs come from its own images: more pairs than the main fold has.
+    pairs = [int(line.split(": ")[-1].split()[0]) for line in lines if " pairs" in line and "epoch" in line]
+    assert len(pairs) == 4 and pairs[0] != pairs[2]
+    assert any("negatives (pruned)" in line for line in lines)

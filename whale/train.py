@@ -308,7 +308,8 @@ class Trainer:
                     mining_s = time.time() - t0
                     state["mined_at"] = block_start
                     _save_mined(self.ckpt_dir / "mined.npz", mined)
-                    self.log(f"mined {len(mined)} epochs of negatives at K={k:g} in {mining_s:.1f} s")
+                    self.log(f"mined {len(mined)} epochs of negatives ({cfg.mining}) at K={k:g} "
+                             f"in {mining_s:.1f} s")
                 negatives = mined[gepoch - block_start]
                 positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, gepoch))
                 pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, gepoch))
