@@ -242,15 +242,14 @@ def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict
     from whale.data import load_competition
     from whale.metrics import map_at_k, top_k_accuracy
     from whale.ranking import predict_top5, tune_threshold
-    from whale.train import fold_data
+    from whale.train import ImageSet, fold_data
 
     comp = load_competition(comp_dir)
     data = fold_data(comp, fold, seed)
-    known = comp.train[comp.train["Id"] != NEW_WHALE]
-    names, ids = list(known["Image"]), np.asarray(list(known["Id"]), dtype=str)
-    f_all = method.features([comp.train_path(n) for n in names])
-    pos = {n: i for i, n in enumerate(names)}
-    f_gal = f_all[[pos[n] for n in data.gallery.names]]
+    known = ImageSet.known(comp)
+    ids = known.ids
+    f_all = method.features(known.paths)
+    f_gal = f_all[known.positions(data.gallery.names)]
     f_val = method.features(data.val.paths)
     t, val_map, _ = tune_threshold(method.scores(f_val, f_gal), data.gallery.ids, data.val.ids)
     f_test = method.features([comp.test_path(n) for n in comp.test_images])

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from whale import NEW_WHALE
 
 DEMO_IDS = 200
 DEMO_SEED = 0
@@ -58,15 +57,13 @@ def pixel_baseline(comp, data, size: int = 32) -> tuple[float, float, list]:
     def feats(paths, boxes):
         return pixel_features(np.stack([load_crop(p, b, size, channels=1) for p, b in zip(paths, boxes)]))
 
-    known = comp.train[comp.train["Id"] != NEW_WHALE]
-    full = ImageSet.from_frame(comp, known)
+    full = ImageSet.known(comp)
     f_full = feats(full.paths, full.boxes)
-    pos = {n: i for i, n in enumerate(full.names)}
-    f_gal = f_full[[pos[n] for n in data.gallery.names]]
+    f_gal = f_full[full.positions(data.gallery.names)]
     val_scores = cosine_scores(feats(data.val.paths, data.val.boxes), f_gal)
     t, val_map, _ = tune_threshold(val_scores, data.gallery.ids, data.val.ids)
-    test_paths = [comp.test_path(n) for n in comp.test_images]
-    test_scores = cosine_scores(feats(test_paths, [comp.box(n) for n in comp.test_images]), f_full)
+    test = ImageSet.test(comp)
+    test_scores = cosine_scores(feats(test.paths, test.boxes), f_full)
     preds = predict_top5(test_scores, full.ids, t)
     return float(val_map), map_at_k(preds, truth(comp.root, comp.test_images)), preds
 

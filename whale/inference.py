@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from whale import NEW_WHALE
 
 
 def save_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_ids=None) -> Path:
@@ -98,6 +97,21 @@ def load_run_model(run_dir, checkpoint: str = "best"):
     return model, cfg
 
 
+def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None) -> Path:
+    """Score file ``out``: the competition's test images vs every known-id training image.
+
+    ``known`` (:class:`whale.train.ImageSet`) and its features ``f_known`` may be passed when
+    the caller already has them.
+    """
+    from whale.train import ImageSet
+
+    known = ImageSet.known(comp) if known is None else known
+    f_known = rs.features(known.paths, known.boxes) if f_known is None else f_known
+    test = ImageSet.test(comp)
+    f_test = rs.features(test.paths, test.boxes)
+    return save_scores(out, rs.matrix(f_test, f_known), test.names, known.names, known.ids)
+
+
 def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
               progress: bool = True) -> dict[str, Path]:
     """Write ``scores/val.npz`` (when the fold validates) and ``scores/test.npz`` for a run."""
@@ -107,21 +121,16 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     model, cfg = load_run_model(run_dir, checkpoint)
     rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=progress)
     written = {}
-    known = comp.train[comp.train["Id"] != NEW_WHALE]
-    full = ImageSet.from_frame(comp, known)
-    f_full = rs.features(full.paths, full.boxes)
+    known = ImageSet.known(comp)
+    f_known = rs.features(known.paths, known.boxes)
     if len(data.val):
-        pos = {n: i for i, n in enumerate(full.names)}
-        f_gal = f_full[[pos[n] for n in data.gallery.names]]
+        f_gal = f_known[known.positions(data.gallery.names)]
         f_val = rs.features(data.val.paths, data.val.boxes)
         written["val"] = save_scores(run_dir / "scores" / "val.npz", rs.matrix(f_val, f_gal),
                                      data.val.names, data.gallery.names, data.gallery.ids,
                                      query_ids=data.val.ids)
     if comp.test_images:
-        test = [comp.test_path(n) for n in comp.test_images]
-        f_test = rs.features(test, [comp.box(n) for n in comp.test_images])
-        written["test"] = save_scores(run_dir / "scores" / "test.npz", rs.matrix(f_test, f_full),
-                                      comp.test_images, full.names, full.ids)
+        written["test"] = write_test_scores(rs, comp, run_dir / "scores" / "test.npz", known, f_known)
     for name, path in written.items():
         log(f"wrote {path}")
     return written

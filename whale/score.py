@@ -13,24 +13,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from whale import NEW_WHALE
 
 
 def score_folder(run_dir, data_dir, out, checkpoint: str = "best", verbose: bool = True) -> Path:
     """Write ``out`` (.npz): test images of ``data_dir`` vs its known-id training images."""
     from whale.data import load_competition
-    from whale.inference import RunScorer, load_run_model, save_scores
+    from whale.inference import RunScorer, load_run_model, write_test_scores
 
     comp = load_competition(data_dir)
     if not comp.test_images:
         raise ValueError(f"{data_dir}: no test images to score (test/ is empty)")
     model, cfg = load_run_model(run_dir, checkpoint)
     rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=verbose)
-    known = comp.train[comp.train["Id"] != NEW_WHALE]
-    gallery = list(known["Image"])
-    fg = rs.features([comp.train_path(n) for n in gallery], [comp.box(n) for n in gallery])
-    fq = rs.features([comp.test_path(n) for n in comp.test_images], [comp.box(n) for n in comp.test_images])
-    return save_scores(out, rs.matrix(fq, fg), comp.test_images, gallery, list(known["Id"]))
+    return write_test_scores(rs, comp, out)
 
 
 def main(argv=None) -> int:

@@ -62,6 +62,27 @@ class ImageSet:
         ids = np.asarray(list(frame["Id"]), dtype=str) if "Id" in frame else np.full(len(names), "", dtype=str)
         return cls(names, ids, [path_of(n) for n in names], [comp.box(n) for n in names])
 
+    @classmethod
+    def known(cls, comp: Competition, frame: pd.DataFrame | None = None) -> "ImageSet":
+        """Rows of ``frame`` (default: all of ``comp.train``) with a known id, in order."""
+        frame = comp.train if frame is None else frame
+        return cls.from_frame(comp, frame[frame["Id"] != NEW_WHALE])
+
+    @classmethod
+    def test(cls, comp: Competition) -> "ImageSet":
+        """The competition's test images (ids empty), in submission order."""
+        return cls.from_frame(comp, pd.DataFrame({"Image": list(comp.test_images)}), folder="test")
+
+    def with_partners(self) -> "ImageSet":
+        """The images whose id has another image here: those that give positive pairs."""
+        _, inverse, counts = np.unique(self.ids, return_inverse=True, return_counts=True)
+        return self.subset(np.flatnonzero(counts[inverse] >= 2))
+
+    def positions(self, names) -> np.ndarray:
+        """``[len(names)] int64``: where each of ``names`` sits in this set."""
+        pos = {n: i for i, n in enumerate(self.names)}
+        return np.array([pos[n] for n in names], dtype=np.int64)
+
     def subset(self, index: np.ndarray) -> "ImageSet":
         index = np.asarray(index, dtype=np.int64)
         return ImageSet([self.names[i] for i in index], self.ids[index],
@@ -77,13 +98,21 @@ class FoldData:
 
     ``pairs``: training images of ids with at least two images (they give positive pairs);
     ``gallery``: every training image with a known id; ``val``: validation queries,
-    ``new_whale`` included (empty for fold -1).
+    ``new_whale`` included (empty for fold -1); ``pairs_in_gallery``: ``[len(pairs)] int64``,
+    where each pair image sits in ``gallery`` (training reads its crops from the gallery's
+    store, so no image is decoded and cached twice).
     """
 
     pairs: ImageSet
     gallery: ImageSet
     val: ImageSet
+    pairs_in_gallery: np.ndarray
     summary: str = ""
+
+
+def _fold(gallery: ImageSet, val: ImageSet, summary: str = "") -> FoldData:
+    pairs = gallery.with_partners()
+    return FoldData(pairs, gallery, val, gallery.positions(pairs.names), summary)
 
 
 def fold_data(comp: Competition, fold: int, seed: int, n_folds: int = 4,
@@ -98,21 +127,15 @@ def fold_data(comp: Competition, fold: int, seed: int, n_folds: int = 4,
     train_part, val_part = split(comp.train, folds, fold)
     if not val_new_whale:
         val_part = val_part[val_part["Id"] != NEW_WHALE]
-    known = train_part[train_part["Id"] != NEW_WHALE]
-    counts = known["Id"].map(known["Id"].value_counts())
-    gallery = ImageSet.from_frame(comp, known)
-    pairs = gallery.subset(np.flatnonzero(counts.to_numpy() >= 2))
+    gallery = ImageSet.known(comp, train_part)
     val = ImageSet.from_frame(comp, val_part)
-    return FoldData(pairs, gallery, val, fold_summary(comp.train, folds))
+    return _fold(gallery, val, fold_summary(comp.train, folds))
 
 
 def playground_data(comp: Competition) -> FoldData:
     """A pre-training dataset: every known image trains, nothing validates."""
-    known = comp.train[comp.train["Id"] != NEW_WHALE]
-    counts = known["Id"].map(known["Id"].value_counts())
-    gallery = ImageSet.from_frame(comp, known)
-    pairs = gallery.subset(np.flatnonzero(counts.to_numpy() >= 2))
-    return FoldData(pairs, gallery, gallery.subset(np.arange(0)))
+    gallery = ImageSet.known(comp)
+    return _fold(gallery, gallery.subset(np.arange(0)))
 
 
 def git_revision() -> str:
@@ -200,15 +223,16 @@ class Trainer:
             self.model.make_train_function(force=True)
 
     # -------------------------------------------------------------- features
-    def _features(self, key: str, images: ImageSet, image_size: int) -> np.ndarray:
-        """Branch features ``[n, d] float32`` of un-augmented crops."""
+    def _features(self, key: str, images: ImageSet, image_size: int,
+                  indices: np.ndarray | None = None) -> np.ndarray:
+        """Branch features ``[n, d] float32`` of un-augmented crops (``images[indices]``, default all)."""
         from whale.pairs import ImageBatches
         from whale.scoring import compute_features
 
         store = self.stores.get(key, images, crop_size_for(image_size))
-        batches = ImageBatches(store, np.arange(len(images)), image_size,
-                               batch_size=max(self.cfg.batch_size, 32))
-        return compute_features(self.model.get_layer("branch"), batches, n=len(images),
+        indices = np.arange(len(images)) if indices is None else indices
+        batches = ImageBatches(store, indices, image_size, batch_size=max(self.cfg.batch_size, 32))
+        return compute_features(self.model.get_layer("branch"), batches, n=len(indices),
                                 progress=self.verbose != 0)
 
     def _scorer(self):
@@ -217,13 +241,13 @@ class Trainer:
         return HeadScorer(self.model.get_layer("head"))
 
     # ---------------------------------------------------------------- mining
-    def _mine(self, dataset: FoldData, key: str, stage: Stage, k: float, epochs: int,
+    def _mine(self, dataset: FoldData, stage: Stage, k: float, epochs: int,
               rng: np.random.Generator) -> list[np.ndarray]:
         """Negatives for the next ``epochs`` epochs: Algorithm 1 on the current model."""
         from whale.miner import mine_negatives
         from whale.scoring import mine_pruned
 
-        feats = self._features(key, dataset.pairs, stage.image_size)
+        feats = self._features(stage.dataset, dataset.gallery, stage.image_size, dataset.pairs_in_gallery)
         scorer = self._scorer()
         if self.cfg.mining == "pruned":
             return mine_pruned(scorer, feats, dataset.pairs.ids, k, epochs, rng, m=self.cfg.candidates)
@@ -246,7 +270,7 @@ class Trainer:
     def val_scores(self, image_size: int) -> np.ndarray:
         """``[n_val, n_gallery] float32``: validation queries against the fold's gallery."""
         fq = self._features("val", self.data.val, image_size)
-        fg = self._features("gallery", self.data.gallery, image_size)
+        fg = self._features("main", self.data.gallery, image_size)
         return self._scorer().matrix(fq, fg, progress=self.verbose != 0)
 
     # ------------------------------------------------------------------ loop
@@ -280,7 +304,6 @@ class Trainer:
         gepoch = 0
         for s_idx, stage in enumerate(cfg.stages):
             dataset = self.data if stage.dataset == "main" else self._playground()
-            key = f"{stage.dataset}-pairs"
             n = cfg.mining_interval
             n_minings = -(-stage.epochs // n)
             prepared = False
@@ -303,7 +326,7 @@ class Trainer:
                 k = stage.k_at(e // n, n_minings)
                 if e % n == 0 or mined is None or state.get("mined_at") != block_start:
                     epochs_in_block = min(n, stage.epochs - (e // n) * n)
-                    mined = self._mine(dataset, key, stage, k, epochs_in_block,
+                    mined = self._mine(dataset, stage, k, epochs_in_block,
                                        _rng(cfg.seed, _MINING, block_start))
                     mining_s = time.time() - t0
                     state["mined_at"] = block_start
@@ -313,10 +336,10 @@ class Trainer:
                 negatives = mined[gepoch - block_start]
                 positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, gepoch))
                 pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, gepoch))
-                store = self.stores.get(key, dataset.pairs, crop_size_for(stage.image_size))
+                store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
                 augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels)
                              if cfg.augment else None)
-                data = PairDataset(store, pairs, labels, stage.image_size, augmenter,
+                data = PairDataset(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
                                    batch_size=cfg.batch_size, seed=cfg.seed, epoch=gepoch,
                                    workers=cfg.workers)
                 self.log(f"epoch {gepoch + 1} (stage {s_idx + 1}/{len(cfg.stages)}, "
