@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 
-
 def save_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_ids=None) -> Path:
     """Write a score file (float16 scores, string arrays loadable with ``allow_pickle=False``).
 

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 
-
 def score_folder(run_dir, data_dir, out, checkpoint: str = "best", verbose: bool = True) -> Path:
     """Write ``out`` (.npz): test images of ``data_dir`` vs its known-id training images."""
     from whale.data import load_competition

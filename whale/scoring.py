@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
 
 import numpy as np
 
