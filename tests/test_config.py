@@ -156,6 +156,7 @@ def test_bad_stage_values(tmp_path, key, value, path):
         ({"model": {"branch": "vgg99"}}, "model.branch"),
         ({"model": {"branch": "tiny", "channels": 2}}, "model.channels"),
         ({"mining": "greedy"}, "mining"),
+        ({"crop_cache": "disk"}, "crop_cache"),
         ({"batch_size": 0}, "batch_size"),
         ({"threshold": 1.5}, "threshold"),
         ({"stages": []}, "stages"),

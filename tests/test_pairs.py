@@ -77,6 +77,28 @@ def test_store_gray_and_no_cache(store, monkeypatch):
         ImageStore(store.paths, store.boxes[:3], 20)
 
 
+@pytest.mark.parametrize("channels", [1, 3])
+def test_store_jpeg_cache(tmp_path, channels, monkeypatch):
+    """``cache="jpeg"``: encoded bytes in memory, one file read, crops close to the decoded ones."""
+    yy, xx = np.mgrid[0:120, 0:160]
+    img = np.stack([0.9 * (xx + yy), 1.5 * xx, 2 * yy], -1).astype(np.uint8)  # smooth, like photos
+    path = tmp_path / "smooth.png"
+    cv2.imwrite(str(path), img)
+    exact = ImageStore([path], None, 90, channels=channels)
+    packed = ImageStore([path], None, 90, channels=channels, cache="jpeg")
+    calls = []
+    real = whale.data.load_crop
+    monkeypatch.setattr(whale.data, "load_crop", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first, again = packed[0], packed[0]
+    assert len(calls) == 1 and packed.n_cached == 1
+    assert first.shape == again.shape == (90, 90, channels) and again.dtype == np.uint8
+    ref = exact[0]
+    assert np.abs(again.astype(int) - ref.astype(int)).mean() < 2.0
+    assert packed.nbytes < exact.nbytes / 3
+    with pytest.raises(ValueError, match="cache: expected one of memory, jpeg, none"):
+        ImageStore([path], None, 90, cache="disk")
+
+
 def test_make_epoch_pairs_balanced():
     pos, neg = pairs_of(10, 10)
     pairs, labels = make_epoch_pairs(pos, neg, np.random.default_rng(0))

@@ -39,6 +39,8 @@ KNOWN_BRANCHES = (
 
 DATASETS = ("main", "playground")
 MINING_MODES = ("exact", "pruned")
+CACHE_MODES = ("memory", "jpeg", "none")
+"""How decoded box crops are kept (``crop_cache``; :class:`whale.pairs.ImageStore`)."""
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -120,7 +122,9 @@ class RunConfig:
     before cropping. ``val_new_whale``: add ~25% new_whale images to the validation fold.
     ``threshold``: new_whale threshold; ``None`` = tuned on validation.
     ``strategy``: ``auto`` (MirroredStrategy when several GPUs are visible), ``mirrored`` or
-    ``default``.
+    ``default``. ``crop_cache``: how decoded box crops are kept between epochs: ``memory``
+    (fastest; ~16 GB for the full competition at 512 px), ``jpeg`` (about a tenth of that,
+    decoded on access) or ``none`` (read every time); see :class:`whale.pairs.ImageStore`.
     """
 
     name: str
@@ -137,6 +141,7 @@ class RunConfig:
     val_new_whale: bool = True
     threshold: float | None = None
     strategy: str = "auto"
+    crop_cache: str = "memory"
 
     @property
     def total_epochs(self) -> int:
@@ -325,6 +330,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         val_new_whale=c.boolean(get("val_new_whale"), "val_new_whale"),
         threshold=None if threshold is None else c.number(threshold, "threshold", float, 0.0, 1.0),
         strategy=c.choice(get("strategy"), "strategy", STRATEGIES),
+        crop_cache=c.choice(get("crop_cache"), "crop_cache", CACHE_MODES),
     )
 
 

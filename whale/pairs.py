@@ -4,8 +4,10 @@
   ``uint8 [crop, crop, C]``. ``crop_size`` is a bit larger than the stage's image size
   (:func:`crop_size_for`: ``round(1.15 * S)``) so that the augmenter's random crops (76-100% of
   the area, see :mod:`whale.augment`) keep at least S pixels a side.
-  Memory: ``n * crop**2 * C`` bytes, e.g. 15,697 images at S = 384 (crop 442) x 3 = 9.2 GB;
-  pass ``cache=False`` to decode on every access instead.
+  Memory with ``cache="memory"``: ``n * crop**2 * C`` bytes, e.g. 15,697 images at S = 384
+  (crop 442) x 3 = 9.2 GB, at S = 512 (crop 589) 16.3 GB: more than a Kaggle kernel has.
+  ``cache="jpeg"`` keeps each crop JPEG-encoded (quality 95, about a tenth of the bytes on
+  photographs) and decodes it on access; ``cache="none"`` reads the file every time.
 - :func:`make_epoch_pairs`: one epoch's positive (label 1) and negative (label 0) pairs, half
   each.
 - :class:`PairDataset`: ``keras.utils.PyDataset`` of ``((a, b), y)`` batches for ``fit``.
@@ -25,6 +27,10 @@ import keras
 import numpy as np
 
 from whale.augment import build_plain
+from whale.config import CACHE_MODES
+
+JPEG_QUALITY = 95
+"""Quality of the ``jpeg`` crop cache."""
 
 CROP_FACTOR = 1.15
 """Stored crops are this much larger (per side) than the model input; see the module docstring."""
@@ -42,6 +48,9 @@ def crop_size_for(image_size: int, factor: float = CROP_FACTOR) -> int:
 class ImageStore:
     """Box crops of a list of images, loaded lazily and cached in memory.
 
+    ``cache``: ``"memory"`` (decoded arrays; True means this), ``"jpeg"`` (encoded bytes,
+    decoded on access) or ``"none"`` (False: read the file on every access).
+
     ``paths``: image files. ``boxes``: one ``(x0, y0, x1, y1)`` or None (whole image) per path.
     ``store[i]`` -> ``uint8 [crop_size, crop_size, channels]`` (via :func:`whale.data.load_crop`).
     The cache is a plain dict: safe under threads (at worst a crop is decoded twice); with
@@ -56,7 +65,7 @@ class ImageStore:
         crop_size: int,
         channels: int = 3,
         margin: float = 0.05,
-        cache: bool = True,
+        cache: bool | str = "memory",
     ):
         self.paths = list(paths)
         self.boxes = [None] * len(self.paths) if boxes is None else list(boxes)
@@ -72,8 +81,12 @@ class ImageStore:
         self.crop_size = int(crop_size)
         self.channels = int(channels)
         self.margin = float(margin)
-        self.cache = bool(cache)
-        self._cache: dict[int, np.ndarray] = {}
+        mode = {True: "memory", False: "none"}.get(cache, cache) if isinstance(cache, bool) else cache
+        if mode not in CACHE_MODES:
+            raise ValueError(f"cache: expected one of {', '.join(CACHE_MODES)} (or a bool), received {cache!r}")
+        self.cache_mode = mode
+        self.cache = mode != "none"
+        self._cache: dict[int, np.ndarray | bytes] = {}
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -91,11 +104,14 @@ class ImageStore:
         if not -len(self) <= i < len(self):
             raise IndexError(f"image index {i} out of range for a store of {len(self)} images")
         i %= len(self)
-        img = self._cache.get(i)
-        if img is None:
-            img = self._load(i)
-            if self.cache:
-                self._cache[i] = img
+        hit = self._cache.get(i)
+        if hit is not None:
+            return _decode(hit, self.channels) if self.cache_mode == "jpeg" else hit
+        img = self._load(i)
+        if self.cache_mode == "jpeg":
+            self._cache[i] = _encode(img)
+        elif self.cache:
+            self._cache[i] = img
         return img
 
     def preload(self, progress: bool = True) -> "ImageStore":
@@ -116,7 +132,23 @@ class ImageStore:
     @property
     def nbytes(self) -> int:
         """Bytes held by the cache."""
-        return sum(a.nbytes for a in self._cache.values())
+        return sum(len(a) if isinstance(a, bytes) else a.nbytes for a in self._cache.values())
+
+
+def _encode(img: np.ndarray) -> bytes:
+    import cv2
+
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+    if not ok:
+        raise ValueError(f"could not JPEG-encode a crop of shape {img.shape}")
+    return buf.tobytes()
+
+
+def _decode(data: bytes, channels: int) -> np.ndarray:
+    import cv2
+
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    return img[:, :, None] if img.ndim == 2 else img
 
 
 def _check_pairs(pairs: np.ndarray, what: str) -> np.ndarray:

@@ -163,8 +163,8 @@ class TrainResult:
 class _Stores:
     """Decoded box crops cached per (dataset, crop size), so each file is read once per size."""
 
-    def __init__(self, channels: int, margin: float):
-        self.channels, self.margin, self._cache = channels, margin, {}
+    def __init__(self, channels: int, margin: float, mode: str = "memory"):
+        self.channels, self.margin, self.mode, self._cache = channels, margin, mode, {}
 
     def get(self, key: str, images: ImageSet, crop_size: int):
 
@@ -172,7 +172,8 @@ class _Stores:
             # Drop stores of other sizes: the schedule never goes back to a smaller size.
             self._cache = {k: v for k, v in self._cache.items() if k[1] == crop_size}
             self._cache[(key, crop_size)] = ImageStore(images.paths, images.boxes, crop_size,
-                                                       channels=self.channels, margin=self.margin)
+                                                       channels=self.channels, margin=self.margin,
+                                                       cache=self.mode)
         return self._cache[(key, crop_size)]
 
 
@@ -184,7 +185,7 @@ class Trainer:
         self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
-        self.stores = _Stores(cfg.model.channels, cfg.box_margin)
+        self.stores = _Stores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
         self.model = None
 
     # ----------------------------------------------------------------- model
