@@ -4,8 +4,12 @@
 
 Data: ``../shared/data/lions/Lion_Data_Zero/{train,val}/<name>/*.png`` beside the checkout
 (JPEG files despite the name; read in place, copied under ``--out``; skipped with a message and
-exit 0 when absent). Each lion's photos show different body parts (face, ears, nose,
-whiskers, body...), so a query is usually matched against *other* views of the same lion.
+exit 0 when absent). Each lion has exactly one photo per view (file names: right_face 92,
+portrait 92, left_face 92, whiskers 82, left_ear 78, nose 76, right_ear 75, teeth 46,
+left_body 31, ... over the 94 lions), so a test photo never has a photo of the same view in the
+gallery: this benchmark measures *cross-view* matching (a nose against the same lion's ears,
+face and body), harder than the same-view re-identification (flukes, flanks) that seed 002's
+95% top-10 refers to.
 
 Mini-competition ``OUT/lions`` (Kaggle format):
 
