@@ -71,6 +71,31 @@ def index_images(root: Path) -> list[dict]:
     return rows
 
 
+def small2_tasks(rows: list[dict], seed: int) -> list:
+    """The 20-way one-shot tasks over ``rows`` (images of unseen characters), within alphabets."""
+    return common.one_shot_tasks([r["id"] for r in rows], [r["drawer"] for r in rows], N_WAY, N_TASKS,
+                                 seed=seed, families=[r["alphabet"] for r in rows])
+
+
+def one_shot(method, rows: list[dict], tasks) -> float:
+    """One-shot accuracy of ``method`` (``features``/``scores``) on ``tasks`` over ``rows``."""
+    used = np.unique(np.concatenate([np.concatenate(t) for t in tasks]))
+    feats = method.features([rows[i]["path"] for i in used])
+    at = {int(i): k for k, i in enumerate(used)}
+
+    def score(q, g):
+        return method.scores(feats[[at[int(i)] for i in q]], feats[[at[int(i)] for i in g]])
+
+    return common.one_shot_accuracy(score, tasks)
+
+
+def find_zips(data: str | None) -> list[Path] | None:
+    """The two zips (small1, small2) from ``data`` or ``../shared/data/omniglot``; None if absent."""
+    src = Path(data) if data else common.shared_data("omniglot")
+    zips = [src / f"images_background_small{i}.zip" for i in (1, 2)] if src else []
+    return zips if zips and all(z.is_file() for z in zips) else None
+
+
 def eval_competition(rows: list[dict], out: Path, seed: int) -> Path:
     """The small2 mini-competition for MAP@5 (see the module docstring)."""
     rng = np.random.default_rng([seed, 2])
@@ -117,10 +142,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     t0 = time.time()
 
-    src = Path(args.data) if args.data else common.shared_data("omniglot")
-    zips = [src / f"images_background_small{i}.zip" for i in (1, 2)] if src else []
-    if not zips or not all(z.is_file() for z in zips):
-        print(f"omniglot: data not found ({src or '../shared/data/omniglot'}: expected "
+    zips = find_zips(args.data)
+    if zips is None:
+        print(f"omniglot: data not found ({args.data or '../shared/data/omniglot'}: expected "
               "images_background_small1.zip and images_background_small2.zip); skipping")
         print(common.final_json("omniglot", {"skipped": True}, time.time() - t0))
         return 0
@@ -137,20 +161,11 @@ def main(argv=None) -> int:
           f"({train_dir}); evaluation: {len(eval_rows)} images of {len({r['id'] for r in eval_rows})} "
           f"new characters ({eval_dir})")
 
-    tasks = common.one_shot_tasks([r["id"] for r in eval_rows], [r["drawer"] for r in eval_rows],
-                                  N_WAY, N_TASKS, seed=args.seed, families=[r["alphabet"] for r in eval_rows])
-    used = np.unique(np.concatenate([np.concatenate(t) for t in tasks]))
-    paths = [eval_rows[i]["path"] for i in used]
+    tasks = small2_tasks(eval_rows, args.seed)
 
     def evaluate(method) -> dict:
         t1 = time.time()
-        feats = method.features(paths)
-        at = {int(i): k for k, i in enumerate(used)}
-
-        def score(q, g):
-            return method.scores(feats[[at[int(i)] for i in q]], feats[[at[int(i)] for i in g]])
-
-        res = {"method": method.name, "one_shot": common.one_shot_accuracy(score, tasks)}
+        res = {"method": method.name, "one_shot": one_shot(method, eval_rows, tasks)}
         res.update(common.evaluate_competition(method, eval_dir, seed=args.seed))
         print(f"{method.name}: 20-way one-shot {res['one_shot']:.3f}, MAP@5 {res['map5']:.3f} "
               f"({time.time() - t1:.0f} s)")
