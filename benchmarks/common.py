@@ -94,12 +94,6 @@ def build_competition(out, train: Sequence[tuple], test: Sequence[tuple] = (),
     return out
 
 
-def truth(comp_dir) -> dict[str, str]:
-    """Image name -> true id of the test images (``test_solution.csv``)."""
-    sol = pd.read_csv(Path(comp_dir) / "test_solution.csv", dtype=str, keep_default_na=False)
-    return dict(zip(sol["Image"], sol["Id"]))
-
-
 # ------------------------------------------------------------------------ one-shot tasks
 def one_shot_tasks(ids: Sequence[str], groups: Sequence[str], n_way: int = 20, n_tasks: int = 40,
                    seed: int = 0, families: Sequence[str] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -239,7 +233,7 @@ def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict
     Returns:
         ``{"val_map5", "threshold", "map5", "top1", "top5", "top10", "new_whale_share"}``.
     """
-    from whale.data import load_competition
+    from whale.data import load_competition, read_solution
     from whale.metrics import map_at_k, top_k_accuracy
     from whale.ranking import predict_top5, tune_threshold
     from whale.train import ImageSet, fold_data
@@ -254,7 +248,7 @@ def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict
     t, val_map, _ = tune_threshold(method.scores(f_val, f_gal), data.gallery.ids, data.val.ids)
     f_test = method.features([comp.test_path(n) for n in comp.test_images])
     s_test = method.scores(f_test, f_all)
-    sol = truth(comp_dir)
+    sol = read_solution(comp_dir, comp.test_images)
     actual = [sol[n] for n in comp.test_images]
     preds = predict_top5(s_test, ids, t)
     is_known = np.array([a != NEW_WHALE for a in actual])

@@ -107,11 +107,11 @@ def main(argv=None) -> int:
         return 0
 
     cfg, out = common.prepare(args)
-    from whale.data import load_competition
+    from whale.data import load_competition, read_solution
 
     comp_dir = lion_competition(index_lions(src), out / "lions", args.seed)
     comp = load_competition(comp_dir)
-    sol = common.truth(comp_dir)
+    sol = read_solution(comp_dir, comp.test_images)
     n_new_test = sum(v == NEW_WHALE for v in sol.values())
     known = comp.train[comp.train["Id"] != NEW_WHALE]
     print(f"mini-competition {comp_dir}: train.csv {len(comp.train)} rows ({len(known)} of "

@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import common  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
-from whale.data import load_competition  # noqa: E402
+from whale.data import load_competition, read_solution  # noqa: E402
+from whale.errors import DataError  # noqa: E402
 
 
 def _images(folder: Path, n: int, fmt: str = "PNG", suffix: str = ".png") -> list[Path]:
@@ -45,7 +46,9 @@ def test_build_competition_writes_kaggle_layout(tmp_path):
     # copies are byte-identical and anonymous (no id in the file name)
     assert (out / "train" / "tr00002.png").read_bytes() == src[2].read_bytes()
     assert all("a" not in n and "b" not in n for n in comp.train["Image"])
-    assert common.truth(out) == dict(zip(sol["Image"], sol["Id"]))
+    assert read_solution(out, comp.test_images) == dict(zip(sol["Image"], sol["Id"]))
+    with pytest.raises(DataError, match=r"test_solution\.csv: no row for test image 'te00009\.png'"):
+        read_solution(out, ["te00009.png"])
 
 
 def test_build_competition_rebuilds_and_renames_suffix(tmp_path):

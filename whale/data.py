@@ -168,6 +168,31 @@ def _read_train(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
     return df[["Image", "Id"]].copy(), lines
 
 
+def read_solution(root: str | Path, images: list[str] | None = None) -> dict[str, str]:
+    """True ids of a competition's test images, from ``root/test_solution.csv``.
+
+    The synthetic competition (:mod:`whale.synth`) and the benchmarks' mini-competitions write
+    that file (Kaggle's data has none); it has ``train.csv``'s format and checks.
+
+    Args:
+        root: the competition folder. images: test image names that must all be present.
+
+    Returns:
+        dict image name -> id.
+
+    Raises:
+        DataError: a missing or malformed file, or an image of ``images`` without a row (the
+            message names the file, and the line or image).
+    """
+    path = Path(root) / "test_solution.csv"
+    df, _ = _read_train(path)
+    sol = dict(zip(df["Image"], df["Id"]))
+    missing = [n for n in images or () if n not in sol]
+    if missing:
+        raise DataError(f"{path}: no row for test image {missing[0]!r} ({len(missing)} missing)")
+    return sol
+
+
 def _parse_int(where: str, col: str, text: str) -> int:
     try:
         value = float(text)

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 
 DEMO_IDS = 200
@@ -37,10 +36,11 @@ def ensure_competition(data_dir: Path, n_ids: int = DEMO_IDS, seed: int = DEMO_S
 
 
 def truth(data_dir: Path, images: list[str]) -> list[str]:
-    """The true ids of ``images`` from ``test_solution.csv``."""
-    sol = pd.read_csv(data_dir / "test_solution.csv")
-    by_name = dict(zip(sol["Image"], sol["Id"]))
-    return [by_name[n] for n in images]
+    """The true ids of ``images``, in order (:func:`whale.data.read_solution`)."""
+    from whale.data import read_solution
+
+    sol = read_solution(data_dir, images)
+    return [sol[n] for n in images]
 
 
 def pixel_baseline(comp, data, size: int = 32) -> tuple[float, float, list]:
