@@ -81,11 +81,10 @@ class ImageStore:
         self.crop_size = int(crop_size)
         self.channels = int(channels)
         self.margin = float(margin)
-        mode = {True: "memory", False: "none"}.get(cache, cache) if isinstance(cache, bool) else cache
+        mode = ("memory" if cache else "none") if isinstance(cache, bool) else cache
         if mode not in CACHE_MODES:
             raise ValueError(f"cache: expected one of {', '.join(CACHE_MODES)} (or a bool), received {cache!r}")
-        self.cache_mode = mode
-        self.cache = mode != "none"
+        self.cache = mode
         self._cache: dict[int, np.ndarray | bytes] = {}
 
     def __len__(self) -> int:
@@ -106,12 +105,10 @@ class ImageStore:
         i %= len(self)
         hit = self._cache.get(i)
         if hit is not None:
-            return _decode(hit, self.channels) if self.cache_mode == "jpeg" else hit
+            return _decode(hit) if self.cache == "jpeg" else hit
         img = self._load(i)
-        if self.cache_mode == "jpeg":
-            self._cache[i] = _encode(img)
-        elif self.cache:
-            self._cache[i] = img
+        if self.cache != "none":
+            self._cache[i] = _encode(img) if self.cache == "jpeg" else img
         return img
 
     def preload(self, progress: bool = True) -> "ImageStore":
@@ -144,7 +141,7 @@ def _encode(img: np.ndarray) -> bytes:
     return buf.tobytes()
 
 
-def _decode(data: bytes, channels: int) -> np.ndarray:
+def _decode(data: bytes) -> np.ndarray:
     import cv2
 
     img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
