@@ -74,10 +74,9 @@ def main(argv=None) -> int:
 
     from whale.train import train_fold
 
-    cfg, out = common.prepare(argparse.Namespace(out=args.out, config=args.config, seed=args.seed, quick=False))
-    scale = 0.2 if args.quick else 1.0
-    first = {**cfg.to_dict()["stages"][0]}
-    first["epochs"] = max(1, round(first["epochs"] * scale))
+    cfg, out = common.prepare(args)  # --quick: every stage of the config a fifth as long
+    scale = 0.2 if args.quick else 1.0  # the same for the schedules' own stages
+    first = cfg.to_dict()["stages"][0]
     train_rows = omniglot.index_images(omniglot.extract(zips[0], out / "raw"))
     eval_rows = omniglot.index_images(omniglot.extract(zips[1], out / "raw"))
     train_dir = common.build_competition(out / "train_small1", [(r["path"], r["id"]) for r in train_rows])
