@@ -7,7 +7,7 @@
 
 import sys
 
-from whale.ensemble import main
+from whale.ensemble.cli import main
 from whale.errors import WhaleError
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ def _head(a):
 
 
 def phase_speed(a):
-    from whale.scoring import HeadScorer
+    from whale.models import HeadScorer
 
     head = _head(a)
     f, _, _, _ = world(a.n_ids, 0)
@@ -144,8 +144,9 @@ def phase_speed(a):
 
 
 def phase_quality(a):
-    from whale.miner import mine_negatives
-    from whale.scoring import HeadScorer, mine_pruned
+    from whale.mining import mine_negatives
+    from whale.mining import mine_pruned
+    from whale.models import HeadScorer
 
     head = _head(a)
     f, ids, _, _ = world(a.n_ids, 0)
@@ -164,7 +165,8 @@ def phase_quality(a):
 
 
 def phase_mining(a):
-    from whale.scoring import HeadScorer, candidate_counts, candidates, mine_pruned
+    from whale.mining import candidate_counts, candidates, mine_pruned
+    from whale.models import HeadScorer
 
     head = _head(a)
     f, ids, _, _ = world(a.n_ids, 0)
@@ -184,7 +186,8 @@ def phase_mining(a):
 
 def phase_inference(a):
     from whale.ranking import top_id_scores
-    from whale.scoring import HeadScorer, topk_stream
+    from whale.inference.topk import topk_stream
+    from whale.models import HeadScorer
 
     head = _head(a)
     fg, gids, fq, qids = world(a.n_ids, a.n_test)

@@ -199,7 +199,7 @@ class SiameseMethod:
     """A trained run folder (checkpoint ``best``): branch features, head scores."""
 
     def __init__(self, run_dir, name: str, checkpoint: str = "best"):
-        from whale.inference import RunScorer, load_run_model
+        from whale.inference.runs import load_run_model, RunScorer
 
         model, cfg = load_run_model(run_dir, checkpoint)
         self.name, self.run_dir = name, Path(run_dir)
@@ -236,7 +236,7 @@ def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict
     from whale.data import load_competition, read_solution
     from whale.metrics import map_at_k, top_k_accuracy
     from whale.ranking import predict_top5, tune_threshold
-    from whale.train import ImageSet, fold_data
+    from whale.data import fold_data, ImageSet
 
     comp = load_competition(comp_dir)
     data = fold_data(comp, fold, seed)
@@ -324,7 +324,7 @@ def train_variants(cfg, comp_dir, out_dir, budget_s: float | None = None, log=pr
     stops early (its best checkpoint so far is evaluated; ``epochs_done`` says how far it got),
     so that both variants see the same time.
     """
-    from whale.train import train_fold
+    from whale.training.trainer import train_fold
 
     out = []
     for label, c in (("random", random_negatives(cfg)), ("adversarial", cfg)):

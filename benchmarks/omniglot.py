@@ -24,7 +24,7 @@ Published: convolutional siamese 92.0% (Koch et al. 2015, trained on the full ba
 964 characters, with 8x affine distortions), 1-NN on pixels 21.7%, people 95.5% (Lake et al.).
 
 The trained model also scores any Kaggle-format folder:
-``python -m whale.score --run OUT/runs/adversarial --data OUT/eval_small2 --out scores.npz``.
+``python -m whale.inference --run OUT/runs/adversarial --data OUT/eval_small2 --out scores.npz``.
 The last stdout line is ``{"benchmark": "omniglot", "metrics": {...}, "seconds": ...}``.
 """
 from __future__ import annotations

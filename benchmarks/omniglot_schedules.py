@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown schedule(s) {unknown}; expected names from: {list(SCHEDULES)}")
 
-    from whale.train import train_fold
+    from whale.training.trainer import train_fold
 
     cfg, out = common.prepare(args)  # --quick: every stage of the config a fifth as long
     scale = 0.2 if args.quick else 1.0  # the same for the schedules' own stages

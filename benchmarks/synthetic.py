@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     from whale.data import load_competition
     from whale.demo import ensure_competition, pixel_baseline, submission_from_run, truth
     from whale.metrics import map_at_k
-    from whale.train import fold_data
+    from whale.data import fold_data
 
     data_dir = ensure_competition(out / "data", n_ids=args.ids, seed=args.seed)
     comp = load_competition(data_dir)

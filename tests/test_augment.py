@@ -5,7 +5,7 @@ import threading
 import numpy as np
 import pytest
 
-from whale.augment import Augmenter, build_augmenter, build_plain
+from whale.data.augment import Augmenter, build_augmenter, build_plain
 
 
 def image(size, channels, seed=0):

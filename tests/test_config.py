@@ -4,14 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from whale.config import (
-    RunConfig,
-    Stage,
-    config_from_dict,
-    is_mining_epoch,
-    load_config,
-    schedule_epochs,
-)
+from whale.config import config_from_dict, load_config, RunConfig, Stage
 from whale.errors import ConfigError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -217,13 +210,3 @@ def test_k_at_linear():
     assert Stage(epochs=3, k=1.0, k_end=0.1, lr=1e-4, image_size=64).k_at(0, 1) == 1.0
     with pytest.raises(ValueError):
         s.k_at(20, 20)
-
-
-def test_schedule_epochs_and_mining():
-    cfg = config_from_dict(MINIMAL)  # stages of 4 and 5 epochs
-    sched = schedule_epochs(cfg)
-    assert sched[0] == (0, 0, 0) and sched[3] == (3, 0, 3) and sched[4] == (4, 1, 0) and sched[-1] == (8, 1, 4)
-    assert [g for g, _, _ in sched] == list(range(9))
-    # interval 3: a stage of 5 epochs mines at its epochs 0 and 3 (the last period is shorter)
-    assert [e for e in range(5) if is_mining_epoch(e, 3)] == [0, 3]
-    assert cfg.stages[1].n_minings(3) == 2

@@ -24,7 +24,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 tf.config.threading.set_intra_op_parallelism_threads(2)
 
 import keras
-from whale.distribute import describe, get_strategy, strategy_scope
+from whale.training.distribute import describe, get_strategy, strategy_scope
 from whale.models import build_branch, build_head, build_siamese, compile_siamese
 
 
@@ -83,7 +83,7 @@ def test_mirrored_over_two_cpus_gives_the_same_loss_as_one_device(tmp_path):
 
 
 def test_unknown_strategy_names_the_valid_ones():
-    from whale.distribute import get_strategy
+    from whale.training.distribute import get_strategy
 
     with pytest.raises(ValueError, match="auto, mirrored, default"):
         get_strategy("tpu")
@@ -97,8 +97,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 from whale.config import config_from_dict
-from whale.synth import generate
-from whale.train import train_fold
+from whale.data.synth import generate
+from whale.training.trainer import train_fold
 
 data = generate(sys.argv[1] + "/data", n_ids=16, seed=2, size=96, progress=False)
 cfg = config_from_dict({

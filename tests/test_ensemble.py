@@ -10,15 +10,10 @@ import numpy as np
 import pytest
 
 from whale import NEW_WHALE
-from whale.ensemble import (
-    Calibrator,
-    TopIds,
-    average_score_files,
-    cross_validate,
-    expected_map_insertion,
-    main,
-    validation_groups,
-)
+from whale.ensemble.cli import main
+from whale.ensemble.combine import average_score_files, validation_groups
+from whale.ranking import TopIds
+from whale.ranking.calibrate import Calibrator, cross_validate, expected_map_insertion
 from whale.errors import ConfigError, DataError
 from whale.metrics import map_at_k
 from whale.ranking import predict_top5, threshold_grid

@@ -7,7 +7,7 @@ import pytest
 
 from whale import NEW_WHALE
 from whale.errors import DataError
-from whale.folds import assign_folds, fold_summary, main, split
+from whale.data.folds import assign_folds, fold_summary, main, split
 
 HISTOGRAM = Path("/work/shared/data/humpback2019_images_per_id.csv")
 

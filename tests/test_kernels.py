@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from whale.kernels import (build_code_dataset, build_metadata, kernel_slug, make_kernels,
-                           validate_metadata)
+from whale.kaggle.kernels import (build_code_dataset, build_metadata, kernel_slug, make_kernels, validate_metadata)
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPETITION = "humpback-whale-identification"
@@ -77,7 +76,7 @@ def test_committed_example_is_valid_and_up_to_date(tmp_path):
     make_kernels(out=tmp_path, **EXAMPLE_ARGS)
     for name in ("kernel-metadata.json", "run.py"):
         assert (example / name).read_text() == (tmp_path / "fold0" / name).read_text(), (
-            f"{example / name} is stale: regenerate it with python -m whale.kernels make (see docs/kaggle.md)")
+            f"{example / name} is stale: regenerate it with python -m whale.kaggle.kernels make (see docs/kaggle.md)")
 
 
 def test_slugs_are_kaggle_safe():
@@ -126,7 +125,7 @@ def test_code_dataset_is_a_flat_wheel_plus_configs(tmp_path):
     (wheel,) = out.glob("whale-*-py3-none-any.whl")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
-    assert {"whale/__init__.py", "whale/kaggle_entry.py", "whale/models/__init__.py"} <= names
+    assert {"whale/__init__.py", "whale/kaggle/entry.py", "whale/models/__init__.py"} <= names
     assert not any("__pycache__" in n for n in names)
     assert any(n.endswith(".dist-info/RECORD") for n in names)
     # A pure-Python wheel imports straight from the zip.
@@ -149,7 +148,7 @@ def test_run_py_finds_the_code_in_each_layout(tmp_path):
         (root / "input").mkdir(parents=True)
         make(root / "input" / "whale-code")
         path = Path(run.code_path(str(root)))
-        assert (path / "whale" / "kaggle_entry.py").is_file(), name
+        assert (path / "whale" / "kaggle" / "entry.py").is_file(), name
     with pytest.raises(SystemExit, match="attach the code dataset"):
         run.code_path(str(tmp_path / "nothing"))
 
@@ -158,7 +157,7 @@ def test_run_py_finds_the_code_in_each_layout(tmp_path):
 
 
 def test_entry_helpers_find_sources_weights_and_boxes(tmp_path, monkeypatch):
-    from whale import kaggle_entry as ke
+    from whale.kaggle import entry as ke
     from whale.errors import DataError
 
     inp = tmp_path / "input"
@@ -206,8 +205,8 @@ def _next_version(root: Path, slug: str) -> None:
 
 
 def test_round_trip_pauses_resumes_and_finishes(tf, tmp_path, monkeypatch, capsys):
-    from whale import kaggle_entry
-    from whale.synth import generate
+    from whale.kaggle import entry as kaggle_entry
+    from whale.data.synth import generate
 
     root = tmp_path / "kaggle"
     generate(root / "input" / COMPETITION, n_ids=24, seed=5, size=96, progress=False)

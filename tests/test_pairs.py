@@ -5,9 +5,11 @@ import cv2
 import numpy as np
 import pytest
 
-import whale.data
-from whale.augment import build_augmenter
-from whale.pairs import ImageBatches, ImageStore, PairDataset, crop_size_for, make_epoch_pairs
+import whale.data.images
+from whale.data.augment import build_augmenter
+from whale.data import crop_size_for, ImageStore
+from whale.inference.features import ImageBatches
+from whale.training.pairs import make_epoch_pairs, PairDataset
 
 S = 32
 
@@ -45,13 +47,13 @@ def test_crop_size_for():
 
 def test_store_shapes_and_cache(store, monkeypatch):
     calls = []
-    real = whale.data.load_crop
+    real = whale.data.images.load_crop
 
     def counting(*args, **kwargs):
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(whale.data, "load_crop", counting)
+    monkeypatch.setattr(whale.data.images, "load_crop", counting)
     assert len(store) == 12
     a = store[3]
     assert a.shape == (37, 37, 3) and a.dtype == np.uint8
@@ -68,8 +70,8 @@ def test_store_shapes_and_cache(store, monkeypatch):
 def test_store_gray_and_no_cache(store, monkeypatch):
     gray = ImageStore(store.paths, store.boxes, 20, channels=1, cache=False)
     calls = []
-    real = whale.data.load_crop
-    monkeypatch.setattr(whale.data, "load_crop", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = whale.data.images.load_crop
+    monkeypatch.setattr(whale.data.images, "load_crop", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert gray[0].shape == (20, 20, 1)
     gray[0]
     assert len(calls) == 2 and gray.n_cached == 0
@@ -87,8 +89,8 @@ def test_store_jpeg_cache(tmp_path, channels, monkeypatch):
     exact = ImageStore([path], None, 90, channels=channels)
     packed = ImageStore([path], None, 90, channels=channels, cache="jpeg")
     calls = []
-    real = whale.data.load_crop
-    monkeypatch.setattr(whale.data, "load_crop", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = whale.data.images.load_crop
+    monkeypatch.setattr(whale.data.images, "load_crop", lambda *a, **k: calls.append(1) or real(*a, **k))
     first, again = packed[0], packed[0]
     assert len(calls) == 1 and packed.n_cached == 1
     assert first.shape == again.shape == (90, 90, channels) and again.dtype == np.uint8

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from whale import NEW_WHALE
-from whale.miner import mine_negatives, validate_negative_pairs
+from whale.mining import mine_negatives, validate_negative_pairs
 from whale.ranking import predict_top5, top_id_scores
 
 
@@ -35,7 +35,7 @@ def _dense_ref(head, fa, fb):
 
 @pytest.mark.parametrize("hidden", [0, 1, 2])
 def test_matrix_equals_head_predict(heads, hidden):
-    from whale.scoring import HeadScorer
+    from whale.models import HeadScorer
 
     d, hs = heads
     head = hs[hidden]
@@ -60,7 +60,7 @@ def test_matrix_equals_head_predict(heads, hidden):
 
 
 def test_symmetric_equals_full_and_counts_upper_triangle(heads):
-    from whale.scoring import HeadScorer
+    from whale.models import HeadScorer
 
     d, hs = heads
     scorer = HeadScorer(hs[0], tile=(4, 8))
@@ -74,7 +74,7 @@ def test_symmetric_equals_full_and_counts_upper_triangle(heads):
 
 
 def test_generic_path_matches(heads):
-    from whale.scoring import HeadScorer
+    from whale.models import HeadScorer
 
     d, hs = heads
     scorer = HeadScorer(hs[1], tile=(4, 8))
@@ -90,7 +90,7 @@ def _ids(rng, n, n_ids):
 
 
 def test_candidates_rules():
-    from whale.scoring import candidates
+    from whale.mining import candidates
 
     rng = np.random.default_rng(4)
     f = _feats(rng, 60, 32)
@@ -112,7 +112,8 @@ def test_candidates_rules():
 
 
 def test_mine_pruned_rules_and_full_candidates_equal_dense(heads):
-    from whale.scoring import HeadScorer, mine_pruned
+    from whale.mining import mine_pruned
+    from whale.models import HeadScorer
 
     d, hs = heads
     scorer = HeadScorer(hs[0], tile=(8, 16))
@@ -133,7 +134,8 @@ def test_mine_pruned_rules_and_full_candidates_equal_dense(heads):
 
 
 def test_large_k_spreads_over_all_images(heads):
-    from whale.scoring import HeadScorer, candidate_counts, mine_pruned, proxy_scores
+    from whale.mining import candidate_counts, mine_pruned, proxy_scores
+    from whale.models import HeadScorer
 
     d, hs = heads
     scorer = HeadScorer(hs[0], tile=(8, 16))
@@ -160,7 +162,9 @@ def test_large_k_spreads_over_all_images(heads):
 
 @pytest.mark.parametrize("with_new_whale", [False, True])
 def test_topk_stream_equals_dense(heads, with_new_whale):
-    from whale.scoring import HeadScorer, topk_stream, topk_to_predictions
+    from whale.inference.topk import topk_stream
+    from whale.models import HeadScorer
+    from whale.ranking import topk_to_predictions
 
     d, hs = heads
     scorer = HeadScorer(hs[0], tile=(8, 16))
@@ -184,7 +188,8 @@ def test_topk_stream_equals_dense(heads, with_new_whale):
 
 
 def test_topk_stream_prune_pads_missing_ids(heads):
-    from whale.scoring import HeadScorer, topk_stream
+    from whale.inference.topk import topk_stream
+    from whale.models import HeadScorer
 
     d, hs = heads
     scorer = HeadScorer(hs[0], tile=(8, 16))
@@ -199,7 +204,7 @@ def test_topk_stream_prune_pads_missing_ids(heads):
 def test_compute_features_batches(tf):
     import keras
 
-    from whale.scoring import compute_features
+    from whale.inference.features import compute_features
 
     inp = keras.Input((4, 4, 1))
     branch = keras.Model(inp, keras.layers.GlobalMaxPooling2D()(keras.layers.Conv2D(3, 1)(inp)))
@@ -214,7 +219,7 @@ def test_compute_features_batches(tf):
 
 
 def test_head_proxy_ranks_like_the_head(heads):
-    from whale.scoring import HeadScorer
+    from whale.models import HeadScorer
 
     d, hs = heads
     scorer = HeadScorer(hs[0], tile=(8, 16))
@@ -229,3 +234,68 @@ def test_head_proxy_ranks_like_the_head(heads):
     for i in range(10):  # the proxy is the logit up to a per-row constant and a small error
         assert np.corrcoef(proxy[i], logit[i])[0, 1] > 0.9
     assert not HeadScorer(hs[1], tile=(8, 16)).has_head_proxy
+
+
+def _mining_set(heads, seed, n, n_ids):
+    """A contract head's scorer, ``[n, d]`` features and ids for the miner tests."""
+    from whale.models import HeadScorer
+
+    d, hs = heads
+    rng = np.random.default_rng(seed)
+    return HeadScorer(hs[0], tile=(8, 16)), _feats(rng, n, d), _ids(rng, n, n_ids)
+
+
+def test_dense_miner_equals_algorithm_1_and_reports_the_mean_mined_score(heads):
+    from whale.mining import DenseMiner, make_miner
+
+    n = 30
+    scorer, f, ids = _mining_set(heads, 11, n, 7)
+    miner = make_miner("exact")
+    assert isinstance(miner, DenseMiner)
+    got = miner.mine(scorer, f, ids, 0.5, 3, np.random.default_rng(3))
+    S = scorer.matrix(f, progress=False)
+    want = mine_negatives(S, ids, 0.5, 3, np.random.default_rng(3))
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    stats = miner.last_stats
+    mined_scores = [S[i, j] for pairs in want for i, j in pairs]  # explicit loop
+    assert stats.mean_score == pytest.approx(float(np.mean(mined_scores)), rel=1e-6)
+    assert (stats.mode, stats.images, stats.epochs, stats.k, stats.fallback_pairs) == ("exact", n, 3, 0.5, 0)
+    assert n * (n + 1) // 2 <= stats.pairs_scored < n * n  # the upper triangle by tiles, never all
+    assert "negatives (exact)" in stats.line()
+
+
+def test_pruned_miner_counts_fallback_pairs_outside_the_candidates(heads):
+    from whale.mining import PrunedMiner, candidate_counts, candidates, make_miner, mine_negatives_sparse
+
+    scorer, f, ids = _mining_set(heads, 12, 36, 6)
+    fallbacks_seen = []
+    for m, epochs in ((2, 4), (8, 2)):
+        miner = make_miner("pruned", candidates=m)
+        assert isinstance(miner, PrunedMiner)
+        got = miner.mine(scorer, f, ids, 0.25, epochs, np.random.default_rng(9))
+        # The same steps by hand, with the same generator.
+        r2 = np.random.default_rng(9)
+        m_top, n_random = candidate_counts(m, 0.25)
+        rows, cols = candidates(f, ids, m=m_top, n_random=n_random, rng=r2, scorer=scorer)
+        cand_scores = scorer.pairs_index(f, f, rows, cols)
+        want = mine_negatives_sparse(rows, cols, cand_scores, ids, 0.25, epochs, r2)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        cand = {(int(i), int(j)): float(s) for i, j, s in zip(rows, cols, cand_scores)}
+        fallback = [(int(i), int(j)) for pairs in want for i, j in pairs if (int(i), int(j)) not in cand]
+        scores = [cand[(int(i), int(j))] if (int(i), int(j)) in cand
+                  else float(scorer.pairs(f[i:i + 1], f[j:j + 1])[0]) for pairs in want for i, j in pairs]
+        stats = miner.last_stats
+        assert stats.fallback_pairs == len(fallback)
+        assert stats.mean_score == pytest.approx(float(np.mean(scores)), rel=1e-5)
+        assert "negatives (pruned)" in stats.line() and "fallback" in stats.line()
+        fallbacks_seen.append(stats.fallback_pairs)
+    assert fallbacks_seen[0] > 0 and fallbacks_seen[1] == 0  # 2 candidates cannot feed 4 epochs; 8 feed 2
+
+
+def test_make_miner_rejects_an_unknown_mode():
+    from whale.mining import make_miner
+
+    with pytest.raises(ValueError, match="exact, pruned"):
+        make_miner("greedy")

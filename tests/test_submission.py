@@ -72,7 +72,7 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
     def boom(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr("whale.submission.os.replace", boom)
+    monkeypatch.setattr("whale.files.os.replace", boom)
     with pytest.raises(OSError, match="disk full"):
         write_submission(target, IMAGES, [PREDS[1], PREDS[0], PREDS[2]])
     assert target.read_text() == before

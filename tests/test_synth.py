@@ -8,7 +8,7 @@ import pytest
 
 from whale import NEW_WHALE
 from whale.errors import WhaleError
-from whale.synth import REAL_IMAGES_PER_ID, _render_fluke, generate, main, sample_counts
+from whale.data.synth import _render_fluke, generate, main, REAL_IMAGES_PER_ID, sample_counts
 
 N_IDS, SIZE, SEED = 12, 128, 3
 

@@ -28,7 +28,7 @@ stages:
 
 @pytest.fixture(scope="module")
 def competition(tmp_path_factory):
-    from whale.synth import generate
+    from whale.data.synth import generate
 
     return generate(tmp_path_factory.mktemp("comp") / "data", n_ids=24, seed=5, size=96)
 
@@ -47,14 +47,14 @@ def _cfg(config_file):
 
 
 def _weights(run_dir, tag="last"):
-    from whale.checkpoint import load_checkpoint
+    from whale.models.checkpoint import load_checkpoint
 
     model, state = load_checkpoint(Path(run_dir) / "checkpoints", tag)
     return [w.copy() for w in model.get_weights()], state
 
 
 def test_resume_draws_the_same_pairs_and_reaches_the_same_weights(tf, competition, config_file, tmp_path):
-    from whale.train import train_fold
+    from whale.training.trainer import train_fold
 
     tf.config.experimental.enable_op_determinism()
     cfg = _cfg(config_file)
@@ -95,25 +95,25 @@ def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition,
                  "checkpoints/last.keras",
                  "scores/val.npz", "scores/test.npz", "done.json"):
         assert (run / name).exists(), name
-    from whale.inference import load_scores
+    from whale.inference.scorefile import load_score_file
 
-    val = load_scores(run / "scores" / "val.npz")
-    test = load_scores(run / "scores" / "test.npz")
-    assert val["scores"].shape == (len(val["query"]), len(val["gallery"]))
-    assert "new_whale" in set(val["query_ids"])
-    assert "new_whale" not in set(test["gallery_ids"])
-    assert test["scores"].shape[0] == len((competition / "sample_submission.csv").read_text().splitlines()) - 1
-    assert np.isfinite(test["scores"].astype(np.float32)).all()
+    val = load_score_file(run / "scores" / "val.npz")
+    test = load_score_file(run / "scores" / "test.npz")
+    assert val.scores.shape == (len(val.query), len(val.gallery))
+    assert "new_whale" in set(val.query_ids)
+    assert "new_whale" not in set(test.gallery_ids)
+    assert test.scores.shape[0] == len((competition / "sample_submission.csv").read_text().splitlines()) - 1
+    assert np.isfinite(test.scores.astype(np.float32)).all()
     # Validation images never sit in the fold's gallery.
-    assert not set(val["query"]) & set(val["gallery"])
-    # `python -m whale.score` on the same folder reproduces the run's test scores.
-    out = subprocess.run([sys.executable, "-m", "whale.score", "--run", str(run), "--data", str(competition),
+    assert not set(val.query) & set(val.gallery)
+    # `python -m whale.inference` on the same folder reproduces the run's test scores.
+    out = subprocess.run([sys.executable, "-m", "whale.inference", "--run", str(run), "--data", str(competition),
                           "--out", str(tmp_path / "again.npz")], capture_output=True, text=True, cwd=ROOT,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    again = load_scores(tmp_path / "again.npz")
-    np.testing.assert_array_equal(again["query"], test["query"])
-    np.testing.assert_allclose(again["scores"].astype(np.float32), test["scores"].astype(np.float32), atol=1e-3)
+    again = load_score_file(tmp_path / "again.npz")
+    np.testing.assert_array_equal(again.query, test.query)
+    np.testing.assert_allclose(again.scores.astype(np.float32), test.scores.astype(np.float32), atol=1e-3)
 
 
 def test_end_to_end_run_fold_then_ensemble(competition, config_file, tmp_path):
@@ -137,7 +137,7 @@ def test_end_to_end_run_fold_then_ensemble(competition, config_file, tmp_path):
 
 def test_fold_minus_one_trains_on_every_known_image_and_validates_nothing(competition):
     from whale.data import load_competition
-    from whale.train import fold_data
+    from whale.data import fold_data
 
     comp = load_competition(competition)
     data = fold_data(comp, -1, seed=0)
@@ -151,8 +151,8 @@ def test_fold_minus_one_trains_on_every_known_image_and_validates_nothing(compet
 
 
 def test_training_plot_is_written_from_a_log(tmp_path):
-    from whale.plots import plot_training
-    from whale.train import LOG_FIELDS, _write_log
+    from whale.training.plots import plot_training
+    from whale.training.runlog import LOG_FIELDS, write_log as _write_log
 
     rows = [{"epoch": e, "stage": 1 + e // 3, "epoch_in_stage": 1, "image_size": 32, "k": 1000.0 / e,
              "lr": 1e-3, "freeze_branch": False, "dataset": "main", "loss": 0.7 - 0.05 * e,
@@ -184,8 +184,8 @@ stages:
 def test_playground_stages_and_pruned_mining(competition, tmp_path):
     """PlayGround pre-training (its own ids) then the main data, with pruned mining."""
     from whale.config import load_config
-    from whale.synth import generate
-    from whale.train import train_fold
+    from whale.data.synth import generate
+    from whale.training.trainer import train_fold
 
     playground = generate(tmp_path / "playground", n_ids=20, seed=11, size=96, progress=False)
     path = tmp_path / "pg.yaml"

@@ -8,10 +8,8 @@ message names the file, the key path (``stages[2].lr``), what was expected and w
 Numbers may be written as strings: PyYAML reads ``8e-5`` (no dot before the exponent) as the
 string ``"8e-5"``, so numeric fields go through ``float()``/``int()``.
 
-Epoch counting (used by :func:`schedule_epochs` and the training loop): epochs are numbered from
-0, globally over the whole schedule and within each stage. Adversarial mining happens on a stage's
-epochs ``0, n, 2n, ...`` (``n = mining_interval``); the first epoch of every stage always mines,
-and a stage whose length is not a multiple of ``n`` simply has a shorter last mining period.
+How the stages unroll into epochs (mining blocks, K per mining, resume) is
+:mod:`whale.training.schedule`.
 """
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.distribute import STRATEGIES
 from whale.errors import ConfigError
 
 KNOWN_BRANCHES = (
@@ -38,9 +35,11 @@ KNOWN_BRANCHES = (
 """Branch names a config may use (kept here so loading a config never imports TensorFlow)."""
 
 DATASETS = ("main", "playground")
+STRATEGIES = ("auto", "mirrored", "default")
+"""Device strategies (``strategy``; :mod:`whale.training.distribute`)."""
 MINING_MODES = ("exact", "pruned")
 CACHE_MODES = ("memory", "jpeg", "none")
-"""How decoded box crops are kept (``crop_cache``; :class:`whale.pairs.ImageStore`)."""
+"""How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -124,7 +123,7 @@ class RunConfig:
     ``strategy``: ``auto`` (MirroredStrategy when several GPUs are visible), ``mirrored`` or
     ``default``. ``crop_cache``: how decoded box crops are kept between epochs: ``memory``
     (fastest; ~16 GB for the full competition at 512 px), ``jpeg`` (about a tenth of that,
-    decoded on access) or ``none`` (read every time); see :class:`whale.pairs.ImageStore`.
+    decoded on access) or ``none`` (read every time); see :class:`whale.data.ImageStore`.
     """
 
     name: str
@@ -406,18 +405,3 @@ def load_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
             _apply_override(raw, str(key), value, str(path))
     return config_from_dict(raw, source=str(path))
 
-
-def schedule_epochs(cfg: RunConfig) -> list[tuple[int, int, int]]:
-    """Every epoch of the schedule as ``(global_epoch, stage_index, epoch_in_stage)``, 0-based."""
-    out = []
-    g = 0
-    for si, stage in enumerate(cfg.stages):
-        for e in range(stage.epochs):
-            out.append((g, si, e))
-            g += 1
-    return out
-
-
-def is_mining_epoch(epoch_in_stage: int, mining_interval: int) -> bool:
-    """True on a stage's epochs 0, n, 2n, ... (``n = mining_interval``)."""
-    return epoch_in_stage % int(mining_interval) == 0

@@ -26,7 +26,7 @@ DEMO_SEED = 0
 
 def ensure_competition(data_dir: Path, n_ids: int = DEMO_IDS, seed: int = DEMO_SEED) -> Path:
     """Generate the synthetic competition into ``data_dir`` unless it is already there."""
-    from whale.synth import generate
+    from whale.data.synth import generate
 
     if (data_dir / "train.csv").exists():
         print(f"using the synthetic competition in {data_dir}")
@@ -52,7 +52,7 @@ def pixel_baseline(comp, data, size: int = 32) -> tuple[float, float, list]:
     from whale.data import load_crop
     from whale.metrics import map_at_k
     from whale.ranking import predict_top5, tune_threshold
-    from whale.train import ImageSet
+    from whale.data import ImageSet
 
     def feats(paths, boxes):
         return pixel_features(np.stack([load_crop(p, b, size, channels=1) for p, b in zip(paths, boxes)]))
@@ -73,15 +73,15 @@ def submission_from_run(run_dir: Path, comp, out: Path) -> tuple[float, float, l
 
     Returns ``(validation MAP@5, threshold, predictions)``.
     """
-    from whale.inference import load_scores
+    from whale.inference.scorefile import load_score_file
     from whale.ranking import predict_top5, tune_threshold
     from whale.submission import write_submission
 
-    val = load_scores(run_dir / "scores" / "val.npz")
-    t, val_map, _ = tune_threshold(val["scores"].astype(np.float32), val["gallery_ids"], val["query_ids"])
-    test = load_scores(run_dir / "scores" / "test.npz")
-    preds = predict_top5(test["scores"].astype(np.float32), test["gallery_ids"], t)
-    write_submission(out, list(test["query"]), preds, sample=comp.sample_path)
+    val = load_score_file(run_dir / "scores" / "val.npz")
+    t, val_map, _ = tune_threshold(val.scores.astype(np.float32), val.gallery_ids, val.query_ids)
+    test = load_score_file(run_dir / "scores" / "test.npz")
+    preds = predict_top5(test.scores.astype(np.float32), test.gallery_ids, t)
+    write_submission(out, list(test.query), preds, sample=comp.sample_path)
     return float(val_map), float(t), preds
 
 
@@ -100,7 +100,8 @@ def main(argv=None) -> int:
     from whale.data import load_competition
     from whale.metrics import map_at_k
     from whale.submission import write_submission
-    from whale.train import fold_data, train_fold
+    from whale.data import fold_data
+    from whale.training.trainer import train_fold
 
     t0 = time.time()
     data_dir, run_dir, sub = Path(args.data), Path(args.out), Path(args.submission)

@@ -18,11 +18,11 @@ import argparse
 import csv
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from whale.errors import DataError, WhaleError
+from whale.files import atomic_write
 from whale.metrics import as_labels
 
 __all__ = ["N_LABELS", "read_sample_images", "write_submission", "check_submission", "main"]
@@ -146,20 +146,14 @@ def write_submission(
             if extra:
                 parts.append(f"{len(extra)} images are not in the sample: {_some(extra)}")
             raise DataError(f"{path}: rows do not match {sample}: " + "; ".join(parts))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(HEADER)
             for image in order:
                 writer.writerow([image, " ".join(by_image[image])])
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write, fsync=True)
     return path
 
 

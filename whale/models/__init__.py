@@ -1,8 +1,10 @@
-"""Siamese models: branches (registry), head, siamese assembly, weights and model files.
+"""Siamese models: branches (registry, factory, weights), the head and its compiled scorer, model files.
 
 See ``docs/ARCHITECTURE.md``. Inputs to every model are float32 raw pixels 0..255; each
 branch preprocesses inside itself.
 """
+from whale.models.checkpoint import load_checkpoint, read_state, save_checkpoint
+from whale.models.factory import build_branch
 from whale.models.head import PairFeatures, build_head, head_param_count
 from whale.models.io import architecture_difference, load_model, save_model
 from whale.models.preprocessing import Preprocess
@@ -10,11 +12,11 @@ from whale.models.registry import (
     BRANCHES,
     BranchDef,
     branch_spec,
-    build_branch,
     check_input_shape,
     feature_dim,
     get_branch_def,
 )
+from whale.models.scorer import HeadScorer
 from whale.models.siamese import (
     build_siamese,
     compile_siamese,
@@ -29,6 +31,7 @@ from whale.models.weights import adapt_first_conv, load_branch_weights
 __all__ = [
     "BRANCHES",
     "BranchDef",
+    "HeadScorer",
     "PairFeatures",
     "Preprocess",
     "adapt_first_conv",
@@ -43,9 +46,12 @@ __all__ = [
     "get_branch_def",
     "head_param_count",
     "load_branch_weights",
+    "load_checkpoint",
     "load_model",
     "model_image_size",
+    "read_state",
     "resize_siamese",
+    "save_checkpoint",
     "save_model",
     "set_branch_trainable",
     "set_l2",

@@ -1,12 +1,12 @@
 """Saving and loading whole models (``.keras`` format) safely and atomically."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import keras
 
 from whale.errors import DataError
+from whale.files import atomic_write
 
 
 def save_model(model: keras.Model, path) -> Path:
@@ -18,15 +18,7 @@ def save_model(model: keras.Model, path) -> Path:
     path = Path(path)
     if path.suffix != ".keras":
         raise ValueError(f"{path}: model files must end in .keras")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.keras")
-    try:
-        model.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, model.save)
 
 
 def load_model(path, expect: keras.Model | None = None, compile: bool = False) -> keras.Model:

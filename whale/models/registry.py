@@ -94,46 +94,6 @@ def assemble_branch(name: str, backbone: keras.Model) -> keras.Model:
     return keras.Model(inp, x, name="branch")
 
 
-def build_branch(name: str, input_shape, weights=None) -> keras.Model:
-    """Build branch ``name``: float32 ``[b, S, S, C]`` raw pixels 0..255 -> ``[b, d]`` float32.
-
-    Args:
-        name: a key of :data:`BRANCHES`.
-        input_shape: ``(S, S, C)``, square, ``C`` in {1, 3}, ``min_size <= S <= 1024``.
-        weights: ``None`` (random init), ``"imagenet"`` (keras.applications backbones only;
-            downloads; with ``C = 1`` the first convolution is adapted, see
-            :func:`whale.models.adapt_first_conv`), or a path to a ``.weights.h5`` / ``.h5``
-            file of the backbone or of the whole branch.
-
-    Raises:
-        ConfigError: unknown name, bad shape, ImageNet weights unavailable for this branch.
-        FileNotFoundError: ``weights`` is a path that does not exist.
-        DataError: the weights file does not fit (names the file and the layer).
-    """
-    from whale.models import weights as weights_lib
-
-    spec = get_branch_def(name)
-    shape = check_input_shape(name, input_shape)
-    if weights is None:
-        return assemble_branch(name, spec.backbone(shape, None))
-    if isinstance(weights, str) and weights == "imagenet":
-        if not spec.imagenet:
-            raise ConfigError(
-                f"ImageNet weights are not available for branch {name!r}; available for "
-                f"{', '.join(n for n, s in BRANCHES.items() if s.imagenet)}. Use weights=None "
-                "or a local weights file."
-            )
-        rgb = assemble_branch(name, spec.backbone(shape[:2] + (3,), "imagenet"))
-        if shape[2] == 3:
-            return rgb
-        gray = assemble_branch(name, spec.backbone(shape, None))
-        weights_lib.adapt_first_conv(rgb, gray)
-        return gray
-    branch = assemble_branch(name, spec.backbone(shape, None))
-    weights_lib.load_branch_weights(branch, weights)
-    return branch
-
-
 def branch_spec(branch: keras.Model) -> tuple[str, int]:
     """``(registry name, channels)`` of a branch built by :func:`build_branch` (or loaded)."""
     try:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import keras
 
-from whale.models.registry import branch_spec, build_branch
+from whale.models.factory import build_branch
+from whale.models.registry import branch_spec
 
 
 def build_siamese(branch: keras.Model, head: keras.Model) -> keras.Model:

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 
 from whale.errors import DataError
+from whale.models.registry import assemble_branch, branch_spec, get_branch_def
 
 
 def adapt_first_conv(src: keras.Model, dst: keras.Model) -> None:
@@ -71,8 +72,6 @@ def load_branch_weights(branch: keras.Model, path) -> None:
         DataError: unknown file type, or the weights do not fit; the message names the file
             and the layer/variable that does not fit.
     """
-    from whale.models.registry import assemble_branch, branch_spec, get_branch_def
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"weights file not found: {path}")

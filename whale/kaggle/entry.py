@@ -1,6 +1,6 @@
 """What a Kaggle kernel runs: train one fold in time-boxed sessions that resume each other.
 
-Called by the kernel's ``run.py`` (written by :mod:`whale.kernels`) with the config name, fold
+Called by the kernel's ``run.py`` (written by :mod:`whale.kaggle.kernels`) with the config name, fold
 and budget baked in. Layout it expects (``KAGGLE_ROOT`` is ``/kaggle``, or the environment
 variable ``WHALE_KAGGLE_ROOT`` for local runs)::
 
@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from whale.errors import DataError, WhaleError
+from whale.files import write_json_atomic, write_text_atomic
 
 RUN_DIR = "run"
 STATUS_FILE = "STATUS"
@@ -170,10 +171,7 @@ def install_keras_weights(input_dir: Path, log=print) -> list[Path]:
 
 def write_status(run_dir: Path, status: str, detail: str = "") -> None:
     """``run_dir/STATUS``: the status word on the first line, ``detail`` after it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / (STATUS_FILE + ".tmp")
-    tmp.write_text(status + "\n" + (detail + "\n" if detail else ""))
-    tmp.replace(run_dir / STATUS_FILE)
+    write_text_atomic(run_dir / STATUS_FILE, status + "\n" + (detail + "\n" if detail else ""))
 
 
 def read_status(run_dir: Path) -> str | None:
@@ -185,8 +183,6 @@ def read_status(run_dir: Path) -> str | None:
 
 
 def _record(run_dir: Path, args, session: dict) -> None:
-    from whale.checkpoint import write_json_atomic
-
     old = _read_json(run_dir / RECORD_FILE) or {}
     sessions = [s for s in old.get("sessions", []) if s.get("started") != session["started"]]
     write_json_atomic(run_dir / RECORD_FILE, {
@@ -195,7 +191,7 @@ def _record(run_dir: Path, args, session: dict) -> None:
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="whale.kaggle_entry", description=__doc__,
+    p = argparse.ArgumentParser(prog="whale.kaggle.entry", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="config name (NAME.yaml in the code dataset) or path")
     p.add_argument("--fold", type=int, required=True)
@@ -213,7 +209,7 @@ def _parse(argv):
     p.add_argument("--max-epochs", type=int, help=argparse.SUPPRESS)  # tests: stop after N epochs
     args, unknown = p.parse_known_args(argv)
     if unknown:
-        print(f"whale.kaggle_entry: ignoring arguments {unknown}", file=sys.stderr)
+        print(f"whale.kaggle.entry: ignoring arguments {unknown}", file=sys.stderr)
     return args
 
 
@@ -232,7 +228,8 @@ def main(argv=None) -> int:
         say(f"no previous output of {args.kernel} under {input_dir}: starting a new run")
     restore_previous(previous, run_dir, log=say)
 
-    from whale.config import load_config, schedule_epochs
+    from whale.config import load_config
+    from whale.training.schedule import schedule_epochs
 
     cfg_path = resolve_config(args.config, code_dirs, run_dir, log=say)
     cfg = load_config(cfg_path)
@@ -263,7 +260,7 @@ def main(argv=None) -> int:
     write_status(run_dir, RUNNING)
     _record(run_dir, args, {**session, "status": RUNNING})
 
-    from whale.train import train_fold
+    from whale.training.trainer import train_fold
 
     try:
         result = train_fold(cfg, data_dir, args.fold, run_dir, resume=True, playground=playground,

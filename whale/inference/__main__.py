@@ -1,4 +1,4 @@
-"""Score any Kaggle-format folder with a trained run: ``python -m whale.score``.
+"""Score any Kaggle-format folder with a trained run: ``python -m whale.inference``.
 
 Every test image of ``--data`` is scored against every training image of ``--data`` with a
 known id, with the model of ``--run``; the result is a score file in the
@@ -14,19 +14,6 @@ import sys
 from pathlib import Path
 
 
-def score_folder(run_dir, data_dir, out, checkpoint: str = "best", verbose: bool = True) -> Path:
-    """Write ``out`` (.npz): test images of ``data_dir`` vs its known-id training images."""
-    from whale.data import load_competition
-    from whale.inference import RunScorer, load_run_model, write_test_scores
-
-    comp = load_competition(data_dir)
-    if not comp.test_images:
-        raise ValueError(f"{data_dir}: no test images to score (test/ is empty)")
-    model, cfg = load_run_model(run_dir, checkpoint)
-    rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=verbose)
-    return write_test_scores(rs, comp, out)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="run folder written by run_fold.py")
@@ -34,6 +21,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="output .npz score file")
     p.add_argument("--checkpoint", default="best", help="best, last, or a path to a .keras file")
     args = p.parse_args(argv)
+    from whale.inference.runs import score_folder
+
     path = score_folder(Path(args.run), Path(args.data), Path(args.out), args.checkpoint)
     print(f"wrote {path}")
     return 0

@@ -1,4 +1,4 @@
-"""From a query-vs-gallery score matrix to five ranked labels per query, with ``new_whale``.
+"""Where ``new_whale`` goes in each query's five labels: every rule of the toolkit, in one place.
 
 The paper's inference rule (section "Inference", Table 2):
 
@@ -16,213 +16,22 @@ The paper's inference rule (section "Inference", Table 2):
 Comparisons with ``t`` are made in float64 everywhere, so :func:`tune_threshold`,
 :func:`predict_top5` and :func:`threshold_for_fraction` agree exactly at the boundaries.
 
-The full test matrix (7,960 x 25,361) is handled in blocks of queries
-(:func:`top_id_scores`) so that the per-id matrix is never held whole; :func:`tune_threshold`
-computes the top five ids once and then scores every threshold in a vectorised pass.
+Thresholds: fixed, tuned on validation MAP@5 (:func:`tune`, the one tuner; :func:`tune_threshold`
+takes a score matrix), or chosen so that a share of test queries gets ``new_whale`` first
+(:func:`threshold_for_fraction`). The calibrated rule (expected MAP@5 from calibrated
+probabilities) is :mod:`whale.ranking.calibrate`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from whale import NEW_WHALE
-
-__all__ = [
-    "per_id_scores",
-    "top_id_scores",
-    "rank_from_id_scores",
-    "predict_top5",
-    "threshold_grid",
-    "map_by_threshold",
-    "tune_threshold",
-    "new_whale_share",
-    "threshold_for_fraction",
-]
-
-TOP_K = 5
-DEFAULT_BLOCK = 1024
-
-
-@dataclass(frozen=True)
-class _IdIndex:
-    """Gallery columns grouped by id: ``columns`` sorted by id, group ``i`` starts at ``starts[i]``."""
-
-    names: np.ndarray  # [n_ids] str, ascending, no new_whale
-    columns: np.ndarray | None  # [m] int64 gallery columns sorted by id; None = all, in order
-    starts: np.ndarray  # [n_ids] int64 offsets into the sorted columns
-
-
-def _check_scores(scores, gallery_ids) -> tuple[np.ndarray, np.ndarray]:
-    scores = np.asarray(scores)
-    if scores.ndim != 2:
-        raise ValueError(f"scores: expected a 2-D [n_query, n_gallery] array, got shape {scores.shape}")
-    if not np.issubdtype(scores.dtype, np.floating):
-        raise ValueError(f"scores: expected a float array, got dtype {scores.dtype}")
-    gallery_ids = _check_names(gallery_ids, "gallery_ids")
-    if gallery_ids.shape[0] != scores.shape[1]:
-        raise ValueError(
-            f"gallery_ids has {gallery_ids.shape[0]} entries but scores has {scores.shape[1]} "
-            "gallery columns; expected one id per column"
-        )
-    return scores, gallery_ids
-
-
-def _check_names(names, what: str) -> np.ndarray:
-    if isinstance(names, str):
-        raise ValueError(f"{what}: expected a sequence of labels, got the str {names!r}")
-    names = np.asarray(names)
-    if names.ndim != 1:
-        raise ValueError(f"{what}: expected a 1-D array of labels, got shape {names.shape}")
-    if names.size and names.dtype.kind not in "UO":
-        raise ValueError(f"{what}: expected str labels, got dtype {names.dtype}")
-    names = names.astype(str)
-    empty = np.flatnonzero(names == "")
-    if empty.size:
-        raise ValueError(f"{what}: empty label at position(s) {empty[:10].tolist()}")
-    return names
-
-
-def _check_threshold(threshold) -> float:
-    t = float(threshold)
-    if np.isnan(t):
-        raise ValueError("threshold is NaN; expected a number (probabilities are in [0, 1])")
-    return t
-
-
-def _check_block(block) -> int:
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
-        raise ValueError(f"block must be a positive integer, got {block!r}")
-    return int(block)
-
-
-def _id_index(gallery_ids: np.ndarray) -> _IdIndex:
-    keep = np.flatnonzero(gallery_ids != NEW_WHALE)
-    kept = gallery_ids[keep]
-    order = np.argsort(kept, kind="stable")
-    columns = keep[order].astype(np.int64)
-    names, starts = np.unique(kept[order], return_index=True)
-    if columns.size == gallery_ids.size and np.array_equal(columns, np.arange(columns.size)):
-        columns = None  # already grouped by id: no gather needed
-    return _IdIndex(names=names, columns=columns, starts=starts.astype(np.int64))
-
-
-def _block_id_max(block: np.ndarray, index: _IdIndex) -> np.ndarray:
-    """``[b, n_gallery]`` scores -> ``[b, n_ids]`` float32, max over each id's columns."""
-    if index.names.size == 0:
-        return np.empty((block.shape[0], 0), dtype=np.float32)
-    # np.take is markedly faster than fancy indexing for a column gather.
-    grouped = block if index.columns is None else np.take(block, index.columns, axis=1)
-    # float16 arithmetic is slow; rounding is monotonic, so casting first keeps the max exact.
-    grouped = grouped.astype(np.float32, copy=False)
-    return np.maximum.reduceat(grouped, index.starts, axis=1)
-
-
-def per_id_scores(
-    scores: np.ndarray, gallery_ids: Sequence[str], block: int = DEFAULT_BLOCK
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-id probability: the maximum over each id's gallery images.
-
-    Args:
-        scores: ``[n_query, n_gallery]`` float16/float32/float64 probabilities.
-        gallery_ids: ``[n_gallery]`` str, the id of each gallery column. Columns labelled
-            ``new_whale`` are dropped.
-        block: queries processed per step (bounds the temporary memory).
-
-    Returns:
-        ``(id_names, id_scores)``: ``id_names`` ``[n_ids]`` str in ascending order (no
-        ``new_whale``), ``id_scores`` ``[n_query, n_ids]`` float32.
-
-    Raises:
-        ValueError: shapes disagree, scores are not floats, or an id is empty.
-    """
-    scores, gallery_ids = _check_scores(scores, gallery_ids)
-    block = _check_block(block)
-    index = _id_index(gallery_ids)
-    out = np.empty((scores.shape[0], index.names.size), dtype=np.float32)
-    for start in range(0, scores.shape[0], block):
-        out[start : start + block] = _block_id_max(scores[start : start + block], index)
-    return index.names, out
-
-
-def _top_k(id_scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top ``k`` columns per row by value (descending), ties by column index (ascending).
-
-    Args:
-        id_scores: ``[b, n]`` float array, no NaN.
-        k: how many columns to keep.
-
-    Returns:
-        ``(idx, vals)``: ``[b, min(k, n)]`` int64 columns and their float32 values.
-    """
-    b, n = id_scores.shape
-    kk = min(k, n)
-    if kk == 0:
-        return np.empty((b, 0), dtype=np.int64), np.empty((b, 0), dtype=np.float32)
-    if np.isnan(id_scores).any():
-        rows = np.flatnonzero(np.isnan(id_scores).any(axis=1))
-        raise ValueError(f"scores contain NaN (query rows {rows[:10].tolist()} of this block)")
-    if kk < n:
-        idx = np.argpartition(id_scores, n - kk, axis=1)[:, n - kk :].astype(np.int64)
-        vals = np.take_along_axis(id_scores, idx, axis=1)
-        kth = vals.min(axis=1)
-        # argpartition picks an arbitrary subset of values tied with the k-th largest; redo
-        # those rows so that the lowest column indices (= first id names) win.
-        tied = np.flatnonzero((id_scores >= kth[:, None]).sum(axis=1) > kk)
-        if tied.size:
-            sub = id_scores[tied]
-            edge = kth[tied][:, None]
-            greater = sub > edge
-            equal = sub == edge
-            need = kk - greater.sum(axis=1)
-            chosen = greater | (equal & (np.cumsum(equal, axis=1) <= need[:, None]))
-            idx[tied] = np.nonzero(chosen)[1].reshape(tied.size, kk)
-            vals[tied] = np.take_along_axis(sub, idx[tied], axis=1)
-    else:
-        idx = np.broadcast_to(np.arange(n, dtype=np.int64), (b, n)).copy()
-        vals = id_scores.copy()
-    order = np.lexsort((idx, -vals.astype(np.float64)), axis=-1)
-    idx = np.take_along_axis(idx, order, axis=1)
-    vals = np.take_along_axis(vals, order, axis=1).astype(np.float32, copy=False)
-    return idx, vals
-
-
-def top_id_scores(
-    scores: np.ndarray, gallery_ids: Sequence[str], k: int = TOP_K, block: int = DEFAULT_BLOCK
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Top ``k`` ids per query by per-id max, in blocks of queries (never the whole per-id matrix).
-
-    Args:
-        scores: ``[n_query, n_gallery]`` float probabilities (float16 is fine).
-        gallery_ids: ``[n_gallery]`` str; ``new_whale`` columns are dropped.
-        k: ids kept per query.
-        block: queries per step.
-
-    Returns:
-        ``(id_names, top_idx, top_vals)``: ``id_names`` ``[n_ids]`` str ascending,
-        ``top_idx`` ``[n_query, min(k, n_ids)]`` int64 indices into ``id_names`` and
-        ``top_vals`` the matching float32 probabilities, descending per row (ties by name).
-
-    Raises:
-        ValueError: shapes disagree, scores are not floats or contain NaN.
-    """
-    scores, gallery_ids = _check_scores(scores, gallery_ids)
-    block = _check_block(block)
-    index = _id_index(gallery_ids)
-    kk = min(k, index.names.size)
-    top_idx = np.empty((scores.shape[0], kk), dtype=np.int64)
-    top_vals = np.empty((scores.shape[0], kk), dtype=np.float32)
-    for start in range(0, scores.shape[0], block):
-        stop = min(start + block, scores.shape[0])
-        try:
-            idx, vals = _top_k(_block_id_max(scores[start:stop], index), k)
-        except ValueError as err:
-            raise ValueError(f"queries {start}..{stop - 1}: {err}") from None
-        top_idx[start:stop] = idx
-        top_vals[start:stop] = vals
-    return index.names, top_idx, top_vals
+from whale.errors import DataError
+from whale.ranking.topids import (DEFAULT_BLOCK, TOP_K, TopIds, _check_names, _check_scores, _check_threshold,
+                                  _top5_for_ranking, _top_k, top_id_scores)
 
 
 def _insert_positions(top_vals: np.ndarray, threshold: float) -> np.ndarray:
@@ -377,6 +186,8 @@ def tune_threshold(
 ) -> tuple[float, float, np.ndarray]:
     """The threshold that maximises validation MAP@5 (with ``new_whale`` queries included).
 
+    A score-matrix front end of :func:`tune`, the one tuner.
+
     Args:
         scores: ``[n_query, n_gallery]`` float validation-vs-train probabilities.
         gallery_ids: ``[n_gallery]`` str.
@@ -388,9 +199,6 @@ def tune_threshold(
         ``(best_t, best_map, maps)``: the first (smallest) grid value reaching the best
         MAP@5, that MAP@5, and ``[len(grid)]`` float64 MAP@5 per threshold.
     """
-    grid = threshold_grid() if grid is None else np.asarray(grid, dtype=np.float64).ravel()
-    if grid.size == 0:
-        raise ValueError("grid is empty; expected at least one threshold")
     query_ids = _check_names(query_ids, "query_ids")
     scores, gallery_ids = _check_scores(scores, gallery_ids)
     if query_ids.size != scores.shape[0]:
@@ -398,9 +206,39 @@ def tune_threshold(
             f"query_ids has {query_ids.size} entries but scores has {scores.shape[0]} query rows"
         )
     names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, block)
-    maps = map_by_threshold(names, idx, vals, query_ids, grid)
+    best_t, best_map, _, maps = tune(TopIds(names[idx], vals, query_ids), grid)
+    return best_t, best_map, maps
+
+
+def map_for_thresholds(top: TopIds, grid) -> np.ndarray:
+    """``[len(grid)]`` float64 MAP@5 of the paper's rule at each threshold (via :func:`map_by_threshold`)."""
+    if top.truth is None:
+        raise DataError("validation MAP@5 needs the true ids (query_ids)")
+    names, idx, vals = _top5_for_ranking(top)
+    return np.asarray(map_by_threshold(names, idx, vals, top.truth, np.asarray(grid, dtype=np.float64)))
+
+
+def tune(top: TopIds, grid=None) -> tuple[float, float, np.ndarray, np.ndarray]:
+    """The threshold of best validation MAP@5 over the pooled queries of ``top``.
+
+    Returns:
+        ``(best_t, best_map, grid [g] float64, maps [g] float64)``; the first (smallest) best
+        threshold wins. :func:`tune_threshold` is the same for a score matrix.
+    """
+    grid = np.asarray(threshold_grid() if grid is None else grid, dtype=np.float64).ravel()
+    if grid.size == 0:
+        raise ValueError("grid is empty; expected at least one threshold")
+    if top.n_query == 0:
+        raise DataError("no validation queries to tune the threshold on")
+    maps = map_for_thresholds(top, grid)
     best = int(np.argmax(maps))
-    return float(grid[best]), float(maps[best]), maps
+    return float(grid[best]), float(maps[best]), grid, maps
+
+
+def share_first(top: TopIds, grid) -> np.ndarray:
+    """``[len(grid)]`` share of queries with ``new_whale`` at rank 1 (best id ``< t``) per threshold."""
+    top1 = np.sort(np.nan_to_num(top.scores[:, 0].astype(np.float64), nan=-np.inf))
+    return np.searchsorted(top1, np.asarray(grid, dtype=np.float64), side="left") / max(1, top1.size)
 
 
 def _check_top1(top1_scores) -> np.ndarray:
@@ -460,3 +298,26 @@ def threshold_for_fraction(top1_scores: np.ndarray, fraction: float) -> float:
     candidates = np.append(distinct.astype(np.float64), float(above))
     shares = np.searchsorted(ordered, candidates, side="left") / ordered.size
     return float(candidates[int(np.argmin(np.abs(shares - fraction)))])
+
+
+def new_whale_shares(predictions: Sequence[Sequence[str]]) -> np.ndarray:
+    """``[5]`` float64: share of queries with ``new_whale`` at rank 1..5."""
+    out = np.zeros(5)
+    for labels in predictions:
+        labels = list(labels)[:5]
+        if NEW_WHALE in labels:
+            out[labels.index(NEW_WHALE)] += 1
+    return out / max(1, len(predictions))
+
+
+def topk_to_predictions(id_names, id_scores, threshold: float) -> list[list[str]]:
+    """Per-query top ids (``topk_stream`` output) -> five labels with ``new_whale`` inserted.
+
+    ``id_names`` ``[nq, k]`` str, ``id_scores`` ``[nq, k]`` float. Applies
+    :func:`whale.ranking.rank_from_id_scores` row by row (same insertion rule and tie order).
+    """
+    id_names = np.asarray(id_names, dtype=str)
+    id_scores = np.asarray(id_scores, dtype=np.float32)
+    if id_names.shape != id_scores.shape or id_names.ndim != 2:
+        raise ValueError(f"id_names, id_scores: expected equal [nq, k] shapes, received {id_names.shape}, {id_scores.shape}")
+    return [rank_from_id_scores(n, s[None, :], threshold)[0] for n, s in zip(id_names, id_scores)]

@@ -1,55 +1,21 @@
-"""Score files of a trained run: test-vs-train (and validation-vs-train) matrices.
+"""A trained run turned into score files: load its model, compute features, score, write.
 
-``RUN_DIR/scores/val.npz``: the fold's validation queries (``new_whale`` included, truth in
-``query_ids``) against the fold's training images with known ids.
-``RUN_DIR/scores/test.npz``: the competition's test images against *every* training image
-with a known id, so all folds of all models share one gallery and ``ensemble.py`` can
-average them.
+:func:`score_run` writes a run's ``scores/val.npz`` and ``scores/test.npz`` (format:
+:mod:`whale.inference.scorefile`); :func:`score_folder` scores any Kaggle-format folder with a
+run (``python -m whale.inference``).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-
-def save_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_ids=None) -> Path:
-    """Write a score file (float16 scores, string arrays loadable with ``allow_pickle=False``).
-
-    ``scores``: ``[n_query, n_gallery]``; ``query``/``gallery``/``gallery_ids``/``query_ids``:
-    sequences of str. Written atomically.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scores = np.asarray(scores)
-    if scores.shape != (len(query), len(gallery)):
-        raise ValueError(f"{path}: scores have shape {scores.shape}, expected "
-                         f"({len(query)}, {len(gallery)}) = (queries, gallery images)")
-    arrays = {"scores": scores.astype(np.float16) if scores.dtype == np.float64 else scores,
-              "query": np.asarray(list(query), dtype=str),
-              "gallery": np.asarray(list(gallery), dtype=str),
-              "gallery_ids": np.asarray(list(gallery_ids), dtype=str)}
-    if query_ids is not None:
-        arrays["query_ids"] = np.asarray(list(query_ids), dtype=str)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-    return path
-
-
-def load_scores(path) -> dict:
-    """Read a score file into a dict of arrays; a clear error names a missing array."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: score file not found")
-    with np.load(path, allow_pickle=False) as z:
-        out = {k: z[k] for k in z.files}
-    missing = {"scores", "query", "gallery", "gallery_ids"} - set(out)
-    if missing:
-        raise ValueError(f"{path}: score file lacks arrays {sorted(missing)} (has {sorted(out)})")
-    return out
+from whale.data import ImageSet, ImageStore, crop_size_for
+from whale.inference.features import ImageBatches, compute_features
+from whale.inference.scorefile import write_scores
+from whale.models.scorer import HeadScorer
+from whale.models.checkpoint import load_checkpoint
 
 
 class RunScorer:
@@ -57,7 +23,6 @@ class RunScorer:
 
     def __init__(self, model, channels: int, margin: float, batch_size: int = 64, verbose=True):
         from whale.models import model_image_size
-        from whale.scoring import HeadScorer
 
         self.model, self.channels, self.margin = model, channels, margin
         self.image_size = model_image_size(model)
@@ -66,9 +31,6 @@ class RunScorer:
 
     def features(self, paths, boxes) -> np.ndarray:
         """``[n, d] float32`` branch features of the box crops of ``paths``."""
-        from whale.pairs import ImageBatches, ImageStore, crop_size_for
-        from whale.scoring import compute_features
-
         # The same crops as training sees them (stored at crop_size_for, resized to the input).
         store = ImageStore(list(paths), list(boxes), crop_size_for(self.image_size),
                            channels=self.channels, margin=self.margin, cache=False)
@@ -83,7 +45,6 @@ class RunScorer:
 
 def load_run_model(run_dir, checkpoint: str = "best"):
     """``(model, config)`` of a run: checkpoint ``best``, ``last`` or a path to a .keras file."""
-    from whale.checkpoint import load_checkpoint
     from whale.config import load_config
     from whale.models import load_model
 
@@ -102,20 +63,16 @@ def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None) -> Pat
     ``known`` (:class:`whale.train.ImageSet`) and its features ``f_known`` may be passed when
     the caller already has them.
     """
-    from whale.train import ImageSet
-
     known = ImageSet.known(comp) if known is None else known
     f_known = rs.features(known.paths, known.boxes) if f_known is None else f_known
     test = ImageSet.test(comp)
     f_test = rs.features(test.paths, test.boxes)
-    return save_scores(out, rs.matrix(f_test, f_known), test.names, known.names, known.ids)
+    return write_scores(out, rs.matrix(f_test, f_known), test.names, known.names, known.ids)
 
 
 def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
               progress: bool = True) -> dict[str, Path]:
     """Write ``scores/val.npz`` (when the fold validates) and ``scores/test.npz`` for a run."""
-    from whale.train import ImageSet
-
     run_dir = Path(run_dir)
     model, cfg = load_run_model(run_dir, checkpoint)
     rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=progress)
@@ -125,7 +82,7 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     if len(data.val):
         f_gal = f_known[known.positions(data.gallery.names)]
         f_val = rs.features(data.val.paths, data.val.boxes)
-        written["val"] = save_scores(run_dir / "scores" / "val.npz", rs.matrix(f_val, f_gal),
+        written["val"] = write_scores(run_dir / "scores" / "val.npz", rs.matrix(f_val, f_gal),
                                      data.val.names, data.gallery.names, data.gallery.ids,
                                      query_ids=data.val.ids)
     if comp.test_images:
@@ -133,3 +90,15 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     for name, path in written.items():
         log(f"wrote {path}")
     return written
+
+
+def score_folder(run_dir, data_dir, out, checkpoint: str = "best", verbose: bool = True) -> Path:
+    """Write ``out`` (.npz): test images of ``data_dir`` vs its known-id training images."""
+    from whale.data import load_competition
+
+    comp = load_competition(data_dir)
+    if not comp.test_images:
+        raise ValueError(f"{data_dir}: no test images to score (test/ is empty)")
+    model, cfg = load_run_model(run_dir, checkpoint)
+    rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=verbose)
+    return write_test_scores(rs, comp, out)

@@ -10,23 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
-
-def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
-    """Write ``payload`` as JSON to ``path`` via a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from whale.files import write_json_atomic
+from whale.models.io import load_model, save_model
 
 
 def save_checkpoint(model, folder: str | os.PathLike, tag: str, state: dict) -> Path:
@@ -34,8 +21,6 @@ def save_checkpoint(model, folder: str | os.PathLike, tag: str, state: dict) -> 
 
     Returns the path of the model file. Both files are replaced atomically.
     """
-    from whale.models import save_model
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model_path = folder / f"{tag}.keras"
@@ -61,8 +46,6 @@ def load_checkpoint(folder: str | os.PathLike, tag: str):
 
     FileNotFoundError names what is missing.
     """
-    from whale.models import load_model
-
     state = read_state(folder, tag)
     if state is None:
         raise FileNotFoundError(f"no checkpoint '{tag}' in {folder} (expected {tag}.json)")

@@ -26,7 +26,7 @@ image name (rendering), so the same seed gives the same bytes.
 
 Command line::
 
-    python -m whale.synth --out DIR [--ids N] [--seed S] [--size PX] [--force]
+    python -m whale.data.synth --out DIR [--ids N] [--seed S] [--size PX] [--force]
 """
 from __future__ import annotations
 
@@ -541,7 +541,7 @@ def generate(out, n_ids: int = 200, seed: int = 0, size: int = 256, *, force: bo
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m whale.synth",
+        prog="python -m whale.data.synth",
         description="Write a synthetic Kaggle Humpback Whale Identification competition "
                     "(train.csv, train/, test/, sample_submission.csv, bounding_boxes.csv, "
                     "test_solution.csv).")

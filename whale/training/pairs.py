@@ -1,151 +1,28 @@
-"""Training pairs fed to Keras: cached box crops, epoch pairs, and the batch sequences.
+"""Training pairs fed to Keras: one epoch's pairs and the batch sequence ``fit`` reads.
 
-- :class:`ImageStore`: the box crop of every image, decoded once and kept in memory as
-  ``uint8 [crop, crop, C]``. ``crop_size`` is a bit larger than the stage's image size
-  (:func:`crop_size_for`: ``round(1.15 * S)``) so that the augmenter's random crops (76-100% of
-  the area, see :mod:`whale.augment`) keep at least S pixels a side.
-  Memory with ``cache="memory"``: ``n * crop**2 * C`` bytes, e.g. 15,697 images at S = 384
-  (crop 442) x 3 = 9.2 GB, at S = 512 (crop 589) 16.3 GB: more than a Kaggle kernel has.
-  ``cache="jpeg"`` keeps each crop JPEG-encoded (quality 95, about a tenth of the bytes on
-  photographs) and decodes it on access; ``cache="none"`` reads the file every time.
+Crops come from a :class:`whale.data.ImageStore`.
+
 - :func:`make_epoch_pairs`: one epoch's positive (label 1) and negative (label 0) pairs, half
   each.
 - :class:`PairDataset`: ``keras.utils.PyDataset`` of ``((a, b), y)`` batches for ``fit``.
   The batch order comes from ``(seed, epoch)`` and every image's augmentation from
   ``(seed, epoch, pair index, side)``, so a batch is the same whatever worker builds it and
   whenever it is built; a resumed run sees the same data as an uninterrupted one.
-- :class:`ImageBatches`: plain (resized, un-augmented) images in order, for scoring/predict.
-
-Keras (and so TensorFlow) is imported with this module: both sequences subclass PyDataset.
+Keras is imported with this module: the sequence subclasses PyDataset.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable
 
 import keras
 import numpy as np
 
-from whale.augment import build_plain
-from whale.config import CACHE_MODES
-
-JPEG_QUALITY = 95
-"""Quality of the ``jpeg`` crop cache."""
-
-CROP_FACTOR = 1.15
-"""Stored crops are this much larger (per side) than the model input; see the module docstring."""
+from whale.data.augment import build_plain
 
 # Third word of the rng seeds ``[seed, epoch, purpose, ...]`` (one stream per use).
 _PURPOSE_SHUFFLE = 101
 _PURPOSE_AUGMENT = 102
-
-
-def crop_size_for(image_size: int, factor: float = CROP_FACTOR) -> int:
-    """Side of the stored crop for model input side ``image_size``: ``round(factor * S)``."""
-    return int(round(factor * int(image_size)))
-
-
-class ImageStore:
-    """Box crops of a list of images, loaded lazily and cached in memory.
-
-    ``cache``: ``"memory"`` (decoded arrays; True means this), ``"jpeg"`` (encoded bytes,
-    decoded on access) or ``"none"`` (False: read the file on every access).
-
-    ``paths``: image files. ``boxes``: one ``(x0, y0, x1, y1)`` or None (whole image) per path.
-    ``store[i]`` -> ``uint8 [crop_size, crop_size, channels]`` (via :func:`whale.data.load_crop`).
-    The cache is a plain dict: safe under threads (at worst a crop is decoded twice); with
-    multiprocessing workers call :meth:`preload` first so forked workers inherit the crops.
-    Callers must not modify the returned arrays.
-    """
-
-    def __init__(
-        self,
-        paths: Sequence,
-        boxes: Sequence | None,
-        crop_size: int,
-        channels: int = 3,
-        margin: float = 0.05,
-        cache: bool | str = "memory",
-    ):
-        self.paths = list(paths)
-        self.boxes = [None] * len(self.paths) if boxes is None else list(boxes)
-        if len(self.boxes) != len(self.paths):
-            raise ValueError(
-                f"expected one box (or None) per path: received {len(self.paths)} paths and "
-                f"{len(self.boxes)} boxes"
-            )
-        if channels not in (1, 3):
-            raise ValueError(f"channels: expected 1 or 3, received {channels!r}")
-        if int(crop_size) < 1:
-            raise ValueError(f"crop_size: expected a positive integer, received {crop_size!r}")
-        self.crop_size = int(crop_size)
-        self.channels = int(channels)
-        self.margin = float(margin)
-        mode = ("memory" if cache else "none") if isinstance(cache, bool) else cache
-        if mode not in CACHE_MODES:
-            raise ValueError(f"cache: expected one of {', '.join(CACHE_MODES)} (or a bool), received {cache!r}")
-        self.cache = mode
-        self._cache: dict[int, np.ndarray | bytes] = {}
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def _load(self, i: int) -> np.ndarray:
-        from whale import data  # looked up at call time (tests monkeypatch data.load_crop)
-
-        return data.load_crop(
-            self.paths[i], self.boxes[i], self.crop_size, channels=self.channels, margin=self.margin
-        )
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        """Crop ``i``: ``uint8 [crop_size, crop_size, channels]``."""
-        i = int(i)
-        if not -len(self) <= i < len(self):
-            raise IndexError(f"image index {i} out of range for a store of {len(self)} images")
-        i %= len(self)
-        hit = self._cache.get(i)
-        if hit is not None:
-            return _decode(hit) if self.cache == "jpeg" else hit
-        img = self._load(i)
-        if self.cache != "none":
-            self._cache[i] = _encode(img) if self.cache == "jpeg" else img
-        return img
-
-    def preload(self, progress: bool = True) -> "ImageStore":
-        """Decode every crop now (no-op for cached ones); returns self."""
-        indices = range(len(self))
-        if progress:
-            from tqdm.auto import tqdm
-
-            indices = tqdm(indices, desc=f"loading crops {self.crop_size}px", unit="img")
-        for i in indices:
-            self[i]
-        return self
-
-    @property
-    def n_cached(self) -> int:
-        return len(self._cache)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the cache."""
-        return sum(len(a) if isinstance(a, bytes) else a.nbytes for a in self._cache.values())
-
-
-def _encode(img: np.ndarray) -> bytes:
-    import cv2
-
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
-    if not ok:
-        raise ValueError(f"could not JPEG-encode a crop of shape {img.shape}")
-    return buf.tobytes()
-
-
-def _decode(data: bytes) -> np.ndarray:
-    import cv2
-
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    return img[:, :, None] if img.ndim == 2 else img
 
 
 def _check_pairs(pairs: np.ndarray, what: str) -> np.ndarray:
@@ -302,55 +179,3 @@ class PairDataset(keras.utils.PyDataset):
             b[j] = self._image(r, 1)
         y = self.labels[rows].reshape(-1, 1).copy()
         return (a, b), y
-
-
-class ImageBatches(keras.utils.PyDataset):
-    """Plain (resized, un-augmented) images of ``store`` at ``indices``, in order, for predict.
-
-    ``ImageBatches(store, indices, image_size, batch_size=64, ...)``; ``indices=None`` means
-    every image of the store. Each batch: float32 ``[B, S, S, C]`` (0..255); the last batch may
-    be smaller.
-    """
-
-    def __init__(
-        self,
-        store,
-        indices: Sequence[int] | np.ndarray | None,
-        image_size: int,
-        batch_size: int = 64,
-        workers: int = 1,
-        use_multiprocessing: bool = False,
-        max_queue_size: int = 10,
-    ):
-        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
-        self.store = store
-        self.indices = np.arange(len(store)) if indices is None else np.asarray(indices, dtype=np.int64).reshape(-1)
-        if len(self.indices) and (self.indices.min() < 0 or self.indices.max() >= len(store)):
-            raise ValueError(f"indices must be in [0, {len(store)}), received {self.indices.min()}..{self.indices.max()}")
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size: expected a positive integer, received {batch_size!r}")
-        self.image_size = int(image_size)
-        self.batch_size = int(batch_size)
-        channels = getattr(store, "channels", None)
-        if channels is None:
-            channels = np.asarray(store[int(self.indices[0])]).shape[-1] if len(self.indices) else 3
-        self.channels = int(channels)
-        self._plain = build_plain(self.image_size, self.channels)
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.indices) / self.batch_size)
-
-    @property
-    def num_batches(self) -> int:
-        return len(self)
-
-    def __getitem__(self, idx: int) -> np.ndarray:
-        """Batch ``idx``: float32 ``[B, S, S, C]``."""
-        if not 0 <= idx < len(self):
-            raise IndexError(f"batch {idx} out of range for {len(self)} batches")
-        rows = self.indices[idx * self.batch_size : (idx + 1) * self.batch_size]
-        s = self.image_size
-        out = np.empty((len(rows), s, s, self.channels), np.float32)
-        for j, i in enumerate(rows):
-            out[j] = self._plain(self.store[int(i)])
-        return out

@@ -1,4 +1,4 @@
-"""Training pairs for the siamese net: Algorithm 1 (adversarial negative mining) and positives.
+"""Algorithm 1 (adversarial negative mining): the linear assignment on the noisy score matrix.
 
 Negatives (paper, Algorithm 1). Every few epochs the current model scores every training
 image against every other one, ``S[i, j]`` = probability of a match. The cost is
@@ -50,22 +50,20 @@ Choices made here, and why:
   exists. Those fallback pairs are valid but random negatives; the optimum uses as few as it
   can. Never are same-id pairs emitted.
 
-Positives (:func:`positive_pairs`): inside every id with at least two images, a uniformly
-random derangement (no image with itself), drawn by rejection sampling of permutations.
-The caller drops ``new_whale`` (its images are different whales) before calling either.
+The caller drops ``new_whale`` (its images are different whales) before mining.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from whale.arrays import id_codes
 from whale.errors import WhaleError
 
 __all__ = [
     "NoValidAssignment",
     "mine_negatives",
     "mine_negatives_sparse",
-    "positive_pairs",
     "validate_negative_pairs",
 ]
 
@@ -80,17 +78,6 @@ class NoValidAssignment(WhaleError):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _codes(ids, n: int | None = None, name: str = "ids") -> np.ndarray:
-    """``[n]`` int64 group codes for labels of any dtype (equal labels -> equal codes)."""
-    ids = np.asarray(ids)
-    if ids.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D array of labels, received shape {ids.shape}")
-    if n is not None and len(ids) != n:
-        raise ValueError(f"{name}: expected {n} labels (one per row of scores), received {len(ids)}")
-    _, codes = np.unique(ids, return_inverse=True)
-    return codes.reshape(-1).astype(np.int64)
 
 
 def _largest_group(codes: np.ndarray) -> int:
@@ -154,7 +141,7 @@ def validate_negative_pairs(pairs_list, ids, n: int) -> None:
     once (a permutation); no pair joins two images of the same id; no ordered pair appears in
     two epochs.
     """
-    codes = _codes(ids, n)
+    codes = id_codes(ids, n)
     seen = []
     for e, pairs in enumerate(pairs_list):
         pairs = np.asarray(pairs)
@@ -236,7 +223,7 @@ def mine_negatives(scores, ids, k, epochs, rng: np.random.Generator, maxval: flo
     if not np.issubdtype(scores.dtype, np.floating) and not np.issubdtype(scores.dtype, np.integer):
         raise ValueError(f"scores: expected a float matrix, received dtype {scores.dtype}")
     n = scores.shape[0]
-    codes = _codes(ids, n)
+    codes = id_codes(ids, n)
     k, epochs = _check_k_epochs(k, epochs)
     maxval = float(maxval)
     _check_feasible(codes, epochs)
@@ -322,7 +309,7 @@ def mine_negatives_sparse(
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import maximum_bipartite_matching
 
-    codes = _codes(ids)
+    codes = id_codes(ids)
     n = len(codes)
     rows, cols, scores = (np.asarray(v) for v in (rows, cols, scores))
     for name, v in (("rows", rows), ("cols", cols), ("scores", scores)):
@@ -409,43 +396,3 @@ def mine_negatives_sparse(
         result.append(np.stack([np.arange(n, dtype=np.int64), x], axis=1))
     validate_negative_pairs(result, codes, n)
     return result
-
-
-# --------------------------------------------------------------------------- positives
-
-
-def positive_pairs(ids, rng: np.random.Generator) -> np.ndarray:
-    """Positive pairs: a uniform random derangement inside each id with >= 2 images.
-
-    Args:
-        ids: ``[n]`` labels of any dtype.
-        rng: the generator.
-
-    Returns:
-        ``(m, 2)`` int64, ``m`` = number of images whose id holds >= 2 images, sorted by the
-        first column. Every such image is first element once and second element once, never
-        paired with itself; ids with one image give no pair.
-    """
-    codes = _codes(ids)
-    if len(codes) == 0:
-        return np.empty((0, 2), dtype=np.int64)
-    order = np.argsort(codes, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
-    sizes = np.diff(np.r_[starts, len(codes)])
-    parts = []
-    for s in np.unique(sizes[sizes >= 2]):
-        members = order[starts[sizes == s][:, None] + np.arange(s)]  # [groups, s]
-        perm = np.empty(members.shape, dtype=np.int64)
-        todo = np.arange(len(members))
-        while len(todo):
-            # Uniform permutations; keep those without fixed points -> uniform derangements.
-            p = np.argsort(rng.random((len(todo), s)), axis=1)
-            ok = (p != np.arange(s)).all(axis=1)
-            perm[todo[ok]] = p[ok]
-            todo = todo[~ok]
-        partner = np.take_along_axis(members, perm, axis=1)
-        parts.append(np.stack([members.ravel(), partner.ravel()], axis=1))
-    if not parts:
-        return np.empty((0, 2), dtype=np.int64)
-    pairs = np.concatenate(parts).astype(np.int64)
-    return pairs[np.argsort(pairs[:, 0], kind="stable")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 
-STRATEGIES = ("auto", "mirrored", "default")
+from whale.config import STRATEGIES
 
 
 def _devices(tf) -> list[str]:

@@ -8,8 +8,9 @@ with the stage boundaries marked. matplotlib's Agg backend: no display needed.
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
+
+from whale.files import atomic_write
 
 
 def _column(rows: list[dict], name: str) -> tuple[list[int], list[float]]:
@@ -59,8 +60,8 @@ def plot_training(log_csv, out_png) -> Path | None:
     fig.suptitle(f"{Path(log_csv).parent.name}: stages separated by dotted lines", fontsize=10)
     fig.tight_layout()
     out_png = Path(out_png)
-    tmp = out_png.with_name(out_png.name + ".tmp.png")
-    fig.savefig(tmp, dpi=90)
-    plt.close(fig)
-    os.replace(tmp, out_png)
+    try:
+        atomic_write(out_png, lambda tmp: fig.savefig(tmp, dpi=90))
+    finally:
+        plt.close(fig)
     return out_png

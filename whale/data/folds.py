@@ -15,7 +15,7 @@ Rules (Wang, Solovyev et al. 2020, section on validation):
 
 The assignment depends only on the (Image, Id) content and the seed, not on the row order.
 
-CLI: ``python -m whale.folds --data DIR [--seed S] [--folds N]`` prints :func:`fold_summary`.
+CLI: ``python -m whale.data.folds --data DIR [--seed S] [--folds N]`` prints :func:`fold_summary`.
 """
 from __future__ import annotations
 
@@ -164,10 +164,10 @@ def fold_summary(train_df: pd.DataFrame, folds: pd.Series, n_folds: int | None =
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the fold summary of ``DIR/train.csv``."""
-    from whale.data import read_train_csv
+    from whale.data.competition import read_train_csv
     from whale.errors import WhaleError
 
-    parser = argparse.ArgumentParser(prog="python -m whale.folds", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m whale.data.folds", description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, type=Path, help="competition folder holding train.csv")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folds", type=int, default=4)

@@ -1,0 +1,175 @@
+"""Combining runs: score files aligned by image name and averaged with weights.
+
+Runs may store their queries and gallery in any order; :func:`average_score_files` aligns
+them by *name* and averages with weights, one run in memory at a time, accumulating in
+float32. :func:`validation_groups` combines validation files: files with the *same set* of
+queries (several models scoring the same fold) are averaged like the test files; files with
+*disjoint* query sets (the folds of one model) stay separate groups whose queries are
+concatenated for every measure (a query is only ever scored against its own group's
+gallery, so groups may have different galleries). Two files whose query sets overlap without
+being equal are an error: there is no single right way to combine them.
+
+Validation weights: within a group of files with equal query sets, the runs' weights are
+renormalised to sum 1. Caveat: a fold's validation gallery holds only that fold's training
+images while the test gallery holds all of them, so per-id maxima run a little higher on test;
+a threshold (or calibration) learnt on validation carries that bias, which is why the share of
+``new_whale`` it implies on test is printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from whale.errors import ConfigError, DataError
+from whale.inference.scorefile import ScoreFile, _first, _read_names, load_score_file
+
+_ROW_BLOCK = 2048  # rows reordered and accumulated at a time: bounds the float32 temporaries
+
+
+def normalise_weights(weights: Sequence[float] | None, n_runs: int) -> np.ndarray:
+    """Weights of ``n_runs`` runs scaled to sum 1 (``None``: equal weights).
+
+    Returns:
+        ``[n_runs]`` float64.
+
+    Raises:
+        ConfigError: the count differs from ``n_runs``, a weight is negative or not finite, or
+            they sum to zero.
+    """
+    if n_runs < 1:
+        raise ConfigError("expected at least one run, got none")
+    if weights is None:
+        return np.full(n_runs, 1.0 / n_runs)
+    w = np.asarray(list(weights), dtype=np.float64)
+    if w.shape != (n_runs,):
+        raise ConfigError(f"expected one weight per run ({n_runs} runs), got {w.size} weights: {list(w)}")
+    if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ConfigError(f"weights must be finite, >= 0 and not all zero, got {list(w)}")
+    return w / w.sum()
+
+
+def _positions(names: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index of each of ``wanted`` in ``names`` (both unique, same set) as ``[len(wanted)]`` int64."""
+    order = np.argsort(names, kind="stable")
+    return order[np.searchsorted(names, wanted, sorter=order)].astype(np.int64)
+
+
+def _compare_sets(ref: np.ndarray, other: np.ndarray, what: str, ref_path: Path, path: Path) -> None:
+    missing = np.setdiff1d(ref, other)
+    if missing.size:
+        raise DataError(f"{path}: {missing.size} {what} image(s) of {ref_path} are missing from this "
+                        f"run: {_first(missing)}; every run must score the same {what} images")
+    extra = np.setdiff1d(other, ref)
+    if extra.size:
+        raise DataError(f"{path}: {extra.size} {what} image(s) are not in {ref_path}: "
+                        f"{_first(extra)}; every run must score the same {what} images")
+
+
+def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
+                        need_query_ids: bool = False, log=None) -> ScoreFile:
+    """Weighted mean of several score files, aligned by query and gallery image names.
+
+    All files must hold the same *sets* of query and gallery images (in any order) with the
+    same gallery ids (and query ids, where present). The result is in the first file's order.
+    Only one file's matrix is in memory at a time besides the float32 sum.
+
+    Args:
+        paths: score files (``.npz``), at least one.
+        weights: one per file, any positive scale (normalised to sum 1); None = equal.
+        need_query_ids: require ``query_ids`` (validation).
+        log: optional ``print``-like callable for progress.
+
+    Returns:
+        A :class:`ScoreFile` with float32 ``scores`` [n_query, n_gallery].
+
+    Raises:
+        DataError: a file is malformed, or an image is missing from a file (the message names
+            the file and the first few images), or ids disagree between files.
+        ConfigError: the weights do not match the files.
+    """
+    paths = [Path(p) for p in paths]
+    w = normalise_weights(weights, len(paths))
+    metas = [_read_names(p, need_query_ids) for p in paths]  # cheap: checks everything first
+    ref, ref_path = metas[0], paths[0]
+    plans = []
+    for path, meta in zip(paths, metas):
+        _compare_sets(ref["query"], meta["query"], "query", ref_path, path)
+        _compare_sets(ref["gallery"], meta["gallery"], "gallery", ref_path, path)
+        qi = _positions(meta["query"], ref["query"])
+        gi = _positions(meta["gallery"], ref["gallery"])
+        bad = np.flatnonzero(meta["gallery_ids"][gi] != ref["gallery_ids"])
+        if bad.size:
+            raise DataError(f"{path}: gallery ids differ from {ref_path} for images "
+                            f"{_first(ref['gallery'][bad])}")
+        if "query_ids" in ref and "query_ids" in meta:
+            bad = np.flatnonzero(meta["query_ids"][qi] != ref["query_ids"])
+            if bad.size:
+                raise DataError(f"{path}: query ids differ from {ref_path} for images "
+                                f"{_first(ref['query'][bad])}")
+        plans.append((qi, gi))
+    nq, ng = ref["shape"]
+    total = np.zeros((nq, ng), dtype=np.float32)
+    for path, weight, (qi, gi) in zip(paths, w, plans):
+        if log:
+            log(f"  adding {path} (weight {weight:.4g})")
+        scores = load_score_file(path, need_query_ids).scores
+        same_q = np.array_equal(qi, np.arange(nq))
+        same_g = np.array_equal(gi, np.arange(ng))
+        for start in range(0, nq, _ROW_BLOCK):
+            rows = slice(start, min(start + _ROW_BLOCK, nq))
+            block = scores[rows] if same_q else scores[qi[rows]]
+            if not same_g:
+                block = block[:, gi]
+            total[rows] += np.float32(weight) * block.astype(np.float32, copy=False)
+        del scores
+    return ScoreFile(ref_path, total, ref["query"], ref["gallery"], ref["gallery_ids"],
+                     ref.get("query_ids"), tuple(paths))
+
+
+def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, log=None) -> list[ScoreFile]:
+    """Validation files combined: averaged within identical query sets, kept apart across disjoint ones.
+
+    Files whose query *sets* are equal (several models validating the same fold) are averaged
+    with their weights renormalised within the group (:func:`average_score_files`). Files
+    with disjoint query sets (the folds of one model) form separate groups; callers
+    concatenate the groups' queries, each scored against its own gallery.
+
+    Args:
+        paths: ``val.npz`` files (with ``query_ids``).
+        weights: one per file (None = equal).
+
+    Returns:
+        One float32 :class:`ScoreFile` per group, in order of first appearance.
+
+    Raises:
+        DataError: two files share some but not all queries (names both and a few images), a
+            file is malformed, or files of a group disagree (see :func:`average_score_files`).
+    """
+    paths = [Path(p) for p in paths]
+    w = normalise_weights(weights, len(paths))
+    keys: list[frozenset] = []
+    members: list[list[int]] = []
+    for i, p in enumerate(paths):
+        q = frozenset(_read_names(p, True)["query"].tolist())
+        for key, mem in zip(keys, members):
+            if key == q:
+                mem.append(i)
+                break
+            shared = key & q
+            if shared:
+                raise DataError(
+                    f"{p}: its validation queries overlap those of {paths[mem[0]]} without being the "
+                    f"same set ({len(shared)} shared, e.g. {_first(sorted(shared))}); expected equal sets "
+                    "(models of the same fold: averaged) or disjoint sets (folds: concatenated)")
+        else:
+            keys.append(q)
+            members.append([i])
+    groups = []
+    for mem in members:
+        if log:
+            log(f"  validation group of {len(mem)} run(s), {len(keys[len(groups)])} queries")
+        groups.append(average_score_files([paths[i] for i in mem], w[mem], need_query_ids=True, log=log))
+    return groups

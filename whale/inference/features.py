@@ -1,0 +1,123 @@
+"""Branch features of images: box crops in fixed-size batches, through the branch, once per image.
+
+:class:`ImageBatches` serves un-augmented crops (the same crops training sees, resized to
+the model's input) as a Keras ``PyDataset``; :func:`compute_features` runs the branch on
+them and returns ``[n, d] float32``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import keras
+import numpy as np
+
+from whale.data.augment import build_plain
+from whale.progress import progress_bar
+
+
+def compute_features(branch, batches, n: int | None = None, batch_size: int = 64, progress: bool = True):
+    """Branch features of every image, computed once, batch by batch.
+
+    Args:
+        branch: Keras model, float32 images ``[b, S, S, C]`` (raw 0..255) -> ``[b, d]``.
+        batches: an iterable of float32 image batches ``[b, S, S, C]`` (or ``(x, ...)``
+            tuples, whose first element is used), a ``keras.utils.PyDataset``, or one
+            ``[n, S, S, C]`` array that is cut into ``batch_size`` batches.
+        n: number of images expected in total (progress bar; checked at the end). ``None``:
+            not checked.
+        batch_size: batch size when ``batches`` is one array.
+        progress: show a tqdm bar.
+
+    Returns:
+        ``[n, d]`` float32.
+    """
+    if isinstance(batches, np.ndarray):
+        arr = batches
+        if arr.ndim != 4:
+            raise ValueError(f"batches: expected an [n, S, S, C] image array, received shape {arr.shape}")
+        n = arr.shape[0] if n is None else n
+        batches = (arr[i : i + batch_size] for i in range(0, arr.shape[0], batch_size))
+        total = math.ceil(arr.shape[0] / batch_size)
+    elif hasattr(batches, "__getitem__") and hasattr(batches, "__len__") and not isinstance(batches, (list, tuple)):
+        ds = batches  # keras PyDataset (or any Sequence-like of batches)
+        total = len(ds)
+        batches = (ds[i] for i in range(total))
+    else:
+        total = len(batches) if hasattr(batches, "__len__") else None
+
+    out = []
+    count = 0
+    for batch in progress_bar(batches, total=total, desc="features", enabled=progress):
+        if isinstance(batch, (tuple, list)):
+            batch = batch[0]
+        x = np.asarray(batch, dtype=np.float32)
+        # Under a multi-replica MirroredStrategy, Keras 3.15's predict_on_batch returns each
+        # row once per replica and predict() fails on batches smaller than the replica
+        # count; a direct call runs the batch whole on one device.
+        if branch.distribute_strategy.num_replicas_in_sync > 1:
+            f = np.asarray(branch(x, training=False), dtype=np.float32)
+        else:
+            f = np.asarray(branch.predict_on_batch(x), dtype=np.float32)
+        if f.ndim != 2 or f.shape[0] != x.shape[0]:
+            raise ValueError(f"branch: expected [b, d] features for a batch of {x.shape[0]}, received {f.shape}")
+        out.append(f)
+        count += f.shape[0]
+    if n is not None and count != n:
+        raise ValueError(f"batches: expected {n} images in total, received {count}")
+    if not out:
+        raise ValueError("batches: expected at least one batch of images, received none")
+    return np.concatenate(out, axis=0)
+
+
+class ImageBatches(keras.utils.PyDataset):
+    """Plain (resized, un-augmented) images of ``store`` at ``indices``, in order, for predict.
+
+    ``ImageBatches(store, indices, image_size, batch_size=64, ...)``; ``indices=None`` means
+    every image of the store. Each batch: float32 ``[B, S, S, C]`` (0..255); the last batch may
+    be smaller.
+    """
+
+    def __init__(
+        self,
+        store,
+        indices: Sequence[int] | np.ndarray | None,
+        image_size: int,
+        batch_size: int = 64,
+        workers: int = 1,
+        use_multiprocessing: bool = False,
+        max_queue_size: int = 10,
+    ):
+        super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
+        self.store = store
+        self.indices = np.arange(len(store)) if indices is None else np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(self.indices) and (self.indices.min() < 0 or self.indices.max() >= len(store)):
+            raise ValueError(f"indices must be in [0, {len(store)}), received {self.indices.min()}..{self.indices.max()}")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size: expected a positive integer, received {batch_size!r}")
+        self.image_size = int(image_size)
+        self.batch_size = int(batch_size)
+        channels = getattr(store, "channels", None)
+        if channels is None:
+            channels = np.asarray(store[int(self.indices[0])]).shape[-1] if len(self.indices) else 3
+        self.channels = int(channels)
+        self._plain = build_plain(self.image_size, self.channels)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.indices) / self.batch_size)
+
+    @property
+    def num_batches(self) -> int:
+        return len(self)
+
+    def __getitem__(self, idx: int) -> np.ndarray:
+        """Batch ``idx``: float32 ``[B, S, S, C]``."""
+        if not 0 <= idx < len(self):
+            raise IndexError(f"batch {idx} out of range for {len(self)} batches")
+        rows = self.indices[idx * self.batch_size : (idx + 1) * self.batch_size]
+        s = self.image_size
+        out = np.empty((len(rows), s, s, self.channels), np.float32)
+        for j, i in enumerate(rows):
+            out[j] = self._plain(self.store[int(i)])
+        return out

@@ -1,0 +1,182 @@
+"""Score files: the one format that runs, ``python -m whale.inference`` and ``ensemble.py`` share.
+
+``RUN_DIR/scores/val.npz``: the fold's validation queries (``new_whale`` included, truth in
+``query_ids``) against the fold's training images with known ids.
+``RUN_DIR/scores/test.npz``: the competition's test images against *every* training image
+with a known id, so all folds of all models share one gallery and ``ensemble.py`` can
+average them.
+
+Arrays: ``scores`` ``[n_query, n_gallery]`` float16 or float32 (higher = more likely the same
+whale), ``query``, ``gallery``, ``gallery_ids`` (1-D str) and, for validation, ``query_ids``.
+Strings are stored as numpy unicode arrays so ``np.load(..., allow_pickle=False)`` reads them.
+:func:`write_scores` writes one atomically, :func:`load_score_file` reads and checks one;
+every problem raises :class:`ScoreFileError` naming the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from whale.errors import DataError
+from whale.files import atomic_write
+
+SPLITS = ("val", "test")
+_NAMES_SHOWN = 5
+
+
+class ScoreFileError(DataError):
+    """A score file is missing, unreadable or malformed; the message names the file."""
+
+
+@dataclass(frozen=True)
+class ScoreFile:
+    """One score matrix with the names that index it.
+
+    Attributes:
+        path: where it came from (for a merged matrix, the first file; ``sources`` has all).
+        scores: ``[n_query, n_gallery]`` float16 or float32; higher = more likely the same whale.
+        query: ``[n_query]`` str image names.
+        gallery: ``[n_gallery]`` str image names.
+        gallery_ids: ``[n_gallery]`` str whale ids of the gallery images.
+        query_ids: ``[n_query]`` str true ids (``new_whale`` included), or None (test).
+        sources: the files that were averaged into it.
+    """
+
+    path: Path
+    scores: np.ndarray
+    query: np.ndarray
+    gallery: np.ndarray
+    gallery_ids: np.ndarray
+    query_ids: np.ndarray | None = None
+    sources: tuple[Path, ...] = field(default=())
+
+    @property
+    def n_query(self) -> int:
+        return len(self.query)
+
+
+def score_path(run_dir, split: str) -> Path:
+    """``RUN_DIR/scores/{split}.npz``; ``split`` is ``"val"`` or ``"test"``."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return Path(run_dir) / "scores" / f"{split}.npz"
+
+
+def _first(names, n: int = _NAMES_SHOWN) -> str:
+    names = [str(x) for x in names]
+    more = f" ... ({len(names)} in all)" if len(names) > n else ""
+    return ", ".join(names[:n]) + more
+
+
+def _str_array(z, key: str, path: Path) -> np.ndarray:
+    arr = z[key]
+    if arr.ndim != 1 or arr.dtype.kind != "U":
+        raise ScoreFileError(f"{path}: array {key!r} must be 1-D str, got shape {arr.shape} dtype {arr.dtype}")
+    return arr
+
+
+def _check_unique(names: np.ndarray, what: str, path: Path) -> None:
+    uniq, counts = np.unique(names, return_counts=True)
+    if len(uniq) != len(names):
+        raise ScoreFileError(f"{path}: {what} names must be unique; repeated: {_first(uniq[counts > 1])}")
+
+
+def _open_npz(path: Path):
+    if not path.is_file():
+        raise ScoreFileError(f"{path}: score file not found")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ScoreFileError(f"{path}: not a readable .npz score file ({e})") from None
+
+
+def _read_names(path: Path, need_query_ids: bool) -> dict:
+    """The name arrays of a score file and the shape of its matrix, without loading the matrix."""
+    with _open_npz(path) as z:
+        need = ["scores", "query", "gallery", "gallery_ids"] + (["query_ids"] if need_query_ids else [])
+        missing = [k for k in need if k not in z.files]
+        if missing:
+            raise ScoreFileError(f"{path}: missing arrays {missing}; expected {need}, found {sorted(z.files)}")
+        try:
+            out = {k: _str_array(z, k, path) for k in need if k != "scores"}
+            if not need_query_ids and "query_ids" in z.files:
+                out["query_ids"] = _str_array(z, "query_ids", path)
+            # The matrix's header only: NpzFile gives no shape without loading the array.
+            with z.zip.open("scores.npy") as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                else:
+                    shape, dtype = z["scores"].shape, z["scores"].dtype
+        except ValueError as e:
+            raise ScoreFileError(f"{path}: {e}") from None
+    if len(shape) != 2 or np.dtype(dtype).kind != "f":
+        raise ScoreFileError(f"{path}: 'scores' must be a 2-D float array, got shape {shape} dtype {dtype}")
+    nq, ng = shape
+    if len(out["query"]) != nq or len(out["gallery"]) != ng or len(out["gallery_ids"]) != ng:
+        raise ScoreFileError(
+            f"{path}: 'scores' is {nq} x {ng} but there are {len(out['query'])} query, "
+            f"{len(out['gallery'])} gallery and {len(out['gallery_ids'])} gallery_ids names"
+        )
+    if "query_ids" in out and len(out["query_ids"]) != nq:
+        raise ScoreFileError(f"{path}: {len(out['query_ids'])} query_ids for {nq} queries")
+    _check_unique(out["query"], "query", path)
+    _check_unique(out["gallery"], "gallery", path)
+    out["shape"] = (nq, ng)
+    return out
+
+
+def load_score_file(path, need_query_ids: bool = False) -> ScoreFile:
+    """Load and check one score file (``allow_pickle=False``).
+
+    Args:
+        path: a ``.npz`` with ``scores`` [n_query, n_gallery] float, ``query``, ``gallery``,
+            ``gallery_ids`` (1-D str) and, for validation, ``query_ids`` (1-D str).
+        need_query_ids: require ``query_ids`` (validation files).
+
+    Returns:
+        A :class:`ScoreFile` whose ``scores`` keep the stored dtype.
+
+    Raises:
+        DataError: missing file or array, wrong shapes or dtypes, repeated names, non-finite scores.
+    """
+    path = Path(path)
+    names = _read_names(path, need_query_ids)
+    with _open_npz(path) as z:
+        scores = z["scores"]
+    if not np.isfinite(scores).all():
+        bad = np.argwhere(~np.isfinite(scores))[0]
+        raise ScoreFileError(f"{path}: scores must be finite; query {names['query'][bad[0]]!r} vs "
+                        f"gallery {names['gallery'][bad[1]]!r} is {scores[bad[0], bad[1]]}")
+    return ScoreFile(path, scores, names["query"], names["gallery"], names["gallery_ids"],
+                     names.get("query_ids"), (path,))
+
+
+def write_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_ids=None) -> Path:
+    """Write a score file atomically; float64 scores are stored as float16, float16/32 as they are.
+
+    Args:
+        path: the ``.npz`` to write.
+        scores: ``[n_query, n_gallery]`` float.
+        query, gallery, gallery_ids, query_ids: sequences of str (``query_ids`` for validation).
+
+    Raises:
+        ScoreFileError: the matrix does not have one row per query and one column per gallery image.
+    """
+    path = Path(path)
+    scores = np.asarray(scores)
+    if scores.shape != (len(query), len(gallery)):
+        raise ScoreFileError(f"{path}: scores have shape {scores.shape}, expected "
+                             f"({len(query)}, {len(gallery)}) = (queries, gallery images)")
+    arrays = {"scores": scores.astype(np.float16) if scores.dtype == np.float64 else scores,
+              "query": np.asarray(list(query), dtype=str),
+              "gallery": np.asarray(list(gallery), dtype=str),
+              "gallery_ids": np.asarray(list(gallery_ids), dtype=str)}
+    if query_ids is not None:
+        arrays["query_ids"] = np.asarray(list(query_ids), dtype=str)
+    return atomic_write(path, lambda tmp: np.savez(tmp, **arrays))

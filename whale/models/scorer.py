@@ -1,0 +1,361 @@
+"""The head as a compiled scorer: exact head scores of many feature pairs, block by block.
+
+The siamese model splits into a branch (image -> feature ``[d]``) and a head (two features ->
+match probability). Branch features are computed once per image (:func:`compute_features`);
+everything else here is head work on feature pairs.
+
+Exact head scoring (:class:`HeadScorer`). The head of :func:`whale.models.build_head` is one
+small network shared by the ``d`` feature positions followed by a weighted sum::
+
+    z_m(x, y) = c0_m*x*y + c1_m*(x+y) + c2_m*|x-y| + c3_m*(x-y)^2 + b_m      (Conv2D (4,1))
+    g(x, y)   = sum_m v_m * relu(z_m) + b2                                   (Conv2D (1,mid))
+    p         = sigmoid(Dense(... relu(Dense(g(x_1, y_1) .. g(x_d, y_d))) ...))
+
+:class:`HeadScorer` reads those weights from the Keras head (by layer type and order) and
+evaluates the formula directly on broadcast blocks ``[a, 1, d] x [1, b, d]`` with one
+XLA-compiled TensorFlow function per block shape (blocks are padded to a fixed shape, so it
+compiles once). XLA fuses the ``mid`` units into a single loop, so the ``[a, b, d, mid]``
+intermediate is never written to memory and no pair of features is ever gathered: about
+0.5-1 M pairs/s at d=512, mid=32 on 2 CPU cores, against ~18 k pairs/s for the reference style
+(gather every pair, ``head.predict(batch_size=2048)``). The head is symmetric in its two
+inputs (every stacked feature is), so a train-vs-train matrix computes the upper triangle of
+blocks once and mirrors it exactly. A head whose layers do not follow the contract is
+evaluated through the Keras model itself on pair blocks (same blocking, slower); the choice is
+verified numerically against the model when the scorer is built.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from whale.arrays import as_features
+from whale.progress import progress_bar
+
+__all__ = ["HeadScorer"]
+
+DEFAULT_TILE = (64, 256)
+DEFAULT_PAIR_CHUNK = 16384
+
+
+def _extract_head(head):
+    """Weights of a contract head, or ``None`` if its layers do not follow the contract.
+
+    Returns a dict: ``d``, ``C`` ``[4, mid]``, ``b1`` ``[mid]``, ``v`` ``[mid]``, ``b2`` float,
+    ``dense`` list of ``(W [in, out], b [out], activation name)`` (last one = output layer).
+    """
+    import keras
+
+    convs, denses = [], []
+    for layer in head.layers:
+        if isinstance(layer, keras.layers.Conv2D):
+            convs.append(layer)
+        elif isinstance(layer, keras.layers.Dense):
+            denses.append(layer)
+    if len(convs) != 2 or not denses:
+        return None
+    k1, b1 = (np.asarray(w, dtype=np.float32) for w in convs[0].get_weights())
+    k2, b2 = (np.asarray(w, dtype=np.float32) for w in convs[1].get_weights())
+    if k1.ndim != 4 or k1.shape[:3] != (4, 1, 1):
+        return None
+    mid = k1.shape[3]
+    if k2.shape != (1, mid, 1, 1):
+        return None
+    act1 = keras.activations.serialize(convs[0].activation)
+    act2 = keras.activations.serialize(convs[1].activation)
+    name = lambda a: a if isinstance(a, str) else a.get("config", {}).get("name", a.get("class_name"))
+    if name(act1) != "relu" or name(act2) != "linear":
+        return None
+    dense = []
+    for layer in denses:
+        ws = layer.get_weights()
+        if len(ws) != 2:
+            return None
+        act = name(keras.activations.serialize(layer.activation))
+        if act not in ("relu", "linear", "sigmoid", "tanh"):
+            return None
+        dense.append((np.asarray(ws[0], np.float32), np.asarray(ws[1], np.float32), act))
+    if dense[-1][0].shape[1] != 1 or dense[-1][2] != "sigmoid":
+        return None
+    d = dense[0][0].shape[0]
+    return {"d": d, "C": k1[:, 0, 0, :], "b1": b1, "v": k2[0, :, 0, 0], "b2": float(b2[0]), "dense": dense}
+
+
+class HeadScorer:
+    """Exact, blockwise evaluation of a siamese head on many feature pairs.
+
+    Args:
+        head: the Keras head, inputs ``(x, y)`` each ``[d]`` float32 -> ``[1]`` probability.
+        tile: ``(a, b)`` query x gallery block evaluated per call of the compiled function;
+            memory of one call ~ ``a * b * d * 4`` bytes times a few.
+        pair_chunk: row-aligned pairs per call in :meth:`pairs`.
+        jit: compile with XLA (much faster on CPU); falls back to plain ``tf.function``
+            if XLA is unavailable.
+        check: compare with ``head`` on random pairs when built; a mismatch (a head that does
+            not follow the contract) switches to the generic path through the Keras model.
+
+    Attributes:
+        d: feature dimension. ``exact_formula``: True if the fast formula path is used.
+        pairs_computed: running count of pairs evaluated (for benchmarks).
+    """
+
+    def __init__(self, head, tile=DEFAULT_TILE, pair_chunk=DEFAULT_PAIR_CHUNK, jit=True, check=True):
+        self.head = head
+        self.tile = (int(tile[0]), int(tile[1]))
+        self.pair_chunk = int(pair_chunk)
+        if min(self.tile) < 1 or self.pair_chunk < 1:
+            raise ValueError(f"tile, pair_chunk: expected positive sizes, received {tile}, {pair_chunk}")
+        self.jit = bool(jit)
+        self.params = _extract_head(head)
+        self.d = self.params["d"] if self.params else int(head.inputs[0].shape[-1])
+        self.exact_formula = self.params is not None
+        self.pairs_computed = 0
+        self._fns = {}
+        if check:
+            self._verify()
+
+    # ---- the compiled core
+
+    def _core(self, X, Y):
+        """Broadcastable tf tensors ``[..., d]`` -> probabilities ``[...]`` (float32)."""
+        import tensorflow as tf
+
+        if not self.exact_formula:
+            shape = tf.shape(X + Y)
+            Xb = tf.reshape(tf.broadcast_to(X, shape), (-1, self.d))
+            Yb = tf.reshape(tf.broadcast_to(Y, shape), (-1, self.d))
+            out = self.head([Xb, Yb], training=False)
+            return tf.reshape(tf.cast(out, tf.float32), shape[:-1])
+        p = self.params
+        C, b1, v = p["C"].astype(np.float64), p["b1"].astype(np.float64), p["v"].astype(np.float64)
+        xy = X * Y
+        s = X + Y
+        df = X - Y
+        ad = tf.abs(df)
+        sq = df * df
+        acc = None
+        # Unrolled over the mid units with the weights as constants: XLA fuses the whole loop,
+        # so [.., d, mid] never exists in memory.
+        for m in range(C.shape[1]):
+            z = float(C[0, m]) * xy + float(C[1, m]) * s + float(C[2, m]) * ad + float(C[3, m]) * sq + float(b1[m])
+            t = float(v[m]) * tf.nn.relu(z)
+            acc = t if acc is None else acc + t
+        h = acc + p["b2"]
+        acts = {"relu": tf.nn.relu, "linear": lambda t: t, "sigmoid": tf.sigmoid, "tanh": tf.tanh}
+        for W, b, act in p["dense"]:
+            if W.shape[1] == 1:
+                h = tf.reduce_sum(h * tf.constant(W[:, 0]), axis=-1, keepdims=True) + float(b[0])
+            else:
+                h = tf.tensordot(h, tf.constant(W), axes=1) + tf.constant(b)
+            h = acts[act](h)
+        return h[..., 0]
+
+    def _fn(self, kind: str, shape: tuple):
+        """One compiled function per (kind, fixed shape): XLA compiles each shape once."""
+        key = (kind, shape)
+        if key in self._fns:
+            return self._fns[key]
+        import tensorflow as tf
+
+        d = self.d
+        if kind == "block":
+            sig = [tf.TensorSpec((shape[0], d), tf.float32), tf.TensorSpec((shape[1], d), tf.float32)]
+            body = lambda x, y: self._core(x[:, None, :], y[None, :, :])
+        else:
+            sig = [tf.TensorSpec((shape[0], d), tf.float32), tf.TensorSpec((shape[0], d), tf.float32)]
+            body = lambda x, y: self._core(x, y)
+        fn = None
+        if self.jit:
+            try:
+                fn = tf.function(body, input_signature=sig, jit_compile=True)
+                fn.get_concrete_function()
+                fn(tf.zeros(sig[0].shape), tf.zeros(sig[1].shape))
+            except Exception as err:  # XLA missing or unsupported op: plain graph instead
+                warnings.warn(f"HeadScorer: XLA compilation failed ({type(err).__name__}); using tf.function")
+                fn = None
+        if fn is None:
+            fn = tf.function(body, input_signature=sig)
+        self._fns[key] = fn
+        return fn
+
+    def _verify(self):
+        if not self.exact_formula:
+            return
+        rng = np.random.default_rng(0)
+        x = rng.random((64, self.d), dtype=np.float32) * 2
+        y = np.concatenate([x[:32] + 0.05 * rng.standard_normal((32, self.d), dtype=np.float32),
+                            rng.random((32, self.d), dtype=np.float32) * 2]).astype(np.float32)
+        ref = np.asarray(self.head([x, y], training=False), dtype=np.float32).reshape(-1)
+        got = self.pairs(x, y)
+        if not np.allclose(got, ref, atol=1e-5, rtol=1e-4):
+            warnings.warn("HeadScorer: head does not follow the build_head contract; using the Keras model")
+            self.exact_formula = False
+            self._fns.clear()
+
+    # ---- low-rank proxy of the head
+
+    @property
+    def has_head_proxy(self) -> bool:
+        """True for a hidden=0 contract head (the low-rank logit proxy exists)."""
+        return self.exact_formula and len(self.params["dense"]) == 1
+
+    def head_factors(self, rank: int = 4, grid: int = 256, lo: float | None = None, hi: float | None = None):
+        """Low-rank separable approximation ``g(x, y) ~ sum_r lam_r u_r(x) u_r(y)``.
+
+        ``g`` (the per-position network) is tabulated on a ``grid`` x ``grid`` grid of values
+        in ``[lo, hi]`` and eigen-decomposed (it is symmetric); ``u_r`` are the top-``rank``
+        eigenvectors by ``|lam|``. Then the head's logit is approximately
+        ``sum_r lam_r sum_j w_j u_r(x_j) u_r(y_j)``: an inner product of ``rank * d``-dim
+        vectors (:meth:`proxy_features`). ``None`` for heads with hidden layers.
+        """
+        if not self.has_head_proxy:
+            return None
+        if lo is None or hi is None:
+            if getattr(self, "_factors", None) is not None:
+                return self._factors
+            return None
+        p = self.params
+        t = np.linspace(lo, hi, grid)
+        X, Y = t[:, None, None], t[None, :, None]
+        C, b1, v = (p[k].astype(np.float64) for k in ("C", "b1", "v"))
+        z = C[0] * X * Y + C[1] * (X + Y) + C[2] * np.abs(X - Y) + C[3] * (X - Y) ** 2 + b1
+        G = np.maximum(z, 0) @ v
+        lam, U = np.linalg.eigh((G + G.T) / 2)
+        top = np.argsort(-np.abs(lam))[:rank]
+        self._factors = (t, lam[top], U[:, top])
+        return self._factors
+
+    def proxy_features(self, f, side: str = "g", rank: int = 4) -> np.ndarray:
+        """``[n, rank * d]`` float32 factor of the head's low-rank logit proxy.
+
+        ``side="q"`` carries the eigenvalues and the output weights ``w``; ``side="g"`` is
+        plain, so ``proxy_features(x, "q") @ proxy_features(y, "g").T`` ~ the logit up to a
+        constant. Call the ``"g"`` side first: it sets the grid to its features' range.
+        """
+        f = as_features(f, "f", self.d)
+        fac = self.head_factors()
+        if fac is None or side == "g":  # the gallery side sets the grid (cheap: one 256^2 eigh)
+            lo, hi = float(min(f.min(), 0.0)), float(f.max()) * 1.05 + 1e-6
+            fac = self.head_factors(rank=rank, lo=lo, hi=hi)
+        if fac is None:
+            raise ValueError("proxy_features: the head has hidden layers; no low-rank proxy")
+        t, lam, U = fac
+        w = self.params["dense"][0][0][:, 0].astype(np.float64)
+        parts = []
+        for r in range(U.shape[1]):
+            u = np.interp(f, t, U[:, r])  # values beyond the grid take the edge value
+            parts.append((u * (lam[r] * w) if side == "q" else u).astype(np.float32))
+        return np.concatenate(parts, axis=1)
+
+    # ---- public API
+
+    def pairs(self, fa, fb, progress: bool = False) -> np.ndarray:
+        """Scores of row-aligned pairs.
+
+        Args:
+            fa, fb: ``[m, d]`` float features; pair ``t`` is ``(fa[t], fb[t])``.
+
+        Returns:
+            ``[m]`` float32 probabilities.
+        """
+        fa = as_features(fa, "fa", self.d)
+        fb = as_features(fb, "fb", self.d)
+        if fa.shape != fb.shape:
+            raise ValueError(f"fa, fb: expected equal shapes [m, d], received {fa.shape} and {fb.shape}")
+        return self._pairs_gather(fa, fb, None, None, progress)
+
+    def pairs_index(self, fa, fb, ia, ib, progress: bool = False) -> np.ndarray:
+        """Scores of pairs ``(fa[ia[t]], fb[ib[t]])`` without gathering all pairs at once.
+
+        ``fa`` ``[na, d]``, ``fb`` ``[nb, d]`` float; ``ia``, ``ib`` ``[m]`` int. Returns ``[m]`` float32.
+        """
+        fa = as_features(fa, "fa", self.d)
+        fb = as_features(fb, "fb", self.d)
+        ia, ib = np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
+        if ia.shape != ib.shape or ia.ndim != 1:
+            raise ValueError(f"ia, ib: expected equal 1-D index arrays, received {ia.shape}, {ib.shape}")
+        return self._pairs_gather(fa, fb, ia, ib, progress)
+
+    def _pairs_gather(self, fa, fb, ia, ib, progress):
+        m = len(fa) if ia is None else len(ia)
+        out = np.empty(m, dtype=np.float32)
+        if m == 0:
+            return out
+        chunk = min(self.pair_chunk, max(256, 1 << int(math.ceil(math.log2(m)))))
+        fn = self._fn("pairs", (chunk,))
+        xa = np.zeros((chunk, self.d), np.float32)
+        xb = np.zeros((chunk, self.d), np.float32)
+        starts = range(0, m, chunk)
+        for s in progress_bar(starts, total=len(starts), desc="pairs", enabled=progress):
+            e = min(m, s + chunk)
+            if ia is None:
+                xa[: e - s], xb[: e - s] = fa[s:e], fb[s:e]
+            else:
+                np.take(fa, ia[s:e], axis=0, out=xa[: e - s])
+                np.take(fb, ib[s:e], axis=0, out=xb[: e - s])
+            out[s:e] = fn(xa, xb).numpy()[: e - s]
+        self.pairs_computed += m
+        return out
+
+    def _block(self, xa, fb, c0, c1, out_row, tb=None):
+        """Scores of ``xa`` (a padded [ta, d] tile) vs ``fb[c0:c1]`` into ``out_row`` [ta, c1-c0]."""
+        ta = xa.shape[0]
+        tb = self.tile[1] if tb is None else tb
+        fn = self._fn("block", (ta, tb))
+        yb = np.zeros((tb, self.d), np.float32)
+        for s in range(c0, c1, tb):
+            e = min(c1, s + tb)
+            yb[: e - s] = fb[s:e]
+            if e - s < tb:
+                yb[e - s :] = 0.0
+            out_row[:, s - c0 : e - c0] = fn(xa, yb).numpy()[:, : e - s]
+
+    def matrix(self, fa, fb=None, block=None, dtype=np.float32, progress: bool = True) -> np.ndarray:
+        """Score matrix of every pair.
+
+        Args:
+            fa: ``[na, d]`` float query features.
+            fb: ``[nb, d]`` gallery features, or ``None`` for the symmetric train-vs-train
+                matrix of ``fa`` against itself: only blocks on or above the diagonal are
+                computed and mirrored (the head is symmetric), the diagonal is computed too.
+            block: ``(a, b)`` tile, default the scorer's ``tile``.
+            dtype: ``np.float32`` or ``np.float16`` result.
+            progress: tqdm bar over row tiles.
+
+        Returns:
+            ``[na, nb]`` (``[na, na]`` if symmetric) array of ``dtype``. Memory: the result plus
+            one tile; never a float64 ``n x n``.
+        """
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float16):
+            raise ValueError(f"dtype: expected float32 or float16, received {dtype}")
+        if block is None:
+            ta, tb = self.tile
+        elif isinstance(block, (int, np.integer)):
+            ta = tb = int(block)
+        else:
+            ta, tb = (int(b) for b in block)
+        if min(ta, tb) < 1:
+            raise ValueError(f"block: expected positive tile sizes, received {block}")
+        fa = as_features(fa, "fa", self.d)
+        sym = fb is None
+        fb = fa if sym else as_features(fb, "fb", self.d)
+        na, nb = len(fa), len(fb)
+        out = np.empty((na, nb), dtype=dtype)
+        xa = np.zeros((ta, self.d), np.float32)
+        starts = range(0, na, ta)
+        for r0 in progress_bar(starts, total=len(starts), desc="scores", enabled=progress):
+            r1 = min(na, r0 + ta)
+            xa[: r1 - r0] = fa[r0:r1]
+            if r1 - r0 < ta:
+                xa[r1 - r0 :] = 0.0
+            c0 = r0 if sym else 0
+            row = np.empty((ta, nb - c0), dtype=np.float32)
+            self._block(xa, fb, c0, nb, row, tb)
+            out[r0:r1, c0:] = row[: r1 - r0]
+            if sym and r1 < nb:
+                out[r1:, r0:r1] = row[: r1 - r0, r1 - c0 :].T
+            self.pairs_computed += (r1 - r0) * (nb - c0)
+        return out

@@ -1,0 +1,319 @@
+"""Training one fold under a schedule, with the paper's adversarial miner (Algorithm 1).
+
+The loop walks the per-epoch plan of :mod:`whale.training.schedule`. At the start of every
+mining block it scores train-vs-train with the current model and mines the negatives of the next epochs;
+each epoch pairs every training image once with a positive (a derangement inside its id) and
+once with a mined negative, so half of all pairs are positive. At the end of every mining
+interval it measures validation MAP@5 (``new_whale`` inserted at the best threshold on that
+validation set) and keeps the best checkpoint. After every epoch the last checkpoint (model,
+optimizer, position in the schedule) is written atomically, so a killed run resumes from its
+last finished epoch and draws the same pairs as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from whale.config import RunConfig, Stage
+from whale.data import FoldData, ImageSet, ImageStore, crop_size_for, fold_data, load_competition, playground_data
+from whale.files import atomic_write, write_json_atomic
+from whale.models.checkpoint import load_checkpoint, read_state, save_checkpoint
+from whale.training.plots import plot_training
+from whale.training.runlog import TensorBoardLog, read_log, write_log, write_run_metadata
+from whale.training.schedule import EpochPlan, Schedule
+
+
+def _rng(seed: int, *keys: int) -> np.random.Generator:
+    """Generator for one purpose at one point of the schedule: same keys, same numbers."""
+    return np.random.default_rng([seed, *keys])
+
+
+# Purposes of the random streams, so that each draws its own numbers.
+_MINING, _POSITIVES, _PAIRS = 1, 2, 3
+
+
+@dataclass
+class TrainResult:
+    """How a call to :func:`train_fold` ended."""
+
+    finished: bool  # the whole schedule ran
+    epochs_done: int
+    best_val_map5: float | None
+    best_threshold: float | None
+    run_dir: Path
+    log: list[dict] = field(default_factory=list)
+
+
+class _Stores:
+    """Decoded box crops cached per (dataset, crop size), so each file is read once per size."""
+
+    def __init__(self, channels: int, margin: float, mode: str = "memory"):
+        self.channels, self.margin, self.mode, self._cache = channels, margin, mode, {}
+
+    def get(self, key: str, images: ImageSet, crop_size: int):
+
+        if (key, crop_size) not in self._cache:
+            # Drop stores of other sizes: the schedule never goes back to a smaller size.
+            self._cache = {k: v for k, v in self._cache.items() if k[1] == crop_size}
+            self._cache[(key, crop_size)] = ImageStore(images.paths, images.boxes, crop_size,
+                                                       channels=self.channels, margin=self.margin,
+                                                       cache=self.mode)
+        return self._cache[(key, crop_size)]
+
+
+class Trainer:
+    """Walks the schedule of one fold. Use :func:`train_fold` unless you need the pieces."""
+
+    def __init__(self, cfg: RunConfig, data: FoldData, out_dir: Path,
+                 playground: FoldData | None = None, verbose: int | str = "auto", log=print):
+        from whale.mining import make_miner
+
+        self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
+        self.verbose, self.log = verbose, log
+        self.ckpt_dir = self.out_dir / "checkpoints"
+        self.stores = _Stores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
+        self.schedule = Schedule.from_config(cfg)
+        self.miner = make_miner(cfg.mining, cfg.candidates, progress=verbose != 0)
+        self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard")
+        self.model = None
+
+    # ----------------------------------------------------------------- model
+    def _build_model(self, image_size: int):
+        from whale.models import build_branch, build_head, build_siamese
+
+        m = self.cfg.model
+        branch = build_branch(m.branch, (image_size, image_size, m.channels), weights=m.weights)
+        head = build_head(int(branch.output_shape[-1]), mid=m.head_mid, hidden=m.head_hidden)
+        return build_siamese(branch, head)
+
+    def _prepare_stage(self, stage: Stage) -> None:
+        """Resize, freeze and compile for ``stage``.
+
+        The optimizer (and its state) is kept when only the learning rate changes; a new
+        image size or a change of freezing needs a fresh compile to take effect.
+        """
+        from whale.models import (compile_siamese, model_image_size, resize_siamese,
+                                  set_branch_trainable, set_l2)
+
+        fresh = self.model is None or getattr(self.model, "optimizer", None) is None
+        if self.model is None:
+            self.model = self._build_model(stage.image_size)
+        if model_image_size(self.model) != stage.image_size:
+            self.model = resize_siamese(self.model, stage.image_size)
+            fresh = True
+        if self.model.get_layer("branch").trainable == stage.freeze_branch:
+            set_branch_trainable(self.model, not stage.freeze_branch)
+            fresh = True
+        if fresh:
+            compile_siamese(self.model, stage.lr, l2=stage.l2)
+        else:
+            set_l2(self.model, stage.l2)
+            self.model.optimizer.learning_rate.assign(stage.lr)
+            # Regularisers are read when the train step is traced: trace it again.
+            self.model.make_train_function(force=True)
+
+    # -------------------------------------------------------------- features
+    def _features(self, key: str, images: ImageSet, image_size: int,
+                  indices: np.ndarray | None = None) -> np.ndarray:
+        """Branch features ``[n, d] float32`` of un-augmented crops (``images[indices]``, default all)."""
+        from whale.inference.features import ImageBatches, compute_features
+
+        store = self.stores.get(key, images, crop_size_for(image_size))
+        indices = np.arange(len(images)) if indices is None else indices
+        batches = ImageBatches(store, indices, image_size, batch_size=max(self.cfg.batch_size, 32))
+        return compute_features(self.model.get_layer("branch"), batches, n=len(indices),
+                                progress=self.verbose != 0)
+
+    def _scorer(self):
+        from whale.models.scorer import HeadScorer
+
+        return HeadScorer(self.model.get_layer("head"))
+
+    # ---------------------------------------------------------------- mining
+    def _mine(self, dataset: FoldData, ep: EpochPlan) -> list[np.ndarray]:
+        """Negatives for the epochs of ``ep``'s mining block: Algorithm 1 on the current model."""
+        feats = self._features(ep.stage.dataset, dataset.gallery, ep.stage.image_size, dataset.pairs_in_gallery)
+        mined = self.miner.mine(self._scorer(), feats, dataset.pairs.ids, ep.k, ep.block_epochs,
+                                _rng(self.cfg.seed, _MINING, ep.block_start))
+        self.log(self.miner.last_stats.line())
+        return mined
+
+    # ------------------------------------------------------------ evaluation
+    def validate(self, image_size: int) -> tuple[float, float]:
+        """Validation MAP@5: ``(map5, threshold)``.
+
+        The threshold is the config's, or (``threshold: null``) the best one on this validation set.
+        """
+        from whale.ranking import tune_threshold
+
+        scores = self.val_scores(image_size)
+        grid = None if self.cfg.threshold is None else np.array([self.cfg.threshold])
+        t, best, _ = tune_threshold(scores, self.data.gallery.ids, self.data.val.ids, grid=grid)
+        return float(best), float(t)
+
+    def val_scores(self, image_size: int) -> np.ndarray:
+        """``[n_val, n_gallery] float32``: validation queries against the fold's gallery."""
+        fq = self._features("val", self.data.val, image_size)
+        fg = self._features("main", self.data.gallery, image_size)
+        return self._scorer().matrix(fq, fg, progress=self.verbose != 0)
+
+    # ------------------------------------------------------------------ loop
+    def run(self, resume: bool = False, deadline: float | None = None,
+            max_epochs: int | None = None) -> TrainResult:
+        """Train until the schedule ends, ``deadline`` (time.time()) nears, or ``max_epochs`` ran."""
+        import keras
+
+        cfg = self.cfg
+        keras.utils.set_random_seed(cfg.seed)
+        state = {"epochs_done": 0, "best_val_map5": None, "best_threshold": None,
+                 "mined_at": None, "stage": None}
+        if resume and read_state(self.ckpt_dir, "last") is not None:
+            self.model, state = load_checkpoint(self.ckpt_dir, "last")
+            self.log(f"resuming after epoch {state['epochs_done']} from {self.ckpt_dir / 'last.keras'}")
+        elif resume:
+            self.log(f"--resume: no checkpoint in {self.ckpt_dir}, starting from scratch")
+        log_rows = read_log(self.out_dir / "log.csv")[: state["epochs_done"]]
+        write_log(self.out_dir / "log.csv", log_rows)
+        mined = _load_mined(self.ckpt_dir / "mined.npz") if state.get("mined_at") is not None else None
+
+        epochs_this_call, longest_epoch_s, prepared_stage = 0, 0.0, None
+        for ep in self.schedule.remaining(state["epochs_done"]):
+            if max_epochs is not None and epochs_this_call >= max_epochs:
+                return self._result(False, state, log_rows)
+            # The longest epoch so far (mining and validation included) must still fit.
+            if deadline is not None and time.time() + 1.5 * longest_epoch_s > deadline:
+                self.log(f"time budget reached before epoch {ep.epoch + 1}; checkpoint kept, resume to go on")
+                return self._result(False, state, log_rows)
+            stage = ep.stage
+            dataset = self.data if stage.dataset == "main" else self._playground()
+            if prepared_stage != ep.stage_index:
+                self._prepare_stage(stage)
+                prepared_stage = ep.stage_index
+            t0 = time.time()
+            mining_s = 0.0
+            if ep.mines or mined is None or state.get("mined_at") != ep.block_start:
+                mined = self._mine(dataset, ep)
+                mining_s = time.time() - t0
+                state["mined_at"] = ep.block_start
+                _save_mined(self.ckpt_dir / "mined.npz", mined)
+            hist = self._fit_epoch(dataset, ep, mined[ep.index_in_block])
+            row = {"epoch": ep.epoch + 1, "stage": ep.stage_index + 1, "epoch_in_stage": ep.epoch_in_stage + 1,
+                   "image_size": stage.image_size, "k": ep.k, "lr": stage.lr,
+                   "freeze_branch": stage.freeze_branch, "dataset": stage.dataset,
+                   "loss": hist.history["loss"][-1],
+                   "accuracy": hist.history.get("acc", [float("nan")])[-1],
+                   "val_map5": "", "val_threshold": "", "mining_s": round(mining_s, 2)}
+            done = ep.epoch + 1
+            epochs_this_call += 1
+            if ep.ends_block and len(self.data.val):
+                vmap, vt = self.validate(stage.image_size)
+                row.update(val_map5=round(vmap, 5), val_threshold=vt)
+                self.log(f"epoch {done}: validation MAP@5 {vmap:.4f} at threshold {vt:g}")
+                if state["best_val_map5"] is None or vmap > state["best_val_map5"]:
+                    state.update(best_val_map5=vmap, best_threshold=vt, best_epoch=done)
+                    save_checkpoint(self.model, self.ckpt_dir, "best",
+                                    {**state, "epochs_done": done, "stage": ep.stage_index})
+            state.update(epochs_done=done, stage=ep.stage_index)
+            save_checkpoint(self.model, self.ckpt_dir, "last", state)
+            epoch_s = time.time() - t0
+            longest_epoch_s = max(longest_epoch_s, epoch_s)
+            row["epoch_s"] = round(epoch_s, 2)
+            log_rows.append(row)
+            write_log(self.out_dir / "log.csv", log_rows)
+            self.tensorboard.write(row)
+            if ep.ends_block:
+                plot_training(self.out_dir / "log.csv", self.out_dir / "training.png")
+        total = self.schedule.total_epochs
+        if not len(self.data.val) or state["best_val_map5"] is None:
+            # No validation (fold -1): the final model is the best one.
+            save_checkpoint(self.model, self.ckpt_dir, "best", {**state, "epochs_done": total})
+        write_json_atomic(self.out_dir / "done.json", {"epochs_done": total, **_summary(state)})
+        return self._result(True, state, log_rows)
+
+    def _fit_epoch(self, dataset: FoldData, ep: EpochPlan, negatives: np.ndarray):
+        """One epoch of ``fit``: every pair image once with a positive and once with ``negatives``."""
+        from whale.data.augment import build_augmenter
+        from whale.mining import positive_pairs
+        from whale.training.pairs import PairDataset, make_epoch_pairs
+
+        cfg, stage = self.cfg, ep.stage
+        positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
+        pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
+        store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
+        augmenter = build_augmenter(stage.image_size, channels=cfg.model.channels) if cfg.augment else None
+        data = PairDataset(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
+                           batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
+        self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
+                 f"{stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
+                 f"{', branch frozen' if stage.freeze_branch else ''}): {len(pairs)} pairs")
+        return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
+
+    def _playground(self) -> FoldData:
+        if self.playground is None:
+            raise ValueError("the schedule has a 'dataset: playground' stage but no --playground "
+                             "folder was given")
+        return self.playground
+
+    def _result(self, finished: bool, state: dict, log_rows: list[dict]) -> TrainResult:
+        return TrainResult(finished, state["epochs_done"], state["best_val_map5"],
+                           state["best_threshold"], self.out_dir, log_rows)
+
+
+def _save_mined(path: Path, mined: list[np.ndarray]) -> None:
+    """The negatives of the current mining block, so a resumed run trains on the same pairs."""
+    atomic_write(path, lambda tmp: np.savez(tmp, count=len(mined), **{f"epoch{i}": p for i, p in enumerate(mined)}))
+
+
+def _load_mined(path: Path) -> list[np.ndarray] | None:
+    """The negatives saved by :func:`_save_mined`, or None when there is no file."""
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return [z[f"epoch{i}"] for i in range(int(z["count"]))]
+
+
+def _summary(state: dict) -> dict:
+    return {k: state.get(k) for k in ("best_val_map5", "best_threshold", "best_epoch")}
+
+
+def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = False,
+               playground=None, deadline: float | None = None, max_epochs: int | None = None,
+               score: bool = True, verbose: int | str = "auto", log=print) -> TrainResult:
+    """Train fold ``fold`` (-1: all data) of the competition in ``data_dir`` into ``out_dir``.
+
+    Writes ``config.yaml``, ``run.json``, ``log.csv``, ``training.png``, ``tensorboard/``,
+    ``checkpoints/`` and,
+    when the schedule is done and ``score`` is true, ``scores/val.npz`` and ``scores/test.npz``.
+    """
+    from whale.inference.runs import score_run
+    from whale.training.distribute import describe, strategy_scope
+
+    out_dir, data_dir = Path(out_dir), Path(data_dir)
+    comp = load_competition(data_dir)
+    data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
+    log(data.summary)
+    pg = playground_data(load_competition(playground)) if playground else None
+    write_run_metadata(out_dir, cfg, fold, data_dir, Path(playground) if playground else None)
+    with strategy_scope(cfg.strategy) as strategy:
+        log(f"distribution: {describe(strategy)}")
+        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log)
+        result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
+        if result.finished and score:
+            score_run(out_dir, comp, data, checkpoint="best", log=log, progress=verbose != 0)
+    return result
+
+
+def score_fold(out_dir, data_dir, fold: int, cfg: RunConfig, checkpoint: str = "best",
+               log=print) -> dict:
+    """Write the score files of an existing run folder from one of its checkpoints."""
+    from whale.inference.runs import score_run
+    from whale.training.distribute import strategy_scope
+
+    comp = load_competition(data_dir)
+    data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
+    with strategy_scope(cfg.strategy):
+        return score_run(out_dir, comp, data, checkpoint=checkpoint, log=log)
