@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.errors import ConfigError
+from whale.files import write_text_atomic
 
 KNOWN_BRANCHES = (
     "densenet121",
@@ -160,7 +161,7 @@ class RunConfig:
 
         text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=200)
         if path is not None:
-            Path(path).write_text(text)
+            write_text_atomic(path, text)
         return text
 
 

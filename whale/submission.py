@@ -1,7 +1,7 @@
 """Writing and checking Kaggle submission files (``Image,Id``; ``Id`` = 5 space-separated labels).
 
 :func:`write_submission` validates every row first and writes atomically (a temp file in the
-target folder, then ``os.replace``), so a crash never leaves a half-written CSV behind.
+target folder, then ``os.replace``: :func:`whale.files.atomic_write`), so a crash never leaves a half-written CSV behind.
 :func:`check_submission` reads a file back and lists every problem with its file and line.
 
 Command line::

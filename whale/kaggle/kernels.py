@@ -34,7 +34,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from whale.files import git_revision
+from whale.files import git_revision, write_text_atomic
 
 METADATA_FILE = "kernel-metadata.json"
 DATASET_METADATA_FILE = "dataset-metadata.json"
@@ -282,8 +282,8 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
             args += ["--boxes", _ref_slug(boxes_dataset)]
         folder = Path(out) / kernel_folder(fold)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / ENTRY_FILE).write_text(entry_script(meta["id"], name, int(fold), code_dataset, args))
-        (folder / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        write_text_atomic(folder / ENTRY_FILE, entry_script(meta["id"], name, int(fold), code_dataset, args))
+        write_text_atomic(folder / METADATA_FILE, json.dumps(meta, indent=2) + "\n")
         problems = validate_metadata(meta, folder)
         if problems:
             raise ValueError(f"{folder / METADATA_FILE}: " + "; ".join(problems))
@@ -349,7 +349,7 @@ def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path |
         shutil.copyfile(f, out / Path(f).name)
     meta = {"title": _split_ref(dataset_id)[1], "id": dataset_id, "licenses": [{"name": "CC0-1.0"}],
             "description": f"whale toolkit code and configs, git revision {git_revision(repo_root)}"}
-    (out / DATASET_METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    write_text_atomic(out / DATASET_METADATA_FILE, json.dumps(meta, indent=2) + "\n")
     return out
 
 
