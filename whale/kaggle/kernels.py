@@ -22,7 +22,9 @@ no ``--dir-mode``)::
 Metadata rules checked by :func:`validate_metadata` (those of ``kaggle kernels push``): ``id``
 is ``owner/slug`` (lowercase letters, digits, hyphens; slug 5-50 characters), ``title`` has
 5-50 characters and slugifies to the slug, ``code_file`` is set, ``language`` is one of
-python/r/rmarkdown, ``kernel_type`` script or notebook, sources are ``owner/slug`` strings.
+python/r/rmarkdown, ``kernel_type`` script or notebook, sources are ``owner/slug`` strings,
+``machine_shape`` (when set) is one of :data:`MACHINE_SHAPES` and matches ``enable_gpu`` /
+``enable_tpu``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ import sys
 from pathlib import Path
 
 from whale.files import git_revision
+from whale.kaggle.wheels import (KAGGLE_MISSING, KAGGLE_PYTHON, download_wheels, project_key, required_pins,
+                                 wheel_name, wheel_problems)
 
 METADATA_FILE = "kernel-metadata.json"
 DATASET_METADATA_FILE = "dataset-metadata.json"
@@ -44,6 +48,11 @@ LANGUAGES = ("python", "r", "rmarkdown")
 KERNEL_TYPES = ("script", "notebook")
 BOOL_FIELDS = ("is_private", "enable_gpu", "enable_tpu", "enable_internet")
 LIST_FIELDS = ("dataset_sources", "competition_sources", "kernel_sources", "model_sources")
+# kernel-metadata.json "machine_shape" (Kaggle CLI >= 1.7; `kaggle kernels push --accelerator` takes the
+# same names): the accelerator of the session. Without it a GPU kernel gets Kaggle's default GPU.
+MACHINE_SHAPES = {"NvidiaTeslaT4": "GPU T4 x2", "NvidiaTeslaP100": "GPU P100", "TpuV5E8": "TPU v5e-8"}
+GPU_SHAPES = ("NvidiaTeslaT4", "NvidiaTeslaP100")
+DEFAULT_MACHINE_SHAPE = "NvidiaTeslaT4"
 DEFAULT_BUDGET_HOURS = 8.5
 DEFAULT_SCORE_MARGIN_MINUTES = 45.0
 
@@ -137,15 +146,23 @@ def validate_metadata(meta: dict, folder: str | Path | None = None) -> list[str]
                     problems.append(f"{f}[{i}]: expected a competition slug, received {ref!r}")
             elif f != "model_sources":
                 problems += _check_ref(ref, f"{f}[{i}]")
-    if meta.get("enable_gpu") in (True, "true") and meta.get("enable_tpu") in (True, "true"):
+    gpu, tpu = meta.get("enable_gpu") in (True, "true"), meta.get("enable_tpu") in (True, "true")
+    if gpu and tpu:
         problems.append("enable_gpu and enable_tpu: a kernel gets one accelerator, both are true")
+    shape = meta.get("machine_shape")
+    if shape not in (None, ""):
+        if shape not in MACHINE_SHAPES:
+            problems.append(f"machine_shape: expected one of {', '.join(MACHINE_SHAPES)}, received {shape!r}")
+        elif (shape in GPU_SHAPES) != gpu or (shape not in GPU_SHAPES) != tpu:
+            problems.append(f"machine_shape: {shape!r} ({MACHINE_SHAPES[shape]}) needs "
+                            f"{'enable_gpu' if shape in GPU_SHAPES else 'enable_tpu'} true and the other false")
     return problems
 
 
 def build_metadata(config_name: str, fold: int, user: str, code_dataset: str, competition: str,
                    playground_dataset: str | None = None, playground_competition: str | None = None,
-                   extra_datasets: tuple[str, ...] = ()) -> dict:
-    """The ``kernel-metadata.json`` dict of one fold's kernel (private, GPU, no internet)."""
+                   extra_datasets: tuple[str, ...] = (), machine_shape: str = DEFAULT_MACHINE_SHAPE) -> dict:
+    """The ``kernel-metadata.json`` dict of one fold's kernel (private, GPU ``machine_shape``, no internet)."""
     kid = f"{user}/{kernel_slug(config_name, fold)}"
     datasets = [code_dataset] + [d for d in (playground_dataset, *extra_datasets) if d]
     competitions = [competition] + ([playground_competition] if playground_competition else [])
@@ -159,6 +176,7 @@ def build_metadata(config_name: str, fold: int, user: str, code_dataset: str, co
         "enable_gpu": True,
         "enable_tpu": False,
         "enable_internet": False,
+        "machine_shape": machine_shape,
         "dataset_sources": list(dict.fromkeys(datasets)),
         "competition_sources": list(dict.fromkeys(competitions)),
         # Itself: the next version reads this version's output and resumes from it.
@@ -198,9 +216,15 @@ def code_path(root=ROOT, slug=CODE_DATASET):
         packages = sorted(glob.glob(os.path.join(base, "*.whl")) + glob.glob(os.path.join(base, "*.tar.gz")))
         if packages:  # offline install into a scratch folder (nothing to download, nothing in working/)
             target = tempfile.mkdtemp(prefix="whale-code-")
-            subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                                   "--no-index", "--no-build-isolation", "--target", target, packages[-1]])
-            return target
+            for package in packages:  # the toolkit and what Kaggle's image lacks (lap), one by one
+                res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                                      "--no-build-isolation", "--target", target, package],
+                                     capture_output=True, text=True)
+                if res.returncode != 0:
+                    print(f"run.py: {{package}} does not install here: {{res.stderr.strip()[-500:]}}", file=sys.stderr)
+            if os.path.isdir(os.path.join(target, "whale")):
+                return target
+            raise SystemExit(f"run.py: no whale wheel installed from {{base}}: rebuild the code dataset")
         if os.path.isfile(os.path.join(base, "whale", "__init__.py")):  # the source tree
             return base
         if os.path.isfile(os.path.join(base, "__init__.py")):  # the package folder itself
@@ -238,11 +262,13 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
                  user: str | None = None, playground_dataset: str | None = None,
                  playground_competition: str | None = None, boxes_dataset: str | None = None,
                  extra_datasets: tuple[str, ...] = (), time_budget_hours: float = DEFAULT_BUDGET_HOURS,
-                 score_margin_minutes: float = DEFAULT_SCORE_MARGIN_MINUTES) -> list[Path]:
+                 score_margin_minutes: float = DEFAULT_SCORE_MARGIN_MINUTES,
+                 machine_shape: str = DEFAULT_MACHINE_SHAPE) -> list[Path]:
     """Write ``out/fold{K}/{kernel-metadata.json, run.py}`` for every fold; returns the folders.
 
     ``config`` is a YAML file (validated here; the kernel loads the file of the same name from
-    the code dataset). ``user`` defaults to the owner of ``code_dataset``.
+    the code dataset). ``user`` defaults to the owner of ``code_dataset``. ``machine_shape`` is
+    the GPU (:data:`GPU_SHAPES`: ``NvidiaTeslaT4`` = two T4s, ``NvidiaTeslaP100`` = one P100).
 
     Raises:
         ValueError: bad references or a metadata problem (message lists them all).
@@ -270,7 +296,7 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     folders = []
     for fold in folds:
         meta = build_metadata(name, fold, user, code_dataset, competition, playground_dataset,
-                              playground_competition, extra)
+                              playground_competition, extra, machine_shape)
         args = ["--config", name, "--fold", str(int(fold)), "--competition", competition,
                 "--kernel", meta["id"], "--code-dataset", _ref_slug(code_dataset),
                 "--time-budget-hours", f"{time_budget_hours:g}",
@@ -326,15 +352,25 @@ def build_wheel(repo_root: str | Path, out_dir: str | Path) -> Path:
 
 
 def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path | None = None,
-                       extra_files: tuple[str | Path, ...] = ()) -> Path:
-    """Folder to upload as the kernels' code dataset: the wheel, ``*.yaml`` configs, metadata.
+                       extra_files: tuple[str | Path, ...] = (), wheels: tuple[str | Path, ...] = (),
+                       download: bool = True, python: str = KAGGLE_PYTHON, log=print) -> Path:
+    """Folder to upload as the kernels' code dataset: the wheels, ``*.yaml`` configs, metadata.
 
     Flat on purpose: ``kaggle datasets create/version -p OUT`` uploads it without ``--dir-mode``.
-    ``extra_files`` are copied in too (e.g. keras.applications ``*_notop.h5`` weight files,
-    which :mod:`whale.kaggle.entry` puts into the Keras cache so ``weights: imagenet`` works
-    offline). Old wheels in ``out`` are removed.
+    Holds the toolkit's wheel and one wheel per package Kaggle's image lacks
+    (:data:`whale.kaggle.wheels.KAGGLE_MISSING`, i.e. ``lap``) for Kaggle's ``python``: taken from
+    ``wheels`` (local files, tags checked) or, for those not given, fetched with ``pip download``
+    at the version pinned in ``requirements.txt`` (``download=False`` skips that: the kernel then
+    mines with scipy). ``extra_files`` are copied in too (e.g. keras.applications
+    ``*_notop.h5`` weight files, which :mod:`whale.kaggle.entry` puts into the Keras cache so
+    ``weights: imagenet`` works offline). Old wheels in ``out`` are removed.
+
+    Raises:
+        ValueError: a bad dataset id or a wheel that does not fit Kaggle's image.
+        RuntimeError: ``pip download`` failed (the message says what to do instead).
     """
     problems = _check_ref(dataset_id, "dataset id")
+    problems += [p for w in wheels for p in wheel_problems(w, python)]
     if problems:
         raise ValueError("; ".join(problems))
     repo_root = Path(repo_root) if repo_root else Path(__file__).resolve().parents[2]
@@ -343,6 +379,15 @@ def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path |
     for old in out.glob("*.whl"):
         old.unlink()
     build_wheel(repo_root, out)
+    for w in wheels:
+        shutil.copyfile(w, out / Path(w).name)
+    have = {wheel_name(p) for p in out.glob("*.whl")}
+    missing = [n for n in KAGGLE_MISSING if project_key(n) not in have]
+    if missing and download:
+        download_wheels(required_pins(repo_root / "requirements.txt", missing), out, python)
+    elif missing:
+        log(f"note: no wheel for {', '.join(missing)} in {out}: on Kaggle the miner falls back to scipy "
+            "(same pairs' cost, slower on large problems)")
     for cfg in sorted((repo_root / "configs").glob("*.yaml")):
         shutil.copyfile(cfg, out / cfg.name)
     for f in extra_files:
@@ -376,11 +421,19 @@ def _parse(argv):
     m.add_argument("--time-budget-hours", type=float, default=DEFAULT_BUDGET_HOURS)
     m.add_argument("--score-margin-minutes", type=float, default=DEFAULT_SCORE_MARGIN_MINUTES,
                    help="stop training this long before the budget ends (time to write scores)")
+    m.add_argument("--accelerator", default=DEFAULT_MACHINE_SHAPE, choices=GPU_SHAPES,
+                   help="kernel-metadata.json machine_shape: " + ", ".join(f"{k} = {MACHINE_SHAPES[k]}" for k in GPU_SHAPES))
     m.add_argument("--out", required=True, help="kernels/NAME")
     c = sub.add_parser("code-dataset", help="build the code dataset folder (wheel + configs)")
     c.add_argument("--id", required=True, help="OWNER/SLUG of the code dataset")
     c.add_argument("--out", required=True, help="folder to upload with kaggle datasets create/version")
     c.add_argument("--extra-file", action="append", default=[], help="also copy this file in")
+    c.add_argument("--wheel", action="append", default=[],
+                   help=f"a wheel to ship (e.g. lap for Python {KAGGLE_PYTHON}, manylinux x86_64); packages "
+                        f"Kaggle lacks ({', '.join(KAGGLE_MISSING)}) without one are fetched with pip download")
+    c.add_argument("--no-download", action="store_true",
+                   help="fetch nothing: the kernel then mines with scipy instead of lap")
+    c.add_argument("--python", default=KAGGLE_PYTHON, help="Python version of Kaggle's image")
     k = sub.add_parser("check", help="validate kernel folders")
     k.add_argument("folders", nargs="+")
     return p.parse_args(argv)
@@ -395,7 +448,8 @@ def main(argv=None) -> int:
                                    playground_competition=args.playground_competition,
                                    boxes_dataset=args.boxes_dataset, extra_datasets=tuple(args.extra_dataset),
                                    time_budget_hours=args.time_budget_hours,
-                                   score_margin_minutes=args.score_margin_minutes)
+                                   score_margin_minutes=args.score_margin_minutes,
+                                   machine_shape=args.accelerator)
         except ValueError as e:
             print(f"whale.kaggle.kernels: {e}", file=sys.stderr)
             return 2
@@ -404,11 +458,13 @@ def main(argv=None) -> int:
         return 0
     if args.command == "code-dataset":
         try:
-            out = build_code_dataset(args.out, args.id, extra_files=tuple(args.extra_file))
-        except ValueError as e:
+            out = build_code_dataset(args.out, args.id, extra_files=tuple(args.extra_file),
+                                     wheels=tuple(args.wheel), download=not args.no_download, python=args.python)
+        except (ValueError, RuntimeError) as e:
             print(f"whale.kaggle.kernels: {e}", file=sys.stderr)
             return 2
-        print(f"wrote {out}: upload with `kaggle datasets create -p {out}` (first time) or "
+        shipped = ", ".join(sorted(p.name for p in out.glob("*.whl")))
+        print(f"wrote {out} (wheels: {shipped}): upload with `kaggle datasets create -p {out}` (first time) or "
               f"`kaggle datasets version -p {out} -m MESSAGE`")
         return 0
     bad = 0
