@@ -1,7 +1,7 @@
 """Pinned means pinned: every distribution the requirements file pulls in is pinned in it.
 
 Runs in whichever virtualenv runs the tests: `.venv` checks `requirements.txt`, the Kaggle
-rehearsal (`make test`, `.venv-kaggle`) checks `requirements-kaggle.txt` (``WHALE_REQUIREMENTS``).
+rehearsal (`make test-kaggle`, `.venv-kaggle`, ``WHALE_KAGGLE_ENV=1``) checks `requirements-kaggle.txt`.
 The closure is read from the installed distributions' metadata (``Requires-Dist`` with markers
 evaluated here), so extra packages installed by hand are not blamed on the file.
 """
@@ -10,10 +10,12 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIREMENTS = ROOT / os.environ.get("WHALE_REQUIREMENTS", "requirements.txt")
+KAGGLE_ENV = os.environ.get("WHALE_KAGGLE_ENV") == "1"
+REQUIREMENTS = ROOT / ("requirements-kaggle.txt" if KAGGLE_ENV else "requirements.txt")
 
 
 def _norm(name: str) -> str:
@@ -63,3 +65,12 @@ def test_keras_cv_is_not_required_and_never_imported():
     assert "keras-cv" not in read_pins(ROOT / "requirements.txt")
     hits = [p for p in (ROOT / "whale").rglob("*.py") if re.search(r"^\s*(import|from)\s+keras_cv", p.read_text(), re.M)]
     assert not hits, hits
+
+
+def test_the_kaggle_rehearsal_has_no_lap():
+    """Kaggle's image has no lap: the rehearsal must mine without it (skipped in .venv)."""
+    import importlib.util
+
+    if not KAGGLE_ENV:
+        pytest.skip("only in the Kaggle rehearsal (WHALE_KAGGLE_ENV=1)")
+    assert importlib.util.find_spec("lap") is None, "lap is installed in the Kaggle rehearsal's venv"
