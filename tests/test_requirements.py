@@ -13,33 +13,18 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from whale.kaggle.wheels import project_key, read_pins
+
 ROOT = Path(__file__).resolve().parent.parent
 KAGGLE_ENV = os.environ.get("WHALE_KAGGLE_ENV") == "1"
 REQUIREMENTS = ROOT / ("requirements-kaggle.txt" if KAGGLE_ENV else "requirements.txt")
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def read_pins(path: Path) -> dict[str, str]:
-    """``{normalised name: version}`` of the ``name==version`` lines; anything else is an error."""
-    pins = {}
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+)", line)
-        assert m, f"{path.name}:{i}: expected NAME==VERSION, received {line!r}"
-        pins[_norm(m[1])] = m[2]
-    return pins
 
 
 def closure(names) -> dict[str, str]:
     """``{name: installed version}`` of ``names`` and everything they require, recursively."""
     seen, todo = {}, list(names)
     while todo:
-        name = _norm(todo.pop())
+        name = project_key(todo.pop())
         if name in seen:
             continue
         dist = metadata.distribution(name)
@@ -74,3 +59,12 @@ def test_the_kaggle_rehearsal_has_no_lap():
     if not KAGGLE_ENV:
         pytest.skip("only in the Kaggle rehearsal (WHALE_KAGGLE_ENV=1)")
     assert importlib.util.find_spec("lap") is None, "lap is installed in the Kaggle rehearsal's venv"
+
+
+def test_read_pins_names_the_line_that_is_not_a_pin(tmp_path):
+    path = tmp_path / "req.txt"
+    path.write_text("# comment\nnumpy==2.0.2  # why\n\nscipy>=1.11\n")
+    with pytest.raises(ValueError, match=r"req.txt:4: expected NAME==VERSION, received 'scipy>=1.11'"):
+        read_pins(path)
+    path.write_text("Opencv_Python.Headless==4.13.0.92\n")
+    assert read_pins(path) == {"opencv_python_headless": "4.13.0.92"}

@@ -68,23 +68,36 @@ def wheel_problems(path: str | Path, python: str = KAGGLE_PYTHON) -> list[str]:
     return problems
 
 
+def read_pins(requirements: str | Path) -> dict[str, str]:
+    """``{project_key(name): version}`` of a requirements file made of ``NAME==VERSION`` lines.
+
+    Comments and blank lines are skipped. Raises ``ValueError`` naming the file and line of
+    anything else (a range, an unpinned name, an option) and ``OSError`` if it cannot be read.
+    """
+    requirements = Path(requirements)
+    pins = {}
+    for i, line in enumerate(requirements.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+)", line)
+        if not m:
+            raise ValueError(f"{requirements}:{i}: expected NAME==VERSION, received {line!r}")
+        pins[project_key(m[1])] = m[2]
+    return pins
+
+
 def required_pins(requirements: str | Path, names=KAGGLE_MISSING) -> dict[str, str]:
     """``{name: version}`` of ``names`` as pinned (``NAME==VERSION``) in ``requirements``.
 
     Raises:
         ValueError: the file or a pin is missing (the message names both).
     """
-    requirements = Path(requirements)
     try:
-        text = requirements.read_text()
+        pins = read_pins(requirements)
     except OSError as e:
         raise ValueError(f"{requirements}: cannot read the pins of {', '.join(names)} ({e}); give the "
                          "wheels with --wheel FILE or build with --no-download") from None
-    pins = {}
-    for line in text.splitlines():
-        m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s#;]+)", line)
-        if m:
-            pins[project_key(m[1])] = m[2]
     missing = [n for n in names if project_key(n) not in pins]
     if missing:
         raise ValueError(f"{requirements}: expected a NAME==VERSION pin for {', '.join(missing)}")
