@@ -1,6 +1,8 @@
 # Two commands: `make demo` and `make test`. Both install what they need into .venv.
 # `make test` also rehearses Kaggle's GPU image: requirements-kaggle.txt in .venv-kaggle, no lap.
 PY ?= python3
+# Kaggle's image runs Python 3.12: use it where installed (requirements-kaggle.txt also installs on 3.11).
+KAGGLE_PY ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || echo $(PY))
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -25,7 +27,7 @@ $(STAMP): requirements.txt
 	touch $(STAMP)
 
 $(KSTAMP): requirements-kaggle.txt
-	test -x $(KPY) || $(PY) -m venv $(KVENV)
+	test -x $(KPY) || $(KAGGLE_PY) -m venv $(KVENV)
 	$(KPY) $(PIP_INSTALL) -r requirements-kaggle.txt
 	touch $(KSTAMP)
 
