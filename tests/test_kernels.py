@@ -318,3 +318,19 @@ def test_round_trip_pauses_resumes_and_finishes(tf, tmp_path, monkeypatch, capsy
     assert kaggle_entry.main(args) == 0
     assert "already finished" in capsys.readouterr().out
     assert kaggle_entry.read_status(run) == "finished" and (run / "scores" / "test.npz").is_file()
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("lap-0.5.13-cp312-cp312-manylinux1_x86_64.manylinux_2_28_x86_64.manylinux_2_5_x86_64.whl", None),
+    ("opencv_python_headless-4.13.0.92-cp37-abi3-manylinux_2_28_x86_64.whl", None),
+    ("whale-0.1.0-py3-none-any.whl", None),
+    ("lap-0.5.13-cp311-cp311-manylinux_2_28_x86_64.whl", "Python tag 'cp311'"),
+    ("lap-0.5.13-cp312-cp312-macosx_11_0_arm64.whl", "not linux x86_64"),
+    ("lap-0.5.13-cp312-cp312-win_amd64.whl", "not linux x86_64"),
+    ("lap.zip", "expected a wheel file name"),
+])
+def test_wheel_tags_are_checked_against_kaggles_image(name, problem):
+    from whale.kaggle.wheels import wheel_problems
+
+    problems = wheel_problems(name, "3.12")
+    assert (problems == []) if problem is None else any(problem in p for p in problems), problems
