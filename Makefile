@@ -1,23 +1,49 @@
 # Two commands: `make demo` and `make test`. Both install what they need into .venv.
+# `make test` also rehearses Kaggle's GPU image: requirements-kaggle.txt in .venv-kaggle, no lap.
 PY ?= python3
+# Kaggle's image runs Python 3.12: use it where installed (requirements-kaggle.txt also installs on 3.11).
+KAGGLE_PY ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || echo $(PY))
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+KVENV := .venv-kaggle
+KPY := $(KVENV)/bin/python
+KSTAMP := $(KVENV)/.installed
+PIP_INSTALL := -m pip install --quiet --disable-pip-version-check
+PYTEST := -m pytest -q -p no:cacheprovider
+# What a Kaggle kernel runs, under Kaggle's versions: the fake-/kaggle round trip, run_fold.py and
+# ensemble.py end to end, the miner (on scipy: lap is absent), no network, the pins, the documented CLIs.
+KAGGLE_TESTS := tests/test_kernels.py::test_round_trip_pauses_resumes_and_finishes \
+	tests/test_train.py::test_run_fold_script_writes_scores_and_a_valid_submission_input \
+	tests/test_train.py::test_end_to_end_run_fold_then_ensemble \
+	tests/test_miner.py tests/test_solvers.py tests/test_offline.py tests/test_requirements.py \
+	tests/test_docs_kaggle.py
 
-.PHONY: install demo test clean
+.PHONY: install kaggle-env demo test test-kaggle clean
 
 $(STAMP): requirements.txt
 	test -x $(VPY) || $(PY) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(VPY) $(PIP_INSTALL) -r requirements.txt
 	touch $(STAMP)
 
+$(KSTAMP): requirements-kaggle.txt
+	test -x $(KPY) || $(KAGGLE_PY) -m venv $(KVENV)
+	$(KPY) $(PIP_INSTALL) -r requirements-kaggle.txt
+	touch $(KSTAMP)
+
 install: $(STAMP)
+
+kaggle-env: $(KSTAMP)
 
 demo: $(STAMP)
 	$(VPY) -m whale.demo --data data/synthetic --out runs/demo --submission submissions/demo.csv
 
-test: $(STAMP)
-	$(VPY) -m pytest -q tests
+test: $(STAMP) $(KSTAMP)
+	$(VPY) $(PYTEST) tests
+	$(MAKE) --no-print-directory test-kaggle
+
+test-kaggle: $(KSTAMP)
+	WHALE_KAGGLE_ENV=1 $(KPY) $(PYTEST) $(KAGGLE_TESTS)
 
 clean:
 	rm -rf runs/demo submissions/demo.csv

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,21 @@ def _load_run_py(path: Path, name: str = "kernel_run"):
     return mod
 
 
+def fake_wheel(folder: Path, name: str = "lap", version: str = "0.5.13", tag: str = "py3-none-any") -> Path:
+    """A minimal installable wheel whose package holds ``FAKE = True`` (stands in for lap offline)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{version}-{tag}.whl"
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": "FAKE = True\n",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n"}
+    with zipfile.ZipFile(path, "w") as z:
+        for fn, text in files.items():
+            z.writestr(fn, text)
+        z.writestr(f"{dist}/RECORD", "".join(f"{fn},,\n" for fn in [*files, f"{dist}/RECORD"]))
+    return path
+
+
 def _metadata(folder: Path) -> dict:
     return json.loads((folder / "kernel-metadata.json").read_text())
 
@@ -63,6 +79,7 @@ def test_generated_metadata_is_valid_for_every_fold(tmp_path):
         assert meta["id"].startswith("me/whale-densenet121-")
         assert meta["code_file"] == "run.py" and meta["kernel_type"] == "script"
         assert meta["is_private"] is True and meta["enable_gpu"] is True and meta["enable_internet"] is False
+        assert meta["machine_shape"] == "NvidiaTeslaT4"  # GPU T4 x2
         assert meta["dataset_sources"] == ["someone/whale-code", "someone/whale-playground", "someone/boxes"]
         assert meta["competition_sources"] == [COMPETITION]
         assert meta["kernel_sources"] == [meta["id"]]  # its own previous output, for resuming
@@ -101,6 +118,9 @@ def test_slugs_are_kaggle_safe():
     ({"kernel_sources": "me/whale-x-fold-0"}, "expected a list"),
     ({"enable_gpu": "yes"}, "enable_gpu"),
     ({"enable_tpu": True}, "one accelerator"),
+    ({"machine_shape": "NvidiaTeslaV100"}, "machine_shape: expected one of"),
+    ({"machine_shape": "TpuV5E8"}, "needs enable_tpu true"),
+    ({"machine_shape": "NvidiaTeslaP100", "enable_gpu": False}, "needs enable_gpu true"),
 ])
 def test_validate_metadata_reports_each_problem(change, expected):
     meta = {**build_metadata("x", 0, "me", "me/whale-code", COMPETITION), **change}
@@ -117,7 +137,9 @@ def test_make_refuses_playground_schedule_without_a_playground(tmp_path):
 
 
 def test_code_dataset_is_a_flat_wheel_plus_configs(tmp_path):
-    out = build_code_dataset(tmp_path / "code", "me/whale-code")
+    lap = fake_wheel(tmp_path / "wheels")
+    out = build_code_dataset(tmp_path / "code", "me/whale-code", wheels=(lap,))
+    assert sorted(p.name for p in out.glob("*.whl")) == [lap.name, "whale-0.1.0-py3-none-any.whl"]
     meta = json.loads((out / "dataset-metadata.json").read_text())
     assert meta["id"] == "me/whale-code" and meta["title"] == "whale-code"
     assert not [p for p in out.iterdir() if p.is_dir()]  # uploadable without --dir-mode
@@ -135,13 +157,48 @@ def test_code_dataset_is_a_flat_wheel_plus_configs(tmp_path):
     assert res.returncode == 0 and ".whl" in res.stdout, res.stderr
 
 
+def test_code_dataset_fetches_lap_for_kaggles_python_at_the_pinned_version(tmp_path, monkeypatch):
+    from whale.kaggle import wheels
+
+    calls = []
+
+    def fake_pip(cmd):  # what `pip download` would leave in --dest
+        calls.append(cmd)
+        fake_wheel(Path(cmd[cmd.index("--dest") + 1]), tag="cp312-cp312-manylinux_2_17_x86_64")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(wheels, "run_pip", fake_pip)
+    out = build_code_dataset(tmp_path / "code", "me/whale-code")
+    (cmd,) = calls
+    pin = re.search(r"^lap==(\S+)", (ROOT / "requirements.txt").read_text(), re.M)[1]
+    assert cmd[-1] == f"lap=={pin}" and cmd[cmd.index("--python-version") + 1] == "3.12"
+    assert "--no-deps" in cmd and "--only-binary=:all:" in cmd and "manylinux2014_x86_64" in cmd
+    assert (out / "lap-0.5.13-cp312-cp312-manylinux_2_17_x86_64.whl").is_file()
+
+    def failing_pip(cmd):
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for lap")
+
+    monkeypatch.setattr(wheels, "run_pip", failing_pip)
+    with pytest.raises(RuntimeError, match="--wheel FILE"):
+        build_code_dataset(tmp_path / "code2", "me/whale-code")
+
+
+def test_code_dataset_refuses_a_wheel_for_another_python_and_can_skip_lap(tmp_path, capsys):
+    wrong = fake_wheel(tmp_path / "w", tag="cp311-cp311-manylinux_2_17_x86_64")
+    with pytest.raises(ValueError, match="cp311.*3.12"):
+        build_code_dataset(tmp_path / "code", "me/whale-code", wheels=(wrong,))
+    out = build_code_dataset(tmp_path / "code", "me/whale-code", download=False)
+    assert [p.name for p in out.glob("*.whl")] == ["whale-0.1.0-py3-none-any.whl"]
+    assert "falls back to scipy" in capsys.readouterr().out
+
+
 def test_run_py_finds_the_code_in_each_layout(tmp_path):
     folder = make_kernels(out=tmp_path / "k", **EXAMPLE_ARGS)[0]
     run = _load_run_py(folder / "run.py")
     layouts = {
         "package": lambda d: d.symlink_to(ROOT / "whale", target_is_directory=True),
         "source": lambda d: (d.mkdir(), (d / "whale").symlink_to(ROOT / "whale", target_is_directory=True)),
-        "wheel": lambda d: build_code_dataset(d, "me/whale-code"),
+        "wheel": lambda d: build_code_dataset(d, "me/whale-code", wheels=(fake_wheel(tmp_path / "w"),)),
     }
     for name, make in layouts.items():
         root = tmp_path / name
@@ -149,6 +206,8 @@ def test_run_py_finds_the_code_in_each_layout(tmp_path):
         make(root / "input" / "whale-code")
         path = Path(run.code_path(str(root)))
         assert (path / "whale" / "kaggle" / "entry.py").is_file(), name
+    # Every wheel of the code dataset is installed, not only the last one by name.
+    assert (path / "lap" / "__init__.py").read_text() == "FAKE = True\n"
     with pytest.raises(SystemExit, match="attach the code dataset"):
         run.code_path(str(tmp_path / "nothing"))
 
@@ -210,9 +269,9 @@ def test_round_trip_pauses_resumes_and_finishes(tf, tmp_path, monkeypatch, capsy
 
     root = tmp_path / "kaggle"
     generate(root / "input" / COMPETITION, n_ids=24, seed=5, size=96, progress=False)
-    code = root / "input" / "whale-code"
-    code.mkdir(parents=True)
-    (code / "whale").symlink_to(ROOT / "whale", target_is_directory=True)
+    # The code dataset as the documented command builds it; no lap wheel, as on Kaggle without one.
+    code = build_code_dataset(root / "input" / "whale-code", "tester/whale-code", download=False,
+                              log=lambda *_: None)
     cfg = code / "tiny-kaggle.yaml"
     cfg.write_text(TINY_CONFIG)
     (root / "working").mkdir()
@@ -231,6 +290,8 @@ def test_round_trip_pauses_resumes_and_finishes(tf, tmp_path, monkeypatch, capsy
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "PAUSED" in res.stdout and "push a new version" in res.stdout
+    if importlib.util.find_spec("lap") is None:  # Kaggle's image: the miner ran on scipy and said so once
+        assert res.stderr.count("'lap' is not installed") == 1, res.stderr[-3000:]
     assert kaggle_entry.read_status(run) == "paused"
     assert kaggle_entry.epochs_done(run) == 1
     assert not (run / "scores").exists()
@@ -257,3 +318,19 @@ def test_round_trip_pauses_resumes_and_finishes(tf, tmp_path, monkeypatch, capsy
     assert kaggle_entry.main(args) == 0
     assert "already finished" in capsys.readouterr().out
     assert kaggle_entry.read_status(run) == "finished" and (run / "scores" / "test.npz").is_file()
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("lap-0.5.13-cp312-cp312-manylinux1_x86_64.manylinux_2_28_x86_64.manylinux_2_5_x86_64.whl", None),
+    ("opencv_python_headless-4.13.0.92-cp37-abi3-manylinux_2_28_x86_64.whl", None),
+    ("whale-0.1.0-py3-none-any.whl", None),
+    ("lap-0.5.13-cp311-cp311-manylinux_2_28_x86_64.whl", "Python tag 'cp311'"),
+    ("lap-0.5.13-cp312-cp312-macosx_11_0_arm64.whl", "not linux x86_64"),
+    ("lap-0.5.13-cp312-cp312-win_amd64.whl", "not linux x86_64"),
+    ("lap.zip", "expected a wheel file name"),
+])
+def test_wheel_tags_are_checked_against_kaggles_image(name, problem):
+    from whale.kaggle.wheels import wheel_problems
+
+    problems = wheel_problems(name, "3.12")
+    assert (problems == []) if problem is None else any(problem in p for p in problems), problems

@@ -19,152 +19,26 @@ no ``--dir-mode``)::
     python -m whale.kaggle.kernels code-dataset --id USER/whale-code --out build/whale-code
     python -m whale.kaggle.kernels check kernels/densenet121/fold0 ...
 
-Metadata rules checked by :func:`validate_metadata` (those of ``kaggle kernels push``): ``id``
-is ``owner/slug`` (lowercase letters, digits, hyphens; slug 5-50 characters), ``title`` has
-5-50 characters and slugifies to the slug, ``code_file`` is set, ``language`` is one of
-python/r/rmarkdown, ``kernel_type`` script or notebook, sources are ``owner/slug`` strings.
+The metadata and its rules are in :mod:`whale.kaggle.metadata`, the code dataset in
+:mod:`whale.kaggle.codedataset` (with the wheels of :mod:`whale.kaggle.wheels`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-import shutil
 import sys
 from pathlib import Path
 
-from whale.files import git_revision, write_text_atomic
+from whale.files import write_text_atomic
+from whale.kaggle.codedataset import build_code_dataset
+from whale.kaggle.metadata import (DEFAULT_MACHINE_SHAPE, ENTRY_FILE, GPU_SHAPES, MACHINE_SHAPES, METADATA_FILE,
+                                   _check_ref, _split_ref, build_metadata, kernel_folder,
+                                   kernel_slug, validate_metadata)  # noqa: F401 (kernel_slug: re-exported)
+from whale.kaggle.wheels import KAGGLE_MISSING, KAGGLE_PYTHON
 
-METADATA_FILE = "kernel-metadata.json"
-DATASET_METADATA_FILE = "dataset-metadata.json"
-ENTRY_FILE = "run.py"
-REQUIRED_FIELDS = ("id", "title", "code_file", "language", "kernel_type")
-LANGUAGES = ("python", "r", "rmarkdown")
-KERNEL_TYPES = ("script", "notebook")
-BOOL_FIELDS = ("is_private", "enable_gpu", "enable_tpu", "enable_internet")
-LIST_FIELDS = ("dataset_sources", "competition_sources", "kernel_sources", "model_sources")
 DEFAULT_BUDGET_HOURS = 8.5
 DEFAULT_SCORE_MARGIN_MINUTES = 45.0
-
-_SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
-_OWNER = re.compile(r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$")
-_MIN_LEN, _MAX_LEN = 5, 50
-
-
-def slugify(text: str) -> str:
-    """Kaggle's URL slug of a title: lowercase, every run of other characters -> one hyphen."""
-    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
-
-
-def kernel_slug(config_name: str, fold: int) -> str:
-    """``whale-<config>-fold-<K>`` (``-full`` for fold -1, trained on everything)."""
-    part = "full" if int(fold) == -1 else f"fold-{int(fold)}"
-    return f"whale-{slugify(config_name)}-{part}"
-
-
-def kernel_title(config_name: str, fold: int) -> str:
-    """A title that slugifies to :func:`kernel_slug` (Kaggle links titles and slugs)."""
-    part = "full" if int(fold) == -1 else f"fold {int(fold)}"
-    return f"whale {slugify(config_name)} {part}"
-
-
-def kernel_folder(fold: int) -> str:
-    """``fold{K}``, or ``full`` for fold -1."""
-    return f"fold{int(fold)}" if int(fold) >= 0 else "full"
-
-
-def _split_ref(ref: str) -> tuple[str, str]:
-    owner, _, slug = str(ref).partition("/")
-    return owner, slug
-
-
-def _check_ref(ref, field: str, owner_required: bool = True) -> list[str]:
-    """Problems of one ``owner/slug`` reference (datasets, kernels)."""
-    if not isinstance(ref, str) or (owner_required and ref.count("/") != 1):
-        return [f"{field}: expected 'owner/slug', received {ref!r}"]
-    owner, slug = _split_ref(ref)
-    problems = []
-    if not _OWNER.match(owner):
-        problems.append(f"{field}: owner {owner!r} of {ref!r} must be lowercase letters, digits, hyphens")
-    if not _SLUG.match(slug):
-        problems.append(f"{field}: slug {slug!r} of {ref!r} must be lowercase letters, digits and "
-                        "single hyphens")
-    return problems
-
-
-def validate_metadata(meta: dict, folder: str | Path | None = None) -> list[str]:
-    """Problems of a ``kernel-metadata.json`` dict (empty list = valid for ``kaggle kernels push``).
-
-    With ``folder`` given, the ``code_file`` must also exist inside it.
-    """
-    if not isinstance(meta, dict):
-        return [f"expected a JSON object, received {type(meta).__name__}"]
-    problems = [f"missing required field {f!r}" for f in REQUIRED_FIELDS if not meta.get(f)]
-    kid, title = meta.get("id"), meta.get("title")
-    if kid:
-        problems += _check_ref(kid, "id")
-        slug = _split_ref(kid)[1] if isinstance(kid, str) else ""
-        if not _MIN_LEN <= len(slug) <= _MAX_LEN:
-            problems.append(f"id: slug {slug!r} must have {_MIN_LEN}-{_MAX_LEN} characters, has {len(slug)}")
-        if title and slugify(title) != slug:
-            problems.append(f"title {title!r} resolves to slug {slugify(title)!r}, not to the id's {slug!r}")
-    if title is not None and (not isinstance(title, str) or not _MIN_LEN <= len(title.strip()) <= _MAX_LEN):
-        problems.append(f"title: expected {_MIN_LEN}-{_MAX_LEN} characters, received {title!r}")
-    if meta.get("language") and meta["language"] not in LANGUAGES:
-        problems.append(f"language: expected one of {', '.join(LANGUAGES)}, received {meta['language']!r}")
-    if meta.get("kernel_type") and meta["kernel_type"] not in KERNEL_TYPES:
-        problems.append(f"kernel_type: expected one of {', '.join(KERNEL_TYPES)}, "
-                        f"received {meta['kernel_type']!r}")
-    code = meta.get("code_file")
-    if code and meta.get("kernel_type") == "script" and meta.get("language") == "python" \
-            and not str(code).endswith(".py"):
-        problems.append(f"code_file: a python script kernel needs a .py file, received {code!r}")
-    if code and folder is not None and not (Path(folder) / code).is_file():
-        problems.append(f"code_file: {Path(folder) / code} does not exist")
-    for f in BOOL_FIELDS:
-        if f in meta and not isinstance(meta[f], bool) and meta[f] not in ("true", "false"):
-            problems.append(f"{f}: expected true or false, received {meta[f]!r}")
-    for f in LIST_FIELDS:
-        if f not in meta:
-            continue
-        if not isinstance(meta[f], list):
-            problems.append(f"{f}: expected a list, received {meta[f]!r}")
-            continue
-        for i, ref in enumerate(meta[f]):
-            if f == "competition_sources":
-                if not isinstance(ref, str) or not _SLUG.match(ref):
-                    problems.append(f"{f}[{i}]: expected a competition slug, received {ref!r}")
-            elif f != "model_sources":
-                problems += _check_ref(ref, f"{f}[{i}]")
-    if meta.get("enable_gpu") in (True, "true") and meta.get("enable_tpu") in (True, "true"):
-        problems.append("enable_gpu and enable_tpu: a kernel gets one accelerator, both are true")
-    return problems
-
-
-def build_metadata(config_name: str, fold: int, user: str, code_dataset: str, competition: str,
-                   playground_dataset: str | None = None, playground_competition: str | None = None,
-                   extra_datasets: tuple[str, ...] = ()) -> dict:
-    """The ``kernel-metadata.json`` dict of one fold's kernel (private, GPU, no internet)."""
-    kid = f"{user}/{kernel_slug(config_name, fold)}"
-    datasets = [code_dataset] + [d for d in (playground_dataset, *extra_datasets) if d]
-    competitions = [competition] + ([playground_competition] if playground_competition else [])
-    return {
-        "id": kid,
-        "title": kernel_title(config_name, fold),
-        "code_file": ENTRY_FILE,
-        "language": "python",
-        "kernel_type": "script",
-        "is_private": True,
-        "enable_gpu": True,
-        "enable_tpu": False,
-        "enable_internet": False,
-        "dataset_sources": list(dict.fromkeys(datasets)),
-        "competition_sources": list(dict.fromkeys(competitions)),
-        # Itself: the next version reads this version's output and resumes from it.
-        "kernel_sources": [kid],
-        "model_sources": [],
-    }
 
 
 _ENTRY_TEMPLATE = '''\
@@ -198,9 +72,15 @@ def code_path(root=ROOT, slug=CODE_DATASET):
         packages = sorted(glob.glob(os.path.join(base, "*.whl")) + glob.glob(os.path.join(base, "*.tar.gz")))
         if packages:  # offline install into a scratch folder (nothing to download, nothing in working/)
             target = tempfile.mkdtemp(prefix="whale-code-")
-            subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                                   "--no-index", "--no-build-isolation", "--target", target, packages[-1]])
-            return target
+            for package in packages:  # the toolkit and what Kaggle's image lacks (lap), one by one
+                res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                                      "--no-build-isolation", "--target", target, package],
+                                     capture_output=True, text=True)
+                if res.returncode != 0:
+                    print(f"run.py: {{package}} does not install here: {{res.stderr.strip()[-500:]}}", file=sys.stderr)
+            if os.path.isdir(os.path.join(target, "whale")):
+                return target
+            raise SystemExit(f"run.py: no whale wheel installed from {{base}}: rebuild the code dataset")
         if os.path.isfile(os.path.join(base, "whale", "__init__.py")):  # the source tree
             return base
         if os.path.isfile(os.path.join(base, "__init__.py")):  # the package folder itself
@@ -238,11 +118,13 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
                  user: str | None = None, playground_dataset: str | None = None,
                  playground_competition: str | None = None, boxes_dataset: str | None = None,
                  extra_datasets: tuple[str, ...] = (), time_budget_hours: float = DEFAULT_BUDGET_HOURS,
-                 score_margin_minutes: float = DEFAULT_SCORE_MARGIN_MINUTES) -> list[Path]:
+                 score_margin_minutes: float = DEFAULT_SCORE_MARGIN_MINUTES,
+                 machine_shape: str = DEFAULT_MACHINE_SHAPE) -> list[Path]:
     """Write ``out/fold{K}/{kernel-metadata.json, run.py}`` for every fold; returns the folders.
 
     ``config`` is a YAML file (validated here; the kernel loads the file of the same name from
-    the code dataset). ``user`` defaults to the owner of ``code_dataset``.
+    the code dataset). ``user`` defaults to the owner of ``code_dataset``. ``machine_shape`` is
+    the GPU (:data:`GPU_SHAPES`: ``NvidiaTeslaT4`` = two T4s, ``NvidiaTeslaP100`` = one P100).
 
     Raises:
         ValueError: bad references or a metadata problem (message lists them all).
@@ -270,7 +152,7 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     folders = []
     for fold in folds:
         meta = build_metadata(name, fold, user, code_dataset, competition, playground_dataset,
-                              playground_competition, extra)
+                              playground_competition, extra, machine_shape)
         args = ["--config", name, "--fold", str(int(fold)), "--competition", competition,
                 "--kernel", meta["id"], "--code-dataset", _ref_slug(code_dataset),
                 "--time-budget-hours", f"{time_budget_hours:g}",
@@ -289,68 +171,6 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
             raise ValueError(f"{folder / METADATA_FILE}: " + "; ".join(problems))
         folders.append(folder)
     return folders
-
-
-# ------------------------------------------------------------------------------ code dataset
-
-
-def build_wheel(repo_root: str | Path, out_dir: str | Path) -> Path:
-    """The toolkit's wheel ``whale-<version>-py3-none-any.whl``, built by the standard backend.
-
-    ``pip wheel`` runs setuptools on ``pyproject.toml`` (dependencies declared there are not
-    installed: the kernel installs with ``--no-deps --no-index`` and ships what Kaggle lacks).
-    The build happens on a copy of ``pyproject.toml``, ``README.md`` and ``whale/``, so the
-    checkout gets no ``build/`` or ``*.egg-info`` folders.
-    """
-    import subprocess
-    import tempfile
-
-    repo_root, out_dir = Path(repo_root), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="whale-build-") as tmp:
-        stage = Path(tmp) / "src"
-        stage.mkdir()
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copyfile(repo_root / name, stage / name)
-        shutil.copytree(repo_root / "whale", stage / "whale",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo"))
-        built = Path(tmp) / "dist"
-        res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index",
-                              "--no-build-isolation", "--wheel-dir", str(built), str(stage)],
-                             capture_output=True, text=True)
-        wheels = sorted(built.glob("whale-*.whl"))
-        if res.returncode != 0 or len(wheels) != 1:
-            raise RuntimeError(f"building the whale wheel from {repo_root / 'pyproject.toml'} failed "
-                               f"(pip wheel exit {res.returncode}): {(res.stderr or res.stdout)[-2000:]}")
-        return Path(shutil.copy2(wheels[0], out_dir / wheels[0].name))
-
-
-def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path | None = None,
-                       extra_files: tuple[str | Path, ...] = ()) -> Path:
-    """Folder to upload as the kernels' code dataset: the wheel, ``*.yaml`` configs, metadata.
-
-    Flat on purpose: ``kaggle datasets create/version -p OUT`` uploads it without ``--dir-mode``.
-    ``extra_files`` are copied in too (e.g. keras.applications ``*_notop.h5`` weight files,
-    which :mod:`whale.kaggle.entry` puts into the Keras cache so ``weights: imagenet`` works
-    offline). Old wheels in ``out`` are removed.
-    """
-    problems = _check_ref(dataset_id, "dataset id")
-    if problems:
-        raise ValueError("; ".join(problems))
-    repo_root = Path(repo_root) if repo_root else Path(__file__).resolve().parents[2]
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.whl"):
-        old.unlink()
-    build_wheel(repo_root, out)
-    for cfg in sorted((repo_root / "configs").glob("*.yaml")):
-        shutil.copyfile(cfg, out / cfg.name)
-    for f in extra_files:
-        shutil.copyfile(f, out / Path(f).name)
-    meta = {"title": _split_ref(dataset_id)[1], "id": dataset_id, "licenses": [{"name": "CC0-1.0"}],
-            "description": f"whale toolkit code and configs, git revision {git_revision(repo_root)}"}
-    write_text_atomic(out / DATASET_METADATA_FILE, json.dumps(meta, indent=2) + "\n")
-    return out
 
 
 # ----------------------------------------------------------------------------------- CLI
@@ -376,11 +196,19 @@ def _parse(argv):
     m.add_argument("--time-budget-hours", type=float, default=DEFAULT_BUDGET_HOURS)
     m.add_argument("--score-margin-minutes", type=float, default=DEFAULT_SCORE_MARGIN_MINUTES,
                    help="stop training this long before the budget ends (time to write scores)")
+    m.add_argument("--accelerator", default=DEFAULT_MACHINE_SHAPE, choices=GPU_SHAPES,
+                   help="kernel-metadata.json machine_shape: " + ", ".join(f"{k} = {MACHINE_SHAPES[k]}" for k in GPU_SHAPES))
     m.add_argument("--out", required=True, help="kernels/NAME")
     c = sub.add_parser("code-dataset", help="build the code dataset folder (wheel + configs)")
     c.add_argument("--id", required=True, help="OWNER/SLUG of the code dataset")
     c.add_argument("--out", required=True, help="folder to upload with kaggle datasets create/version")
     c.add_argument("--extra-file", action="append", default=[], help="also copy this file in")
+    c.add_argument("--wheel", action="append", default=[],
+                   help=f"a wheel to ship (e.g. lap for Python {KAGGLE_PYTHON}, manylinux x86_64); packages "
+                        f"Kaggle lacks ({', '.join(KAGGLE_MISSING)}) without one are fetched with pip download")
+    c.add_argument("--no-download", action="store_true",
+                   help="fetch nothing: the kernel then mines with scipy instead of lap")
+    c.add_argument("--python", default=KAGGLE_PYTHON, help="Python version of Kaggle's image")
     k = sub.add_parser("check", help="validate kernel folders")
     k.add_argument("folders", nargs="+")
     return p.parse_args(argv)
@@ -395,7 +223,8 @@ def main(argv=None) -> int:
                                    playground_competition=args.playground_competition,
                                    boxes_dataset=args.boxes_dataset, extra_datasets=tuple(args.extra_dataset),
                                    time_budget_hours=args.time_budget_hours,
-                                   score_margin_minutes=args.score_margin_minutes)
+                                   score_margin_minutes=args.score_margin_minutes,
+                                   machine_shape=args.accelerator)
         except ValueError as e:
             print(f"whale.kaggle.kernels: {e}", file=sys.stderr)
             return 2
@@ -404,11 +233,13 @@ def main(argv=None) -> int:
         return 0
     if args.command == "code-dataset":
         try:
-            out = build_code_dataset(args.out, args.id, extra_files=tuple(args.extra_file))
-        except ValueError as e:
+            out = build_code_dataset(args.out, args.id, extra_files=tuple(args.extra_file),
+                                     wheels=tuple(args.wheel), download=not args.no_download, python=args.python)
+        except (ValueError, RuntimeError) as e:
             print(f"whale.kaggle.kernels: {e}", file=sys.stderr)
             return 2
-        print(f"wrote {out}: upload with `kaggle datasets create -p {out}` (first time) or "
+        shipped = ", ".join(sorted(p.name for p in out.glob("*.whl")))
+        print(f"wrote {out} (wheels: {shipped}): upload with `kaggle datasets create -p {out}` (first time) or "
               f"`kaggle datasets version -p {out} -m MESSAGE`")
         return 0
     bad = 0

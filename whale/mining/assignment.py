@@ -7,7 +7,8 @@ image against every other one, ``S[i, j]`` = probability of a match. The cost is
     T[i, j] = -S[i, j] + k * U(0, 1)          otherwise
 
 with the noise drawn once per mining. For each of the following ``epochs`` epochs the linear
-assignment on ``T`` (Jonker-Volgenant, package ``lap``) gives every image ``i`` one partner
+assignment on ``T`` (Jonker-Volgenant, package ``lap``; scipy when ``lap`` is missing,
+:mod:`whale.mining.solvers`) gives every image ``i`` one partner
 ``x[i]``, each image being chosen as a partner exactly once; ``(i, x[i])`` are that epoch's
 negative pairs; then ``T[i, x[i]] = maxval`` so that later epochs pick new pairs. Large ``k``
 gives nearly random negatives, small ``k`` the hardest ones (highest score). Never start
@@ -39,8 +40,8 @@ Choices made here, and why:
   with the forbidden entries raised to a bound no valid assignment can reach; a forbidden entry
   in that answer proves that no valid assignment exists.
 * Sparse mining (:func:`mine_negatives_sparse`) solves the same problem restricted to candidate
-  pairs with ``lap.lapmod``. ``lapmod`` (lap 0.5.13) requires costs in ``[0, lap.LARGE)``
-  (``LARGE`` = 1e6), column indices sorted within each row, and a feasible problem: on an
+  pairs with ``lap.lapmod`` (or scipy's LAPJVsp, same conventions). ``lapmod`` (lap 0.5.13)
+  requires costs in ``[0, LARGE)`` (``LARGE`` = 1e6), column indices sorted within each row, and a feasible problem: on an
   infeasible one it silently returns pairs that are not candidates. Costs are therefore shifted
   to be non-negative (a constant shift does not change the optimum), and feasibility is checked
   first with a maximum bipartite matching. When the candidates admit no perfect matching (a row
@@ -59,6 +60,7 @@ import numpy as np
 
 from whale.arrays import id_codes
 from whale.errors import WhaleError
+from whale.mining.solvers import LARGE, solve_dense, solve_sparse
 
 __all__ = [
     "NoValidAssignment",
@@ -215,8 +217,6 @@ def mine_negatives(scores, ids, k, epochs, rng: np.random.Generator, maxval: flo
     Raises ``ValueError`` on bad input and :class:`NoValidAssignment` when no valid
     assignment exists.
     """
-    import lap
-
     scores = np.asarray(scores)
     if scores.ndim != 2 or scores.shape[0] != scores.shape[1]:
         raise ValueError(f"scores: expected a square [n, n] matrix, received shape {scores.shape}")
@@ -264,7 +264,7 @@ def mine_negatives(scores, ids, k, epochs, rng: np.random.Generator, maxval: flo
     forbid = maxval
     result = []
     for e in range(epochs):
-        x = np.asarray(lap.lapjv(T, extend_cost=False, return_cost=False)[0], dtype=np.int64)
+        x = solve_dense(T)
         if (T[rows, x] >= maxval).any() and forbid == maxval:
             # maxval may be too small for this n and k: raise the forbidden entries to a bound
             # that any assignment using one exceeds, then solve again.
@@ -272,7 +272,7 @@ def mine_negatives(scores, ids, k, epochs, rng: np.random.Generator, maxval: flo
             for a in range(0, n, rows_per_block):
                 block = T[a : a + rows_per_block]
                 np.putmask(block, block >= maxval, forbid)
-            x = np.asarray(lap.lapjv(T, extend_cost=False, return_cost=False)[0], dtype=np.int64)
+            x = solve_dense(T)
         if (T[rows, x] >= maxval).any():
             raise _exhausted(e, epochs, codes, "the pairs left admit no permutation")
         T[rows, x] = forbid
@@ -287,7 +287,8 @@ def mine_negatives(scores, ids, k, epochs, rng: np.random.Generator, maxval: flo
 def mine_negatives_sparse(
     rows, cols, scores, ids, k, epochs, rng: np.random.Generator, maxval: float = 10000.0
 ):
-    """Algorithm 1 restricted to candidate pairs (pruned mining), solved with ``lap.lapmod``.
+    """Algorithm 1 restricted to candidate pairs (pruned mining), solved with ``lap.lapmod``
+    (or scipy's sparse matching when ``lap`` is missing).
 
     Args:
         rows, cols: ``[m]`` int candidate pairs ``(rows[t], cols[t])``, indices into ``ids``.
@@ -305,7 +306,6 @@ def mine_negatives_sparse(
         list of ``epochs`` arrays ``(n, 2)`` int64, the pairs ``(i, x[i])``, same rules as
         :func:`mine_negatives`.
     """
-    import lap
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import maximum_bipartite_matching
 
@@ -348,9 +348,9 @@ def mine_negatives_sparse(
         raise ValueError(
             f"maxval: expected more than the largest candidate cost -score + k*U = {cost.max():g}, received {maxval:g}"
         )
-    if not maxval - shift < lap.LARGE:
+    if not maxval - shift < LARGE:
         raise ValueError(
-            f"maxval: lapmod needs shifted costs below {lap.LARGE:g}; received maxval={maxval:g} "
+            f"maxval: lapmod needs shifted costs below {LARGE:g}; received maxval={maxval:g} "
             f"with lowest cost {shift:g}"
         )
 
@@ -379,17 +379,15 @@ def mine_negatives_sparse(
             )
         er, kk = ek // n, ek % n
         ii = np.searchsorted(er, np.arange(n + 1)).astype(np.int32)
-        x, _ = lap.lapmod(
+        x = solve_sparse(
             n,
             np.ascontiguousarray(ec - shift, dtype=np.float64),
             ii,
             np.ascontiguousarray(kk, dtype=np.int32),
-            return_cost=False,
         )
-        x = np.asarray(x, dtype=np.int64)
         chosen = np.arange(n, dtype=np.int64) * n + x
         if (x < 0).any() or not _member(ek, chosen).all():
-            raise RuntimeError(f"lapmod returned pairs outside the candidate set at epoch {e + 1}")
+            raise RuntimeError(f"the sparse solver returned pairs outside the candidate set at epoch {e + 1}")
         used = np.sort(np.concatenate([used, chosen]))
         hit = np.searchsorted(keys, chosen)
         alive[hit[_member(keys, chosen)]] = False

@@ -35,9 +35,15 @@ def code_path(root=ROOT, slug=CODE_DATASET):
         packages = sorted(glob.glob(os.path.join(base, "*.whl")) + glob.glob(os.path.join(base, "*.tar.gz")))
         if packages:  # offline install into a scratch folder (nothing to download, nothing in working/)
             target = tempfile.mkdtemp(prefix="whale-code-")
-            subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                                   "--no-index", "--no-build-isolation", "--target", target, packages[-1]])
-            return target
+            for package in packages:  # the toolkit and what Kaggle's image lacks (lap), one by one
+                res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                                      "--no-build-isolation", "--target", target, package],
+                                     capture_output=True, text=True)
+                if res.returncode != 0:
+                    print(f"run.py: {package} does not install here: {res.stderr.strip()[-500:]}", file=sys.stderr)
+            if os.path.isdir(os.path.join(target, "whale")):
+                return target
+            raise SystemExit(f"run.py: no whale wheel installed from {base}: rebuild the code dataset")
         if os.path.isfile(os.path.join(base, "whale", "__init__.py")):  # the source tree
             return base
         if os.path.isfile(os.path.join(base, "__init__.py")):  # the package folder itself
