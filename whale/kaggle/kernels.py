@@ -34,6 +34,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from whale.errors import ConfigError, run_cli
 from whale.files import git_revision
 
 METADATA_FILE = "kernel-metadata.json"
@@ -254,10 +255,10 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     name = config.stem
     user = user or _split_ref(code_dataset)[0]
     if playground_dataset and playground_competition:
-        raise ValueError("give --playground-dataset or --playground-competition, not both")
+        raise ConfigError("give --playground-dataset or --playground-competition, not both")
     has_playground = playground_dataset or playground_competition
     if any(s.dataset == "playground" for s in cfg.stages) and not has_playground:
-        raise ValueError(f"{config}: the schedule has 'dataset: playground' stages; give "
+        raise ConfigError(f"{config}: the schedule has 'dataset: playground' stages; give "
                          "--playground-dataset OWNER/SLUG or --playground-competition SLUG")
     refs = [("--code-dataset", code_dataset)] + [(f, r) for f, r in (
         ("--playground-dataset", playground_dataset), ("--boxes-dataset", boxes_dataset)) if r]
@@ -265,7 +266,7 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     problems = [p for flag, r in refs for p in _check_ref(r, flag)]
     problems += _check_ref(f"{user}/whale", "--user")
     if problems:
-        raise ValueError("; ".join(problems))
+        raise ConfigError("; ".join(problems))
     extra = tuple(r for r in (boxes_dataset, *extra_datasets) if r)
     folders = []
     for fold in folds:
@@ -286,7 +287,7 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
         (folder / METADATA_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         problems = validate_metadata(meta, folder)
         if problems:
-            raise ValueError(f"{folder / METADATA_FILE}: " + "; ".join(problems))
+            raise ConfigError(f"{folder / METADATA_FILE}: " + "; ".join(problems))
         folders.append(folder)
     return folders
 
@@ -336,7 +337,7 @@ def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path |
     """
     problems = _check_ref(dataset_id, "dataset id")
     if problems:
-        raise ValueError("; ".join(problems))
+        raise ConfigError("; ".join(problems))
     repo_root = Path(repo_root) if repo_root else Path(__file__).resolve().parents[2]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -387,27 +388,25 @@ def _parse(argv):
 
 
 def main(argv=None) -> int:
+    """``python -m whale.kaggle.kernels``; 2 on bad input (:func:`whale.errors.run_cli`)."""
+    return run_cli(run, argv, "python -m whale.kaggle.kernels")
+
+
+def run(argv=None) -> int:
+    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
     args = _parse(argv)
     if args.command == "make":
-        try:
-            folders = make_kernels(args.config, args.folds, args.competition, args.code_dataset, args.out,
-                                   user=args.user, playground_dataset=args.playground_dataset,
-                                   playground_competition=args.playground_competition,
-                                   boxes_dataset=args.boxes_dataset, extra_datasets=tuple(args.extra_dataset),
-                                   time_budget_hours=args.time_budget_hours,
-                                   score_margin_minutes=args.score_margin_minutes)
-        except ValueError as e:
-            print(f"whale.kaggle.kernels: {e}", file=sys.stderr)
-            return 2
+        folders = make_kernels(args.config, args.folds, args.competition, args.code_dataset, args.out,
+                               user=args.user, playground_dataset=args.playground_dataset,
+                               playground_competition=args.playground_competition,
+                               boxes_dataset=args.boxes_dataset, extra_datasets=tuple(args.extra_dataset),
+                               time_budget_hours=args.time_budget_hours,
+                               score_margin_minutes=args.score_margin_minutes)
         for f in folders:
             print(f"wrote {f / METADATA_FILE} and {f / ENTRY_FILE}; push with: kaggle kernels push -p {f}")
         return 0
     if args.command == "code-dataset":
-        try:
-            out = build_code_dataset(args.out, args.id, extra_files=tuple(args.extra_file))
-        except ValueError as e:
-            print(f"whale.kaggle.kernels: {e}", file=sys.stderr)
-            return 2
+        out = build_code_dataset(args.out, args.id, extra_files=tuple(args.extra_file))
         print(f"wrote {out}: upload with `kaggle datasets create -p {out}` (first time) or "
               f"`kaggle datasets version -p {out} -m MESSAGE`")
         return 0
