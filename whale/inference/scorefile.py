@@ -186,8 +186,8 @@ def load_score_file(path, need_query_ids: bool = False) -> ScoreFile:
             raise ScoreFileError(f"{path}: 'scores' is truncated or corrupt ({type(e).__name__}: {e})") from None
     if not np.isfinite(scores).all():
         bad = np.argwhere(~np.isfinite(scores))[0]
-        raise ScoreFileError(f"{path}: scores must be finite; query {names['query'][bad[0]]!r} vs "
-                        f"gallery {names['gallery'][bad[1]]!r} is {scores[bad[0], bad[1]]}")
+        raise ScoreFileError(f"{path}: scores must be finite; query {str(names['query'][bad[0]])!r} vs "
+                        f"gallery {str(names['gallery'][bad[1]])!r} is {scores[bad[0], bad[1]]}")
     return ScoreFile(path, scores, names["query"], names["gallery"], names["gallery_ids"],
                      names.get("query_ids"), (path,), names["identity"], names.get("trained_on"))
 

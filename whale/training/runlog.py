@@ -117,6 +117,8 @@ def claim_run_dir(out_dir: Path, fold: int, seed: int, resume: bool = False,
         raise ConfigError(f"{out_dir / 'run.json'}: this run is fold {meta.get('fold')}, seed "
                           f"{meta.get('seed')}; --resume asked for fold {fold}, seed {seed}: resuming it "
                           "would mix two runs (use --overwrite or a new --out)")
+    for tmp in out_dir.rglob(".*.tmp*"):  # left by writes a kill interrupted (whale.files.atomic_write)
+        tmp.unlink(missing_ok=True)
 
 
 def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int, data_dir: Path,

@@ -139,6 +139,8 @@ class Trainer:
     # ---------------------------------------------------------------- mining
     def _mine(self, dataset: FoldData, ep: EpochPlan) -> list[np.ndarray]:
         """Negatives for the epochs of ``ep``'s mining block: Algorithm 1 on the current model."""
+        self.log(f"mining the negatives of epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs} "
+                 f"(K={ep.k:g})")
         feats = self._features(ep.stage.dataset, dataset.gallery, ep.stage.image_size, dataset.pairs_in_gallery)
         mined = self.miner.mine(self._scorer(), feats, dataset.pairs.ids, ep.k, ep.block_epochs,
                                 _rng(self.cfg.seed, _MINING, ep.block_start))
@@ -339,6 +341,9 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     out_dir, data_dir = Path(out_dir), Path(data_dir)
     claim_run_dir(out_dir, fold, cfg.seed, resume=resume, overwrite=overwrite, log=log)
     comp = load_competition(data_dir)
+    if not comp.test_images:
+        log(f"warning: {data_dir / 'test'} holds no images (and there is no sample_submission.csv): "
+            "no scores/test.npz will be written, so ensemble.py cannot use this run")
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
@@ -348,6 +353,7 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
         trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log)
         result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
         if result.finished and score:
+            log(f"scoring validation and test images with checkpoint 'best' into {out_dir / 'scores'}")
             score_run(out_dir, comp, data, checkpoint="best", log=log, progress=verbose != 0)
     return result
 
