@@ -1,5 +1,6 @@
 """Issue 15: run folders never mixed, identities in score files, corrupt state named, threshold sanity, CLI errors."""
 
+import dataclasses
 import json
 import os
 import stat
@@ -253,15 +254,13 @@ def test_calibrate_with_a_threshold_mode_says_which_rule_wrote_the_submission(tm
 
     def threshold_wins(*a, **k):
         cv = real(*a, **k)
-        object.__setattr__(cv, "calibrated_map", cv.threshold_map - 0.01) if hasattr(cv, "__dataclass_fields__") \
-            else setattr(cv, "calibrated_map", cv.threshold_map - 0.01)
-        return cv
+        return dataclasses.replace(cv, calibrated_map=cv.threshold_map - 0.01)
 
     monkeypatch.setattr("whale.ensemble.cli.cross_validate", threshold_wins)
     out_t, out_c = tmp_path / "t.csv", tmp_path / "c.csv"
     lines = []
     run([str(r), "--new-whale-fraction", "0.3", "--calibrate", "--out", str(out_t)], log=lines.append)
-    assert "submission written by the threshold rule: it won the cross-validation" in "\n".join(lines)
+    assert "submission written by the threshold rule: the threshold rule won the cross-validation" in "\n".join(lines)
     first = [row.split(",")[1].split()[0] for row in out_t.read_text().splitlines()[1:]]
     assert first.count(NEW_WHALE) == 12  # the fraction's rule, not the calibrated one
     lines = []

@@ -105,8 +105,8 @@ def _choose_rule(have_threshold: bool, force: bool, cv) -> tuple[str, str]:
         return "calibrated", f"--force-calibrated ({scores})"
     if cv.calibrated_map > cv.threshold_map:
         return "calibrated", f"it won the cross-validation ({scores})"
-    return "threshold", (f"it won the cross-validation ({scores}); --force-calibrated writes the "
-                         "calibrated rule anyway")
+    return "threshold", (f"the threshold rule won the cross-validation ({scores}), so the threshold mode "
+                         "given writes it; --force-calibrated writes the calibrated rule anyway")
 
 
 def _share_sanity(share: float, log) -> None:
