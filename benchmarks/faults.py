@@ -98,6 +98,7 @@ def attempt(config: Path, data: Path, out: Path, resume: bool, log_path: Path,
     Returns ``(exit status or None when killed, seconds it lived)``.
     """
     t0 = time.time()
+    sys.stdout.flush()  # or the child would repeat what the parent has buffered
     pid = os.fork()
     if pid == 0:
         _child(config, data, out, resume, log_path)
@@ -220,6 +221,7 @@ def run_faults(root: Path, kills: int, chains: int = 1, seed: int = 0, log=print
     pids = []
     for c in range(chains):
         n = kills // chains + (c < kills % chains)
+        sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -229,6 +231,7 @@ def run_faults(root: Path, kills: int, chains: int = 1, seed: int = 0, log=print
                 (root / f"killed{c}.json").write_text(json.dumps(result))
                 code = 0
             finally:
+                sys.stdout.flush()
                 os._exit(code)
         pids.append(pid)
     for pid in pids:
