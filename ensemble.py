@@ -8,11 +8,6 @@
 import sys
 
 from whale.ensemble.cli import main
-from whale.errors import WhaleError
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except WhaleError as err:
-        print(f"ensemble.py: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(main())

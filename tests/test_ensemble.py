@@ -11,6 +11,7 @@ import pytest
 
 from whale import NEW_WHALE
 from whale.ensemble.cli import main
+from whale.ensemble.cli import run as run_ensemble
 from whale.ensemble.combine import average_score_files, validation_groups
 from whale.ranking import TopIds
 from whale.ranking.calibrate import Calibrator, cross_validate, expected_map_insertion
@@ -114,10 +115,10 @@ def test_weight_count_must_match_runs(tmp_path):
     rng = np.random.default_rng(2)
     r = make_run(tmp_path, "a", synthetic(rng, 5)[:4])
     with pytest.raises(ConfigError, match=r"one weight per run \(2 runs\), got 3"):
-        main([str(r), str(r), "--weights", "1", "1", "1", "--threshold", "0.5",
+        run_ensemble([str(r), str(r), "--weights", "1", "1", "1", "--threshold", "0.5",
               "--out", str(tmp_path / "x.csv")], log=lambda *_: None)
     with pytest.raises(ConfigError, match="not all zero"):
-        main([str(r), "--weights", "0", "--threshold", "0.5", "--out", str(tmp_path / "x.csv")],
+        run_ensemble([str(r), "--weights", "0", "--threshold", "0.5", "--out", str(tmp_path / "x.csv")],
              log=lambda *_: None)
 
 
@@ -150,7 +151,7 @@ def test_missing_image_names_run_and_image(tmp_path, what):
         rb = make_run(tmp_path, "short", (scores[1:], query[1:], gallery, gids))
         missing = query[0]
     with pytest.raises(DataError) as err:
-        main([str(ra), str(rb), "--threshold", "0.5", "--out", str(tmp_path / "x.csv")], log=lambda *_: None)
+        run_ensemble([str(ra), str(rb), "--threshold", "0.5", "--out", str(tmp_path / "x.csv")], log=lambda *_: None)
     msg = str(err.value)
     assert "short" in msg and missing in msg and what in msg
     assert not (tmp_path / "x.csv").exists()
@@ -253,7 +254,7 @@ def test_overlapping_but_different_validation_sets_are_an_error(tmp_path):
 def test_tune_needs_validation_files(tmp_path):
     run = make_run(tmp_path, "a", synthetic(np.random.default_rng(9), 5)[:4])
     with pytest.raises(DataError, match="val.npz"):
-        main([str(run), "--tune", "--out", str(tmp_path / "x.csv")], log=lambda *_: None)
+        run_ensemble([str(run), "--tune", "--out", str(tmp_path / "x.csv")], log=lambda *_: None)
 
 
 # ----------------------------------------------------------------------------- calibration

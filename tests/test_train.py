@@ -1,5 +1,6 @@
 """Training one fold: a smoke run of run_fold.py, resume equivalence, score files."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -75,8 +76,8 @@ def test_resume_draws_the_same_pairs_and_reaches_the_same_weights(tf, competitio
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     assert s_full["epochs_done"] == s_part["epochs_done"] == 4
     # The last mining block's negatives are the same pairs.
-    with np.load(tmp_path / "full" / "checkpoints" / "mined.npz") as a, \
-            np.load(tmp_path / "part" / "checkpoints" / "mined.npz") as b:
+    with np.load(tmp_path / "full" / "checkpoints" / "mined-e0003.npz") as a, \
+            np.load(tmp_path / "part" / "checkpoints" / "mined-e0003.npz") as b:
         assert a["count"] == b["count"]
         for i in range(int(a["count"])):
             np.testing.assert_array_equal(a[f"epoch{i}"], b[f"epoch{i}"])
@@ -91,8 +92,8 @@ def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition,
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "run_fold: finished after 4 epochs" in out.stdout
-    for name in ("config.yaml", "run.json", "log.csv", "training.png", "checkpoints/best.keras",
-                 "checkpoints/last.keras",
+    for name in ("config.yaml", "run.json", "log.csv", "training.png", "checkpoints/best.json",
+                 "checkpoints/last.json", "checkpoints/last-e0004.keras",
                  "scores/val.npz", "scores/test.npz", "done.json"):
         assert (run / name).exists(), name
     from whale.inference.scorefile import load_score_file
@@ -101,6 +102,12 @@ def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition,
     test = load_score_file(run / "scores" / "test.npz")
     assert val.scores.shape == (len(val.query), len(val.gallery))
     assert "new_whale" in set(val.query_ids)
+    run_id = json.loads((run / "run.json").read_text())["run_id"]
+    for sf, split in ((val, "val"), (test, "test")):  # each file records the run that wrote it
+        assert {k: sf.identity[k] for k in ("run_id", "fold", "seed", "checkpoint", "split", "backend")} == \
+            {"run_id": run_id, "fold": 0, "seed": 3, "checkpoint": "best", "split": split, "backend": "tensorflow"}
+        assert len(sf.identity["config_hash"]) == 12 and sf.identity["epoch"] in (2, 3, 4)
+    assert set(val.trained_on) == set(val.gallery)
     assert "new_whale" not in set(test.gallery_ids)
     assert test.scores.shape[0] == len((competition / "sample_submission.csv").read_text().splitlines()) - 1
     assert np.isfinite(test.scores.astype(np.float32)).all()

@@ -406,3 +406,10 @@ def load_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
             _apply_override(raw, str(key), value, str(path))
     return config_from_dict(raw, source=str(path))
 
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """A short hash (12 hex digits) of the resolved config: equal hashes, equal configs."""
+    import hashlib
+
+    return hashlib.sha256(cfg.to_yaml().encode("utf-8")).hexdigest()[:12]

@@ -86,7 +86,15 @@ def submission_from_run(run_dir: Path, comp, out: Path) -> tuple[float, float, l
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """``python -m whale.demo``; 2 on bad input (:func:`whale.errors.run_cli`)."""
+    from whale.errors import run_cli
+
+    return run_cli(run, argv, "python -m whale.demo")
+
+
+def run(argv=None) -> int:
+    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
+    p = argparse.ArgumentParser(prog="python -m whale.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data/synthetic", help="synthetic competition folder")
     p.add_argument("--out", default="runs/demo", help="run folder")
     p.add_argument("--submission", default="submissions/demo.csv")
@@ -115,7 +123,7 @@ def main(argv=None) -> int:
         write_submission(sub, comp.test_images, base_preds, sample=comp.sample_path)
         val_txt, test_map = "n/a", base_test
     else:
-        train_fold(cfg, data_dir, 0, run_dir, resume=args.resume, verbose=2)
+        train_fold(cfg, data_dir, 0, run_dir, resume=args.resume, overwrite=not args.resume, verbose=2)
         val_map, t, preds = submission_from_run(run_dir, comp, sub)
         test_map = map_at_k(preds, truth(data_dir, comp.test_images))
         val_txt = f"{val_map:.3f}"

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from whale.errors import DataError, WhaleError
+from whale.errors import DataError, run_cli
 from whale.files import atomic_write
 from whale.metrics import as_labels
 
@@ -54,6 +54,13 @@ def read_sample_images(sample: str | os.PathLike) -> list[str]:
     sample = Path(sample)
     if not sample.is_file():
         raise DataError(f"{sample}: sample submission not found")
+    try:
+        return _read_sample_rows(sample)
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise DataError(f"{sample}: not a UTF-8 CSV file ({err})") from None
+
+
+def _read_sample_rows(sample: Path) -> list[str]:
     with open(sample, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -262,17 +269,18 @@ def _compare_with_sample(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry: ``check FILE [--sample SAMPLE]``. Returns the exit status."""
+    return run_cli(run, argv, "python -m whale.submission")
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` when a file cannot be read."""
     parser = argparse.ArgumentParser(prog="python -m whale.submission", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="check a submission CSV")
     check.add_argument("file", type=Path)
     check.add_argument("--sample", type=Path, default=None, help="sample_submission.csv to compare with")
     args = parser.parse_args(argv)
-    try:
-        problems = check_submission(args.file, args.sample)
-    except WhaleError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    problems = check_submission(args.file, args.sample)
     if problems:
         for problem in problems[:_MAX_PRINTED]:
             print(problem)

@@ -131,6 +131,16 @@ def _check_names(path: Path, lines: np.ndarray, names: pd.Series, what: str = "I
             f"(data rows {', '.join(str(r + 1) for r in same[:_MAX_REPORTED])}); "
             f"expected each {what} once"
         )
+    folded = names.str.lower()
+    dup = folded.duplicated(keep=False).to_numpy()
+    if dup.any():
+        rows = np.flatnonzero(dup)
+        same = rows[folded.to_numpy()[rows] == folded.iloc[rows[0]]][:2]
+        raise DataError(
+            f"{path}: {what} names {names.iloc[same[0]]!r} (line {lines[same[0]]}) and "
+            f"{names.iloc[same[1]]!r} (line {lines[same[1]]}) differ only in case; on a case-insensitive "
+            "file system (Windows, macOS) they are one file: rename one"
+        )
 
 
 def read_train_csv(path: str | Path) -> pd.DataFrame:
@@ -306,11 +316,17 @@ def _check_images_exist(folder: Path, names: list[str], csv: Path, lines: np.nda
 def _list_test(folder: Path) -> list[str]:
     if not folder.is_dir():
         return []
-    return sorted(
+    names = sorted(
         e.name
         for e in os.scandir(folder)
         if e.is_file() and not e.name.startswith(".") and e.name.lower().endswith(IMAGE_SUFFIXES)
     )
+    folded = [n.lower() for n in names]
+    clash = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
+    if clash:
+        raise DataError(f"{folder}: image names that differ only in case: {', '.join(clash[:6])}; on a "
+                        "case-insensitive file system (Windows, macOS) they are one file: rename them")
+    return names
 
 
 def load_competition(root: str | Path) -> Competition:

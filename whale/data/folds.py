@@ -163,20 +163,22 @@ def fold_summary(train_df: pd.DataFrame, folds: pd.Series, n_folds: int | None =
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: print the fold summary of ``DIR/train.csv``."""
+    """CLI: print the fold summary of ``DIR/train.csv``; 2 on bad input (:func:`whale.errors.run_cli`)."""
+    from whale.errors import run_cli
+
+    return run_cli(run, argv, "python -m whale.data.folds")
+
+
+def run(argv: list[str] | None = None) -> int:
+    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
     from whale.data.competition import read_train_csv
-    from whale.errors import WhaleError
 
     parser = argparse.ArgumentParser(prog="python -m whale.data.folds", description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, type=Path, help="competition folder holding train.csv")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folds", type=int, default=4)
     args = parser.parse_args(argv)
-    try:
-        train = read_train_csv(args.data / "train.csv")
-    except WhaleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    train = read_train_csv(args.data / "train.csv")
     folds = assign_folds(train, n_folds=args.folds, seed=args.seed)
     print(fold_summary(train, folds, n_folds=args.folds))
     return 0

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from whale import NEW_WHALE
-from whale.errors import WhaleError
+from whale.errors import WhaleError, run_cli
 
 # Real Kaggle 2019 train.csv: number of images per known id -> number of ids with that many
 # (5,004 ids, 15,697 images; new_whale excluded).
@@ -539,7 +539,12 @@ def generate(out, n_ids: int = 200, seed: int = 0, size: int = 256, *, force: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
+    """Command-line entry point; returns the exit status (2 on bad input, see :func:`whale.errors.run_cli`)."""
+    return run_cli(run, argv, "python -m whale.data.synth")
+
+
+def run(argv: list[str] | None = None) -> int:
+    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
     parser = argparse.ArgumentParser(
         prog="python -m whale.data.synth",
         description="Write a synthetic Kaggle Humpback Whale Identification competition "
@@ -552,12 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     args = parser.parse_args(argv)
-    try:
-        generate(args.out, n_ids=args.ids, seed=args.seed, size=args.size, force=args.force,
-                 progress=not args.quiet)
-    except WhaleError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    generate(args.out, n_ids=args.ids, seed=args.seed, size=args.size, force=args.force,
+             progress=not args.quiet)
     return 0
 
 

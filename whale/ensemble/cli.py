@@ -1,9 +1,13 @@
 """``ensemble.py``: runs' score files -> weighted average -> ``new_whale`` placed -> checked submission.
 
 The paper's threshold rule is the default (fixed ``--threshold``, ``--tune`` on validation
-MAP@5, or ``--new-whale-fraction`` of the test set); ``--calibrate`` switches the submission
-to the calibrated rule of :mod:`whale.ranking.calibrate` and prints both rules'
-cross-validated MAP@5. Averaging is :mod:`whale.ensemble.combine`, the rules are
+MAP@5, or ``--new-whale-fraction`` of the test set: exactly that share, ties broken by query
+order); ``--calibrate`` cross-validates the calibrated rule of :mod:`whale.ranking.calibrate`
+against the tuned threshold and, with a threshold mode, writes the submission with the
+winner (``--force-calibrated``: the calibrated rule regardless), saying which and why.
+Every mode prints the implied test share of ``new_whale`` at rank 1 and warns outside
+[0.10, 0.60] (the competition's test set: about 0.28). The inputs' identities are printed
+and bad mixes refused (:mod:`whale.ensemble.identity`). Averaging is :mod:`whale.ensemble.combine`, the rules are
 :mod:`whale.ranking`, the file format :mod:`whale.inference.scorefile`.
 """
 
@@ -18,12 +22,18 @@ import numpy as np
 
 from whale import NEW_WHALE
 from whale.ensemble.combine import average_score_files, normalise_weights, validation_groups
+from whale.ensemble.identity import check_inputs, check_no_leak, identity_table, read_identities
 from whale.ensemble.report import plot_thresholds, write_threshold_csv
 from whale.errors import ConfigError, DataError
 from whale.inference.scorefile import _first, score_path
 from whale.ranking.calibrate import Calibrator, cross_validate
-from whale.ranking.newwhale import (map_for_thresholds, new_whale_share, new_whale_shares, predict_top5,
-                                    share_first, threshold_for_fraction, tune)
+from whale.ranking.newwhale import (map_for_thresholds, new_whale_share, new_whale_shares, predict_for_fraction,
+                                    predict_top5, share_first, tune)
+
+SANE_SHARE = (0.10, 0.60)
+"""Test shares of ``new_whale`` at rank 1 outside this range draw a warning."""
+KAGGLE_SHARE = 0.28
+"""About the share of ``new_whale`` images in the competition's test set."""
 from whale.ranking.topids import concat_top_ids, top_ids
 
 
@@ -47,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate", action="store_true",
                    help="place new_whale by expected MAP@5 from probabilities calibrated on validation; "
                         "prints its cross-validated MAP@5 beside the tuned threshold's")
+    p.add_argument("--force-calibrated", action="store_true",
+                   help="with --calibrate and a threshold mode: write the calibrated rule even when the "
+                        "threshold wins the cross-validation")
+    p.add_argument("--debug", action="store_true", help="show the traceback of a data or config error")
     p.add_argument("--cv-folds", type=int, default=5, help="folds for the cross-validation of --calibrate")
     p.add_argument("--seed", type=int, default=0, help="seed of the cross-validation split")
     p.add_argument("--out", required=True, type=Path, help="submission CSV, e.g. submissions/NAME.csv")
@@ -82,7 +96,38 @@ def _fmt_shares(shares: np.ndarray) -> str:
     return "  ".join(f"r{i + 1} {s:.3f}" for i, s in enumerate(shares))
 
 
+def _choose_rule(have_threshold: bool, force: bool, cv) -> tuple[str, str]:
+    """``(rule, why)``: which rule writes the submission under ``--calibrate``."""
+    scores = f"cross-validated MAP@5: calibrated {cv.calibrated_map:.5f}, tuned threshold {cv.threshold_map:.5f}"
+    if not have_threshold:
+        return "calibrated", f"--calibrate without a threshold mode ({scores})"
+    if force:
+        return "calibrated", f"--force-calibrated ({scores})"
+    if cv.calibrated_map > cv.threshold_map:
+        return "calibrated", f"it won the cross-validation ({scores})"
+    return "threshold", (f"the threshold rule won the cross-validation ({scores}), so the threshold mode "
+                         "given writes it; --force-calibrated writes the calibrated rule anyway")
+
+
+def _share_sanity(share: float, log) -> None:
+    """Print the implied test share of ``new_whale`` at rank 1; warn outside :data:`SANE_SHARE`."""
+    lo, hi = SANE_SHARE
+    log(f"  implied test share of new_whale at rank 1: {share:.4f} (the competition's test set: ~{KAGGLE_SHARE})")
+    if not lo <= share <= hi:
+        log(f"warning: {share:.1%} of test images get new_whale first, outside [{lo:.2f}, {hi:.2f}]; the "
+            f"competition's share is ~{KAGGLE_SHARE}: a threshold this far off usually means short runs, "
+            "few validation queries, or a validation set unlike the test set "
+            "(consider --new-whale-fraction 0.28)")
+
+
 def main(argv: Sequence[str] | None = None, log=print) -> int:
+    """``ensemble.py``: 0, or 2 on bad input with a one-line error (:func:`whale.errors.run_cli`)."""
+    from whale.errors import run_cli
+
+    return run_cli(lambda a: run(a, log=log), argv, "ensemble.py")
+
+
+def run(argv: Sequence[str] | None = None, log=print) -> int:
     """Run ``ensemble.py``; returns 0. Raises :class:`whale.errors.WhaleError` on bad input."""
     from whale.submission import check_submission, write_submission
 
@@ -100,8 +145,14 @@ def main(argv: Sequence[str] | None = None, log=print) -> int:
     log("runs and weights:")
     for run, w in zip(runs, weights):
         log(f"  {w:.4f}  {run}")
+    test_paths = [score_path(r, "test") for r in runs]
+    test_ids = read_identities(test_paths)
+    log("test score files:")
+    for line in identity_table(test_paths, test_ids):
+        log("  " + line)
+    check_inputs(test_paths, test_ids, log=log)
     log("test scores:")
-    test = average_score_files([score_path(r, "test") for r in runs], weights, log=log)
+    test = average_score_files(test_paths, weights, log=log)
     test_top = top_ids(test)
     log(f"  {test.n_query} test images x {len(test.gallery)} gallery images")
 
@@ -113,6 +164,12 @@ def main(argv: Sequence[str] | None = None, log=print) -> int:
         if missing:
             raise DataError(f"--tune/--calibrate need every run's validation scores; missing: {_first(missing)}")
     if all(have_val):
+        val_ids = read_identities(val_paths)
+        log("validation score files:")
+        for line in identity_table(val_paths, val_ids):
+            log("  " + line)
+        check_inputs(val_paths, val_ids, log=log)
+        check_no_leak(val_paths)
         log("validation scores (averaged within equal query sets, concatenated across disjoint ones):")
         groups = validation_groups(val_paths, weights, log=log)
         val_top = concat_top_ids([top_ids(g) for g in groups])
@@ -125,11 +182,13 @@ def main(argv: Sequence[str] | None = None, log=print) -> int:
     out = Path(args.out)
     t = None
     expected = {}
+    threshold_predictions = None
     if args.threshold is not None:
         t, how = float(args.threshold), "given"
     elif args.new_whale_fraction is not None:
-        t = threshold_for_fraction(np.nan_to_num(test_top.scores[:, 0], nan=-np.inf), args.new_whale_fraction)
-        how = f"share {args.new_whale_fraction:g} of test images get new_whale at rank 1"
+        threshold_predictions, t = predict_for_fraction(test_top, args.new_whale_fraction)
+        how = (f"new_whale first for exactly round({args.new_whale_fraction:g} x {test_top.n_query}) test "
+               "images, lowest best-id score first, ties broken by query order")
     elif args.tune:
         t, best_map, grid, maps = tune(val_top)
         how = "tuned on validation MAP@5"
@@ -143,6 +202,8 @@ def main(argv: Sequence[str] | None = None, log=print) -> int:
         label = f"threshold {t:.6g}" + (" (in-sample: tuned on these queries)" if args.tune else "")
         expected[label] = float(map_for_thresholds(val_top, [t])[0])
 
+    if t is not None and threshold_predictions is None:
+        threshold_predictions = predict_top5(test.scores, test.gallery_ids, t)
     method = "threshold"
     if args.calibrate:
         cv = cross_validate(val_top, n_splits=args.cv_folds, seed=args.seed)
@@ -152,12 +213,14 @@ def main(argv: Sequence[str] | None = None, log=print) -> int:
             log(f"  {i:>4}  {a:15.5f}  {b:10.5f}   (t = {cv.thresholds[i]:.6g})")
         log(f"  all   {cv.threshold_map:15.5f}  {cv.calibrated_map:10.5f}")
         log(f"cross-validated MAP@5: tuned threshold {cv.threshold_map:.5f} | calibrated {cv.calibrated_map:.5f}")
-        predictions = Calibrator().fit(val_top).predict(test_top)
-        method = "calibrated"
+        calibrated = Calibrator().fit(val_top).predict(test_top)
         expected["calibrated (cross-validated)"] = cv.calibrated_map
         expected["tuned threshold (cross-validated)"] = cv.threshold_map
+        method, why = _choose_rule(t is not None, args.force_calibrated, cv)
+        log(f"submission written by the {method} rule: {why}")
+        predictions = calibrated if method == "calibrated" else threshold_predictions
     else:
-        predictions = predict_top5(test.scores, test.gallery_ids, t)
+        predictions = threshold_predictions
 
     sample = args.sample if args.sample is not None else recorded_sample(runs)
     if sample is not None and args.sample is None:
@@ -172,11 +235,12 @@ def main(argv: Sequence[str] | None = None, log=print) -> int:
     log(f"  runs: {len(runs)}  weights: {', '.join(f'{w:.4f}' for w in weights)}")
     if method == "calibrated":
         log("  new_whale: calibrated expected-MAP@5 insertion"
-            + (f" (threshold {t:.6g} reported only)" if t is not None else ""))
+            + (f" (threshold {t:.6g} not used: {why})" if t is not None else ""))
     else:
         log(f"  new_whale: threshold {t:.6g} ({how}); "
             f"test share with best id < t: {new_whale_share(np.nan_to_num(test_top.scores[:, 0], nan=-np.inf), t):.4f}")
     log(f"  new_whale share at rank 1..5 on test: {_fmt_shares(shares)} (any: {shares.sum():.3f})")
+    _share_sanity(shares[0], log)
     if expected:
         for k, v in expected.items():
             log(f"  expected MAP@5 from validation, {k}: {v:.5f}")

@@ -15,7 +15,15 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """``python -m whale.inference``; 2 on bad input (:func:`whale.errors.run_cli`)."""
+    from whale.errors import run_cli
+
+    return run_cli(run, argv, "python -m whale.inference")
+
+
+def run(argv=None) -> int:
+    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
+    p = argparse.ArgumentParser(prog="python -m whale.inference", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="run folder written by run_fold.py")
     p.add_argument("--data", required=True, help="Kaggle-format folder to score")
     p.add_argument("--out", required=True, help="output .npz score file")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.data import ImageSet, ImageStore, crop_size_for
+from whale.errors import DataError
 from whale.inference.features import ImageBatches, compute_features
 from whale.inference.scorefile import write_scores
 from whale.models.scorer import HeadScorer
@@ -43,21 +44,44 @@ class RunScorer:
         return self.scorer.matrix(fq, fg, dtype=np.float16, progress=self.verbose)
 
 
-def load_run_model(run_dir, checkpoint: str = "best"):
-    """``(model, config)`` of a run: checkpoint ``best``, ``last`` or a path to a .keras file."""
+def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False):
+    """``(model, config)`` of a run: checkpoint ``best``, ``last`` or a path to a .keras file.
+
+    ``with_state=True`` returns ``(model, config, state)``, ``state`` being the checkpoint's
+    JSON state (``{}`` for a bare .keras file).
+    """
     from whale.config import load_config
     from whale.models import load_model
 
     run_dir = Path(run_dir)
     cfg = load_config(run_dir / "config.yaml")
     if checkpoint in ("best", "last"):
-        model, _ = load_checkpoint(run_dir / "checkpoints", checkpoint)
+        model, state = load_checkpoint(run_dir / "checkpoints", checkpoint)
     else:
-        model = load_model(checkpoint)
-    return model, cfg
+        model, state = load_model(checkpoint), {}
+    return (model, cfg, state) if with_state else (model, cfg)
 
 
-def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None) -> Path:
+def run_identity(run_dir, cfg, checkpoint: str, state: dict, split: str) -> dict:
+    """What a score file records about the run that wrote it (see :mod:`whale.inference.scorefile`)."""
+    import json
+
+    import keras
+
+    from whale.config import config_hash
+    from whale.files import git_revision
+
+    try:
+        meta = json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    return {"run_id": meta.get("run_id"), "run": Path(run_dir).name, "config_hash": config_hash(cfg),
+            "fold": meta.get("fold"), "seed": cfg.seed, "checkpoint": str(checkpoint),
+            "epoch": state.get("epochs_done"), "git_revision": git_revision(),
+            "backend": keras.backend.backend(), "split": split}
+
+
+def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None, identity: dict | None = None) -> Path:
     """Score file ``out``: the competition's test images vs every known-id training image.
 
     ``known`` (:class:`whale.train.ImageSet`) and its features ``f_known`` may be passed when
@@ -67,14 +91,15 @@ def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None) -> Pat
     f_known = rs.features(known.paths, known.boxes) if f_known is None else f_known
     test = ImageSet.test(comp)
     f_test = rs.features(test.paths, test.boxes)
-    return write_scores(out, rs.matrix(f_test, f_known), test.names, known.names, known.ids)
+    return write_scores(out, rs.matrix(f_test, f_known), test.names, known.names, known.ids,
+                        identity=identity)
 
 
 def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
               progress: bool = True) -> dict[str, Path]:
     """Write ``scores/val.npz`` (when the fold validates) and ``scores/test.npz`` for a run."""
     run_dir = Path(run_dir)
-    model, cfg = load_run_model(run_dir, checkpoint)
+    model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True)
     rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=progress)
     written = {}
     known = ImageSet.known(comp)
@@ -84,9 +109,12 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
         f_val = rs.features(data.val.paths, data.val.boxes)
         written["val"] = write_scores(run_dir / "scores" / "val.npz", rs.matrix(f_val, f_gal),
                                      data.val.names, data.gallery.names, data.gallery.ids,
-                                     query_ids=data.val.ids)
+                                     query_ids=data.val.ids,
+                                     identity=run_identity(run_dir, cfg, checkpoint, state, "val"),
+                                     trained_on=data.gallery.names)
     if comp.test_images:
-        written["test"] = write_test_scores(rs, comp, run_dir / "scores" / "test.npz", known, f_known)
+        written["test"] = write_test_scores(rs, comp, run_dir / "scores" / "test.npz", known, f_known,
+                                            identity=run_identity(run_dir, cfg, checkpoint, state, "test"))
     for name, path in written.items():
         log(f"wrote {path}")
     return written
@@ -98,7 +126,7 @@ def score_folder(run_dir, data_dir, out, checkpoint: str = "best", verbose: bool
 
     comp = load_competition(data_dir)
     if not comp.test_images:
-        raise ValueError(f"{data_dir}: no test images to score (test/ is empty)")
-    model, cfg = load_run_model(run_dir, checkpoint)
+        raise DataError(f"{Path(data_dir) / 'test'}: no test images to score (the folder is empty or missing)")
+    model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True)
     rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=verbose)
-    return write_test_scores(rs, comp, out)
+    return write_test_scores(rs, comp, out, identity=run_identity(run_dir, cfg, checkpoint, state, "test"))

@@ -9,12 +9,20 @@ average them.
 Arrays: ``scores`` ``[n_query, n_gallery]`` float16 or float32 (higher = more likely the same
 whale), ``query``, ``gallery``, ``gallery_ids`` (1-D str) and, for validation, ``query_ids``.
 Strings are stored as numpy unicode arrays so ``np.load(..., allow_pickle=False)`` reads them.
+
+Identity: files written by this version also hold ``identity``, a ``[1]`` str array with one
+JSON object describing the run that wrote them (``run_id``, ``config_hash``, ``fold``, ``seed``,
+``checkpoint``, ``epoch``, ``git_revision``, ``backend``, ``split``), and validation files
+``trained_on`` (``[n]`` str, the images the model trained on), so ``ensemble.py`` can refuse
+mixed or leaking inputs. Files without them (older versions) still load, with ``identity`` None.
 :func:`write_scores` writes one atomically, :func:`load_score_file` reads and checks one;
 every problem raises :class:`ScoreFileError` naming the file.
 """
 
 from __future__ import annotations
 
+import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +51,8 @@ class ScoreFile:
         gallery_ids: ``[n_gallery]`` str whale ids of the gallery images.
         query_ids: ``[n_query]`` str true ids (``new_whale`` included), or None (test).
         sources: the files that were averaged into it.
+        identity: the writing run's identity (see the module docstring), or None (older file).
+        trained_on: ``[n]`` str images the scoring model trained on (validation files), or None.
     """
 
     path: Path
@@ -52,6 +62,8 @@ class ScoreFile:
     gallery_ids: np.ndarray
     query_ids: np.ndarray | None = None
     sources: tuple[Path, ...] = field(default=())
+    identity: dict | None = None
+    trained_on: np.ndarray | None = None
 
     @property
     def n_query(self) -> int:
@@ -86,10 +98,16 @@ def _check_unique(names: np.ndarray, what: str, path: Path) -> None:
 
 def _open_npz(path: Path):
     if not path.is_file():
-        raise ScoreFileError(f"{path}: score file not found")
+        hint = ""
+        if path.parent.name == "scores" and path.stem in SPLITS:
+            run = path.parent.parent
+            hint = (f" (a run that stopped early, e.g. with --max-epochs or --time-budget, has none yet: "
+                    f"write them with `run_fold.py --config {run / 'config.yaml'} --fold FOLD --data DATA "
+                    f"--out {run} --score-only --checkpoint last`, or resume the run to its end)")
+        raise ScoreFileError(f"{path}: score file not found{hint}")
     try:
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise ScoreFileError(f"{path}: not a readable .npz score file ({e})") from None
 
 
@@ -104,6 +122,9 @@ def _read_names(path: Path, need_query_ids: bool) -> dict:
             out = {k: _str_array(z, k, path) for k in need if k != "scores"}
             if not need_query_ids and "query_ids" in z.files:
                 out["query_ids"] = _str_array(z, "query_ids", path)
+            if "trained_on" in z.files:
+                out["trained_on"] = _str_array(z, "trained_on", path)
+            out["identity"] = _identity(z, path) if "identity" in z.files else None
             # The matrix's header only: NpzFile gives no shape without loading the array.
             with z.zip.open("scores.npy") as f:
                 version = np.lib.format.read_magic(f)
@@ -113,8 +134,8 @@ def _read_names(path: Path, need_query_ids: bool) -> dict:
                     shape, _, dtype = np.lib.format.read_array_header_2_0(f)
                 else:
                     shape, dtype = z["scores"].shape, z["scores"].dtype
-        except ValueError as e:
-            raise ScoreFileError(f"{path}: {e}") from None
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise ScoreFileError(f"{path}: truncated or corrupt ({type(e).__name__}: {e})") from None
     if len(shape) != 2 or np.dtype(dtype).kind != "f":
         raise ScoreFileError(f"{path}: 'scores' must be a 2-D float array, got shape {shape} dtype {dtype}")
     nq, ng = shape
@@ -129,6 +150,17 @@ def _read_names(path: Path, need_query_ids: bool) -> dict:
     _check_unique(out["gallery"], "gallery", path)
     out["shape"] = (nq, ng)
     return out
+
+
+def _identity(z, path: Path) -> dict:
+    arr = _str_array(z, "identity", path)
+    try:
+        identity = json.loads(str(arr[0])) if arr.shape == (1,) else None
+    except ValueError:
+        identity = None
+    if not isinstance(identity, dict):
+        raise ScoreFileError(f"{path}: array 'identity' must hold one JSON object, got {arr[:1]!r}")
+    return identity
 
 
 def load_score_file(path, need_query_ids: bool = False) -> ScoreFile:
@@ -148,22 +180,28 @@ def load_score_file(path, need_query_ids: bool = False) -> ScoreFile:
     path = Path(path)
     names = _read_names(path, need_query_ids)
     with _open_npz(path) as z:
-        scores = z["scores"]
+        try:
+            scores = z["scores"]
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise ScoreFileError(f"{path}: 'scores' is truncated or corrupt ({type(e).__name__}: {e})") from None
     if not np.isfinite(scores).all():
         bad = np.argwhere(~np.isfinite(scores))[0]
-        raise ScoreFileError(f"{path}: scores must be finite; query {names['query'][bad[0]]!r} vs "
-                        f"gallery {names['gallery'][bad[1]]!r} is {scores[bad[0], bad[1]]}")
+        raise ScoreFileError(f"{path}: scores must be finite; query {str(names['query'][bad[0]])!r} vs "
+                        f"gallery {str(names['gallery'][bad[1]])!r} is {scores[bad[0], bad[1]]}")
     return ScoreFile(path, scores, names["query"], names["gallery"], names["gallery_ids"],
-                     names.get("query_ids"), (path,))
+                     names.get("query_ids"), (path,), names["identity"], names.get("trained_on"))
 
 
-def write_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_ids=None) -> Path:
+def write_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_ids=None,
+                 identity: dict | None = None, trained_on=None) -> Path:
     """Write a score file atomically; float64 scores are stored as float16, float16/32 as they are.
 
     Args:
         path: the ``.npz`` to write.
         scores: ``[n_query, n_gallery]`` float.
         query, gallery, gallery_ids, query_ids: sequences of str (``query_ids`` for validation).
+        identity: JSON-able dict describing the run (module docstring), stored as ``identity``.
+        trained_on: sequence of str, the images the model trained on (validation files).
 
     Raises:
         ScoreFileError: the matrix does not have one row per query and one column per gallery image.
@@ -179,4 +217,8 @@ def write_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_id
               "gallery_ids": np.asarray(list(gallery_ids), dtype=str)}
     if query_ids is not None:
         arrays["query_ids"] = np.asarray(list(query_ids), dtype=str)
+    if identity is not None:
+        arrays["identity"] = np.asarray([json.dumps(identity, sort_keys=True)], dtype=str)
+    if trained_on is not None:
+        arrays["trained_on"] = np.asarray(list(trained_on), dtype=str)
     return atomic_write(path, lambda tmp: np.savez(tmp, **arrays))

@@ -13,6 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from whale.errors import ConfigError
+
 from whale.files import git_revision, write_text_atomic
 from whale.kaggle.metadata import _check_ref, _split_ref
 from whale.kaggle.wheels import (KAGGLE_MISSING, KAGGLE_PYTHON, download_wheels, project_key, required_pins,
@@ -73,7 +75,7 @@ def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path |
     problems = _check_ref(dataset_id, "dataset id")
     problems += [p for w in wheels for p in wheel_problems(w, python)]
     if problems:
-        raise ValueError("; ".join(problems))
+        raise ConfigError("; ".join(problems))
     repo_root = Path(repo_root) if repo_root else Path(__file__).resolve().parents[2]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ import json
 import sys
 from pathlib import Path
 
+from whale.errors import ConfigError, DataError, run_cli
 from whale.files import write_text_atomic
 from whale.kaggle.codedataset import build_code_dataset
 from whale.kaggle.metadata import (DEFAULT_MACHINE_SHAPE, ENTRY_FILE, GPU_SHAPES, MACHINE_SHAPES, METADATA_FILE,
@@ -136,10 +137,10 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     name = config.stem
     user = user or _split_ref(code_dataset)[0]
     if playground_dataset and playground_competition:
-        raise ValueError("give --playground-dataset or --playground-competition, not both")
+        raise ConfigError("give --playground-dataset or --playground-competition, not both")
     has_playground = playground_dataset or playground_competition
     if any(s.dataset == "playground" for s in cfg.stages) and not has_playground:
-        raise ValueError(f"{config}: the schedule has 'dataset: playground' stages; give "
+        raise ConfigError(f"{config}: the schedule has 'dataset: playground' stages; give "
                          "--playground-dataset OWNER/SLUG or --playground-competition SLUG")
     refs = [("--code-dataset", code_dataset)] + [(f, r) for f, r in (
         ("--playground-dataset", playground_dataset), ("--boxes-dataset", boxes_dataset)) if r]
@@ -147,7 +148,7 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     problems = [p for flag, r in refs for p in _check_ref(r, flag)]
     problems += _check_ref(f"{user}/whale", "--user")
     if problems:
-        raise ValueError("; ".join(problems))
+        raise ConfigError("; ".join(problems))
     extra = tuple(r for r in (boxes_dataset, *extra_datasets) if r)
     folders = []
     for fold in folds:
@@ -168,7 +169,7 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
         write_text_atomic(folder / METADATA_FILE, json.dumps(meta, indent=2) + "\n")
         problems = validate_metadata(meta, folder)
         if problems:
-            raise ValueError(f"{folder / METADATA_FILE}: " + "; ".join(problems))
+            raise ConfigError(f"{folder / METADATA_FILE}: " + "; ".join(problems))
         folders.append(folder)
     return folders
 
@@ -215,19 +216,21 @@ def _parse(argv):
 
 
 def main(argv=None) -> int:
+    """``python -m whale.kaggle.kernels``; 2 on bad input (:func:`whale.errors.run_cli`)."""
+    return run_cli(run, argv, "python -m whale.kaggle.kernels")
+
+
+def run(argv=None) -> int:
+    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
     args = _parse(argv)
     if args.command == "make":
-        try:
-            folders = make_kernels(args.config, args.folds, args.competition, args.code_dataset, args.out,
-                                   user=args.user, playground_dataset=args.playground_dataset,
-                                   playground_competition=args.playground_competition,
-                                   boxes_dataset=args.boxes_dataset, extra_datasets=tuple(args.extra_dataset),
-                                   time_budget_hours=args.time_budget_hours,
-                                   score_margin_minutes=args.score_margin_minutes,
-                                   machine_shape=args.accelerator)
-        except ValueError as e:
-            print(f"whale.kaggle.kernels: {e}", file=sys.stderr)
-            return 2
+        folders = make_kernels(args.config, args.folds, args.competition, args.code_dataset, args.out,
+                               user=args.user, playground_dataset=args.playground_dataset,
+                               playground_competition=args.playground_competition,
+                               boxes_dataset=args.boxes_dataset, extra_datasets=tuple(args.extra_dataset),
+                               time_budget_hours=args.time_budget_hours,
+                               score_margin_minutes=args.score_margin_minutes,
+                               machine_shape=args.accelerator)
         for f in folders:
             print(f"wrote {f / METADATA_FILE} and {f / ENTRY_FILE}; push with: kaggle kernels push -p {f}")
         return 0
@@ -235,9 +238,8 @@ def main(argv=None) -> int:
         try:
             out = build_code_dataset(args.out, args.id, extra_files=tuple(args.extra_file),
                                      wheels=tuple(args.wheel), download=not args.no_download, python=args.python)
-        except (ValueError, RuntimeError) as e:
-            print(f"whale.kaggle.kernels: {e}", file=sys.stderr)
-            return 2
+        except RuntimeError as e:  # pip could not build the wheel or fetch one: its message says why
+            raise DataError(str(e)) from e
         shipped = ", ".join(sorted(p.name for p in out.glob("*.whl")))
         print(f"wrote {out} (wheels: {shipped}): upload with `kaggle datasets create -p {out}` (first time) or "
               f"`kaggle datasets version -p {out} -m MESSAGE`")

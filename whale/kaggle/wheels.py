@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from whale.errors import ConfigError
+
 # Imported at run time by the toolkit, absent from Kaggle's GPU image (Kaggle/docker-python).
 KAGGLE_MISSING = ("lap",)
 KAGGLE_PYTHON = "3.12"
@@ -82,7 +84,7 @@ def read_pins(requirements: str | Path) -> dict[str, str]:
             continue
         m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+)", line)
         if not m:
-            raise ValueError(f"{requirements}:{i}: expected NAME==VERSION, received {line!r}")
+            raise ConfigError(f"{requirements}:{i}: expected NAME==VERSION, received {line!r}")
         pins[project_key(m[1])] = m[2]
     return pins
 
@@ -96,11 +98,11 @@ def required_pins(requirements: str | Path, names=KAGGLE_MISSING) -> dict[str, s
     try:
         pins = read_pins(requirements)
     except OSError as e:
-        raise ValueError(f"{requirements}: cannot read the pins of {', '.join(names)} ({e}); give the "
+        raise ConfigError(f"{requirements}: cannot read the pins of {', '.join(names)} ({e}); give the "
                          "wheels with --wheel FILE or build with --no-download") from None
     missing = [n for n in names if project_key(n) not in pins]
     if missing:
-        raise ValueError(f"{requirements}: expected a NAME==VERSION pin for {', '.join(missing)}")
+        raise ConfigError(f"{requirements}: expected a NAME==VERSION pin for {', '.join(missing)}")
     return {n: pins[project_key(n)] for n in names}
 
 

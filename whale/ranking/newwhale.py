@@ -300,6 +300,37 @@ def threshold_for_fraction(top1_scores: np.ndarray, fraction: float) -> float:
     return float(candidates[int(np.argmin(np.abs(shares - fraction)))])
 
 
+def predict_for_fraction(top: TopIds, fraction: float) -> tuple[list[list[str]], float]:
+    """Five labels per query, ``new_whale`` first for exactly ``round(fraction * n)`` of the ``n`` queries.
+
+    A threshold alone cannot always do this: float16 scores tie, and every query of a tie
+    falls on the same side of any threshold. So the queries are ordered by their best id's
+    score, ascending, **ties broken by query order** (row index: deterministic), and the
+    first ``m = round(fraction * n)`` get ``new_whale`` at rank 1. The others follow the
+    paper's rule with ``t = threshold_for_fraction(...)`` except that, when a tie at ``t``
+    would still put ``new_whale`` first, it goes right after their best id.
+
+    Args:
+        top: each query's best ids (:class:`whale.ranking.TopIds`), ``[n_query, k]``.
+        fraction: wanted share in [0, 1].
+
+    Returns:
+        ``(predictions, t)``: ``n_query`` lists of labels and the threshold used for ranks 2..5.
+    """
+    names, idx, vals = _top5_for_ranking(top)
+    top1 = np.nan_to_num(vals[:, 0].astype(np.float64), nan=-np.inf)
+    t = threshold_for_fraction(top1, fraction)
+    n = top1.size
+    m = int(np.floor(float(fraction) * n + 0.5))
+    order = np.lexsort((np.arange(n), top1))  # by score, then by row
+    positions = _insert_positions(vals, t)
+    first = np.zeros(n, dtype=bool)
+    first[order[:m]] = True
+    positions[first] = 0
+    positions[~first & (positions == 0)] = 1
+    return _labels(names[idx], positions), t
+
+
 def new_whale_shares(predictions: Sequence[Sequence[str]]) -> np.ndarray:
     """``[5]`` float64: share of queries with ``new_whale`` at rank 1..5."""
     out = np.zeros(5)

@@ -20,6 +20,8 @@ def parse_args(argv=None):
     p.add_argument("--data", required=True, help="Kaggle-format competition folder")
     p.add_argument("--out", required=True, help="run folder (checkpoints, logs, scores)")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    p.add_argument("--overwrite", action="store_true",
+                   help="clear a non-empty run folder first (without --resume or --overwrite it is an error)")
     p.add_argument("--playground", help="Kaggle-format folder for 'dataset: playground' stages")
     p.add_argument("--seed", type=int, help="override the config's seed")
     p.add_argument("--time-budget", type=float, help="stop cleanly before this many seconds (resume later)")
@@ -28,10 +30,19 @@ def parse_args(argv=None):
                    help="only write scores/{val,test}.npz from the run's checkpoint")
     p.add_argument("--checkpoint", default="best", help="checkpoint for --score-only: best, last or a path")
     p.add_argument("--verbose", type=int, default=None, help="Keras verbosity 0/1/2 (default: auto)")
+    p.add_argument("--debug", action="store_true", help="show the traceback of a data or config error")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
+    """``run_fold.py``; 2 on bad input (:func:`whale.errors.run_cli`), else :func:`run`'s status."""
+    from whale.errors import run_cli
+
+    return run_cli(run, argv, "run_fold.py")
+
+
+def run(argv=None) -> int:
+    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
     args = parse_args(argv)
     from whale.config import load_config
     from whale.training.trainer import score_fold, train_fold
@@ -43,7 +54,7 @@ def main(argv=None) -> int:
         score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)
         return 0
     deadline = time.time() + args.time_budget if args.time_budget else None
-    result = train_fold(cfg, args.data, args.fold, args.out, resume=args.resume,
+    result = train_fold(cfg, args.data, args.fold, args.out, resume=args.resume, overwrite=args.overwrite,
                         playground=args.playground, deadline=deadline,
                         max_epochs=args.max_epochs, verbose=verbose)
     state = "finished" if result.finished else "paused (run again with --resume)"

@@ -2,18 +2,24 @@
 
 ``log.csv`` has one row per finished epoch (:data:`LOG_FIELDS`); a resumed run cuts it back to
 its checkpoint's epoch first, so the log always matches the model. ``run.json`` keeps the
-fold, seed, code revision and data folder, with every invocation appended to its history.
+fold, seed, code revision, data folder, config hash and a ``run_id`` drawn once when the folder is
+created (score files carry it, so ``ensemble.py`` can tell runs apart), with every invocation
+appended to its history. :func:`claim_run_dir` keeps runs from mixing: a folder that already
+holds a run is only entered with ``--resume`` (same fold and seed) or cleared with ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 
-from whale.config import RunConfig
+from whale.config import RunConfig, config_hash
+from whale.errors import ConfigError
 from whale.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
 
 LOG_FIELDS = [
@@ -42,18 +48,92 @@ def write_log(path: Path, rows: list[dict]) -> None:
     atomic_write(path, write)
 
 
+def read_run_json(out_dir: Path) -> dict | None:
+    """``run.json`` of a run folder, or None when there is none; a broken one is named."""
+    path = Path(out_dir) / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not readable JSON ({exc}); the run folder is damaged") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{path}: expected a JSON object, found {type(meta).__name__}")
+    return meta
+
+
+def describe_run_dir(out_dir: Path) -> str:
+    """What a run folder holds, in a few words (for errors that refuse to mix runs)."""
+    out_dir = Path(out_dir)
+    parts = []
+    meta = read_run_json(out_dir) if (out_dir / "run.json").is_file() else None
+    if meta is not None:
+        parts.append(f"run.json (fold {meta.get('fold')}, seed {meta.get('seed')})")
+    rows = read_log(out_dir / "log.csv")
+    if rows:
+        parts.append(f"log.csv ({len(rows)} epochs)")
+    if (out_dir / "checkpoints").is_dir():
+        parts.append("checkpoints/")
+    parts += [f"scores/{p.name}" for p in sorted((out_dir / "scores").glob("*.npz"))]
+    if (out_dir / "done.json").is_file():
+        parts.append("done.json (finished)")
+    known = {"run.json", "log.csv", "checkpoints", "scores", "done.json"}
+    others = sorted(p.name for p in out_dir.iterdir() if p.name not in known)
+    if others:
+        parts.append(", ".join(others[:5]) + (f" ... ({len(others)} more)" if len(others) > 5 else ""))
+    return "; ".join(parts)
+
+
+def claim_run_dir(out_dir: Path, fold: int, seed: int, resume: bool = False,
+                  overwrite: bool = False, log=print) -> None:
+    """Make sure training into ``out_dir`` cannot mix two runs.
+
+    An empty or missing folder is fine. A non-empty one needs ``resume`` (and then must hold a
+    run of the same fold and seed) or ``overwrite`` (and then must hold a run, i.e. a
+    ``run.json``: its contents are deleted). Raises :class:`ConfigError` otherwise, saying what
+    is there and the two ways on.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{out_dir}: --out must be a folder, found a file")
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other: continue the run or clear it")
+    meta = read_run_json(out_dir)
+    if overwrite:
+        if meta is None:
+            raise ConfigError(f"{out_dir}: --overwrite only clears run folders (with a run.json); this "
+                              f"folder holds {describe_run_dir(out_dir)}: clear it yourself or choose another --out")
+        log(f"--overwrite: clearing {out_dir} ({describe_run_dir(out_dir)})")
+        for child in out_dir.iterdir():
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        return
+    if not resume:
+        raise ConfigError(f"{out_dir}: the run folder is not empty ({describe_run_dir(out_dir)}); "
+                          "add --resume to continue that run, or --overwrite to clear it and start again "
+                          "(or choose a new --out)")
+    if meta is not None and (meta.get("fold") != fold or meta.get("seed") != seed):
+        raise ConfigError(f"{out_dir / 'run.json'}: this run is fold {meta.get('fold')}, seed "
+                          f"{meta.get('seed')}; --resume asked for fold {fold}, seed {seed}: resuming it "
+                          "would mix two runs (use --overwrite or a new --out)")
+    for tmp in out_dir.rglob(".*.tmp*"):  # left by writes a kill interrupted (whale.files.atomic_write)
+        tmp.unlink(missing_ok=True)
+
+
 def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int, data_dir: Path,
                        playground: Path | None) -> None:
-    """The resolved config, seed, fold and git revision, next to the run's outputs."""
+    """The resolved config, seed, fold, config hash, run id and git revision, next to the run's outputs."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out_dir / "config.yaml", cfg.to_yaml())
+    old = read_run_json(out_dir) or {}
     meta = {"fold": fold, "seed": cfg.seed, "git_revision": git_revision(), "data": str(data_dir),
+            "config_hash": config_hash(cfg),
             "playground": str(playground) if playground else None, "argv": sys.argv,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    runs_path = out_dir / "run.json"
-    history = json.loads(runs_path.read_text()).get("history", []) if runs_path.exists() else []
-    write_json_atomic(runs_path, {**meta, "history": history + [meta]})
+    run_id = old.get("run_id") or uuid.uuid4().hex[:12]
+    write_json_atomic(out_dir / "run.json", {**meta, "run_id": run_id, "history": old.get("history", []) + [meta]})
 
 
 class TensorBoardLog:

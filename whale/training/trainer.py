@@ -13,6 +13,7 @@ last finished epoch and draws the same pairs as an uninterrupted run.
 from __future__ import annotations
 
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,9 +22,11 @@ import numpy as np
 from whale.config import RunConfig, Stage
 from whale.data import FoldData, ImageSet, ImageStore, crop_size_for, fold_data, load_competition, playground_data
 from whale.files import atomic_write, write_json_atomic
-from whale.models.checkpoint import load_checkpoint, read_state, save_checkpoint
+from whale.errors import CheckpointError, ConfigError
+from whale.models.checkpoint import load_checkpoint, save_checkpoint
 from whale.training.plots import plot_training
-from whale.training.runlog import TensorBoardLog, read_log, write_log, write_run_metadata
+from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read_run_json, write_log,
+                                   write_run_metadata)
 from whale.training.schedule import EpochPlan, Schedule
 
 
@@ -136,6 +139,8 @@ class Trainer:
     # ---------------------------------------------------------------- mining
     def _mine(self, dataset: FoldData, ep: EpochPlan) -> list[np.ndarray]:
         """Negatives for the epochs of ``ep``'s mining block: Algorithm 1 on the current model."""
+        self.log(f"mining the negatives of epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs} "
+                 f"(K={ep.k:g})")
         feats = self._features(ep.stage.dataset, dataset.gallery, ep.stage.image_size, dataset.pairs_in_gallery)
         mined = self.miner.mine(self._scorer(), feats, dataset.pairs.ids, ep.k, ep.block_epochs,
                                 _rng(self.cfg.seed, _MINING, ep.block_start))
@@ -171,14 +176,14 @@ class Trainer:
         keras.utils.set_random_seed(cfg.seed)
         state = {"epochs_done": 0, "best_val_map5": None, "best_threshold": None,
                  "mined_at": None, "stage": None}
-        if resume and read_state(self.ckpt_dir, "last") is not None:
-            self.model, state = load_checkpoint(self.ckpt_dir, "last")
-            self.log(f"resuming after epoch {state['epochs_done']} from {self.ckpt_dir / 'last.keras'}")
+        if resume and any((self.ckpt_dir / f"last{s}.json").is_file() for s in ("", ".prev")):
+            self.model, state = load_checkpoint(self.ckpt_dir, "last", fallback=True, log=self.log)
+            self.log(f"resuming after epoch {state['epochs_done']} from {self.ckpt_dir / state['model_file']}")
         elif resume:
             self.log(f"--resume: no checkpoint in {self.ckpt_dir}, starting from scratch")
         log_rows = read_log(self.out_dir / "log.csv")[: state["epochs_done"]]
         write_log(self.out_dir / "log.csv", log_rows)
-        mined = _load_mined(self.ckpt_dir / "mined.npz") if state.get("mined_at") is not None else None
+        mined, mined_block = None, None
 
         epochs_this_call, longest_epoch_s, prepared_stage = 0, 0.0, None
         for ep in self.schedule.remaining(state["epochs_done"]):
@@ -195,11 +200,18 @@ class Trainer:
                 prepared_stage = ep.stage_index
             t0 = time.time()
             mining_s = 0.0
-            if ep.mines or mined is None or state.get("mined_at") != ep.block_start:
-                mined = self._mine(dataset, ep)
-                mining_s = time.time() - t0
-                state["mined_at"] = ep.block_start
-                _save_mined(self.ckpt_dir / "mined.npz", mined)
+            if mined_block != ep.block_start:
+                # Inside a block, its negatives come back from disk (mined from the model at the
+                # block's start); at a block's first epoch they are mined from the current model.
+                mined = None if ep.mines else load_mined(self.ckpt_dir, ep.block_start)
+                if mined is None:
+                    if not ep.mines:
+                        self.log(f"warning: no saved negatives of the block starting at epoch "
+                                 f"{ep.block_start + 1}; mining them again from the current model")
+                    mined = self._mine(dataset, ep)
+                    mining_s = time.time() - t0
+                    save_mined(self.ckpt_dir, ep.block_start, mined)
+                mined_block = state["mined_at"] = ep.block_start
             hist = self._fit_epoch(dataset, ep, mined[ep.index_in_block])
             row = {"epoch": ep.epoch + 1, "stage": ep.stage_index + 1, "epoch_in_stage": ep.epoch_in_stage + 1,
                    "image_size": stage.image_size, "k": ep.k, "lr": stage.lr,
@@ -218,12 +230,14 @@ class Trainer:
                     save_checkpoint(self.model, self.ckpt_dir, "best",
                                     {**state, "epochs_done": done, "stage": ep.stage_index})
             state.update(epochs_done=done, stage=ep.stage_index)
-            save_checkpoint(self.model, self.ckpt_dir, "last", state)
             epoch_s = time.time() - t0
             longest_epoch_s = max(longest_epoch_s, epoch_s)
             row["epoch_s"] = round(epoch_s, 2)
             log_rows.append(row)
+            # The log first: a kill before the checkpoint leaves one row too many, which the
+            # resume cuts off; the other order would lose a row.
             write_log(self.out_dir / "log.csv", log_rows)
+            save_checkpoint(self.model, self.ckpt_dir, "last", state)
             self.tensorboard.write(row)
             if ep.ends_block:
                 plot_training(self.out_dir / "log.csv", self.out_dir / "training.png")
@@ -254,7 +268,7 @@ class Trainer:
 
     def _playground(self) -> FoldData:
         if self.playground is None:
-            raise ValueError("the schedule has a 'dataset: playground' stage but no --playground "
+            raise ConfigError("the schedule has a 'dataset: playground' stage but no --playground "
                              "folder was given")
         return self.playground
 
@@ -263,17 +277,45 @@ class Trainer:
                            state["best_threshold"], self.out_dir, log_rows)
 
 
-def _save_mined(path: Path, mined: list[np.ndarray]) -> None:
-    """The negatives of the current mining block, so a resumed run trains on the same pairs."""
-    atomic_write(path, lambda tmp: np.savez(tmp, count=len(mined), **{f"epoch{i}": p for i, p in enumerate(mined)}))
+def _mined_path(folder: Path, block_start: int) -> Path:
+    return Path(folder) / f"mined-e{int(block_start):04d}.npz"
 
 
-def _load_mined(path: Path) -> list[np.ndarray] | None:
-    """The negatives saved by :func:`_save_mined`, or None when there is no file."""
+def save_mined(folder: Path, block_start: int, mined: list[np.ndarray]) -> Path:
+    """The negatives of the block starting at epoch ``block_start``: ``checkpoints/mined-eNNNN.npz``.
+
+    ``mined`` holds one ``[n_pairs] int`` array per epoch of the block. The files of the two
+    newest blocks are kept (a resume that falls back to the previous checkpoint may land in
+    the block before); older ones are removed.
+    """
+    path = _mined_path(folder, block_start)
+    atomic_write(path, lambda tmp: np.savez(tmp, count=len(mined), block_start=int(block_start),
+                                            **{f"epoch{i}": p for i, p in enumerate(mined)}))
+    for old in sorted(Path(folder).glob("mined-e*.npz"))[:-2]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_mined(folder: Path, block_start: int) -> list[np.ndarray] | None:
+    """The negatives saved by :func:`save_mined` for ``block_start``, or None when there is no file.
+
+    Raises:
+        CheckpointError: the file is truncated or corrupt, or belongs to another block.
+    """
+    path = _mined_path(folder, block_start)
     if not path.exists():
         return None
-    with np.load(path, allow_pickle=False) as z:
-        return [z[f"epoch{i}"] for i in range(int(z["count"]))]
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            stored = int(z["block_start"])
+            mined = [z[f"epoch{i}"] for i in range(int(z["count"]))]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{path}: mined negatives are truncated or corrupt ({type(exc).__name__}: "
+                              f"{exc}); delete it to mine the block again from the resumed model") from None
+    if stored != int(block_start):
+        raise CheckpointError(f"{path}: holds the negatives of the block starting at epoch "
+                              f"{stored + 1}, expected {int(block_start) + 1}")
+    return mined
 
 
 def _summary(state: dict) -> dict:
@@ -282,8 +324,12 @@ def _summary(state: dict) -> dict:
 
 def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = False,
                playground=None, deadline: float | None = None, max_epochs: int | None = None,
-               score: bool = True, verbose: int | str = "auto", log=print) -> TrainResult:
+               score: bool = True, verbose: int | str = "auto", log=print,
+               overwrite: bool = False) -> TrainResult:
     """Train fold ``fold`` (-1: all data) of the competition in ``data_dir`` into ``out_dir``.
+
+    A non-empty ``out_dir`` needs ``resume`` (same fold and seed) or ``overwrite`` (clears it):
+    :func:`whale.training.runlog.claim_run_dir`.
 
     Writes ``config.yaml``, ``run.json``, ``log.csv``, ``training.png``, ``tensorboard/``,
     ``checkpoints/`` and,
@@ -293,7 +339,11 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     from whale.training.distribute import describe, strategy_scope
 
     out_dir, data_dir = Path(out_dir), Path(data_dir)
+    claim_run_dir(out_dir, fold, cfg.seed, resume=resume, overwrite=overwrite, log=log)
     comp = load_competition(data_dir)
+    if not comp.test_images:
+        log(f"warning: {data_dir / 'test'} holds no images (and there is no sample_submission.csv): "
+            "no scores/test.npz will be written, so ensemble.py cannot use this run")
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
@@ -303,15 +353,31 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
         trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log)
         result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
         if result.finished and score:
+            log(f"scoring validation and test images with checkpoint 'best' into {out_dir / 'scores'}")
             score_run(out_dir, comp, data, checkpoint="best", log=log, progress=verbose != 0)
     return result
 
 
 def score_fold(out_dir, data_dir, fold: int, cfg: RunConfig, checkpoint: str = "best",
                log=print) -> dict:
-    """Write the score files of an existing run folder from one of its checkpoints."""
+    """Write the score files of an existing run folder from one of its checkpoints.
+
+    Raises:
+        ConfigError: ``out_dir`` holds no run, or ``fold``/the seed differ from its ``run.json``
+            (scoring another fold would validate on the model's own training images).
+    """
     from whale.inference.runs import score_run
     from whale.training.distribute import strategy_scope
+
+    meta = read_run_json(out_dir)
+    if meta is None:
+        raise ConfigError(f"{Path(out_dir) / 'run.json'}: not found; --score-only needs a run folder "
+                          "written by run_fold.py")
+    if meta.get("fold") != fold or meta.get("seed") != cfg.seed:
+        raise ConfigError(f"{Path(out_dir) / 'run.json'}: the run trained fold {meta.get('fold')} with seed "
+                          f"{meta.get('seed')}, but --score-only asked for fold {fold}, seed {cfg.seed}; "
+                          "another fold's validation images are this model's training images: "
+                          f"use --fold {meta.get('fold')}")
 
     comp = load_competition(data_dir)
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)

@@ -1,0 +1,36 @@
+"""kill -9 anywhere: a tiny run killed at 20 random moments and resumed equals an uninterrupted run.
+
+The work is :mod:`benchmarks.faults` in a fresh interpreter (it forks its attempts from one
+process that imported TensorFlow but ran nothing, which a pytest process that already ran
+TensorFlow cannot do safely). Two chains of 10 kills run side by side.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_twenty_kills_leave_nothing_half_written_and_change_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "faults.py"), "--out", str(tmp_path),
+                           "--kills", "20", "--chains", "2", "--seed", "1"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["kills"] == 20
+    assert result["problems"] == [], "\n".join(result["problems"])
+    assert result["stale_temporary_files"] == 0
+    assert proc.returncode == 0
+
+
+def test_phase_of_names_where_a_kill_landed():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.faults import phase_of
+
+    assert phase_of("x\nmining the negatives of epochs 1-2 (K=1000)\n") == "mining"
+    assert phase_of("epoch 2 (stage 1/2, 32px, K=1000, lr=0.001): 32 pairs") == "mid-epoch or validation"
+    assert phase_of("epoch 2: validation MAP@5 0.5 at threshold 0.5") == "checkpoint writing"
+    assert phase_of("scoring validation and test images with checkpoint 'best' into r/scores") == "scoring"
+    assert phase_of("") == "start-up or resume"

@@ -1,0 +1,92 @@
+"""Which runs an ensemble mixes: the identity table of its score files and the checks that refuse bad mixes.
+
+Every score file written by this version records the run that wrote it
+(:mod:`whale.inference.scorefile`: ``run_id``, config hash, fold, seed, checkpoint, epoch, code
+revision, Keras backend) and, for validation files, the images the model trained on.
+:func:`identity_table` prints them; :func:`check_inputs` refuses
+
+- two files of the same run and fold (one run counted twice: its weight doubled, its
+  validation queries scored twice);
+- a validation file whose queries include images its model trained on (a threshold tuned
+  on it would be fitted on leaked labels), or whose queries overlap its own gallery.
+
+Files written before identities were recorded pass with a warning: they cannot be checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from whale.errors import DataError
+from whale.inference.scorefile import _first, _read_names
+
+COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "git_revision", "backend")
+
+
+def read_identities(paths: Sequence[Path]) -> list[dict | None]:
+    """The recorded identity of each score file (None for files without one)."""
+    return [_read_names(Path(p), False)["identity"] for p in paths]
+
+
+def identity_table(paths: Sequence[Path], identities: Sequence[dict | None]) -> list[str]:
+    """Lines of a table: one row per score file, the columns of :data:`COLUMNS`."""
+    rows = [["file", *COLUMNS]]
+    for path, ident in zip(paths, identities):
+        if ident is None:
+            rows.append([str(path), "(not recorded: written by an older version)"] + [""] * (len(COLUMNS) - 1))
+            continue
+        vals = [ident.get(c) for c in COLUMNS]
+        vals[COLUMNS.index("git_revision")] = str(vals[COLUMNS.index("git_revision")] or "")[:10]
+        rows.append([str(path), *["" if v is None else str(v) for v in vals]])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def check_inputs(paths: Sequence[Path], identities: Sequence[dict | None], log=print) -> None:
+    """Refuse two files of the same run and fold; warn about files that cannot be checked.
+
+    Raises:
+        DataError: naming both files.
+    """
+    seen: dict[tuple, Path] = {}
+    unknown = []
+    for path, ident in zip(paths, identities):
+        if ident is None or ident.get("run_id") is None:
+            unknown.append(str(path))
+            continue
+        key = (ident["run_id"], ident.get("fold"), ident.get("split"))
+        if key in seen:
+            raise DataError(f"{path}: same run (run_id {ident['run_id']}) and fold {ident.get('fold')} as "
+                            f"{seen[key]}; each run and fold may enter an ensemble once")
+        seen[key] = path
+    if unknown:
+        log(f"warning: {len(unknown)} score file(s) record no run identity, so mixes and leaks cannot be "
+            f"checked: {_first(unknown)}; re-score them with `run_fold.py ... --score-only`")
+
+
+def check_no_leak(paths: Sequence[Path]) -> None:
+    """Refuse validation files whose queries are images the scoring model trained on.
+
+    A file's queries must be disjoint from its ``trained_on`` images (when recorded) and from
+    its gallery (the fold's training images).
+
+    Raises:
+        DataError: naming the file and a few leaked images.
+    """
+    for path in paths:
+        names = _read_names(Path(path), True)
+        for what, other in (("trained on", names.get("trained_on")), ("gallery", names["gallery"])):
+            if other is None:
+                continue
+            leaked = np.intersect1d(names["query"], other)
+            if leaked.size:
+                fold = (names["identity"] or {}).get("fold")
+                raise DataError(
+                    f"{path}: {leaked.size} validation queries are images the model "
+                    + ("trained on" if what == "trained on" else "has in its gallery (its fold's training images)")
+                    + f": {_first(leaked)}; tuning on them would fit the threshold on leaked labels "
+                    f"(score the run's own fold{'' if fold is None else f', {fold}'}: run_fold.py --score-only "
+                    "--fold as in its run.json)")
