@@ -1,4 +1,5 @@
 """Tests for whale.config: schema checks, error messages, the paper's Table 3, K decay."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -192,7 +193,7 @@ def test_overrides(tmp_path):
 
 def test_frozen():
     cfg = config_from_dict(MINIMAL)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.seed = 3  # type: ignore[misc]
 
 

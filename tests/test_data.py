@@ -1,4 +1,5 @@
 """Tests for whale.data: CSV checks, unsafe names, odd image formats, crops."""
+import dataclasses
 import os
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def test_load_competition_ok(tmp_path):
     assert comp.box("t1.jpg") == (1, 2, 10, 11) and comp.box("t2.jpg") is None
     assert comp.train_path("t1.jpg") == tmp_path / "train" / "t1.jpg"
     assert comp.test_path("a.jpg").is_file()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         comp.root = tmp_path  # frozen
 
 
