@@ -1,0 +1,198 @@
+"""Loading images and their bounding-box crops.
+
+Images are decoded by content, not by extension: a PNG saved under a ``.jpg`` name, gray,
+RGBA, palette, CMYK and 16-bit files all come back as ``uint8 [H, W, C]`` RGB (C = 3) or
+gray (C = 1). EXIF orientation is ignored on purpose: bounding boxes are given in the stored
+pixel grid.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from whale.errors import DataError
+
+Box = tuple[int, int, int, int]
+
+
+def _decode_pil(data: bytes, path: Path) -> np.ndarray:
+    """Decode with Pillow; raises DataError on unreadable or truncated data."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()  # raises OSError on a truncated file
+            mode = im.mode
+            if mode in ("RGB", "L"):
+                arr = np.asarray(im)
+            elif mode in ("I;16", "I;16B", "I;16L", "I"):
+                arr = np.asarray(im).astype(np.int64)
+                arr = np.clip(arr, 0, 65535).astype(np.uint16)
+            elif mode in ("LA", "La", "1"):
+                arr = np.asarray(im.convert("L"))
+            else:  # CMYK, P, PA, RGBA, YCbCr, ... : Pillow knows how to get RGB
+                arr = np.asarray(im.convert("RGB"))
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise DataError(f"{path}: unreadable or truncated image ({exc})") from None
+    return np.ascontiguousarray(arr)
+
+
+def _jpeg_complete(data: bytes) -> bool:
+    """True if the JPEG ends with an EOI marker (ignoring trailing padding)."""
+    return data.rstrip(b"\x00\r\n\t ").endswith(b"\xff\xd9")
+
+
+def _png_complete(data: bytes) -> bool:
+    """True if the PNG holds its IEND chunk (with its fixed CRC), trailing bytes allowed."""
+    return data.rfind(b"IEND\xaeB`\x82") >= 0
+
+
+def _decode(data: bytes, path: Path) -> tuple[np.ndarray, bool]:
+    """Decode bytes -> (array, is_bgr). Array is uint8/uint16, [H, W] or [H, W, C]."""
+    import cv2
+
+    is_jpeg = data[:3] == b"\xff\xd8\xff"
+    is_png = data[:8] == b"\x89PNG\r\n\x1a\n"
+    # Some OpenCV builds return a gray-filled image for a truncated file instead of None.
+    # A JPEG not ending in EOI goes to Pillow, which raises on truncation but accepts
+    # trailing junk; a PNG without IEND is truncated by definition, even if Pillow (which
+    # skips the checksums) would decode it.
+    if is_png and not _png_complete(data):
+        raise DataError(f"{path}: truncated PNG image (no IEND chunk)")
+    if is_jpeg and not _jpeg_complete(data):
+        return _decode_pil(data, path), False
+    arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if arr is None or arr.size == 0:
+        return _decode_pil(data, path), False
+    if is_jpeg and arr.ndim == 3 and arr.shape[2] == 4:  # CMYK/YCCK, not alpha
+        return _decode_pil(data, path), False
+    return arr, True
+
+
+def load_image(path: str | Path, channels: int = 3) -> np.ndarray:
+    """Read an image file, whatever its format, as 8-bit RGB or gray.
+
+    Decoding is by content (a PNG named ``.jpg`` works). Alpha is dropped, 16-bit data is
+    scaled to 8 bits, palette and CMYK images are converted to RGB.
+
+    Args:
+        path: the image file.
+        channels: 3 for RGB, 1 for gray.
+
+    Returns:
+        ``uint8`` array ``[H, W, channels]``.
+
+    Raises:
+        DataError: the file is missing, empty, unreadable, truncated, or of an unsupported
+            pixel type; the message names the file.
+        ValueError: ``channels`` is not 1 or 3.
+    """
+    import cv2
+
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 1 or 3, got {channels!r}")
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: image file not found") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read image file ({exc})") from None
+    if not data:
+        raise DataError(f"{path}: image file is empty (0 bytes)")
+    arr, is_bgr = _decode(data, path)
+
+    if arr.dtype == np.uint16:
+        arr = ((arr.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+    elif arr.dtype != np.uint8:
+        raise DataError(f"{path}: unsupported pixel type {arr.dtype}; expected 8- or 16-bit integers")
+    if arr.ndim == 3 and arr.shape[2] == 1:
+        arr = arr[:, :, 0]
+    if arr.ndim == 3 and arr.shape[2] == 2:  # gray + alpha
+        arr = arr[:, :, 0]
+    if arr.ndim == 3 and arr.shape[2] == 4:
+        arr = arr[:, :, :3]
+    if arr.ndim not in (2, 3) or (arr.ndim == 3 and arr.shape[2] != 3):
+        raise DataError(f"{path}: unsupported image shape {arr.shape}; expected [H, W] or [H, W, 1-4]")
+
+    if arr.ndim == 2:
+        out = arr[:, :, None] if channels == 1 else np.repeat(arr[:, :, None], 3, axis=2)
+    else:
+        code_rgb = cv2.COLOR_BGR2RGB if is_bgr else None
+        if channels == 3:
+            out = cv2.cvtColor(arr, code_rgb) if code_rgb is not None else arr
+        else:
+            gray = cv2.cvtColor(arr, cv2.COLOR_BGR2GRAY if is_bgr else cv2.COLOR_RGB2GRAY)
+            out = gray[:, :, None]
+    return np.ascontiguousarray(out, dtype=np.uint8)
+
+
+def crop_to_box(img: np.ndarray, box: Box | None, margin: float = 0.05) -> np.ndarray:
+    """Cut a box, widened by a margin, out of an image.
+
+    Args:
+        img: ``[H, W, C]`` (or ``[H, W]``) array, any dtype.
+        box: ``(x0, y0, x1, y1)`` pixels, x1/y1 exclusive; None returns ``img`` unchanged.
+        margin: fraction of the box width (height) added on the left and right (top and
+            bottom); the result is clipped to the image.
+
+    Returns:
+        a view ``img[y0':y1', x0':x1']`` of the widened, clipped box.
+
+    Raises:
+        DataError: the box does not overlap the image.
+        ValueError: negative margin.
+    """
+    if box is None:
+        return img
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin!r}")
+    h, w = img.shape[:2]
+    x0, y0, x1, y1 = box
+    mx = (x1 - x0) * margin
+    my = (y1 - y0) * margin
+    cx0 = max(0, int(np.floor(x0 - mx)))
+    cy0 = max(0, int(np.floor(y0 - my)))
+    cx1 = min(w, int(np.ceil(x1 + mx)))
+    cy1 = min(h, int(np.ceil(y1 + my)))
+    if cx1 <= cx0 or cy1 <= cy0:
+        raise DataError(f"box {tuple(box)} does not overlap the image of size {w}x{h} (width x height)")
+    return img[cy0:cy1, cx0:cx1]
+
+
+def load_crop(
+    path: str | Path, box: Box | None, size: int, channels: int = 3, margin: float = 0.05
+) -> np.ndarray:
+    """Load an image, crop it to its box (with margin) and resize it to a square.
+
+    The aspect ratio is not preserved (as in the reference code); resizing uses
+    ``cv2.INTER_AREA``.
+
+    Args:
+        path: the image file.
+        box: ``(x0, y0, x1, y1)`` or None for the whole image.
+        size: output side in pixels.
+        channels: 3 (RGB) or 1 (gray).
+        margin: see :func:`crop_to_box`.
+
+    Returns:
+        ``uint8`` array ``[size, size, channels]``.
+
+    Raises:
+        DataError: as :func:`load_image`, or the box lies outside the image (names the file).
+    """
+    import cv2
+
+    if int(size) != size or size < 1:
+        raise ValueError(f"size must be a positive integer, got {size!r}")
+    img = load_image(path, channels=channels)
+    try:
+        crop = crop_to_box(img, box, margin)
+    except DataError as exc:
+        raise DataError(f"{path}: {exc}") from None
+    out = cv2.resize(np.ascontiguousarray(crop), (int(size), int(size)), interpolation=cv2.INTER_AREA)
+    if out.ndim == 2:
+        out = out[:, :, None]
+    return out
