@@ -1,4 +1,5 @@
-# Two commands: `make demo` and `make test`. Both install what they need into .venv.
+# Two commands: `make demo` and `make test`. Both install what they need into .venv
+# (requirements.txt: tensorflow-cpu and a CPU jax, so both Keras backends are tested).
 PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
@@ -16,8 +17,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VPY) -m whale.demo --data data/synthetic --out runs/demo --submission submissions/demo.csv
 
+# The whole suite on TensorFlow, then the backend-sensitive tests (marker `backend`: models,
+# head scorer, train + pause + resume, distribution, inference, ensembling) again on JAX (CPU).
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
+	KERAS_BACKEND=jax $(VPY) -m pytest -q -m backend tests
 
 clean:
 	rm -rf runs/demo submissions/demo.csv

@@ -20,6 +20,7 @@ import pytest
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a case that takes more than ~20 s on 2 cores")
+    config.addinivalue_line("markers", "backend: depends on the Keras backend; `make test` runs these again under JAX")
 
 
 @pytest.fixture(autouse=True)

@@ -154,6 +154,7 @@ def test_precision_key_is_validated_and_defaults_to_float32():
         config_from_dict({**base, "precision": "float64"})
 
 
+@pytest.mark.backend
 def test_mixed_precision_head_outputs_float32_and_scores_match(backend):
     import keras
 

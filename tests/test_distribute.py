@@ -155,6 +155,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
+@pytest.mark.backend
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="JAX is not installed")
 def test_jax_data_parallel_over_two_cpu_devices_gives_the_same_loss_as_one_device(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "jax", "PYTHONPATH": str(ROOT),

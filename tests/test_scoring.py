@@ -6,6 +6,8 @@ from whale import NEW_WHALE
 from whale.mining import mine_negatives, validate_negative_pairs
 from whale.ranking import predict_top5, top_id_scores
 
+pytestmark = pytest.mark.backend
+
 
 @pytest.fixture(scope="module")
 def heads(backend):
