@@ -122,8 +122,8 @@ class RunConfig:
     candidates per row + sparse LAP). ``box_margin``: fraction of the box size added on each side
     before cropping. ``val_new_whale``: add ~25% new_whale images to the validation fold.
     ``threshold``: new_whale threshold; ``None`` = tuned on validation.
-    ``strategy``: ``auto`` (MirroredStrategy when several GPUs are visible), ``mirrored`` or
-    ``default``. ``crop_cache``: how decoded box crops are kept between epochs: ``memory``
+    ``strategy``: ``auto`` (data parallel when several GPUs are visible: MirroredStrategy on
+    TensorFlow, keras.distribution.DataParallel on JAX), ``mirrored`` or ``default``. ``crop_cache``: how decoded box crops are kept between epochs: ``memory``
     (fastest; ~16 GB for the full competition at 512 px), ``jpeg`` (about a tenth of that,
     decoded on access) or ``none`` (read every time); see :class:`whale.data.ImageStore`.
     ``precision``: the Keras dtype policy models are built under: ``float32`` (default),
