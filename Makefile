@@ -1,4 +1,5 @@
-# Two commands: `make demo` and `make test`. Both install what they need into .venv.
+# Two commands: `make demo` and `make test`. Both install what they need into .venv
+# (requirements.txt: tensorflow-cpu and a CPU jax, so both Keras backends are tested).
 # `make test` also rehearses Kaggle's GPU image: requirements-kaggle.txt in .venv-kaggle, no lap.
 PY ?= python3
 # Kaggle's image runs Python 3.12: use it where installed (requirements-kaggle.txt also installs on 3.11).
@@ -38,8 +39,16 @@ kaggle-env: $(KSTAMP)
 demo: $(STAMP)
 	$(VPY) -m whale.demo --data data/synthetic --out runs/demo --submission submissions/demo.csv
 
+# The whole suite on TensorFlow, then the backend-sensitive tests (marker `backend`: models,
+# head scorer, train + pause + resume, distribution, inference, ensembling) again on JAX (CPU),
+# then what a Kaggle kernel runs under Kaggle's versions.
+# On JAX the full-size backbones (built from keras.applications, ~6 CPU-minutes there) are left out.
+JAX_DESELECT := not every_branch_builds and not param_counts_match_published \
+	and not seresnext50_trainable and not adapt_first_conv_densenet
+
 test: $(STAMP) $(KSTAMP)
 	$(VPY) $(PYTEST) tests
+	KERAS_BACKEND=jax $(VPY) $(PYTEST) -m backend -k "$(JAX_DESELECT)" tests
 	$(MAKE) --no-print-directory test-kaggle
 
 test-kaggle: $(KSTAMP)

@@ -1,6 +1,9 @@
-"""Test set-up: TensorFlow pinned to the CPU with few threads, everything seeded.
+"""Test set-up: the Keras backend on the CPU with few threads, everything seeded.
 
-The environment variables must be set before TensorFlow is imported anywhere.
+The backend is ``KERAS_BACKEND`` (``tensorflow`` unless set; ``make test`` runs part of the
+suite again under ``jax``). The environment variables must be set before any backend is
+imported. Tests take the ``backend`` fixture to run on whichever backend this is, and the
+``tf`` fixture only where they need TensorFlow itself (skipped on other backends).
 """
 import os
 
@@ -17,6 +20,7 @@ import pytest
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a case that takes more than ~20 s on 2 cores")
+    config.addinivalue_line("markers", "backend: depends on the Keras backend; `make test` runs these again under JAX")
 
 
 @pytest.fixture(autouse=True)
@@ -27,14 +31,32 @@ def _seed_everything():
 
 
 @pytest.fixture(scope="session")
-def tf():
-    """TensorFlow, imported once, limited to 2 threads."""
+def backend():
+    """The Keras backend's name, its threads limited to 2 and its random state seeded.
+
+    TensorFlow is imported only when it is the backend.
+    """
+    import keras
+
+    name = keras.backend.backend()
+    if name == "tensorflow":
+        import tensorflow as tf
+
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(2)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:
+            pass  # already initialised by an earlier import; the limits are then fixed
+        tf.random.set_seed(0)
+    keras.utils.set_random_seed(0)
+    return name
+
+
+@pytest.fixture(scope="session")
+def tf(backend):
+    """TensorFlow itself, for tests of TensorFlow-only features; skipped on other backends."""
+    if backend != "tensorflow":
+        pytest.skip(f"needs the TensorFlow backend (KERAS_BACKEND={backend})")
     import tensorflow as tf
 
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(2)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-    except RuntimeError:
-        pass  # already initialised by an earlier import; the limits are then fixed
-    tf.random.set_seed(0)
     return tf

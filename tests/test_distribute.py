@@ -1,7 +1,9 @@
-"""Multi-device training: MirroredStrategy over two logical CPUs matches the default strategy.
+"""Multi-device training: a data-parallel strategy over two CPU devices matches one device.
 
-Logical devices can only be configured before TensorFlow initialises its devices, and other
-test modules initialise them in this process, so the comparison runs in a subprocess.
+TensorFlow: MirroredStrategy over two logical CPUs. JAX: keras.distribution.DataParallel over
+two host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=2``). Devices can only be
+configured before the backend initialises them, and other test modules initialise them in
+this process, so each comparison runs in a subprocess.
 """
 
 import json
@@ -9,6 +11,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import importlib.util
 
 import pytest
 
@@ -65,7 +69,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def test_mirrored_over_two_cpus_gives_the_same_loss_as_one_device(tmp_path):
+def test_mirrored_over_two_cpus_gives_the_same_loss_as_one_device(tf, tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
            "KERAS_BACKEND": "tensorflow", "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True,
@@ -111,7 +115,7 @@ print("RESULT", result.finished, result.epochs_done)
 """
 
 
-def test_train_fold_under_mirrored_strategy_mines_trains_and_scores(tmp_path):
+def test_train_fold_under_mirrored_strategy_mines_trains_and_scores(tf, tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
            "KERAS_BACKEND": "tensorflow", "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-c", TRAIN_SCRIPT, str(tmp_path)], cwd=tmp_path, env=env,
@@ -120,3 +124,50 @@ def test_train_fold_under_mirrored_strategy_mines_trains_and_scores(tmp_path):
     assert "RESULT True 3" in res.stdout
     assert "MirroredStrategy" in res.stdout
     assert (tmp_path / "run" / "scores" / "test.npz").exists()
+
+
+JAX_SCRIPT = r"""
+import json
+import numpy as np
+import keras
+from whale.training.distribute import describe, get_strategy, strategy_scope
+from whale.models import build_branch, build_head, build_siamese, compile_siamese
+
+rng = np.random.default_rng(0)
+xa, xb = (rng.uniform(0, 255, (8, 32, 32, 3)).astype("float32") for _ in range(2))
+y = (rng.uniform(size=(8, 1)) > 0.5).astype("float32")
+# Two copies of 8 pairs: each device's BatchNorm statistics equal those of the whole batch.
+xa, xb, y = np.concatenate([xa, xa]), np.concatenate([xb, xb]), np.concatenate([y, y])
+keras.utils.set_random_seed(1)
+branch = build_branch("tiny", (32, 32, 3))
+w0 = build_siamese(branch, build_head(int(branch.output_shape[-1]), mid=8)).get_weights()
+out = {"auto": describe(get_strategy("auto"))}
+for name in ("default", "mirrored"):
+    with strategy_scope(name) as strategy:
+        branch = build_branch("tiny", (32, 32, 3))
+        model = build_siamese(branch, build_head(int(branch.output_shape[-1]), mid=8))
+        model.set_weights(w0)
+        compile_siamese(model, 1e-3)
+        hist = model.fit([xa, xb], y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+    out[name] = {"replicas": strategy.num_replicas_in_sync, "describe": describe(strategy),
+                 "loss": hist.history["loss"]}
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.backend
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="JAX is not installed")
+def test_jax_data_parallel_over_two_cpu_devices_gives_the_same_loss_as_one_device(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "jax", "PYTHONPATH": str(ROOT),
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    res = subprocess.run([sys.executable, "-c", JAX_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    line = next(l for l in res.stdout.splitlines() if l.startswith("RESULT "))
+    out = json.loads(line[len("RESULT "):])
+    assert out["auto"] == "SingleDevice with 1 replica(s)"  # no GPU: auto = one device
+    assert out["default"]["replicas"] == 1
+    assert out["mirrored"]["replicas"] == 2 and out["mirrored"]["describe"].startswith("DataParallel with 2")
+    assert out["default"]["loss"][0] > out["default"]["loss"][-1]  # it trained
+    for a, b in zip(out["default"]["loss"], out["mirrored"]["loss"]):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-5)

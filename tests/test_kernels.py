@@ -263,7 +263,7 @@ def _next_version(root: Path, slug: str) -> None:
     (root / "working").mkdir()
 
 
-def test_round_trip_pauses_resumes_and_finishes(tf, tmp_path, monkeypatch, capsys):
+def test_round_trip_pauses_resumes_and_finishes(backend, tmp_path, monkeypatch, capsys):
     from whale.kaggle import entry as kaggle_entry
     from whale.data.synth import generate
 

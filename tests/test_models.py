@@ -26,6 +26,8 @@ from whale.models import (
 )
 from whale.models.seresnext import PUBLISHED_PARAMS_NO_FC
 
+pytestmark = pytest.mark.backend
+
 FEATURES = {"densenet121": 1024, "resnet50": 2048, "inceptionv3": 2048, "seresnext50": 2048,
             "convnet_v1": 512, "convnet_v2": 512, "small": 128, "tiny": 32}
 PUBLISHED = {"densenet121": 7_037_504, "resnet50": 23_587_712, "inceptionv3": 21_802_784}
@@ -45,13 +47,13 @@ def _np(x):
 
 
 @pytest.fixture(scope="module")
-def branches(tf):
+def branches(backend):
     """Every registry branch at its smallest 3-channel size, built once."""
     return {name: build_branch(name, (_size(name), _size(name), 3)) for name in BRANCHES}
 
 
 @pytest.fixture()
-def tiny_siamese(tf):
+def tiny_siamese(backend):
     keras.utils.set_random_seed(0)
     return build_siamese(build_branch("tiny", (64, 64, 3)), build_head(32))
 
@@ -123,7 +125,7 @@ def test_imagenet_unavailable_is_a_clear_error(name):
         build_branch(name, (64, 64, 3), weights="imagenet")
 
 
-def test_one_channel_branch_builds(tf):
+def test_one_channel_branch_builds(backend):
     branch = build_branch("tiny", (64, 64, 1))
     assert _np(branch(_images(2, 64, 1))).shape == (2, 32)
     assert branch_spec(branch) == ("tiny", 1)
@@ -132,7 +134,7 @@ def test_one_channel_branch_builds(tf):
 # ---------------------------------------------------------------- preprocessing
 
 
-def test_preprocess_modes_numerically(tf):
+def test_preprocess_modes_numerically(backend):
     x = _images(2, 4, 3)
     caffe = _np(Preprocess("caffe")(x))
     np.testing.assert_allclose(caffe, x[..., ::-1] - np.array([103.939, 116.779, 123.68]),
@@ -161,7 +163,7 @@ def test_preprocess_config_round_trip():
 
 
 @pytest.mark.parametrize("d,mid,hidden", [(32, 32, 0), (1024, 32, 0), (64, 8, 16)])
-def test_head_param_count(tf, d, mid, hidden):
+def test_head_param_count(backend, d, mid, hidden):
     head = build_head(d, mid=mid, hidden=hidden)
     expected = head_param_count(d, mid, hidden)
     if hidden == 0:
@@ -171,7 +173,7 @@ def test_head_param_count(tf, d, mid, hidden):
     assert head.count_params() == expected
 
 
-def test_head_is_exactly_symmetric(tf):
+def test_head_is_exactly_symmetric(backend):
     keras.utils.set_random_seed(1)
     head = build_head(48, mid=8, hidden=4)
     rng = np.random.default_rng(0)
@@ -221,7 +223,7 @@ def test_compile_l2_adds_penalty(tiny_siamese):
     assert len(tiny_siamese.losses) == 0
 
 
-def test_transfer_branch_copies_all_weights(tf):
+def test_transfer_branch_copies_all_weights(backend):
     keras.utils.set_random_seed(2)
     small = build_branch("tiny", (64, 64, 3))
     big = transfer_branch(small, 96)
@@ -283,7 +285,7 @@ def test_missing_weights_file(tmp_path):
         build_branch("tiny", (64, 64, 3), weights=str(tmp_path / "nothere.weights.h5"))
 
 
-def test_weights_files_whole_branch_and_backbone(tf, tmp_path):
+def test_weights_files_whole_branch_and_backbone(backend, tmp_path):
     keras.utils.set_random_seed(3)
     src = build_branch("tiny", (64, 64, 3))
     img = _images(2, 64)
@@ -300,7 +302,7 @@ def test_weights_files_whole_branch_and_backbone(tf, tmp_path):
         np.testing.assert_allclose(_np(got64(img)), want, rtol=1e-6, err_msg=name)
 
 
-def test_weights_file_shape_mismatch_names_file_and_layer(tf, tmp_path):
+def test_weights_file_shape_mismatch_names_file_and_layer(backend, tmp_path):
     build_branch("convnet_v1", (64, 64, 3)).save_weights(tmp_path / "v1.weights.h5")
     with pytest.raises(DataError) as err:
         build_branch("tiny", (64, 64, 3), weights=tmp_path / "v1.weights.h5")
@@ -308,7 +310,7 @@ def test_weights_file_shape_mismatch_names_file_and_layer(tf, tmp_path):
     assert "v1.weights.h5" in msg and ("variable" in msg or "layer" in msg)
 
 
-def test_three_channel_weights_file_into_gray_branch(tf, tmp_path):
+def test_three_channel_weights_file_into_gray_branch(backend, tmp_path):
     keras.utils.set_random_seed(4)
     rgb = build_branch("tiny", (64, 64, 3))
     rgb.save_weights(tmp_path / "rgb.weights.h5")
@@ -321,7 +323,7 @@ def test_three_channel_weights_file_into_gray_branch(tf, tmp_path):
 # ---------------------------------------------------------------- 1-channel adaptation
 
 
-def test_adapt_first_conv_gray_equals_replicated_rgb(tf):
+def test_adapt_first_conv_gray_equals_replicated_rgb(backend):
     keras.utils.set_random_seed(5)
     rgb = build_branch("tiny", (64, 64, 3))
     gray = build_branch("tiny", (64, 64, 1))
@@ -347,7 +349,7 @@ def test_adapt_first_conv_densenet(branches):
     assert gray.count_params() == PUBLISHED["densenet121"] - 7 * 7 * 2 * 64
 
 
-def test_adapt_first_conv_rejects_other_architectures(tf):
+def test_adapt_first_conv_rejects_other_architectures(backend):
     with pytest.raises(ValueError, match="adapt_first_conv"):
         adapt_first_conv(build_branch("tiny", (64, 64, 3)), build_branch("convnet_v1",
                                                                          (64, 64, 1)))

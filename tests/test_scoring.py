@@ -6,9 +6,11 @@ from whale import NEW_WHALE
 from whale.mining import mine_negatives, validate_negative_pairs
 from whale.ranking import predict_top5, top_id_scores
 
+pytestmark = pytest.mark.backend
+
 
 @pytest.fixture(scope="module")
-def heads(tf):
+def heads(backend):
     import keras
 
     from whale.models import build_head
@@ -201,7 +203,7 @@ def test_topk_stream_prune_pads_missing_ids(heads):
     assert all(len(set(r)) == 5 for r in names.tolist())
 
 
-def test_compute_features_batches(tf):
+def test_compute_features_batches(backend):
     import keras
 
     from whale.inference.features import compute_features

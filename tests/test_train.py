@@ -54,11 +54,18 @@ def _weights(run_dir, tag="last"):
     return [w.copy() for w in model.get_weights()], state
 
 
-def test_resume_draws_the_same_pairs_and_reaches_the_same_weights(tf, competition, config_file, tmp_path):
+@pytest.mark.backend
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_resume_draws_the_same_pairs_and_reaches_the_same_weights(backend, competition, config_file, tmp_path,
+                                                                   precision):
+    from whale.config import load_config
     from whale.training.trainer import train_fold
 
-    tf.config.experimental.enable_op_determinism()
-    cfg = _cfg(config_file)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    cfg = load_config(config_file, overrides={"precision": precision})
     full = train_fold(cfg, competition, 0, tmp_path / "full", score=False, verbose=0, log=lambda *_: None)
     assert full.finished and full.epochs_done == 4
 
@@ -83,6 +90,15 @@ def test_resume_draws_the_same_pairs_and_reaches_the_same_weights(tf, competitio
             np.testing.assert_array_equal(a[f"epoch{i}"], b[f"epoch{i}"])
     log_lines = (tmp_path / "part" / "log.csv").read_text().strip().splitlines()
     assert len(log_lines) == 5  # header + one row per epoch, none duplicated by the resume
+    # The checkpoint keeps its precision; the head's output (and so the loss) is float32.
+    from whale.models.checkpoint import load_checkpoint
+
+    model, _ = load_checkpoint(tmp_path / "part" / "checkpoints", "last")
+    compute = "bfloat16" if precision == "mixed_bfloat16" else "float32"
+    assert model.get_layer("branch").layers[-1].compute_dtype == compute
+    assert model.get_layer("head").get_layer("per_feature").compute_dtype == compute
+    assert model.get_layer("head").get_layer("weighted_average").compute_dtype == "float32"
+    assert model.output.dtype == "float32"
 
 
 def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition, config_file, tmp_path):
@@ -123,6 +139,7 @@ def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition,
     np.testing.assert_allclose(again.scores.astype(np.float32), test.scores.astype(np.float32), atol=1e-3)
 
 
+@pytest.mark.backend
 def test_end_to_end_run_fold_then_ensemble(competition, config_file, tmp_path):
     """run_fold.py on generated data, then ensemble.py --tune on its score files."""
     run = tmp_path / "run"

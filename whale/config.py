@@ -38,6 +38,8 @@ KNOWN_BRANCHES = (
 DATASETS = ("main", "playground")
 STRATEGIES = ("auto", "mirrored", "default")
 """Device strategies (``strategy``; :mod:`whale.training.distribute`)."""
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+"""Keras dtype policies a run may train under (``precision``; :mod:`whale.models.precision`)."""
 MINING_MODES = ("exact", "pruned")
 CACHE_MODES = ("memory", "jpeg", "none")
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
@@ -121,10 +123,13 @@ class RunConfig:
     candidates per row + sparse LAP). ``box_margin``: fraction of the box size added on each side
     before cropping. ``val_new_whale``: add ~25% new_whale images to the validation fold.
     ``threshold``: new_whale threshold; ``None`` = tuned on validation.
-    ``strategy``: ``auto`` (MirroredStrategy when several GPUs are visible), ``mirrored`` or
-    ``default``. ``crop_cache``: how decoded box crops are kept between epochs: ``memory``
+    ``strategy``: ``auto`` (data parallel when several GPUs are visible: MirroredStrategy on
+    TensorFlow, keras.distribution.DataParallel on JAX), ``mirrored`` or ``default``. ``crop_cache``: how decoded box crops are kept between epochs: ``memory``
     (fastest; ~16 GB for the full competition at 512 px), ``jpeg`` (about a tenth of that,
     decoded on access) or ``none`` (read every time); see :class:`whale.data.ImageStore`.
+    ``precision``: the Keras dtype policy models are built under: ``float32`` (default),
+    ``mixed_bfloat16`` (GPUs from A100 on; also CPUs) or ``mixed_float16`` (T4, P100, with
+    loss scaling); the head's output, the loss and every score file stay float32.
     """
 
     name: str
@@ -142,6 +147,7 @@ class RunConfig:
     threshold: float | None = None
     strategy: str = "auto"
     crop_cache: str = "memory"
+    precision: str = "float32"
 
     @property
     def total_epochs(self) -> int:
@@ -331,6 +337,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         threshold=None if threshold is None else c.number(threshold, "threshold", float, 0.0, 1.0),
         strategy=c.choice(get("strategy"), "strategy", STRATEGIES),
         crop_cache=c.choice(get("crop_cache"), "crop_cache", CACHE_MODES),
+        precision=c.choice(get("precision"), "precision", PRECISIONS),
     )
 
 

@@ -49,6 +49,7 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
 
     out = []
     count = 0
+    multi_device = _replicas(branch) > 1
     for batch in progress_bar(batches, total=total, desc="features", enabled=progress):
         if isinstance(batch, (tuple, list)):
             batch = batch[0]
@@ -56,7 +57,7 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
         # Under a multi-replica MirroredStrategy, Keras 3.15's predict_on_batch returns each
         # row once per replica and predict() fails on batches smaller than the replica
         # count; a direct call runs the batch whole on one device.
-        if branch.distribute_strategy.num_replicas_in_sync > 1:
+        if multi_device:
             f = np.asarray(branch(x, training=False), dtype=np.float32)
         else:
             f = np.asarray(branch.predict_on_batch(x), dtype=np.float32)
@@ -69,6 +70,17 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
     if not out:
         raise ValueError("batches: expected at least one batch of images, received none")
     return np.concatenate(out, axis=0)
+
+
+def _replicas(model) -> int:
+    """Devices the model's batches are split over: ``model.distribute_strategy`` on TensorFlow,
+    the global ``keras.distribution`` on JAX (set by ``strategy_scope``), else 1."""
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is not None:
+        return int(strategy.num_replicas_in_sync)
+    dist = keras.distribution.distribution()
+    mesh = getattr(dist, "device_mesh", None)
+    return int(mesh.devices.size) if mesh is not None else 1
 
 
 class ImageBatches(keras.utils.PyDataset):

@@ -7,6 +7,7 @@ from whale.models.checkpoint import load_checkpoint, read_state, save_checkpoint
 from whale.models.factory import build_branch
 from whale.models.head import PairFeatures, build_head, head_param_count
 from whale.models.io import architecture_difference, load_model, save_model
+from whale.models.precision import precision_scope
 from whale.models.preprocessing import Preprocess
 from whale.models.registry import (
     BRANCHES,
@@ -38,6 +39,7 @@ __all__ = [
     "architecture_difference",
     "branch_spec",
     "build_branch",
+    "precision_scope",
     "build_head",
     "build_siamese",
     "check_input_shape",

@@ -54,7 +54,8 @@ def build_head(feature_dim: int, mid: int = 32, hidden: int | Sequence[int] = 0)
     x = layers.Flatten(name="flatten")(x)
     for i, w in enumerate(widths):
         x = layers.Dense(w, activation="relu", name=f"hidden_{i}")(x)
-    out = layers.Dense(1, activation="sigmoid", name="weighted_average")(x)
+    # float32 under any mixed-precision policy: probabilities, the loss and scores stay float32.
+    out = layers.Dense(1, activation="sigmoid", name="weighted_average", dtype="float32")(x)
     return keras.Model([xa, xb], out, name="head")
 
 

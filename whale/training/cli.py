@@ -2,6 +2,10 @@
 
 Example:
     python run_fold.py --config configs/demo.yaml --fold 0 --data data/synthetic --out runs/demo
+    python run_fold.py --config configs/densenet121.yaml --data DIR --plan --rates RATES.json
+
+``--plan`` trains nothing: it prints the schedule (stage, epochs, image size, pairs per epoch,
+minings) of the fold and, with ``--rates``, the hours it takes (:mod:`whale.training.plan`).
 
 Exit status: 0 when the schedule is done, 3 when the run stopped early (``--time-budget``,
 ``--max-epochs``) and can be resumed with ``--resume``.
@@ -16,14 +20,16 @@ import time
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="run_fold.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="YAML model config (configs/*.yaml)")
-    p.add_argument("--fold", type=int, required=True, help="validation fold 0..3, or -1 to train on everything")
-    p.add_argument("--data", required=True, help="Kaggle-format competition folder")
-    p.add_argument("--out", required=True, help="run folder (checkpoints, logs, scores)")
+    p.add_argument("--fold", type=int, help="validation fold 0..3, or -1 to train on everything (--plan: 0)")
+    p.add_argument("--data", help="Kaggle-format competition folder")
+    p.add_argument("--out", help="run folder (checkpoints, logs, scores); not needed with --plan")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     p.add_argument("--overwrite", action="store_true",
                    help="clear a non-empty run folder first (without --resume or --overwrite it is an error)")
     p.add_argument("--playground", help="Kaggle-format folder for 'dataset: playground' stages")
     p.add_argument("--seed", type=int, help="override the config's seed")
+    p.add_argument("--precision", help="override the config's precision (float32, mixed_float16, mixed_bfloat16): "
+                                       "it depends on the GPU")
     p.add_argument("--time-budget", type=float, help="stop cleanly before this many seconds (resume later)")
     p.add_argument("--max-epochs", type=int, help="stop after this many epochs in this call")
     p.add_argument("--score-only", action="store_true",
@@ -31,7 +37,40 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint", default="best", help="checkpoint for --score-only: best, last or a path")
     p.add_argument("--verbose", type=int, default=None, help="Keras verbosity 0/1/2 (default: auto)")
     p.add_argument("--debug", action="store_true", help="show the traceback of a data or config error")
-    return p.parse_args(argv)
+    p.add_argument("--plan", action="store_true", help="print the schedule and its cost; train nothing")
+    p.add_argument("--rates", help="--plan: pairs/s per branch, size, precision (JSON of benchmarks/bench_train.py)")
+    p.add_argument("--pair-images", type=int,
+                   help="--plan: training images of the fold instead of counting them in --data")
+    p.add_argument("--playground-images", type=int,
+                   help="--plan: training images of the playground (default: --playground's, else --pair-images)")
+    args = p.parse_args(argv)
+    needed = [] if args.plan else ["fold", "data", "out"]
+    if args.plan and args.data is None and args.pair_images is None:
+        needed.append("data")
+    missing = [f"--{name.replace('_', '-')}" for name in needed if getattr(args, name) is None]
+    if missing:
+        p.error(f"the following arguments are required: {', '.join(missing)}")
+    return args
+
+
+def plan(args, cfg) -> int:
+    """``--plan``: print the stages, pairs per epoch, minings and (with rates) hours of one fold."""
+    from whale.data import fold_data, load_competition, playground_data
+    from whale.training.plan import format_plan, load_rates, plan_fold
+
+    if args.pair_images is not None:
+        images = {"main": args.pair_images}
+    else:
+        fold = 0 if args.fold is None else args.fold
+        images = {"main": len(fold_data(load_competition(args.data), fold, cfg.seed,
+                                        val_new_whale=cfg.val_new_whale).pairs)}
+    if args.playground_images is not None or args.pair_images is not None:
+        images["playground"] = args.playground_images or args.pair_images
+    elif args.playground:
+        images["playground"] = len(playground_data(load_competition(args.playground)).pairs)
+    rates = load_rates(args.rates) if args.rates else None
+    print(format_plan(cfg, plan_fold(cfg, images, rates), args.rates))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -47,9 +86,11 @@ def run(argv=None) -> int:
     from whale.config import load_config
     from whale.training.trainer import score_fold, train_fold
 
-    overrides = {"seed": args.seed} if args.seed is not None else None
-    cfg = load_config(args.config, overrides=overrides)
+    overrides = {key: getattr(args, key) for key in ("seed", "precision") if getattr(args, key) is not None}
+    cfg = load_config(args.config, overrides=overrides or None)
     verbose = "auto" if args.verbose is None else args.verbose
+    if args.plan:
+        return plan(args, cfg)
     if args.score_only:
         score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)
         return 0

@@ -137,20 +137,43 @@ def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int, data_dir: Path,
 
 
 class TensorBoardLog:
-    """Per-epoch scalars (loss, accuracy, validation MAP@5, K, lr) under ``run/tensorboard``."""
+    """Per-epoch scalars (loss, accuracy, validation MAP@5, K, lr) under ``run/tensorboard``.
+
+    Written with TensorBoard's own event writer (``tensorboard.summary.writer``), which needs
+    neither TensorFlow nor any other backend. Where that writer is not importable the scalars
+    are skipped, with one line through ``log`` saying so.
+    """
 
     SCALARS = ("loss", "accuracy", "val_map5", "k", "lr")
 
-    def __init__(self, folder: Path):
-        self.folder, self._writer = Path(folder), None
+    def __init__(self, folder: Path, log=print):
+        self.folder, self.log, self._writer = Path(folder), log, None
+
+    def _open(self):
+        try:
+            from tensorboard.compat.proto import event_pb2, summary_pb2
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        except ImportError as err:
+            self.log(f"TensorBoard: its event writer is not importable ({err}); scalars not written, log.csv has them")
+            self._writer = False
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._writer = (EventFileWriter(str(self.folder)), event_pb2, summary_pb2)
 
     def write(self, row: dict) -> None:
-        import tensorflow as tf
-
+        """Append the scalars of one ``log.csv`` row (dict of strings or numbers) at step ``epoch``."""
         if self._writer is None:
-            self._writer = tf.summary.create_file_writer(str(self.folder))
-        with self._writer.as_default():
-            for name in self.SCALARS:
-                if row.get(name) not in ("", None):
-                    tf.summary.scalar(name, float(row[name]), step=int(row["epoch"]))
-        self._writer.flush()
+            self._open()
+        if not self._writer:
+            return
+        writer, event_pb2, summary_pb2 = self._writer
+        values = [summary_pb2.Summary.Value(tag=name, simple_value=float(row[name]))
+                  for name in self.SCALARS if row.get(name) not in ("", None)]
+        writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(row["epoch"]),
+                                         summary=summary_pb2.Summary(value=values)))
+        writer.flush()
+
+    def close(self) -> None:
+        if self._writer:
+            self._writer[0].close()
+        self._writer = None

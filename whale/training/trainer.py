@@ -81,7 +81,7 @@ class Trainer:
         self.stores = _Stores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
         self.schedule = Schedule.from_config(cfg)
         self.miner = make_miner(cfg.mining, cfg.candidates, progress=verbose != 0)
-        self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard")
+        self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", log=log)
         self.model = None
 
     # ----------------------------------------------------------------- model
@@ -169,7 +169,16 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def run(self, resume: bool = False, deadline: float | None = None,
             max_epochs: int | None = None) -> TrainResult:
-        """Train until the schedule ends, ``deadline`` (time.time()) nears, or ``max_epochs`` ran."""
+        """Train until the schedule ends, ``deadline`` (time.time()) nears, or ``max_epochs`` ran.
+
+        Models are built, resized and loaded under the config's ``precision`` policy.
+        """
+        from whale.models.precision import precision_scope
+
+        with precision_scope(self.cfg.precision):
+            return self._run(resume, deadline, max_epochs)
+
+    def _run(self, resume: bool, deadline: float | None, max_epochs: int | None) -> TrainResult:
         import keras
 
         cfg = self.cfg

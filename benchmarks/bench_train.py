@@ -1,0 +1,198 @@
+"""Training speed per branch x image size x precision: model alone, input pipeline alone, end to end.
+
+For each combination, in one run and on the same machine:
+
+(a) ``model``: the siamese train step (``train_on_batch``) on arrays already in memory;
+(b) ``pipeline``: the real input pipeline alone: box crops from :class:`whale.data.ImageStore`
+    (decoded once, kept in memory), the paper's augmentation (:mod:`whale.data.augment`) and
+    :class:`whale.training.pairs.PairDataset` batches built by ``--workers`` threads (as
+    ``PyDataset`` workers do without multiprocessing);
+(c) ``end_to_end``: the trainer (:class:`whale.training.trainer.Trainer`) training one mining
+    interval on a synthetic competition (:mod:`whale.data.synth`): the ``fit`` of each epoch
+    timed, the first epoch (tracing and compilation) left out; mining and validation are not
+    counted (they are timed in ``log.csv``).
+
+Each prints pairs/s, and the ratio (c)/(a) says how much of the model's speed the real
+pipeline keeps. The last stdout line is one JSON object whose ``rates`` list is the rates
+file ``run_fold.py --plan --rates FILE`` reads; ``--out FILE`` also writes it.
+
+Examples:
+    python benchmarks/bench_train.py --quick                  # CPU, tiny branch, under 2 minutes
+    KERAS_BACKEND=jax python benchmarks/bench_train.py --branches densenet121 --sizes 384,512 \\
+        --precisions mixed_bfloat16 --workers 8 --out rates.json   # a GPU
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--branches", default="densenet121", help="comma-separated branch names")
+    p.add_argument("--sizes", default="384,512", help="comma-separated image sizes")
+    p.add_argument("--precisions", default="mixed_bfloat16", help="comma-separated precisions")
+    p.add_argument("--channels", type=int, default=3, choices=(1, 3), help="image channels (convnet_v1: 1)")
+    p.add_argument("--batch-size", type=int, default=32, help="pairs per batch")
+    p.add_argument("--steps", type=int, default=20, help="timed batches for (a) and (b)")
+    p.add_argument("--workers", type=int, default=4, help="threads building batches in (b) and (c)")
+    p.add_argument("--ids", type=int, default=200, help="ids of the synthetic competition for (b), (c)")
+    p.add_argument("--interval", type=int, default=3, help="(c): epochs of the mining interval trained")
+    p.add_argument("--data", help="synthetic competition folder to reuse (generated when missing)")
+    p.add_argument("--out", help="also write the rates JSON here")
+    p.add_argument("--quick", action="store_true",
+                   help="CPU smoke run: tiny branch, 32 px, float32 and mixed_bfloat16, few steps")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.branches, args.sizes, args.precisions = "tiny", "32", "float32,mixed_bfloat16"
+        args.batch_size, args.steps, args.workers, args.ids, args.interval = 16, 4, 2, 12, 2
+    return args
+
+
+def _rate(pairs: int, seconds: float) -> float:
+    return pairs / max(seconds, 1e-9)
+
+
+def model_only(branch: str, size: int, channels: int, batch: int, steps: int) -> float:
+    """(a) pairs/s of ``train_on_batch`` on in-memory float32 ``[batch, size, size, channels]`` arrays."""
+    from whale.models import build_branch, build_head, build_siamese, compile_siamese
+
+    b = build_branch(branch, (size, size, channels))
+    model = build_siamese(b, build_head(int(b.output_shape[-1])))
+    compile_siamese(model, 1e-4)
+    rng = np.random.default_rng(0)
+    xa, xb = (rng.uniform(0, 255, (batch, size, size, channels)).astype(np.float32) for _ in range(2))
+    y = (rng.uniform(size=(batch, 1)) > 0.5).astype(np.float32)
+    model.train_on_batch([xa, xb], y)  # tracing and compilation
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = model.train_on_batch([xa, xb], y)
+    np.asarray(loss)  # wait for the last step (asynchronous dispatch)
+    return _rate(steps * batch, time.perf_counter() - t0)
+
+
+def pipeline_only(data, size: int, channels: int, batch: int, steps: int, workers: int) -> float:
+    """(b) pairs/s of PairDataset batches (crops in memory, augmentation) built by ``workers`` threads."""
+    from whale.data import ImageStore, crop_size_for
+    from whale.data.augment import build_augmenter
+    from whale.mining import positive_pairs
+    from whale.training.pairs import PairDataset
+
+    rng = np.random.default_rng(0)
+    store = ImageStore(data.gallery.paths, data.gallery.boxes, crop_size_for(size), channels=channels)
+    for i in range(len(store)):
+        store[i]  # decode every crop once, as the trainer's store does over its first epoch
+    pos = data.pairs_in_gallery[positive_pairs(data.pairs.ids, rng)]
+    neg = rng.integers(0, len(store), size=pos.shape)
+    pairs = np.concatenate([pos, neg])
+    labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))]).astype(np.float32)
+    ds = PairDataset(store, pairs, labels, size, build_augmenter(size, channels=channels),
+                     batch_size=batch, seed=0, epoch=0)
+    index = [i % len(ds) for i in range(steps)]
+    ds[0]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        made = sum(len(y) for (_, y) in pool.map(ds.__getitem__, index))
+    return _rate(made, time.perf_counter() - t0)
+
+
+def end_to_end(branch: str, size: int, channels: int, precision: str, args, data_dir: Path) -> float:
+    """(c) pairs/s of the trainer's ``fit`` epochs over one mining interval (first epoch left out)."""
+    from whale.config import config_from_dict
+    from whale.data import fold_data, load_competition
+    from whale.training.trainer import Trainer
+
+    epochs = args.interval + 1
+    cfg = config_from_dict({
+        "name": "bench", "seed": 0, "batch_size": args.batch_size, "mining_interval": epochs,
+        "workers": args.workers, "precision": precision, "val_new_whale": False,
+        "model": {"branch": branch, "channels": channels},
+        "stages": [{"epochs": epochs, "k": 1.0, "lr": 1.0e-4, "image_size": size, "dataset": "main"}]})
+    timed = []
+
+    class TimedTrainer(Trainer):
+        def _fit_epoch(self, dataset, ep, negatives):
+            t0 = time.perf_counter()
+            hist = super()._fit_epoch(dataset, ep, negatives)
+            timed.append((2 * len(dataset.pairs), time.perf_counter() - t0))
+            return hist
+
+    data = fold_data(load_competition(data_dir), -1, 0)
+    with tempfile.TemporaryDirectory() as out:
+        TimedTrainer(cfg, data, Path(out), verbose=0, log=lambda *_: None).run()
+    pairs = sum(p for p, _ in timed[1:])
+    return _rate(pairs, sum(s for _, s in timed[1:]))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import keras
+
+    from whale.data import fold_data, load_competition
+    from whale.data.synth import generate
+    from whale.models import precision_scope
+
+    t_start = time.time()
+    backend = keras.backend.backend()
+    tmp = tempfile.TemporaryDirectory()
+    data_dir = Path(args.data or Path(tmp.name) / "data")
+    if not (data_dir / "train.csv").exists():
+        generate(data_dir, n_ids=args.ids, seed=0, size=256, progress=False)
+    data = fold_data(load_competition(data_dir), -1, 0)
+    rows = []
+    print(f"backend {backend}; batch {args.batch_size} pairs; {args.workers} workers; "
+          f"{len(data.pairs)} pair images ({args.ids} synthetic ids)")
+    print(f"{'branch':>12} {'size':>5} {'precision':>15} {'model':>9} {'pipeline':>9} {'end_to_end':>10} {'e2e/model':>9}")
+    for branch in args.branches.split(","):
+        channels = args.channels
+        for size in (int(s) for s in args.sizes.split(",")):
+            for precision in args.precisions.split(","):
+                keras.utils.set_random_seed(0)
+                with precision_scope(precision):
+                    a = model_only(branch, size, channels, args.batch_size, args.steps)
+                b = pipeline_only(data, size, channels, args.batch_size, args.steps, args.workers)
+                c = end_to_end(branch, size, channels, precision, args, data_dir)
+                row = {"branch": branch, "image_size": size, "precision": precision,
+                       "model_pairs_s": round(a, 2), "pipeline_pairs_s": round(b, 2),
+                       "end_to_end_pairs_s": round(c, 2), "end_to_end_over_model": round(c / a, 3)}
+                rows.append(row)
+                print(f"{branch:>12} {size:>5} {precision:>15} {a:9.1f} {b:9.1f} {c:10.1f} {c / a:9.2f}",
+                      flush=True)
+    result = {"benchmark": "bench_train", "backend": backend, "device": _device(backend),
+              "batch_size": args.batch_size, "workers": args.workers, "rates": rows,
+              "seconds": round(time.time() - t_start, 1)}
+    if args.out:
+        from whale.files import write_json_atomic
+
+        write_json_atomic(Path(args.out), result)
+    tmp.cleanup()
+    print(json.dumps(result))
+    return 0
+
+
+def _device(backend: str) -> str:
+    if backend == "jax":
+        import jax
+
+        return str(jax.devices()[0].device_kind)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        gpus = tf.config.list_physical_devices("GPU")
+        return gpus[0].name if gpus else "CPU"
+    return backend
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""run_fold.py --plan: the schedule's pairs, minings and hours from a rates file."""
+
+import json
+
+import pytest
+
+from whale.config import config_from_dict
+from whale.errors import ConfigError
+from whale.training.plan import format_plan, load_rates, plan_fold
+from whale.training.schedule import Schedule
+
+CFG = {"name": "plan", "seed": 0, "mining_interval": 2, "precision": "mixed_bfloat16",
+       "model": {"branch": "densenet121"},
+       "stages": [{"epochs": 3, "k": 1.0, "lr": 1.0e-4, "image_size": 384, "dataset": "playground"},
+                  {"epochs": 4, "k": 0.5, "lr": 1.0e-4, "image_size": 512, "dataset": "main"},
+                  {"epochs": 2, "k": 0.5, "lr": 1.0e-4, "image_size": 256, "dataset": "main"}]}
+RATES = {"rates": [{"branch": "densenet121", "image_size": 384, "precision": "mixed_bfloat16",
+                    "model_pairs_s": 300.0, "end_to_end_pairs_s": 200.0},
+                   {"branch": "densenet121", "image_size": 512, "precision": "mixed_bfloat16",
+                    "model_pairs_s": 100.0},
+                   {"branch": "densenet121", "image_size": 512, "precision": "float32", "model_pairs_s": 1.0}]}
+
+
+def test_plan_counts_pairs_minings_and_hours_by_hand(tmp_path):
+    cfg = config_from_dict(CFG)
+    path = tmp_path / "rates.json"
+    path.write_text(json.dumps(RATES))
+    plan = plan_fold(cfg, {"main": 1000, "playground": 500}, load_rates(path))
+    assert [p.pairs_per_epoch for p in plan] == [1000, 2000, 2000]
+    assert [p.minings for p in plan] == [2, 2, 1]
+    assert sum(p.minings for p in plan) == Schedule.from_config(cfg).minings()
+    assert plan[0].pairs_s == 200.0 and plan[0].rate_source == "end_to_end"  # end to end preferred
+    assert plan[1].pairs_s == 100.0 and plan[1].rate_source == "model"
+    assert plan[2].pairs_s == pytest.approx(200.0 * (384 / 256) ** 2)  # nearest size, scaled by pixels
+    assert plan[0].hours == pytest.approx(3 * 1000 / 200 / 3600)
+    text = format_plan(cfg, plan, str(path))
+    total = sum(p.hours for p in plan)
+    assert f"estimated {total:.1f} h per fold" in text and "mining and validation not included" in text
+
+
+def test_plan_without_rates_says_no_estimate_and_bad_files_are_named(tmp_path):
+    cfg = config_from_dict(CFG)
+    plan = plan_fold(cfg, {"main": 10, "playground": 10})
+    assert all(p.hours is None for p in plan)
+    assert "no estimate of hours: pass --rates" in format_plan(cfg, plan)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"rates": [{"branch": "densenet121", "image_size": 384}]}))
+    with pytest.raises(ConfigError, match="bad.json"):
+        load_rates(bad)
+    with pytest.raises(ConfigError, match="playground"):
+        plan_fold(cfg, {"main": 10})
+
+
+def test_run_fold_plan_reads_the_fold_from_data(tmp_path, capsys):
+    from whale.data import fold_data, load_competition
+    from whale.data.synth import generate
+    from whale.training.cli import main
+
+    data = generate(tmp_path / "data", n_ids=12, seed=1, size=64, progress=False)
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(config_from_dict({**CFG, "stages": CFG["stages"][1:]}).to_yaml())
+    assert main(["--config", str(cfg_path), "--data", str(data), "--plan"]) == 0
+    out = capsys.readouterr().out
+    n = len(fold_data(load_competition(data), 0, 0).pairs)
+    assert f"{2 * n:>11}" in out and "no estimate of hours" in out
