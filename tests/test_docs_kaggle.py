@@ -1,5 +1,5 @@
 """docs/kaggle.md: every `python ...` command of ours runs with --help and accepts every flag written
-there; the version estimates in its table are what `python -m whale.kaggle.plan` computes."""
+there; every row of its cost table is what `run_fold.py --plan` prints for that row's command."""
 import re
 import shlex
 import subprocess
@@ -44,7 +44,7 @@ def test_the_doc_covers_the_whole_journey():
     text = DOC.read_text()
     for needle in ("kaggle competitions download -c humpback-whale-identification",
                    "bounding_boxes.csv", "kaggle datasets create -p build/whale-code",
-                   "kaggle kernels push -p kernels/densenet121/fold0", "30 hours", "python -m whale.kaggle.plan",
+                   "kaggle kernels push -p kernels/densenet121/fold0", "30 hours", "python run_fold.py --plan",
                    "kaggle kernels output", "python ensemble.py",
                    "kaggle competitions submit -c humpback-whale-identification -f"):
         assert needle in text, f"{DOC}: expected {needle!r}"
@@ -61,29 +61,32 @@ def test_every_command_of_ours_in_the_doc_runs_with_help_and_knows_its_flags(hea
     assert not unknown, f"{DOC}: python {' '.join(head)} does not accept {unknown}"
 
 
-def test_the_estimate_table_is_what_plan_computes():
-    from whale.config import load_config
-    from whale.kaggle.plan import H100_SPEED, estimate
-
-    text = DOC.read_text()
-    for name in ("densenet121", "seresnext50"):
-        cfg = load_config(ROOT / "configs" / f"{name}.yaml")
-        est = estimate(cfg, H100_SPEED[name])
-        row = re.search(rf"^\| `{name}`[^|]*\| (\S+) \| (\S+) \| (\S+) \|$", text, re.M)
-        assert row, f"{DOC}: no table row for {name}"
-        assert row.groups() == (f"{est.hours:.0f}", str(est.versions), f"{4 * est.quota_weeks:.1f}"), (
-            f"{DOC}: the {name} row is stale; python -m whale.kaggle.plan --config configs/{name}.yaml gives "
-            f"{est.hours:.1f} h, {est.versions} versions")
+ROW = re.compile(r"^\| [^|]+ \| `(--config [^`]+)` \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| ([\d.]+) \|$", re.M)
 
 
-def test_plan_arithmetic_on_a_one_stage_schedule():
-    from whale.config import RunConfig, Stage
-    from whale.kaggle.plan import estimate, speed_at
+def _plan_output(argv: list[str], capsys) -> str:
+    from whale.training.cli import main
 
-    assert speed_at(512, {512: 200.0}) == 200.0
-    assert speed_at(256, {512: 200.0}) == pytest.approx(800.0)  # a quarter of the pixels
-    cfg = RunConfig(name="one", stages=(Stage(epochs=10, k=1.0, lr=1e-4, image_size=512),), mining_interval=5)
-    est = estimate(cfg, {512: 200.0}, main_images=1000, mining_seconds=60.0, hours_per_version=0.1)
-    # 10 epochs x 2,000 pairs / 200 pairs/s = 100 s, plus 2 minings x 60 s
-    assert est.hours == pytest.approx(220.0 / 3600)
-    assert est.versions == 1
+    assert main(argv) == 0, argv
+    return capsys.readouterr().out
+
+
+def test_the_cost_table_is_what_the_planner_prints(capsys):
+    """Each row = the doc's common `run_fold.py --plan` command + the row's flags, run here."""
+    common = [line for line in doc_commands() if line.startswith("python run_fold.py --plan --pair-images")]
+    assert len(common) == 1, f"{DOC}: expected one common 'python run_fold.py --plan --pair-images ...' line"
+    base = shlex.split(common[0])[2:]
+    rows = ROW.findall(DOC.read_text())
+    assert len(rows) >= 9, f"{DOC}: expected the cost table's rows, found {len(rows)}"
+    for flags, *cells in rows:
+        out = _plan_output(base + shlex.split(flags), capsys)
+        total = re.search(r"estimated ([\d.]+) h per fold: ([\d.]+) h of training.*?\+ ([\d.]+) h of mining",
+                          out)
+        quota = re.search(r"^= (\d+) kernel versions of 7.75 h = ([\d.]+) weeks of the 30 h weekly GPU quota",
+                          out, re.M)
+        assert total and quota, out
+        printed = [total[2], total[3], total[1], quota[1], quota[2]]
+        assert cells == printed, f"{DOC}: the row {flags!r} is stale: the planner prints {printed}"
+    out = _plan_output(base + ["--config", "configs/convnet_v1.yaml"], capsys)
+    assert "no estimate of hours" in out
+    assert "| `--config configs/convnet_v1.yaml` | no rate measured" in DOC.read_text()

@@ -1,4 +1,5 @@
-"""run_fold.py --plan: the schedule's pairs, minings and hours from a rates file."""
+"""run_fold.py --plan, the one planner: the schedule's pairs, minings, hours from a rates file, kernel
+versions and weeks of Kaggle's GPU quota."""
 
 import json
 
@@ -6,7 +7,7 @@ import pytest
 
 from whale.config import config_from_dict
 from whale.errors import ConfigError
-from whale.training.plan import format_plan, load_rates, plan_fold
+from whale.training.plan import KERNEL_HOURS_PER_VERSION, fold_cost, format_plan, load_rates, plan_fold
 from whale.training.schedule import Schedule
 
 CFG = {"name": "plan", "seed": 0, "mining_interval": 2, "precision": "mixed_bfloat16",
@@ -35,7 +36,41 @@ def test_plan_counts_pairs_minings_and_hours_by_hand(tmp_path):
     assert plan[0].hours == pytest.approx(3 * 1000 / 200 / 3600)
     text = format_plan(cfg, plan, str(path))
     total = sum(p.hours for p in plan)
-    assert f"estimated {total:.1f} h per fold" in text and "mining and validation not included" in text
+    assert f"estimated {total:.1f} h per fold" in text and "mining not included (--mining-seconds)" in text
+    assert "validation not included" in text and "kernel versions of 7.75 h" in text
+
+
+def test_two_stages_by_hand_with_slowdown_mining_versions_and_quota(tmp_path):
+    """2 stages: 10 epochs at 512 px (200 pairs/s) then 5 at 256 px (scaled: 800 pairs/s), 1,000 images."""
+    cfg = config_from_dict({**CFG, "mining_interval": 5, "stages": [
+        {"epochs": 10, "k": 1.0, "lr": 1.0e-4, "image_size": 512, "dataset": "main"},
+        {"epochs": 5, "k": 1.0, "lr": 1.0e-4, "image_size": 256, "dataset": "main"}]})
+    path = tmp_path / "rates.json"
+    path.write_text(json.dumps({"rates": [{"branch": "densenet121", "image_size": 512,
+                                           "precision": "mixed_bfloat16", "model_pairs_s": 200.0}]}))
+    plan = plan_fold(cfg, {"main": 1000}, load_rates(path), slowdown=3.0, mining_seconds=600.0)
+    # training: (10 x 2,000 / 200 + 5 x 2,000 / 800) s = 112.5 s, x 3 = 337.5 s; mining: 3 x 600 s
+    assert [p.minings for p in plan] == [2, 1]
+    assert [p.train_hours for p in plan] == pytest.approx([300.0 / 3600, 37.5 / 3600])
+    assert [p.mining_hours for p in plan] == pytest.approx([1200.0 / 3600, 600.0 / 3600])
+    cost = fold_cost(plan, hours_per_version=0.5)
+    assert cost.hours == pytest.approx(2137.5 / 3600)
+    assert cost.versions == 2 and cost.quota_weeks == pytest.approx(2137.5 / 3600 / 30)
+    assert fold_cost(plan, hours_per_version=0.6).versions == 1
+    text = format_plan(cfg, plan, str(path), slowdown=3.0, mining_seconds=600.0, hours_per_version=0.5)
+    assert "estimated 0.6 h per fold: 0.1 h of training" in text and "x 3 (--slowdown)" in text
+    assert "+ 0.5 h of mining (3 x 600 s)" in text
+    assert "= 2 kernel versions of 0.5 h = 0.0 weeks of the 30 h weekly GPU quota" in text
+    with pytest.raises(ConfigError, match="slowdown"):
+        plan_fold(cfg, {"main": 1000}, load_rates(path), slowdown=0.0)
+    with pytest.raises(ConfigError, match="hours-per-version"):
+        fold_cost(plan, hours_per_version=0.0)
+
+
+def test_the_default_version_length_is_the_kernels_budget_less_the_scoring_margin():
+    from whale.kaggle.kernels import DEFAULT_BUDGET_HOURS, DEFAULT_SCORE_MARGIN_MINUTES
+
+    assert KERNEL_HOURS_PER_VERSION == DEFAULT_BUDGET_HOURS - DEFAULT_SCORE_MARGIN_MINUTES / 60 == 7.75
 
 
 def test_plan_without_rates_says_no_estimate_and_bad_files_are_named(tmp_path):
@@ -63,3 +98,4 @@ def test_run_fold_plan_reads_the_fold_from_data(tmp_path, capsys):
     out = capsys.readouterr().out
     n = len(fold_data(load_competition(data), 0, 0).pairs)
     assert f"{2 * n:>11}" in out and "no estimate of hours" in out
+    assert "kernel versions" not in out

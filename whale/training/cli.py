@@ -2,10 +2,11 @@
 
 Example:
     python run_fold.py --config configs/demo.yaml --fold 0 --data data/synthetic --out runs/demo
-    python run_fold.py --config configs/densenet121.yaml --data DIR --plan --rates RATES.json
+    python run_fold.py --config configs/densenet121.yaml --data DIR --plan --rates RATES.json --slowdown 5.8
 
 ``--plan`` trains nothing: it prints the schedule (stage, epochs, image size, pairs per epoch,
-minings) of the fold and, with ``--rates``, the hours it takes (:mod:`whale.training.plan`).
+minings) of the fold and, with ``--rates``, the hours it takes, the Kaggle kernel versions and
+the weeks of Kaggle's weekly GPU quota (:mod:`whale.training.plan`).
 
 Exit status: 0 when the schedule is done, 3 when the run stopped early (``--time-budget``,
 ``--max-epochs``) and can be resumed with ``--resume``.
@@ -43,6 +44,14 @@ def parse_args(argv=None):
                    help="--plan: training images of the fold instead of counting them in --data")
     p.add_argument("--playground-images", type=int,
                    help="--plan: training images of the playground (default: --playground's, else --pair-images)")
+    p.add_argument("--slowdown", type=float, default=1.0,
+                   help="--plan: training hours x this: the planned GPU's time over the rates file's GPU's "
+                        "(estimates vs an H100 by memory bandwidth: P100 4.6, T4 10.5, 2 x T4 5.8; default 1)")
+    p.add_argument("--mining-seconds", type=float, default=0.0,
+                   help="--plan: seconds per mining on the planned machine (default 0: mining not included)")
+    p.add_argument("--hours-per-version", type=float, default=None,
+                   help="--plan: training hours of one Kaggle kernel version (default "
+                        "8.5 h budget - 45 min scoring margin = 7.75)")
     args = p.parse_args(argv)
     needed = [] if args.plan else ["fold", "data", "out"]
     if args.plan and args.data is None and args.pair_images is None:
@@ -56,7 +65,7 @@ def parse_args(argv=None):
 def plan(args, cfg) -> int:
     """``--plan``: print the stages, pairs per epoch, minings and (with rates) hours of one fold."""
     from whale.data import fold_data, load_competition, playground_data
-    from whale.training.plan import format_plan, load_rates, plan_fold
+    from whale.training.plan import KERNEL_HOURS_PER_VERSION, format_plan, load_rates, plan_fold
 
     if args.pair_images is not None:
         images = {"main": args.pair_images}
@@ -69,7 +78,9 @@ def plan(args, cfg) -> int:
     elif args.playground:
         images["playground"] = len(playground_data(load_competition(args.playground)).pairs)
     rates = load_rates(args.rates) if args.rates else None
-    print(format_plan(cfg, plan_fold(cfg, images, rates), args.rates))
+    per_version = KERNEL_HOURS_PER_VERSION if args.hours_per_version is None else args.hours_per_version
+    print(format_plan(cfg, plan_fold(cfg, images, rates, args.slowdown, args.mining_seconds), args.rates,
+                      slowdown=args.slowdown, mining_seconds=args.mining_seconds, hours_per_version=per_version))
     return 0
 
 
