@@ -207,7 +207,7 @@ def compare(ref: Path, out: Path) -> list[str]:
 
 def run_faults(root: Path, kills: int, chains: int = 1, seed: int = 0, log=print) -> dict:
     """The whole experiment under ``root``; returns the counts (see the module docstring)."""
-    import tensorflow  # noqa: F401 - imported once, before the forks
+    import keras  # noqa: F401 - the backend imported once, before the forks
 
     import whale.training.trainer  # noqa: F401
 

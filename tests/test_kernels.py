@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from whale.kaggle.kernels import (build_code_dataset, build_metadata, kernel_slug, make_kernels, validate_metadata)
+from whale.kaggle.kernels import build_code_dataset, build_metadata, make_kernels, validate_metadata
+from whale.kaggle.metadata import kernel_slug
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPETITION = "humpback-whale-identification"

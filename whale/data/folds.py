@@ -20,7 +20,6 @@ CLI: ``python -m whale.data.folds --data DIR [--seed S] [--folds N]`` prints :fu
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np

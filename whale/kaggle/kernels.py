@@ -35,7 +35,7 @@ from whale.files import write_text_atomic
 from whale.kaggle.codedataset import build_code_dataset
 from whale.kaggle.metadata import (DEFAULT_MACHINE_SHAPE, ENTRY_FILE, GPU_SHAPES, MACHINE_SHAPES, METADATA_FILE,
                                    _check_ref, _split_ref, build_metadata, kernel_folder,
-                                   kernel_slug, validate_metadata)  # noqa: F401 (kernel_slug: re-exported)
+                                   validate_metadata)
 from whale.kaggle.wheels import KAGGLE_MISSING, KAGGLE_PYTHON
 
 DEFAULT_BUDGET_HOURS = 8.5
