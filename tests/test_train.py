@@ -61,10 +61,7 @@ def test_resume_draws_the_same_pairs_and_reaches_the_same_weights(backend, compe
     from whale.config import load_config
     from whale.training.trainer import train_fold
 
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tf.config.experimental.enable_op_determinism()
+    # Under the shipped settings: no op-determinism switch (README, "Killed runs resume exactly").
     cfg = load_config(config_file, overrides={"precision": precision})
     full = train_fold(cfg, competition, 0, tmp_path / "full", score=False, verbose=0, log=lambda *_: None)
     assert full.finished and full.epochs_done == 4
