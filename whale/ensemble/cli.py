@@ -25,7 +25,7 @@ from whale.ensemble.combine import average_score_files, normalise_weights, valid
 from whale.ensemble.identity import check_inputs, check_no_leak, identity_table, read_identities
 from whale.ensemble.report import plot_thresholds, write_threshold_csv
 from whale.errors import ConfigError, DataError
-from whale.inference.scorefile import _first, score_path
+from whale.inference.scorefile import first_names, score_path
 from whale.ranking.calibrate import Calibrator, cross_validate
 from whale.ranking.newwhale import (map_for_thresholds, new_whale_share, new_whale_shares, predict_for_fraction,
                                     predict_top5, share_first, tune)
@@ -162,7 +162,7 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
     if args.tune or args.calibrate:
         missing = [str(p) for p, h in zip(val_paths, have_val) if not h]
         if missing:
-            raise DataError(f"--tune/--calibrate need every run's validation scores; missing: {_first(missing)}")
+            raise DataError(f"--tune/--calibrate need every run's validation scores; missing: {first_names(missing)}")
     if all(have_val):
         val_ids = read_identities(val_paths)
         log("validation score files:")

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.errors import ConfigError, DataError
-from whale.inference.scorefile import ScoreFile, _first, _read_names, load_score_file
+from whale.inference.scorefile import ScoreFile, first_names, read_header, load_score_file
 
 _ROW_BLOCK = 2048  # rows reordered and accumulated at a time: bounds the float32 temporaries
 
@@ -61,11 +61,11 @@ def _compare_sets(ref: np.ndarray, other: np.ndarray, what: str, ref_path: Path,
     missing = np.setdiff1d(ref, other)
     if missing.size:
         raise DataError(f"{path}: {missing.size} {what} image(s) of {ref_path} are missing from this "
-                        f"run: {_first(missing)}; every run must score the same {what} images")
+                        f"run: {first_names(missing)}; every run must score the same {what} images")
     extra = np.setdiff1d(other, ref)
     if extra.size:
         raise DataError(f"{path}: {extra.size} {what} image(s) are not in {ref_path}: "
-                        f"{_first(extra)}; every run must score the same {what} images")
+                        f"{first_names(extra)}; every run must score the same {what} images")
 
 
 def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
@@ -92,7 +92,7 @@ def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
     """
     paths = [Path(p) for p in paths]
     w = normalise_weights(weights, len(paths))
-    metas = [_read_names(p, need_query_ids) for p in paths]  # cheap: checks everything first
+    metas = [read_header(p, need_query_ids) for p in paths]  # cheap: checks everything first
     ref, ref_path = metas[0], paths[0]
     plans = []
     for path, meta in zip(paths, metas):
@@ -103,12 +103,12 @@ def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
         bad = np.flatnonzero(meta["gallery_ids"][gi] != ref["gallery_ids"])
         if bad.size:
             raise DataError(f"{path}: gallery ids differ from {ref_path} for images "
-                            f"{_first(ref['gallery'][bad])}")
+                            f"{first_names(ref['gallery'][bad])}")
         if "query_ids" in ref and "query_ids" in meta:
             bad = np.flatnonzero(meta["query_ids"][qi] != ref["query_ids"])
             if bad.size:
                 raise DataError(f"{path}: query ids differ from {ref_path} for images "
-                                f"{_first(ref['query'][bad])}")
+                                f"{first_names(ref['query'][bad])}")
         plans.append((qi, gi))
     nq, ng = ref["shape"]
     total = np.zeros((nq, ng), dtype=np.float32)
@@ -153,7 +153,7 @@ def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, l
     keys: list[frozenset] = []
     members: list[list[int]] = []
     for i, p in enumerate(paths):
-        q = frozenset(_read_names(p, True)["query"].tolist())
+        q = frozenset(read_header(p, True)["query"].tolist())
         for key, mem in zip(keys, members):
             if key == q:
                 mem.append(i)
@@ -162,7 +162,7 @@ def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, l
             if shared:
                 raise DataError(
                     f"{p}: its validation queries overlap those of {paths[mem[0]]} without being the "
-                    f"same set ({len(shared)} shared, e.g. {_first(sorted(shared))}); expected equal sets "
+                    f"same set ({len(shared)} shared, e.g. {first_names(sorted(shared))}); expected equal sets "
                     "(models of the same fold: averaged) or disjoint sets (folds: concatenated)")
         else:
             keys.append(q)

@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from whale.errors import DataError
-from whale.inference.scorefile import _first, _read_names
+from whale.inference.scorefile import first_names, read_header
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "git_revision", "backend")
 
 
 def read_identities(paths: Sequence[Path]) -> list[dict | None]:
     """The recorded identity of each score file (None for files without one)."""
-    return [_read_names(Path(p), False)["identity"] for p in paths]
+    return [read_header(Path(p), False)["identity"] for p in paths]
 
 
 def identity_table(paths: Sequence[Path], identities: Sequence[dict | None]) -> list[str]:
@@ -64,7 +64,7 @@ def check_inputs(paths: Sequence[Path], identities: Sequence[dict | None], log=p
         seen[key] = path
     if unknown:
         log(f"warning: {len(unknown)} score file(s) record no run identity, so mixes and leaks cannot be "
-            f"checked: {_first(unknown)}; re-score them with `run_fold.py ... --score-only`")
+            f"checked: {first_names(unknown)}; re-score them with `run_fold.py ... --score-only`")
 
 
 def check_no_leak(paths: Sequence[Path]) -> None:
@@ -77,7 +77,7 @@ def check_no_leak(paths: Sequence[Path]) -> None:
         DataError: naming the file and a few leaked images.
     """
     for path in paths:
-        names = _read_names(Path(path), True)
+        names = read_header(Path(path), True)
         for what, other in (("trained on", names.get("trained_on")), ("gallery", names["gallery"])):
             if other is None:
                 continue
@@ -87,6 +87,6 @@ def check_no_leak(paths: Sequence[Path]) -> None:
                 raise DataError(
                     f"{path}: {leaked.size} validation queries are images the model "
                     + ("trained on" if what == "trained on" else "has in its gallery (its fold's training images)")
-                    + f": {_first(leaked)}; tuning on them would fit the threshold on leaked labels "
+                    + f": {first_names(leaked)}; tuning on them would fit the threshold on leaked labels "
                     f"(score the run's own fold{'' if fold is None else f', {fold}'}: run_fold.py --score-only "
                     "--fold as in its run.json)")

@@ -77,7 +77,8 @@ def score_path(run_dir, split: str) -> Path:
     return Path(run_dir) / "scores" / f"{split}.npz"
 
 
-def _first(names, n: int = _NAMES_SHOWN) -> str:
+def first_names(names, n: int = _NAMES_SHOWN) -> str:
+    """The first ``n`` names, comma-separated, with the total when there are more (for error messages)."""
     names = [str(x) for x in names]
     more = f" ... ({len(names)} in all)" if len(names) > n else ""
     return ", ".join(names[:n]) + more
@@ -93,7 +94,7 @@ def _str_array(z, key: str, path: Path) -> np.ndarray:
 def _check_unique(names: np.ndarray, what: str, path: Path) -> None:
     uniq, counts = np.unique(names, return_counts=True)
     if len(uniq) != len(names):
-        raise ScoreFileError(f"{path}: {what} names must be unique; repeated: {_first(uniq[counts > 1])}")
+        raise ScoreFileError(f"{path}: {what} names must be unique; repeated: {first_names(uniq[counts > 1])}")
 
 
 def _open_npz(path: Path):
@@ -111,7 +112,7 @@ def _open_npz(path: Path):
         raise ScoreFileError(f"{path}: not a readable .npz score file ({e})") from None
 
 
-def _read_names(path: Path, need_query_ids: bool) -> dict:
+def read_header(path: Path, need_query_ids: bool) -> dict:
     """The name arrays of a score file and the shape of its matrix, without loading the matrix."""
     with _open_npz(path) as z:
         need = ["scores", "query", "gallery", "gallery_ids"] + (["query_ids"] if need_query_ids else [])
@@ -178,7 +179,7 @@ def load_score_file(path, need_query_ids: bool = False) -> ScoreFile:
         DataError: missing file or array, wrong shapes or dtypes, repeated names, non-finite scores.
     """
     path = Path(path)
-    names = _read_names(path, need_query_ids)
+    names = read_header(path, need_query_ids)
     with _open_npz(path) as z:
         try:
             scores = z["scores"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from whale.errors import ConfigError
 
 from whale.files import git_revision, write_text_atomic
-from whale.kaggle.metadata import _check_ref, _split_ref
+from whale.kaggle.metadata import check_ref, split_ref
 from whale.kaggle.wheels import (KAGGLE_MISSING, KAGGLE_PYTHON, download_wheels, project_key, required_pins,
                                  wheel_name, wheel_problems)
 
@@ -72,7 +72,7 @@ def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path |
         ValueError: a bad dataset id or a wheel that does not fit Kaggle's image.
         RuntimeError: ``pip download`` failed (the message says what to do instead).
     """
-    problems = _check_ref(dataset_id, "dataset id")
+    problems = check_ref(dataset_id, "dataset id")
     problems += [p for w in wheels for p in wheel_problems(w, python)]
     if problems:
         raise ConfigError("; ".join(problems))
@@ -95,7 +95,7 @@ def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path |
         shutil.copyfile(cfg, out / cfg.name)
     for f in extra_files:
         shutil.copyfile(f, out / Path(f).name)
-    meta = {"title": _split_ref(dataset_id)[1], "id": dataset_id, "licenses": [{"name": "CC0-1.0"}],
+    meta = {"title": split_ref(dataset_id)[1], "id": dataset_id, "licenses": [{"name": "CC0-1.0"}],
             "description": f"whale toolkit code and configs, git revision {git_revision(repo_root)}"}
     write_text_atomic(out / DATASET_METADATA_FILE, json.dumps(meta, indent=2) + "\n")
     return out

@@ -34,7 +34,7 @@ from whale.errors import ConfigError, DataError, run_cli
 from whale.files import write_text_atomic
 from whale.kaggle.codedataset import build_code_dataset
 from whale.kaggle.metadata import (DEFAULT_MACHINE_SHAPE, ENTRY_FILE, GPU_SHAPES, MACHINE_SHAPES, METADATA_FILE,
-                                   _check_ref, _split_ref, build_metadata, kernel_folder,
+                                   check_ref, split_ref, build_metadata, kernel_folder,
                                    validate_metadata)
 from whale.kaggle.wheels import KAGGLE_MISSING, KAGGLE_PYTHON
 
@@ -108,11 +108,11 @@ def entry_script(kid: str, config_name: str, fold: int, code_dataset: str, args:
         lines.append("    " + ", ".join(json.dumps(str(a)) for a in pair) + ",")
         i += len(pair)
     return _ENTRY_TEMPLATE.format(kid=kid, config=config_name, fold=fold,
-                                  code_slug=json.dumps(_split_ref(code_dataset)[1]), args="\n".join(lines))
+                                  code_slug=json.dumps(split_ref(code_dataset)[1]), args="\n".join(lines))
 
 
 def _ref_slug(ref: str | None) -> str | None:
-    return None if ref is None else (_split_ref(ref)[1] if "/" in ref else ref)
+    return None if ref is None else (split_ref(ref)[1] if "/" in ref else ref)
 
 
 def make_kernels(config: str | Path, folds, competition: str, code_dataset: str, out: str | Path,
@@ -135,7 +135,7 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     config = Path(config)
     cfg = load_config(config)
     name = config.stem
-    user = user or _split_ref(code_dataset)[0]
+    user = user or split_ref(code_dataset)[0]
     if playground_dataset and playground_competition:
         raise ConfigError("give --playground-dataset or --playground-competition, not both")
     has_playground = playground_dataset or playground_competition
@@ -145,8 +145,8 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     refs = [("--code-dataset", code_dataset)] + [(f, r) for f, r in (
         ("--playground-dataset", playground_dataset), ("--boxes-dataset", boxes_dataset)) if r]
     refs += [("--extra-dataset", r) for r in extra_datasets]
-    problems = [p for flag, r in refs for p in _check_ref(r, flag)]
-    problems += _check_ref(f"{user}/whale", "--user")
+    problems = [p for flag, r in refs for p in check_ref(r, flag)]
+    problems += check_ref(f"{user}/whale", "--user")
     if problems:
         raise ConfigError("; ".join(problems))
     extra = tuple(r for r in (boxes_dataset, *extra_datasets) if r)

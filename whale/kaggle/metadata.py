@@ -52,16 +52,17 @@ def kernel_folder(fold: int) -> str:
     return f"fold{int(fold)}" if int(fold) >= 0 else "full"
 
 
-def _split_ref(ref: str) -> tuple[str, str]:
+def split_ref(ref: str) -> tuple[str, str]:
+    """``OWNER/SLUG`` -> ``(owner, slug)``; without a slash the whole text is the owner and the slug is empty."""
     owner, _, slug = str(ref).partition("/")
     return owner, slug
 
 
-def _check_ref(ref, field: str, owner_required: bool = True) -> list[str]:
+def check_ref(ref, field: str, owner_required: bool = True) -> list[str]:
     """Problems of one ``owner/slug`` reference (datasets, kernels)."""
     if not isinstance(ref, str) or (owner_required and ref.count("/") != 1):
         return [f"{field}: expected 'owner/slug', received {ref!r}"]
-    owner, slug = _split_ref(ref)
+    owner, slug = split_ref(ref)
     problems = []
     if not _OWNER.match(owner):
         problems.append(f"{field}: owner {owner!r} of {ref!r} must be lowercase letters, digits, hyphens")
@@ -81,8 +82,8 @@ def validate_metadata(meta: dict, folder: str | Path | None = None) -> list[str]
     problems = [f"missing required field {f!r}" for f in REQUIRED_FIELDS if not meta.get(f)]
     kid, title = meta.get("id"), meta.get("title")
     if kid:
-        problems += _check_ref(kid, "id")
-        slug = _split_ref(kid)[1] if isinstance(kid, str) else ""
+        problems += check_ref(kid, "id")
+        slug = split_ref(kid)[1] if isinstance(kid, str) else ""
         if not _MIN_LEN <= len(slug) <= _MAX_LEN:
             problems.append(f"id: slug {slug!r} must have {_MIN_LEN}-{_MAX_LEN} characters, has {len(slug)}")
         if title and slugify(title) != slug:
@@ -114,7 +115,7 @@ def validate_metadata(meta: dict, folder: str | Path | None = None) -> list[str]
                 if not isinstance(ref, str) or not _SLUG.match(ref):
                     problems.append(f"{f}[{i}]: expected a competition slug, received {ref!r}")
             elif f != "model_sources":
-                problems += _check_ref(ref, f"{f}[{i}]")
+                problems += check_ref(ref, f"{f}[{i}]")
     gpu, tpu = meta.get("enable_gpu") in (True, "true"), meta.get("enable_tpu") in (True, "true")
     if gpu and tpu:
         problems.append("enable_gpu and enable_tpu: a kernel gets one accelerator, both are true")

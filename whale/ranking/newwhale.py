@@ -30,8 +30,8 @@ import numpy as np
 
 from whale import NEW_WHALE
 from whale.errors import DataError
-from whale.ranking.topids import (DEFAULT_BLOCK, TOP_K, TopIds, _check_names, _check_scores, _check_threshold,
-                                  _top5_for_ranking, _top_k, top_id_scores)
+from whale.ranking.topids import (DEFAULT_BLOCK, TOP_K, TopIds, check_labels, check_scores, check_threshold,
+                                  top5_for_ranking, top_k_columns, top_id_scores)
 
 
 def _insert_positions(top_vals: np.ndarray, threshold: float) -> np.ndarray:
@@ -69,7 +69,7 @@ def rank_from_id_scores(
     Raises:
         ValueError: shapes disagree, ids repeat or include ``new_whale``, NaN scores.
     """
-    names = _check_names(id_names, "id_names")
+    names = check_labels(id_names, "id_names")
     id_scores = np.asarray(id_scores)
     if id_scores.ndim != 2 or id_scores.shape[1] != names.size:
         raise ValueError(
@@ -80,7 +80,7 @@ def rank_from_id_scores(
         raise ValueError(f"id_scores: expected a float array, got dtype {id_scores.dtype}")
     if NEW_WHALE in set(names.tolist()):
         raise ValueError(f"id_names contains {NEW_WHALE!r}; it is inserted by threshold, not ranked")
-    t = _check_threshold(threshold)
+    t = check_threshold(threshold)
     order = np.argsort(names, kind="stable")
     names = names[order]
     if names.size > 1 and (names[1:] == names[:-1]).any():
@@ -88,7 +88,7 @@ def rank_from_id_scores(
         raise ValueError(f"id_names repeats {sorted(set(dup.tolist()))[:10]}; expected distinct ids")
     if not np.array_equal(order, np.arange(order.size)):
         id_scores = id_scores[:, order]  # column order = name order, for the tie rule
-    idx, vals = _top_k(id_scores, TOP_K)
+    idx, vals = top_k_columns(id_scores, TOP_K)
     return _labels(names[idx], _insert_positions(vals, t))
 
 
@@ -106,7 +106,7 @@ def predict_top5(
     Returns:
         ``n_query`` lists of distinct labels (five unless fewer than four known ids).
     """
-    t = _check_threshold(threshold)
+    t = check_threshold(threshold)
     names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, block)
     return _labels(names[idx], _insert_positions(vals, t))
 
@@ -143,7 +143,7 @@ def map_by_threshold(
         ``[n_t]`` float64 MAP@5, equal to :func:`whale.metrics.map_at_k` of
         :func:`predict_top5` at each threshold.
     """
-    query_ids = _check_names(query_ids, "query_ids")
+    query_ids = check_labels(query_ids, "query_ids")
     top_idx = np.asarray(top_idx)
     top_vals = np.asarray(top_vals, dtype=np.float64)
     if top_idx.shape != top_vals.shape or top_idx.ndim != 2 or top_idx.shape[1] > TOP_K:
@@ -199,8 +199,8 @@ def tune_threshold(
         ``(best_t, best_map, maps)``: the first (smallest) grid value reaching the best
         MAP@5, that MAP@5, and ``[len(grid)]`` float64 MAP@5 per threshold.
     """
-    query_ids = _check_names(query_ids, "query_ids")
-    scores, gallery_ids = _check_scores(scores, gallery_ids)
+    query_ids = check_labels(query_ids, "query_ids")
+    scores, gallery_ids = check_scores(scores, gallery_ids)
     if query_ids.size != scores.shape[0]:
         raise ValueError(
             f"query_ids has {query_ids.size} entries but scores has {scores.shape[0]} query rows"
@@ -214,7 +214,7 @@ def map_for_thresholds(top: TopIds, grid) -> np.ndarray:
     """``[len(grid)]`` float64 MAP@5 of the paper's rule at each threshold (via :func:`map_by_threshold`)."""
     if top.truth is None:
         raise DataError("validation MAP@5 needs the true ids (query_ids)")
-    names, idx, vals = _top5_for_ranking(top)
+    names, idx, vals = top5_for_ranking(top)
     return np.asarray(map_by_threshold(names, idx, vals, top.truth, np.asarray(grid, dtype=np.float64)))
 
 
@@ -264,7 +264,7 @@ def new_whale_share(top1_scores: np.ndarray, threshold: float) -> float:
         A float in [0, 1]; 0.0 for no queries.
     """
     top1 = _check_top1(top1_scores)
-    t = _check_threshold(threshold)
+    t = check_threshold(threshold)
     return float((top1.astype(np.float64) < t).mean()) if top1.size else 0.0
 
 
@@ -317,7 +317,7 @@ def predict_for_fraction(top: TopIds, fraction: float) -> tuple[list[list[str]],
     Returns:
         ``(predictions, t)``: ``n_query`` lists of labels and the threshold used for ranks 2..5.
     """
-    names, idx, vals = _top5_for_ranking(top)
+    names, idx, vals = top5_for_ranking(top)
     top1 = np.nan_to_num(vals[:, 0].astype(np.float64), nan=-np.inf)
     t = threshold_for_fraction(top1, fraction)
     n = top1.size

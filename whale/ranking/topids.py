@@ -35,13 +35,14 @@ class _IdIndex:
     starts: np.ndarray  # [n_ids] int64 offsets into the sorted columns
 
 
-def _check_scores(scores, gallery_ids) -> tuple[np.ndarray, np.ndarray]:
+def check_scores(scores, gallery_ids) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores [n_query, n_gallery] float, gallery_ids [n_gallery] str)`` checked: 2-D floats, one id per column."""
     scores = np.asarray(scores)
     if scores.ndim != 2:
         raise ValueError(f"scores: expected a 2-D [n_query, n_gallery] array, got shape {scores.shape}")
     if not np.issubdtype(scores.dtype, np.floating):
         raise ValueError(f"scores: expected a float array, got dtype {scores.dtype}")
-    gallery_ids = _check_names(gallery_ids, "gallery_ids")
+    gallery_ids = check_labels(gallery_ids, "gallery_ids")
     if gallery_ids.shape[0] != scores.shape[1]:
         raise ValueError(
             f"gallery_ids has {gallery_ids.shape[0]} entries but scores has {scores.shape[1]} "
@@ -50,7 +51,8 @@ def _check_scores(scores, gallery_ids) -> tuple[np.ndarray, np.ndarray]:
     return scores, gallery_ids
 
 
-def _check_names(names, what: str) -> np.ndarray:
+def check_labels(names, what: str) -> np.ndarray:
+    """``[n]`` str labels checked: a 1-D sequence of non-empty strings (``what`` names it in errors)."""
     if isinstance(names, str):
         raise ValueError(f"{what}: expected a sequence of labels, got the str {names!r}")
     names = np.asarray(names)
@@ -65,7 +67,8 @@ def _check_names(names, what: str) -> np.ndarray:
     return names
 
 
-def _check_threshold(threshold) -> float:
+def check_threshold(threshold) -> float:
+    """The threshold as a float; NaN is an error."""
     t = float(threshold)
     if np.isnan(t):
         raise ValueError("threshold is NaN; expected a number (probabilities are in [0, 1])")
@@ -118,7 +121,7 @@ def per_id_scores(
     Raises:
         ValueError: shapes disagree, scores are not floats, or an id is empty.
     """
-    scores, gallery_ids = _check_scores(scores, gallery_ids)
+    scores, gallery_ids = check_scores(scores, gallery_ids)
     block = _check_block(block)
     index = _id_index(gallery_ids)
     out = np.empty((scores.shape[0], index.names.size), dtype=np.float32)
@@ -127,7 +130,7 @@ def per_id_scores(
     return index.names, out
 
 
-def _top_k(id_scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def top_k_columns(id_scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top ``k`` columns per row by value (descending), ties by column index (ascending).
 
     Args:
@@ -188,7 +191,7 @@ def top_id_scores(
     Raises:
         ValueError: shapes disagree, scores are not floats or contain NaN.
     """
-    scores, gallery_ids = _check_scores(scores, gallery_ids)
+    scores, gallery_ids = check_scores(scores, gallery_ids)
     block = _check_block(block)
     index = _id_index(gallery_ids)
     kk = min(k, index.names.size)
@@ -197,7 +200,7 @@ def top_id_scores(
     for start in range(0, scores.shape[0], block):
         stop = min(start + block, scores.shape[0])
         try:
-            idx, vals = _top_k(_block_id_max(scores[start:stop], index), k)
+            idx, vals = top_k_columns(_block_id_max(scores[start:stop], index), k)
         except ValueError as err:
             raise ValueError(f"queries {start}..{stop - 1}: {err}") from None
         top_idx[start:stop] = idx
@@ -253,7 +256,7 @@ def concat_top_ids(parts: Sequence[TopIds]) -> TopIds:
     return TopIds(names, scores, truth)
 
 
-def _top5_for_ranking(top: TopIds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def top5_for_ranking(top: TopIds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``top``'s first five ids as ``(id_names, top_idx, top_vals)`` for :func:`whale.ranking.map_by_threshold`.
 
     Only ranks filled in every row are kept: fewer than five only when some gallery has fewer
