@@ -58,7 +58,6 @@ class _Stores:
         self.channels, self.margin, self.mode, self._cache = channels, margin, mode, {}
 
     def get(self, key: str, images: ImageSet, crop_size: int):
-
         if (key, crop_size) not in self._cache:
             # Drop stores of other sizes: the schedule never goes back to a smaller size.
             self._cache = {k: v for k, v in self._cache.items() if k[1] == crop_size}
@@ -183,8 +182,7 @@ class Trainer:
 
         cfg = self.cfg
         keras.utils.set_random_seed(cfg.seed)
-        state = {"epochs_done": 0, "best_val_map5": None, "best_threshold": None,
-                 "mined_at": None, "stage": None}
+        state = {"epochs_done": 0, "best_val_map5": None, "best_threshold": None, "stage": None}
         if resume and any((self.ckpt_dir / f"last{s}.json").is_file() for s in ("", ".prev")):
             self.model, state = load_checkpoint(self.ckpt_dir, "last", fallback=True, log=self.log)
             self.log(f"resuming after epoch {state['epochs_done']} from {self.ckpt_dir / state['model_file']}")
@@ -220,7 +218,7 @@ class Trainer:
                     mined = self._mine(dataset, ep)
                     mining_s = time.time() - t0
                     save_mined(self.ckpt_dir, ep.block_start, mined)
-                mined_block = state["mined_at"] = ep.block_start
+                mined_block = ep.block_start
             hist = self._fit_epoch(dataset, ep, mined[ep.index_in_block])
             row = {"epoch": ep.epoch + 1, "stage": ep.stage_index + 1, "epoch_in_stage": ep.epoch_in_stage + 1,
                    "image_size": stage.image_size, "k": ep.k, "lr": stage.lr,
