@@ -27,7 +27,7 @@ from whale.ensemble.report import plot_thresholds, write_threshold_csv
 from whale.errors import ConfigError, DataError
 from whale.inference.scorefile import first_names, score_path
 from whale.ranking.calibrate import Calibrator, cross_validate
-from whale.ranking.newwhale import (map_for_thresholds, new_whale_share, new_whale_shares, predict_for_fraction,
+from whale.ranking.newwhale import (map_for_thresholds, new_whale_shares, predict_for_fraction,
                                     predict_top5, share_first, tune)
 
 SANE_SHARE = (0.10, 0.60)
@@ -238,7 +238,7 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
             + (f" (threshold {t:.6g} not used: {why})" if t is not None else ""))
     else:
         log(f"  new_whale: threshold {t:.6g} ({how}); "
-            f"test share with best id < t: {new_whale_share(np.nan_to_num(test_top.scores[:, 0], nan=-np.inf), t):.4f}")
+            f"test share with best id < t: {share_first(test_top, [t])[0]:.4f}")
     log(f"  new_whale share at rank 1..5 on test: {_fmt_shares(shares)} (any: {shares.sum():.3f})")
     _share_sanity(shares[0], log)
     if expected:

@@ -235,10 +235,18 @@ def tune(top: TopIds, grid=None) -> tuple[float, float, np.ndarray, np.ndarray]:
     return float(grid[best]), float(maps[best]), grid, maps
 
 
-def share_first(top: TopIds, grid) -> np.ndarray:
-    """``[len(grid)]`` share of queries with ``new_whale`` at rank 1 (best id ``< t``) per threshold."""
-    top1 = np.sort(np.nan_to_num(top.scores[:, 0].astype(np.float64), nan=-np.inf))
+def _share_below(top1: np.ndarray, grid) -> np.ndarray:
+    """``[len(grid)]`` float64: the share of ``top1`` values below each threshold (compared in float64)."""
+    top1 = np.sort(np.asarray(top1, dtype=np.float64))
     return np.searchsorted(top1, np.asarray(grid, dtype=np.float64), side="left") / max(1, top1.size)
+
+
+def share_first(top: TopIds, grid) -> np.ndarray:
+    """``[len(grid)]`` share of queries with ``new_whale`` at rank 1 (best id ``< t``) per threshold.
+
+    Queries without any id (NaN padding) count as getting ``new_whale`` first.
+    """
+    return _share_below(np.nan_to_num(top.scores[:, 0].astype(np.float64), nan=-np.inf), grid)
 
 
 def _check_top1(top1_scores) -> np.ndarray:
@@ -265,7 +273,7 @@ def new_whale_share(top1_scores: np.ndarray, threshold: float) -> float:
     """
     top1 = _check_top1(top1_scores)
     t = check_threshold(threshold)
-    return float((top1.astype(np.float64) < t).mean()) if top1.size else 0.0
+    return float(_share_below(top1, [t])[0]) if top1.size else 0.0
 
 
 def threshold_for_fraction(top1_scores: np.ndarray, fraction: float) -> float:
