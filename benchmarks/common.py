@@ -316,20 +316,27 @@ class Variant:
     epochs_total: int
 
 
-def train_variants(cfg, comp_dir, out_dir, budget_s: float | None = None, log=print) -> list[Variant]:
+def train_variants(cfg, comp_dir, out_dir, budget_s: float | None = None, log=print,
+                   methods: Sequence[str] = ("random", "adversarial")) -> list[Variant]:
     """Train fold 0 twice: ``random`` (K = 1000 only), then ``adversarial`` (the config's schedule).
 
     Run folders: ``out_dir/random`` and ``out_dir/adversarial`` (an existing one is resumed).
-    ``budget_s``: wall-clock seconds for both; each gets half, and a run that would overrun
-    stops early (its best checkpoint so far is evaluated; ``epochs_done`` says how far it got),
-    so that both variants see the same time.
+    ``methods``: which of the two to train (in that order). ``budget_s``: wall-clock seconds
+    for all; each gets an equal share, and a run that would overrun stops early (its best
+    checkpoint so far is evaluated; ``epochs_done`` says how far it got), so that both variants
+    see the same time.
     """
     from whale.training.trainer import train_fold
 
+    unknown = set(methods) - {"random", "adversarial"}
+    if unknown or not methods:
+        raise ValueError(f"methods: expected 'random' and/or 'adversarial', received {list(methods)}")
     out = []
     for label, c in (("random", random_negatives(cfg)), ("adversarial", cfg)):
+        if label not in methods:
+            continue
         t0 = time.time()
-        deadline = None if budget_s is None else t0 + budget_s / 2
+        deadline = None if budget_s is None else t0 + budget_s / len(methods)
         log(f"--- training {label} negatives: {c.total_epochs} epochs -> {Path(out_dir) / label}")
         res = train_fold(c, comp_dir, 0, Path(out_dir) / label, resume=True, deadline=deadline,
                          verbose=0, log=lambda m, lb=label: log(f"  [{lb}] {m}"))
@@ -364,6 +371,155 @@ def miner_verdict(adversarial: float, random: float, what: str) -> str:
             f"{random:.3f} (gap {gap:+.3f})")
 
 
+def run_seeds(script: Path, argv: Sequence[str], seeds: Sequence[int], out: Path, jobs: int = 1,
+              log=print, split: Sequence[str] | None = None) -> list[dict]:
+    """Run ``script`` once per seed (``--seed S --out OUT/seedS`` added to ``argv``), ``jobs`` at once.
+
+    Each run's output goes to ``OUT/seedS.log``; returns the ``metrics`` of each run's last
+    stdout line (:func:`final_json`), in the order of ``seeds``, each with its ``seed`` added.
+    ``split``: method names; each seed then runs as one process per method (``--methods M``,
+    folder ``OUT/seedS-M``, log ``OUT/seedS-M.log``) and their metrics are merged per seed.
+
+    Raises:
+        RuntimeError: a run failed or printed no result line (its log file is named).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [None] if not split else list(split)
+    pending = [(s, m) for s in seeds for m in parts]
+    running, results = {}, {}
+    try:
+        _run_all(script, argv, pending, running, results, out, jobs, log)
+    finally:  # a stopped benchmark stops its runs too
+        for proc, logf in running.values():
+            proc.kill()
+            logf.close()
+    merged = []
+    for s in seeds:
+        m = {"seed": s}
+        for part in parts:
+            m.update(results[(s, part)])
+        m["seconds"] = max(results[(s, part)]["seconds"] for part in parts)
+        merged.append(m)
+    return merged
+
+
+def _run_all(script, argv, pending, running, results, out, jobs, log) -> None:
+    """The loop of :func:`run_seeds`: start runs up to ``jobs``, collect each finished one."""
+    import os
+    import subprocess
+    import sys
+
+    def name(key):
+        s, part = key
+        return f"seed{s}" if part is None else f"seed{s}-{part}"
+
+    while pending or running:
+        while pending and len(running) < max(1, jobs):
+            key = pending.pop(0)
+            logf = open(out / f"{name(key)}.log", "w")
+            cmd = [sys.executable, "-u", str(script), *argv, "--seed", str(key[0]), "--out", str(out / name(key))]
+            if key[1] is not None:
+                cmd += ["--methods", key[1]]
+            log(f"{name(key)}: {' '.join(cmd[2:])} > {out / name(key)}.log")
+            running[key] = (subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=os.environ.copy()), logf)
+        time.sleep(2)
+        for key, (proc, logf) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            logf.close()
+            del running[key]
+            lines = (out / f"{name(key)}.log").read_text().strip().splitlines()
+            last = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
+            if proc.returncode or last is None:
+                raise RuntimeError(f"{name(key).replace('seed', 'seed ', 1)} failed (exit {proc.returncode}); "
+                                   f"see {out / name(key)}.log")
+            results[key] = {**last["metrics"], "seconds": last["seconds"]}
+            log(f"{name(key)}: done in {last['seconds']:.0f} s")
+
+
+def add_seed_arguments(p) -> None:
+    """``--seeds``, ``--jobs`` and ``--methods`` of the accuracy benchmarks (see :func:`several_seeds`)."""
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds: run the benchmark once per seed and report mean +- sd")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="with --seeds: processes at a time; each method of a seed gets its own "
+                        "process (and folder OUT/seedS-METHOD) when --jobs is at least seeds x methods")
+    p.add_argument("--methods", default="random,adversarial",
+                   help="the siamese variants to train: random and/or adversarial")
+
+
+def with_miner_gaps(metrics: dict) -> dict:
+    """``metrics`` plus ``miner_gap_X`` = ``X_adversarial - X_random`` for every ``X`` that has both."""
+    out = dict(metrics)
+    for key in list(metrics):
+        if key.endswith("_adversarial") and not key.startswith(("train_s", "val_", "epochs")):
+            what = key[: -len("_adversarial")]
+            if f"{what}_random" in metrics:
+                out[f"miner_gap_{what}"] = metrics[key] - metrics[f"{what}_random"]
+    return out
+
+
+def several_seeds(script: Path, args, argv: Sequence[str], keys: Sequence[tuple[str, str]], benchmark: str,
+                  title: str, t0: float, footer: str = "", log=print) -> int:
+    """A benchmark's ``--seeds``: ``script`` once per seed in subprocesses, then the table with mean +- sd.
+
+    ``argv`` is forwarded minus ``--seeds/--jobs/--seed/--out``; each seed's (merged) metrics get
+    their miner gaps; prints the per-seed table of ``keys``, the gaps as mean +- standard error,
+    writes ``OUT/summary.json`` and ends with the :func:`final_json` line of the means.
+    """
+    from whale.files import write_json_atomic
+
+    seeds = [int(x) for x in str(args.seeds).split(",") if x.strip()]
+    forward, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a.split("=", 1)[0] in ("--seeds", "--jobs", "--seed", "--out"):
+            skip = "=" not in a
+            continue
+        forward.append(a)
+    methods = [m for m in args.methods.split(",") if m]
+    split = methods if args.jobs >= len(seeds) * len(methods) > len(seeds) else None
+    results = [with_miner_gaps(r) for r in run_seeds(script, forward, seeds, Path(args.out), jobs=args.jobs,
+                                                     split=split, log=log)]
+    if any(r.get("skipped") for r in results):
+        log(final_json(benchmark, {"skipped": True}, time.time() - t0))
+        return 0
+    keys = [(k, h) for k, h in keys if all(k in r for r in results)]
+    table, summary = seed_table(results, keys)
+    log(f"\n{title}; seeds {seeds}")
+    log(table)
+    for key, m in summary.items():
+        if key.startswith("miner_gap_"):
+            log(f"miner gap on {key[len('miner_gap_'):]}: {m['mean']:+.3f} +- {m['se']:.3f} "
+                f"(mean +- standard error over {m['n']} seeds)")
+    if footer:
+        log(footer)
+    flat = {f"{k}_{stat}": v[stat] for k, v in summary.items() for stat in ("mean", "sd", "se")}
+    flat.update(seeds=",".join(map(str, seeds)), config=str(getattr(args, "config", "")))
+    write_json_atomic(Path(args.out) / "summary.json", {"seeds": results, "summary": summary})
+    log(final_json(benchmark, flat, time.time() - t0))
+    return 0
+
+
+def mean_sd(values: Sequence[float]) -> dict[str, float]:
+    """``{"mean", "sd", "se", "n"}`` of ``values`` (sample standard deviation, ``se = sd / sqrt(n)``)."""
+    v = np.asarray(values, dtype=float)
+    sd = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+    return {"mean": float(v.mean()), "sd": sd, "se": sd / np.sqrt(len(v)), "n": int(len(v))}
+
+
+def seed_table(results: Sequence[dict], keys: Sequence[tuple[str, str]]) -> tuple[str, dict]:
+    """A Markdown table of ``keys`` (``(metric, label)``) per seed plus mean +- sd, and the summary dict."""
+    summary = {k: mean_sd([r[k] for r in results]) for k, _ in keys}
+    lines = ["| seed | " + " | ".join(h for _, h in keys) + " |", "| --- " * (len(keys) + 1) + "|"]
+    lines += [f"| {r['seed']} | " + " | ".join(f"{r[k]:.3f}" for k, _ in keys) + " |" for r in results]
+    lines.append("| mean +- sd | " + " | ".join(f"{summary[k]['mean']:.3f} +- {summary[k]['sd']:.3f}"
+                                                  for k, _ in keys) + " |")
+    return "\n".join(lines), summary
+
+
 def final_json(benchmark: str, metrics: dict, seconds: float) -> str:
     """The benchmark's last stdout line."""
     clean = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in metrics.items()}
@@ -371,11 +527,15 @@ def final_json(benchmark: str, metrics: dict, seconds: float) -> str:
 
 
 def setup_tensorflow(threads: int = 2) -> None:
-    """Quiet TensorFlow on the CPU with a fixed number of threads (call before importing it)."""
+    """Quiet TensorFlow on the CPU with a fixed number of threads (call before importing it).
+
+    Does nothing under another Keras backend (``KERAS_BACKEND=jax`` on the GPU machine)."""
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if os.environ["KERAS_BACKEND"] != "tensorflow":
+        return
     import tensorflow as tf
 
     try:

@@ -29,8 +29,13 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the training")
     p.add_argument("--config", default=str(common.repo_root() / "configs" / "demo.yaml"))
     p.add_argument("--quick", action="store_true", help="reduced settings for development")
+    common.add_seed_arguments(p)
     args = p.parse_args(argv)
     t0 = time.time()
+    if args.seeds:
+        return common.several_seeds(
+            Path(__file__), args, argv if argv is not None else sys.argv[1:], SEED_KEYS, "synthetic",
+            f"Synthetic competition ({args.ids} ids), test MAP@5, config {args.config}", t0)
 
     cfg, out = common.prepare(args)
     from whale.data import load_competition
@@ -43,7 +48,8 @@ def main(argv=None) -> int:
     pix_val, pix_test, _ = pixel_baseline(comp, fold_data(comp, 0, cfg.seed))
     rows = [{"method": "pixel NN (cosine)", "val_map5": pix_val, "map5": pix_test}]
     actual = truth(data_dir, comp.test_images)
-    for v in common.train_variants(cfg, data_dir, out / "runs"):
+    methods = tuple(m for m in args.methods.split(",") if m)
+    for v in common.train_variants(cfg, data_dir, out / "runs", methods=methods):
         val_map, t, preds = submission_from_run(v.run_dir, comp, v.run_dir / "submission.csv")
         rows.append({"method": f"siamese, {v.label} negatives", "val_map5": val_map,
                      "map5": map_at_k(preds, actual), "threshold": t, "train_s": round(v.seconds),
@@ -55,13 +61,21 @@ def main(argv=None) -> int:
     print(common.results_table(rows, [("method", "method"), ("map5", "test MAP@5"),
                                       ("val_map5", "val MAP@5"), ("threshold", "threshold"),
                                       ("epochs", "epochs"), ("train_s", "train s")]))
-    pix, rnd, adv = rows
-    print(common.miner_verdict(adv["map5"], rnd["map5"], "test MAP@5"))
-    metrics = {"map5_pixel": pix["map5"], "map5_random": rnd["map5"], "map5_adversarial": adv["map5"],
-               "val_map5_random": rnd["val_map5"], "val_map5_adversarial": adv["val_map5"],
-               "miner_gap_map5": adv["map5"] - rnd["map5"], "quick": bool(args.quick)}
+    metrics = {"map5_pixel": rows[0]["map5"], "val_map5_pixel": rows[0]["val_map5"], "quick": bool(args.quick)}
+    for label, r in zip(methods, rows[1:]):
+        metrics.update({f"map5_{label}": r["map5"], f"val_map5_{label}": r["val_map5"],
+                        f"train_s_{label}": r["train_s"], f"epochs_{label}": r["epochs"]})
+    metrics = common.with_miner_gaps(metrics)
+    if "miner_gap_map5" in metrics:
+        print(common.miner_verdict(metrics["map5_adversarial"], metrics["map5_random"], "test MAP@5"))
     print(common.final_json("synthetic", metrics, time.time() - t0))
     return 0
+
+
+SEED_KEYS = [("map5_adversarial", "test MAP@5 adversarial"), ("map5_random", "test MAP@5 random"),
+             ("map5_pixel", "test MAP@5 pixels"), ("miner_gap_map5", "miner gap test MAP@5"),
+             ("val_map5_adversarial", "val MAP@5 adversarial"), ("val_map5_random", "val MAP@5 random"),
+             ("train_s_adversarial", "train s adv."), ("train_s_random", "train s random")]
 
 
 if __name__ == "__main__":

@@ -103,3 +103,33 @@ def test_weak_strength_stays_close():
     strong = build_augmenter(64, 3, strength=1.0)
     diffs_strong = [np.abs(strong(img, np.random.default_rng(s)).astype(float) - plain).mean() for s in range(10)]
     assert np.mean(diffs) < np.mean(diffs_strong)
+
+
+def test_koch_affine_ranges_and_identity_share():
+    """Koch et al.'s distortions: each of 4 factors on with p = 0.5, within their ranges."""
+    from whale.data.augment import KochAffine
+
+    aug = KochAffine(105, channels=1)
+    rng = np.random.default_rng(0)
+    mats = np.stack([aug.matrix(rng) for _ in range(4000)])
+    centre = np.full(2, 52.0)
+    moved = np.abs(mats[:, :, :2] @ centre + mats[:, :, 2] - centre)
+    assert moved.max() <= 2.0 + 1e-9  # only the translation moves the centre, by <= 2 px an axis
+    identity = np.all(np.isclose(mats, np.hstack([np.eye(2), np.zeros((2, 1))])), axis=(1, 2))
+    assert abs(identity.mean() - 1 / 16) < 0.015  # all four factors off
+    det = np.linalg.det(mats[:, :, :2])
+    # scale 0.8-1.2 per axis, shear +-0.3 each way: det = sx*sy*(1 - rho_x*rho_y)
+    assert det.min() >= 0.64 * (1 - 0.09) - 1e-9 and det.max() <= 1.44 * 1.09 + 1e-9
+
+
+def test_koch_affine_output_deterministic_and_blank_stays_blank():
+    img = np.full((120, 120, 1), 255, np.uint8)
+    img[40:80, 50:60] = 0
+    aug = build_augmenter(105, channels=1, style="koch")
+    a, b = aug(img, np.random.default_rng(7)), aug(img, np.random.default_rng(7))
+    assert a.shape == (105, 105, 1) and a.dtype == np.uint8 and np.array_equal(a, b)
+    blank = np.full((120, 120, 1), 200, np.uint8)
+    assert np.all(aug(blank, np.random.default_rng(1)) == 200)  # replicated border, no black corners
+    assert isinstance(build_augmenter(105, 1, strength=0, style="koch"), type(build_plain(105, 1)))
+    with pytest.raises(ValueError, match="style"):
+        build_augmenter(105, 1, style="nope")

@@ -140,3 +140,89 @@ def test_reports():
     line = json.loads(common.final_json("b", {"acc": 0.123456, "n": 3}, 12.34))
     assert line == {"benchmark": "b", "metrics": {"acc": 0.1235, "n": 3}, "seconds": 12.3}
     assert common.training_budget(0, 0.0) is None
+
+
+def test_mean_sd_and_seed_table():
+    s = common.mean_sd([0.8, 0.9, 1.0])
+    assert s["mean"] == pytest.approx(0.9) and s["sd"] == pytest.approx(0.1)
+    assert s["se"] == pytest.approx(0.1 / np.sqrt(3)) and s["n"] == 3
+    table, summary = common.seed_table([{"seed": 0, "a": 0.5}, {"seed": 1, "a": 0.7}], [("a", "A")])
+    assert "| 0 | 0.500 |" in table and "0.600 +- 0.141" in table and summary["a"]["n"] == 2
+
+
+def test_omniglot_leak_free_drops_shared_alphabets_and_checks_bytes(tmp_path):
+    from benchmarks import omniglot
+
+    def img(name, content):
+        p = tmp_path / name
+        p.write_bytes(content)
+        return p
+
+    train = [{"path": img("t1.png", b"a"), "id": "Greek_c1", "alphabet": "Greek", "drawer": "01"},
+             {"path": img("t2.png", b"b"), "id": "Korean_c1", "alphabet": "Korean", "drawer": "01"}]
+    evals = [{"path": img("e1.png", b"a"), "id": "Greek_c1", "alphabet": "Greek", "drawer": "01"},
+             {"path": img("e2.png", b"c"), "id": "Tagalog_c1", "alphabet": "Tagalog", "drawer": "01"}]
+    kept = omniglot.leak_free(train, evals, log=lambda m: None)
+    assert [r["id"] for r in kept] == ["Tagalog_c1"]
+    evals.append({"path": img("e3.png", b"b"), "id": "Tagalog_c2", "alphabet": "Tagalog", "drawer": "02"})
+    with pytest.raises(RuntimeError, match="bytes of a training image"):
+        omniglot.leak_free(train, evals, log=lambda m: None)
+    evals[-1] = {"path": img("e4.png", b"d"), "id": "Korean_c1", "alphabet": "Tagalog", "drawer": "02"}
+    with pytest.raises(RuntimeError, match="evaluation ids are training ids"):
+        omniglot.leak_free(train, evals, log=lambda m: None)
+
+
+def test_run_seeds_runs_each_seed_and_reports_failures(tmp_path):
+    script = tmp_path / "fake.py"
+    script.write_text(
+        "import argparse, json\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--seed', type=int); p.add_argument('--out')\n"
+        "p.add_argument('--scale', type=float)\n"
+        "a = p.parse_args()\n"
+        "if a.seed == 13: raise SystemExit(3)\n"
+        "print('working'); print(json.dumps({'benchmark': 'fake', 'metrics': {'x': a.seed * a.scale}, 'seconds': 1}))\n")
+    res = common.run_seeds(script, ["--scale", "0.5"], [2, 0, 1], tmp_path / "out", jobs=2, log=lambda m: None)
+    assert [(r["seed"], r["x"]) for r in res] == [(2, 1.0), (0, 0.0), (1, 0.5)]
+    assert (tmp_path / "out" / "seed2.log").read_text().startswith("working")
+    # split: one process per (seed, method), merged per seed
+    script.write_text(script.read_text().replace("p.add_argument('--scale', type=float)\n",
+                                                 "p.add_argument('--scale', type=float); p.add_argument('--methods')\n")
+                      .replace("{'x': a.seed * a.scale}", "{'x_' + a.methods: a.seed * a.scale}"))
+    res = common.run_seeds(script, ["--scale", "2"], [0, 1], tmp_path / "split", jobs=4, split=["a", "b"],
+                           log=lambda m: None)
+    assert res == [{"seed": 0, "x_a": 0.0, "x_b": 0.0, "seconds": 1}, {"seed": 1, "x_a": 2.0, "x_b": 2.0, "seconds": 1}]
+    assert (tmp_path / "split" / "seed1-b.log").is_file()
+    with pytest.raises(RuntimeError, match="seed 13 failed .*seed13.log"):
+        common.run_seeds(script, ["--scale", "1"], [13], tmp_path / "out", log=lambda m: None)
+
+
+def test_omniglot_several_seeds_summarises(tmp_path, monkeypatch, capsys):
+    from benchmarks import omniglot
+
+    def fake(script, argv, seeds, out, jobs=1, log=print, split=None):
+        assert "--seeds" not in argv and "--out" not in argv and "--gpu" in argv
+        assert split == ["random", "adversarial"]  # 6 jobs >= 3 seeds x 2 methods: one process each
+        keys = [k for k, _ in omniglot.SEED_KEYS if not k.startswith("miner_gap")]
+        return [{"seed": s, **{k: 0.1 * (s + 1) for k in keys}} for s in seeds]
+
+    monkeypatch.setattr(common, "run_seeds", fake)
+    assert omniglot.main(["--out", str(tmp_path), "--seeds", "0,1,2", "--jobs", "6", "--gpu"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["metrics"]["one_shot_adversarial_mean"] == pytest.approx(0.2)
+    assert last["metrics"]["one_shot_adversarial_sd"] == pytest.approx(0.1)
+    assert json.loads((tmp_path / "summary.json").read_text())["summary"]["map5_random"]["n"] == 3
+
+
+def test_synthetic_several_seeds_summarises(tmp_path, monkeypatch, capsys):
+    from benchmarks import synthetic
+
+    def fake(script, argv, seeds, out, jobs=1, log=print, split=None):
+        assert split is None and script.name == "synthetic.py"  # 2 jobs < 3 seeds x 2 methods
+        return [{"seed": s, "map5_adversarial": 0.5 + 0.1 * s, "map5_random": 0.5, "map5_pixel": 0.4}
+                for s in seeds]
+
+    monkeypatch.setattr(common, "run_seeds", fake)
+    assert synthetic.main(["--out", str(tmp_path), "--seeds", "0,1,2", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "miner gap on map5: +0.100 +- 0.058" in out
+    assert json.loads(out.strip().splitlines()[-1])["metrics"]["miner_gap_map5_mean"] == pytest.approx(0.1)

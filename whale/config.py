@@ -42,6 +42,7 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 """Keras dtype policies a run may train under (``precision``; :mod:`whale.models.precision`)."""
 MINING_MODES = ("exact", "pruned")
 CACHE_MODES = ("memory", "jpeg", "none")
+AUGMENT_STYLES = ("paper", "koch")  # whale.data.augment: photo pipeline / Koch et al.'s affine
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
@@ -127,6 +128,8 @@ class RunConfig:
     TensorFlow, keras.distribution.DataParallel on JAX), ``mirrored`` or ``default``. ``crop_cache``: how decoded box crops are kept between epochs: ``memory``
     (fastest; ~16 GB for the full competition at 512 px), ``jpeg`` (about a tenth of that,
     decoded on access) or ``none`` (read every time); see :class:`whale.data.ImageStore`.
+    ``augment_style``: ``paper`` (the paper's photo augmentation) or ``koch`` (Koch et al.'s
+    affine distortions, for line drawings such as Omniglot); see :mod:`whale.data.augment`.
     ``precision``: the Keras dtype policy models are built under: ``float32`` (default),
     ``mixed_bfloat16`` (GPUs from A100 on; also CPUs) or ``mixed_float16`` (T4, P100, with
     loss scaling); the head's output, the loss and every score file stay float32.
@@ -142,6 +145,7 @@ class RunConfig:
     candidates: int = 100
     box_margin: float = 0.05
     augment: bool = True
+    augment_style: str = "paper"
     workers: int = 1
     val_new_whale: bool = True
     threshold: float | None = None
@@ -332,6 +336,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         candidates=c.number(get("candidates"), "candidates", int, 1),
         box_margin=c.number(get("box_margin"), "box_margin", float, 0.0, 1.0),
         augment=c.boolean(get("augment"), "augment"),
+        augment_style=c.choice(get("augment_style"), "augment_style", AUGMENT_STYLES),
         workers=c.number(get("workers"), "workers", int, 1),
         val_new_whale=c.boolean(get("val_new_whale"), "val_new_whale"),
         threshold=None if threshold is None else c.number(threshold, "threshold", float, 0.0, 1.0),

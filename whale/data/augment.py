@@ -32,6 +32,12 @@ Mapping onto albumentations 2.0.8 (``build_augmenter``), in the order applied:
 ``strength`` scales every magnitude (angles, limits, noise, lowest JPEG quality, crop area);
 ``strength = 0`` gives :func:`build_plain`.
 
+``style="koch"`` (:class:`KochAffine`) replaces all of this by the affine distortions of Koch
+et al. (2015) for Omniglot: rotation within +-10 degrees, shear within +-0.3 rad, scale 0.8-1.2
+and translation within +-2 px on each axis, each of the four included with probability 0.5,
+composed into one ``cv2.warpAffine`` (one interpolation) with replicated borders; no photometric
+change, no crop. It suits line drawings on a plain background, not photographs.
+
 Determinism: albumentations 2 keeps its own random state in every transform, and
 ``Compose.set_random_seed`` hands the *same* seed to every transform, which makes their
 "apply with probability p" draws identical (all transforms with the same p fire together). The
@@ -48,7 +54,11 @@ from typing import Callable
 import cv2
 import numpy as np
 
+from whale.config import AUGMENT_STYLES
+
 AugmentFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
+STYLES = AUGMENT_STYLES
+"""Augmentation styles: the paper's photo pipeline (:class:`Augmenter`) or :class:`KochAffine`."""
 
 
 def _odd(x: float, lo: int = 3) -> int:
@@ -208,16 +218,63 @@ class Augmenter:
         )
 
 
+class KochAffine:
+    """Koch et al.'s affine distortions: ``aug(uint8 [H, W, C], rng) -> uint8 [S, S, C]``.
+
+    The image is resized to ``S x S``, then warped once by ``T(t) R(theta) Sh(rho) Sc(s)``
+    about its centre, each factor present with probability 0.5: ``theta`` in +-10 degrees,
+    ``rho_x, rho_y`` in +-0.3 (shear), ``s_x, s_y`` in 0.8-1.2, ``t_x, t_y`` in +-2 px.
+    ``strength`` scales the ranges (0 = identity). Deterministic given ``rng``'s state.
+    """
+
+    def __init__(self, image_size: int, channels: int = 3, strength: float = 1.0):
+        if channels not in (1, 3):
+            raise ValueError(f"channels: expected 1 or 3, received {channels!r}")
+        if not strength >= 0:
+            raise ValueError(f"strength: expected a number >= 0, received {strength!r}")
+        self.image_size, self.channels, self.strength = int(image_size), int(channels), float(strength)
+
+    def matrix(self, rng: np.random.Generator) -> np.ndarray:
+        """The ``[2, 3]`` float64 affine map of one draw (pixel coordinates of the ``S x S`` image)."""
+        s, size = self.strength, self.image_size
+        on = rng.random(4) < 0.5
+        theta = np.deg2rad(rng.uniform(-10, 10) * s) if on[0] else 0.0
+        rho = rng.uniform(-0.3, 0.3, 2) * s if on[1] else np.zeros(2)
+        scale = 1 + rng.uniform(-0.2, 0.2, 2) * s if on[2] else np.ones(2)
+        shift = rng.uniform(-2, 2, 2) * s if on[3] else np.zeros(2)
+        c, si = np.cos(theta), np.sin(theta)
+        a = np.array([[c, -si], [si, c]]) @ np.array([[1, rho[0]], [rho[1], 1]]) @ np.diag(scale)
+        centre = np.full(2, (size - 1) / 2)
+        return np.hstack([a, (centre - a @ centre + shift)[:, None]])
+
+    def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        _check_image(image, self.channels)
+        img = _resize(image, self.image_size)
+        out = cv2.warpAffine(img, self.matrix(rng), (self.image_size, self.image_size),
+                             flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+        if out.ndim == 2:
+            out = out[:, :, None]
+        return np.ascontiguousarray(out, dtype=np.uint8)
+
+    def __repr__(self) -> str:
+        return f"KochAffine(image_size={self.image_size}, channels={self.channels}, strength={self.strength})"
+
+
 def build_augmenter(
-    image_size: int, channels: int = 3, strength: float = 1.0, flip_p: float = 0.02
+    image_size: int, channels: int = 3, strength: float = 1.0, flip_p: float = 0.02, style: str = "paper"
 ) -> AugmentFn:
-    """The paper's augmentation pipeline as ``aug(uint8 [H, W, C], rng) -> uint8 [S, S, C]``.
+    """The training augmentation as ``aug(uint8 [H, W, C], rng) -> uint8 [S, S, C]``.
 
     ``image_size`` S: output side. ``channels``: 1 (gray; colour transforms skipped) or 3 (RGB).
     ``strength``: multiplies every magnitude; 0 returns :func:`build_plain`. ``flip_p``:
-    probability of a horizontal flip (rare on purpose, see the module docstring).
+    probability of a horizontal flip (rare on purpose, see the module docstring; paper style
+    only). ``style``: ``"paper"`` (:class:`Augmenter`) or ``"koch"`` (:class:`KochAffine`).
     The result depends only on the image and the state of ``rng``, which it advances.
     """
+    if style not in STYLES:
+        raise ValueError(f"style: expected one of {', '.join(STYLES)}, received {style!r}")
     if strength == 0:
         return build_plain(image_size, channels)
+    if style == "koch":
+        return KochAffine(image_size, channels, strength)
     return Augmenter(image_size, channels, strength, flip_p)
