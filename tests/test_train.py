@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import types
+
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,3 +229,29 @@ def test_playground_stages_and_pruned_mining(competition, tmp_path):
     pairs = [int(line.split(": ")[-1].split()[0]) for line in lines if " pairs" in line and "epoch" in line]
     assert len(pairs) == 4 and pairs[0] != pairs[2]
     assert any("negatives (pruned)" in line for line in lines)
+
+
+def test_deadline_does_not_count_the_first_epochs_compilation(competition, config_file, tmp_path, monkeypatch):
+    """A 100 s first epoch (compilation) then 10 s epochs, deadline at 255 s: the run trains all
+    4 epochs (after epoch 2, t = 110 s and 1.5 x 10 s fit); counting the first epoch as the
+    longest would have stopped it after epoch 2 (110 + 1.5 x 100 > 255)."""
+    import whale.training.trainer as trainer_mod
+    from whale.training.trainer import Trainer, train_fold
+
+    clock = {"now": 0.0, "fits": 0}
+    monkeypatch.setattr(trainer_mod, "time", types.SimpleNamespace(time=lambda: clock["now"]))
+    real_fit = Trainer._fit_epoch
+
+    def timed_fit(self, *args, **kwargs):
+        clock["fits"] += 1
+        clock["now"] += 100.0 if clock["fits"] == 1 else 10.0
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "_fit_epoch", timed_fit)
+    res = train_fold(_cfg(config_file), competition, 0, tmp_path / "run", deadline=255.0, score=False,
+                     verbose=0, log=lambda *_: None)
+    assert res.epochs_done == 4
+    clock.update(now=0.0, fits=0)  # a deadline the first epoch alone rules out: 100 + 150 > 200
+    res = train_fold(_cfg(config_file), competition, 0, tmp_path / "run2", deadline=200.0, score=False,
+                     verbose=0, log=lambda *_: None)
+    assert res.epochs_done == 1

@@ -192,11 +192,13 @@ class Trainer:
         write_log(self.out_dir / "log.csv", log_rows)
         mined, mined_block = None, None
 
-        epochs_this_call, longest_epoch_s, prepared_stage = 0, 0.0, None
+        epochs_this_call, epoch_times, prepared_stage = 0, [], None
         for ep in self.schedule.remaining(state["epochs_done"]):
             if max_epochs is not None and epochs_this_call >= max_epochs:
                 return self._result(False, state, log_rows)
-            # The longest epoch so far (mining and validation included) must still fit.
+            # The longest epoch so far (mining and validation included) must still fit; the first
+            # of a call compiles (a minute on a GPU), so it counts only while it is the only one.
+            longest_epoch_s = max(epoch_times[1:] or epoch_times or [0.0])
             if deadline is not None and time.time() + 1.5 * longest_epoch_s > deadline:
                 self.log(f"time budget reached before epoch {ep.epoch + 1}; checkpoint kept, resume to go on")
                 return self._result(False, state, log_rows)
@@ -238,7 +240,7 @@ class Trainer:
                                     {**state, "epochs_done": done, "stage": ep.stage_index})
             state.update(epochs_done=done, stage=ep.stage_index)
             epoch_s = time.time() - t0
-            longest_epoch_s = max(longest_epoch_s, epoch_s)
+            epoch_times.append(epoch_s)
             row["epoch_s"] = round(epoch_s, 2)
             log_rows.append(row)
             # The log first: a kill before the checkpoint leaves one row too many, which the
