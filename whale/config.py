@@ -265,9 +265,7 @@ class _Checker:
         raise self.fail(path, "a non-empty string" + (" or null" if optional else ""), value)
 
 
-Checker = _Checker
-"""The public name of the checker: other YAML files of the toolkit (``ensemble.py --recipe``) are
-validated with the same messages."""
+Checker = _Checker  # public: other YAML files (ensemble.py --recipe) are checked with the same messages
 
 
 def _describe_bounds(kind: type, lo, hi, lo_open) -> str:
