@@ -337,18 +337,8 @@ def test_wheel_tags_are_checked_against_kaggles_image(name, problem):
     assert (problems == []) if problem is None else any(problem in p for p in problems), problems
 
 
-PRETRAIN_CONFIG = """
-name: tiny-pg
-seed: 3
-model: {branch: tiny, weights: null, channels: 3, head_mid: 8, head_hidden: 0}
-batch_size: 16
-mining_interval: 2
-augment: false
-workers: 1
-stages:
-  - {epochs: 1, k: 1.0, lr: 1.0e-3, image_size: 32, dataset: playground}
-  - {epochs: 1, k: 1000.0, lr: 1.0e-3, image_size: 32, dataset: main, freeze_branch: true}
-"""
+PRETRAIN_STAGES = [{"epochs": 1, "k": 1.0, "lr": 1.0e-3, "image_size": 32, "dataset": "playground"},
+                   {"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main", "freeze_branch": True}]
 
 
 def test_make_pretrain_writes_a_pretrain_kernel_that_the_fold_kernels_take_as_source(tmp_path):
@@ -371,7 +361,8 @@ def test_make_pretrain_writes_a_pretrain_kernel_that_the_fold_kernels_take_as_so
                      pretrain=True)
 
 
-def test_round_trip_pretrain_kernel_then_a_fold_kernel_started_from_it(backend, tmp_path, monkeypatch, capsys):
+def test_round_trip_pretrain_kernel_then_a_fold_kernel_started_from_it(backend, tmp_path, monkeypatch, capsys,
+                                                                       tiny_config):
     from whale.data.synth import generate
     from whale.kaggle import entry as kaggle_entry
 
@@ -380,7 +371,7 @@ def test_round_trip_pretrain_kernel_then_a_fold_kernel_started_from_it(backend, 
     generate(root / "input" / "whale-playground", n_ids=12, seed=11, size=96, progress=False)
     code = root / "input" / "whale-code"
     code.mkdir(parents=True)
-    (code / "tiny-pg.yaml").write_text(PRETRAIN_CONFIG)
+    (code / "tiny-pg.yaml").write_text(tiny_config("tiny-pg", 3, PRETRAIN_STAGES))
     (root / "working").mkdir()
     pre, fold = make_kernels(code / "tiny-pg.yaml", [0], COMPETITION, "tester/whale-code", tmp_path / "kernels",
                              playground_dataset="tester/whale-playground", pretrain=True)

@@ -8,33 +8,24 @@ import pytest
 
 from whale.errors import ConfigError
 
-CONFIG = """
-name: pretrain-test
-seed: 2
-model: {branch: tiny, weights: null, channels: 3, head_mid: 8, head_hidden: 0}
-batch_size: 16
-mining_interval: 2
-augment: false
-workers: 1
-stages:
-  - {epochs: 2, k: 1.0, lr: 1.0e-3, image_size: 32, dataset: playground}
-  - {epochs: 1, k: 0.5, lr: 5.0e-4, image_size: 32, dataset: playground}
-  - {epochs: 1, k: 1000.0, lr: 1.0e-3, image_size: 32, dataset: main, freeze_branch: true}
-  - {epochs: 1, k: 0.5, lr: 5.0e-4, image_size: 32, dataset: main, snapshot: true}
-  - {epochs: 1, k: 0.25, lr: 5.0e-4, image_size: 40, dataset: main}
-"""
+STAGES = [  # PlayGround 2 + 1 epochs (the part --pretrain trains), then 3 main epochs
+    {"epochs": 2, "k": 1.0, "lr": 1.0e-3, "image_size": 32, "dataset": "playground"},
+    {"epochs": 1, "k": 0.5, "lr": 5.0e-4, "image_size": 32, "dataset": "playground"},
+    {"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main", "freeze_branch": True},
+    {"epochs": 1, "k": 0.5, "lr": 5.0e-4, "image_size": 32, "dataset": "main", "snapshot": True},
+    {"epochs": 1, "k": 0.25, "lr": 5.0e-4, "image_size": 40, "dataset": "main"}]
 QUIET = dict(verbose=0, log=lambda *_: None)
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
+def data(tmp_path_factory, tiny_config):
     from whale.data.synth import generate
 
     root = tmp_path_factory.mktemp("pretrain")
     comp = generate(root / "comp", n_ids=16, seed=5, size=96, progress=False)
     pg = generate(root / "pg", n_ids=12, seed=11, size=96, progress=False)
     cfg_path = root / "cfg.yaml"
-    cfg_path.write_text(CONFIG)
+    cfg_path.write_text(tiny_config("pretrain-test", 2, STAGES))
     return comp, pg, cfg_path
 
 
@@ -153,3 +144,27 @@ def test_init_from_refuses_a_run_of_another_schedule(data, pretrained, tmp_path)
         pretrain_config(load_config(cfg_path, overrides={"stages[0].dataset": "main"}))
     with pytest.raises(ConfigError, match="init_from"):
         pretrain_config(cfg)
+
+
+def test_run_fold_pretrain_flags(capsys):
+    from whale.training.cli import parse_args
+
+    args = parse_args(["--config", "c.yaml", "--pretrain", "--playground", "pg", "--out", "o"])
+    assert args.pretrain and args.fold is None and args.data is None
+    for bad in (["--pretrain", "--out", "o"],                                          # no --playground
+                ["--pretrain", "--playground", "pg", "--out", "o", "--fold", "0"],
+                ["--pretrain", "--playground", "pg", "--out", "o", "--init-from", "r"]):
+        with pytest.raises(SystemExit):
+            parse_args(["--config", "c.yaml", *bad])
+    assert "--pretrain" in capsys.readouterr().err
+    assert parse_args(["--config", "c.yaml", "--fold", "0", "--data", "d", "--out", "o",
+                       "--init-from", "runs/pre:best"]).init_from == "runs/pre:best"
+
+
+def test_init_from_spec_names_a_folder_and_a_checkpoint():
+    from whale.training.pretrain import split_init_from
+
+    assert split_init_from("runs/pre") == (Path("runs/pre"), "last")
+    assert split_init_from("runs/pre:best") == (Path("runs/pre"), "best")
+    assert split_init_from("/kaggle/input/x/run") == (Path("/kaggle/input/x/run"), "last")
+    assert split_init_from("C:/runs/pre") == (Path("C:/runs/pre"), "last")  # a drive letter is no checkpoint

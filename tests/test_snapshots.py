@@ -7,27 +7,17 @@ import pytest
 
 from whale.errors import ConfigError
 
-CONFIG = """
-name: snapshot-test
-seed: 4
-model: {branch: tiny, weights: null, channels: 3, head_mid: 8, head_hidden: 0}
-batch_size: 16
-mining_interval: 2
-augment: false
-workers: 1
-stages:
-  - {epochs: 2, k: 1000.0, lr: 1.0e-3, image_size: 32, dataset: main, snapshot: true}
-  - {epochs: 1, k: 1.0, lr: 5.0e-4, image_size: 40, dataset: main, freeze_branch: true}
-  - {epochs: 1, k: 0.5, lr: 5.0e-4, image_size: 40, dataset: main}
-"""
+STAGES = [{"epochs": 2, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main", "snapshot": True},
+          {"epochs": 1, "k": 1.0, "lr": 5.0e-4, "image_size": 40, "dataset": "main", "freeze_branch": True},
+          {"epochs": 1, "k": 0.5, "lr": 5.0e-4, "image_size": 40, "dataset": "main"}]
 QUIET = dict(verbose=0, log=lambda *_: None)
 
 
-def test_two_snapshots_of_one_size_are_refused(tmp_path):
+def test_two_snapshots_of_one_size_are_refused(tmp_path, tiny_config):
     from whale.config import load_config
 
     path = tmp_path / "c.yaml"
-    path.write_text(CONFIG)
+    path.write_text(tiny_config("snapshot-test", 4, STAGES))
     with pytest.raises(ConfigError, match=r"stages\[2\]\.snapshot: expected one snapshot per image size "
                                           r"\(stages\[1\] already keeps the 40 px model\)"):
         load_config(path, overrides={"stages[1].snapshot": True, "stages[2].snapshot": True})
@@ -39,7 +29,8 @@ def test_two_snapshots_of_one_size_are_refused(tmp_path):
 
 
 @pytest.mark.backend
-def test_snapshot_is_its_stages_final_model_with_its_own_scores_that_ensemble_accepts(backend, tmp_path):
+def test_snapshot_is_its_stages_final_model_with_its_own_scores_that_ensemble_accepts(backend, tmp_path,
+                                                                                      tiny_config):
     from whale.config import load_config
     from whale.data.synth import generate
     from whale.ensemble.cli import main as ensemble
@@ -50,7 +41,7 @@ def test_snapshot_is_its_stages_final_model_with_its_own_scores_that_ensemble_ac
 
     comp = generate(tmp_path / "comp", n_ids=16, seed=5, size=96, progress=False)
     path = tmp_path / "c.yaml"
-    path.write_text(CONFIG)
+    path.write_text(tiny_config("snapshot-test", 4, STAGES))
     cfg = load_config(path)
     run = tmp_path / "run"
     assert train_fold(cfg, comp, 0, run, **QUIET).finished
