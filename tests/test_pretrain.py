@@ -87,12 +87,12 @@ def test_folds_start_from_the_pretrained_weights_and_equal_one_whole_run(backend
     pre_id = json.loads((pretrained / "run.json").read_text())["run_id"]
     for fold in (0, 1):
         run = tmp_path / f"fold{fold}"
-        result = train_fold(cfg, comp, fold, run, **QUIET)
+        result = train_fold(cfg, comp, fold, run, score=fold == 0, **QUIET)
         assert result.finished and result.epochs_done == 6
         assert [(r["epoch"], r["dataset"]) for r in _rows(run)] == [("4", "main"), ("5", "main"), ("6", "main")]
         meta = json.loads((run / "run.json").read_text())
         assert meta["init_from"]["run_id"] == pre_id and meta["init_from"]["epochs_done"] == 3
-        assert load_score_file(run / "scores" / "val.npz").identity["init_from"] == pre_id
+    assert load_score_file(tmp_path / "fold0" / "scores" / "val.npz").identity["init_from"] == pre_id
 
     # Fold 0 equals one run of the whole schedule (PlayGround stages included).
     whole = train_fold(load_config(cfg_path), comp, 0, tmp_path / "whole", playground=pg, score=False, **QUIET)
