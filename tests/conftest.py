@@ -60,3 +60,19 @@ def tf(backend):
     import tensorflow as tf
 
     return tf
+
+
+TINY_RUN = {"model": {"branch": "tiny", "weights": None, "channels": 3, "head_mid": 8, "head_hidden": 0},
+            "batch_size": 16, "mining_interval": 2, "augment": False, "workers": 1}
+"""Settings of the tiny runs of the pre-training, snapshot and Kaggle tests: only the stages differ."""
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    """``tiny_config(name, seed, stages)``: the YAML text of a :data:`TINY_RUN` config with these stages."""
+    def make(name: str, seed: int, stages: list[dict]) -> str:
+        from whale.config import config_from_dict
+
+        return config_from_dict({"name": name, "seed": seed, **TINY_RUN, "stages": stages}).to_yaml()
+
+    return make

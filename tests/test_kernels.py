@@ -335,3 +335,64 @@ def test_wheel_tags_are_checked_against_kaggles_image(name, problem):
 
     problems = wheel_problems(name, "3.12")
     assert (problems == []) if problem is None else any(problem in p for p in problems), problems
+
+
+PRETRAIN_STAGES = [{"epochs": 1, "k": 1.0, "lr": 1.0e-3, "image_size": 32, "dataset": "playground"},
+                   {"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main", "freeze_branch": True}]
+
+
+def test_make_pretrain_writes_a_pretrain_kernel_that_the_fold_kernels_take_as_source(tmp_path):
+    folders = make_kernels(ROOT / "configs" / "densenet121.yaml", [0, 1], COMPETITION, "someone/whale-code",
+                           tmp_path / "k", user="me", playground_dataset="someone/whale-playground", pretrain=True)
+    assert [f.name for f in folders] == ["pretrain", "fold0", "fold1"]
+    pre, fold0 = _metadata(folders[0]), _metadata(folders[1])
+    assert pre["id"] == "me/whale-densenet121-pretrain" and pre["kernel_sources"] == [pre["id"]]
+    assert pre["competition_sources"] == [] and "someone/whale-playground" in pre["dataset_sources"]
+    assert fold0["kernel_sources"] == [fold0["id"], pre["id"]]
+    # The folds train no PlayGround stage: the PlayGround is not attached to them.
+    assert fold0["dataset_sources"] == ["someone/whale-code"] and fold0["competition_sources"] == [COMPETITION]
+    for folder in folders:
+        assert validate_metadata(_metadata(folder), folder) == []
+    args = {f.name: _load_run_py(f / "run.py", f"run_{f.name}").ARGS for f in folders}
+    assert "--pretrain" in args["pretrain"] and "--fold" not in args["pretrain"]
+    assert args["fold1"][args["fold1"].index("--init-from-kernel") + 1] == "whale-densenet121-pretrain"
+    with pytest.raises(ValueError, match="no 'dataset: playground' stage"):
+        make_kernels(ROOT / "configs" / "demo.yaml", [0], COMPETITION, "someone/whale-code", tmp_path / "d",
+                     pretrain=True)
+
+
+def test_round_trip_pretrain_kernel_then_a_fold_kernel_started_from_it(backend, tmp_path, monkeypatch, capsys,
+                                                                       tiny_config):
+    from whale.data.synth import generate
+    from whale.kaggle import entry as kaggle_entry
+
+    root = tmp_path / "kaggle"
+    generate(root / "input" / COMPETITION, n_ids=16, seed=5, size=96, progress=False)
+    generate(root / "input" / "whale-playground", n_ids=12, seed=11, size=96, progress=False)
+    code = root / "input" / "whale-code"
+    code.mkdir(parents=True)
+    (code / "tiny-pg.yaml").write_text(tiny_config("tiny-pg", 3, PRETRAIN_STAGES))
+    (root / "working").mkdir()
+    pre, fold = make_kernels(code / "tiny-pg.yaml", [0], COMPETITION, "tester/whale-code", tmp_path / "kernels",
+                             playground_dataset="tester/whale-playground", pretrain=True)
+    monkeypatch.setenv("WHALE_KAGGLE_ROOT", str(root))
+    fold_args = _load_run_py(fold / "run.py", "run_fold_k").ARGS + ["--verbose", "0"]
+    # The fold kernel refuses to start before the pre-training kernel has finished.
+    (root / "input" / "whale-tiny-pg-pretrain" / "run").mkdir(parents=True)
+    with pytest.raises(ValueError, match="pre-training kernel 'whale-tiny-pg-pretrain' is not started"):
+        kaggle_entry.main(fold_args)
+    shutil.rmtree(root / "input" / "whale-tiny-pg-pretrain")
+
+    assert kaggle_entry.main(_load_run_py(pre / "run.py", "run_pre").ARGS + ["--verbose", "0"]) == 0
+    assert "FINISHED" in capsys.readouterr().out
+    run = root / "working" / "run"
+    assert kaggle_entry.read_status(run) == "finished" and kaggle_entry.epochs_done(run) == 1
+    _next_version(root, "whale-tiny-pg-pretrain")  # its output, attached to the fold kernel as a source
+
+    assert kaggle_entry.main(fold_args) == 0
+    assert kaggle_entry.read_status(run) == "finished" and (run / "scores" / "test.npz").is_file()
+    assert [line.split(",")[7] for line in (run / "log.csv").read_text().splitlines()] == ["dataset", "main"]
+    recorded = json.loads((run / "run.json").read_text())["init_from"]
+    assert recorded["run"] == str(root / "input" / "whale-tiny-pg-pretrain" / "run")
+    assert recorded["run_id"] == json.loads((root / "input" / "whale-tiny-pg-pretrain" / "run" / "run.json")
+                                            .read_text())["run_id"]

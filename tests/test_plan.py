@@ -99,3 +99,22 @@ def test_run_fold_plan_reads_the_fold_from_data(tmp_path, capsys):
     n = len(fold_data(load_competition(data), 0, 0).pairs)
     assert f"{2 * n:>11}" in out and "no estimate of hours" in out
     assert "kernel versions" not in out
+
+
+def test_plan_shows_what_training_the_playground_once_saves(tmp_path):
+    from whale.training.plan import pretrain_saving
+
+    cfg = config_from_dict(CFG)  # 3 PlayGround epochs at 384, then 4 + 2 main epochs
+    path = tmp_path / "rates.json"
+    path.write_text(json.dumps(RATES))
+    plan = plan_fold(cfg, {"main": 1000, "playground": 500}, load_rates(path))
+    text = pretrain_saving(cfg, plan)
+    # 4 folds: 3 + 4 x 6 = 27 epochs instead of 4 x 9 = 36.
+    assert "stages 1-1 (3 epochs)" in text and "3 + 4 x 6 = 27 epochs instead of 4 x 9 = 36: 9 epochs (25%)" in text
+    pre, rest = plan[0].hours, plan[1].hours + plan[2].hours
+    assert f"{pre + 4 * rest:.1f} h instead of {4 * (pre + rest):.1f} h ({3 * pre:.1f} h" in text
+    assert text in format_plan(cfg, plan, str(path))
+    no_rates = pretrain_saving(cfg, plan_fold(cfg, {"main": 1000, "playground": 500}))
+    assert no_rates.endswith("9 epochs (25%) fewer")
+    main_only = config_from_dict({**CFG, "stages": CFG["stages"][1:]})
+    assert pretrain_saving(main_only, plan_fold(main_only, {"main": 1000})) is None

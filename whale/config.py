@@ -77,6 +77,9 @@ class Stage:
     ``dataset`` is ``"main"`` (the competition) or ``"playground"`` (pre-training data).
     ``freeze_branch`` trains the head only (done after every image-size increase).
     ``l2`` is the weight-decay coefficient of the branch's kernels (0 = none).
+    ``snapshot`` keeps the model as it is at the end of this stage (checkpoint
+    ``snapshot-<image_size>``) and scores it into ``scores/<image_size>/``: one schedule then
+    yields one model per size (e.g. ConvNet v1 at 384, 768 and 1024), each an ensemble input.
     """
 
     epochs: int
@@ -87,6 +90,12 @@ class Stage:
     dataset: str = "main"
     freeze_branch: bool = False
     l2: float = 0.0
+    snapshot: bool = False
+
+    @property
+    def snapshot_name(self) -> str | None:
+        """``"384"`` for a ``snapshot: true`` stage at 384 px (its ``scores/`` subfolder), else None."""
+        return str(self.image_size) if self.snapshot else None
 
     def n_minings(self, mining_interval: int) -> int:
         """How many times this stage mines: ``ceil(epochs / mining_interval)``."""
@@ -133,6 +142,10 @@ class RunConfig:
     ``precision``: the Keras dtype policy models are built under: ``float32`` (default),
     ``mixed_bfloat16`` (GPUs from A100 on; also CPUs) or ``mixed_float16`` (T4, P100, with
     loss scaling); the head's output, the loss and every score file stay float32.
+    ``init_from``: ``RUN_DIR[:checkpoint]`` of a finished run (e.g. the PlayGround pre-training of
+    ``run_fold.py --pretrain``) whose stages are the first stages of this schedule: a new run
+    starts from its model after those stages instead of training them again
+    (:mod:`whale.training.pretrain`).
     """
 
     name: str
@@ -152,6 +165,7 @@ class RunConfig:
     strategy: str = "auto"
     crop_cache: str = "memory"
     precision: str = "float32"
+    init_from: str | None = None
 
     @property
     def total_epochs(self) -> int:
@@ -160,8 +174,11 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (stages as a list) that :func:`config_from_dict` turns back into this."""
         d = dataclasses.asdict(self)
-        order = ("epochs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2")
-        stages = [{key: s[key] for key in order} for s in d.pop("stages")]
+        order = ("epochs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2", "snapshot")
+        # Keys added later are written only when set, so configs without them keep their hash.
+        stages = [{key: s[key] for key in order if key != "snapshot" or s[key]} for s in d.pop("stages")]
+        if d["init_from"] is None:
+            del d["init_from"]
         d["stages"] = stages  # last, so a written config reads like the hand-written ones
         return d
 
@@ -252,6 +269,9 @@ class _Checker:
         raise self.fail(path, "a non-empty string" + (" or null" if optional else ""), value)
 
 
+Checker = _Checker  # public: other YAML files (ensemble.py --recipe) are checked with the same messages
+
+
 def _describe_bounds(kind: type, lo, hi, lo_open) -> str:
     name = "an integer" if kind is int else "a number"
     if lo is not None and hi is not None:
@@ -307,6 +327,7 @@ def _stage(c: _Checker, raw: Any, path: str) -> Stage:
         dataset=c.choice(raw.get("dataset", "main"), f"{path}.dataset", DATASETS),
         freeze_branch=c.boolean(raw.get("freeze_branch", False), f"{path}.freeze_branch"),
         l2=c.number(raw.get("l2", 0.0), f"{path}.l2", float, 0.0),
+        snapshot=c.boolean(raw.get("snapshot", False), f"{path}.snapshot"),
     )
 
 
@@ -322,6 +343,11 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     if not isinstance(stages_raw, (list, tuple)) or not stages_raw:
         raise c.fail("stages", "a non-empty list of stages", stages_raw)
     stages = tuple(_stage(c, s, f"stages[{i}]") for i, s in enumerate(stages_raw))
+    sizes: dict[str, int] = {}
+    for i, s in enumerate(stages):
+        if s.snapshot and sizes.setdefault(s.snapshot_name, i) != i:
+            raise c.fail(f"stages[{i}].snapshot", f"one snapshot per image size (stages[{sizes[s.snapshot_name]}] "
+                         f"already keeps the {s.image_size} px model)", True)
     d = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
     get = lambda key: raw.get(key, d.get(key))  # noqa: E731
     threshold = get("threshold")
@@ -343,6 +369,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         strategy=c.choice(get("strategy"), "strategy", STRATEGIES),
         crop_cache=c.choice(get("crop_cache"), "crop_cache", CACHE_MODES),
         precision=c.choice(get("precision"), "precision", PRECISIONS),
+        init_from=c.string(get("init_from"), "init_from", optional=True),
     )
 
 

@@ -1,5 +1,7 @@
 """``ensemble.py``: runs' score files -> weighted average -> ``new_whale`` placed -> checked submission.
 
+The runs, weights and mode come as flags or as a YAML recipe (``--recipe``, :mod:`whale.ensemble.recipe`).
+
 The paper's threshold rule is the default (fixed ``--threshold``, ``--tune`` on validation
 MAP@5, or ``--new-whale-fraction`` of the test set: exactly that share, ties broken by query
 order); ``--calibrate`` cross-validates the calibrated rule of :mod:`whale.ranking.calibrate`
@@ -23,6 +25,7 @@ import numpy as np
 from whale import NEW_WHALE
 from whale.ensemble.combine import average_score_files, normalise_weights, validation_groups
 from whale.ensemble.identity import check_inputs, check_no_leak, identity_table, read_identities
+from whale.ensemble.recipe import load_recipe
 from whale.ensemble.report import plot_thresholds, write_threshold_csv
 from whale.errors import ConfigError, DataError
 from whale.inference.scorefile import first_names, score_path
@@ -43,8 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ensemble.py",
         description="Weighted average of runs' score files -> new_whale insertion -> submission CSV.",
     )
-    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR",
-                   help="run folders with scores/test.npz (and scores/val.npz for --tune/--calibrate)")
+    p.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR",
+                   help="run folders with scores/test.npz (and scores/val.npz for --tune/--calibrate), or "
+                        "score folders such as a snapshot's RUN_DIR/scores/384")
+    p.add_argument("--recipe", type=Path, default=None,
+                   help="YAML recipe: runs with weights and the threshold mode, instead of RUN_DIR, --weights "
+                        "and the mode flags (whale.ensemble.recipe; the paper's: docs/ensemble.md)")
     p.add_argument("--weights", nargs="+", type=float, default=None, metavar="W",
                    help="one weight per run (normalised to sum 1); default equal")
     mode = p.add_mutually_exclusive_group()
@@ -74,6 +81,8 @@ def recorded_sample(run_dirs: Sequence[Path]) -> Path | None:
     """``sample_submission.csv`` of the data folder recorded in a run's ``run.json``, if it exists."""
     for run in run_dirs:
         meta = Path(run) / "run.json"
+        if not meta.is_file():  # a snapshot's score folder RUN/scores/384: the run's run.json
+            meta = Path(run).parent.parent / "run.json"
         if not meta.is_file():
             continue
         try:
@@ -85,6 +94,26 @@ def recorded_sample(run_dirs: Sequence[Path]) -> Path | None:
             if sample.is_file():
                 return sample
     return None
+
+
+def apply_recipe(args) -> None:
+    """Fill ``args`` from ``args.recipe`` (:mod:`whale.ensemble.recipe`).
+
+    Raises:
+        ConfigError: the recipe is invalid, or runs, weights or a mode were also given as flags.
+    """
+    given = [flag for flag, value in (("RUN_DIR", args.runs), ("--weights", args.weights),
+                                      ("--threshold", args.threshold), ("--new-whale-fraction", args.new_whale_fraction),
+                                      ("--tune", args.tune), ("--calibrate", args.calibrate),
+                                      ("--force-calibrated", args.force_calibrated))
+             if value is not None and value is not False and value != []]
+    if given:
+        raise ConfigError(f"--recipe {args.recipe}: the recipe gives the runs, weights and threshold mode; "
+                          f"received {', '.join(given)} as well (give them in one place)")
+    recipe = load_recipe(args.recipe)
+    args.runs, args.weights = list(recipe.runs), list(recipe.weights)
+    for key in ("threshold", "new_whale_fraction", "tune", "calibrate", "force_calibrated"):
+        setattr(args, key, getattr(recipe, key))
 
 
 def _sibling(out: Path, suffix: str) -> Path:
@@ -133,6 +162,10 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.recipe is not None:
+        apply_recipe(args)
+    elif not args.runs:
+        parser.error("give RUN_DIR ... or --recipe FILE")
     if args.threshold is None and args.new_whale_fraction is None and not args.tune and not args.calibrate:
         parser.error("one of --threshold, --new-whale-fraction, --tune (or --calibrate) is required")
     if args.new_whale_fraction is not None and not 0.0 <= args.new_whale_fraction <= 1.0:

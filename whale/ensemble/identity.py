@@ -6,7 +6,8 @@ revision, Keras backend) and, for validation files, the images the model trained
 :func:`identity_table` prints them; :func:`check_inputs` refuses
 
 - two files of the same run and fold (one run counted twice: its weight doubled, its
-  validation queries scored twice);
+  validation queries scored twice); a run's ``snapshot: true`` models (``scores/384/``) are
+  models of their own and may join it;
 - a validation file whose queries include images its model trained on (a threshold tuned
   on it would be fitted on leaked labels), or whose queries overlap its own gallery.
 
@@ -23,7 +24,7 @@ import numpy as np
 from whale.errors import DataError
 from whale.inference.scorefile import first_names, read_header
 
-COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "git_revision", "backend")
+COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")
 
 
 def read_identities(paths: Sequence[Path]) -> list[dict | None]:
@@ -57,10 +58,11 @@ def check_inputs(paths: Sequence[Path], identities: Sequence[dict | None], log=p
         if ident is None or ident.get("run_id") is None:
             unknown.append(str(path))
             continue
-        key = (ident["run_id"], ident.get("fold"), ident.get("split"))
+        # A snapshot (scores/384/) is a model of its own: the run's other snapshots may join it.
+        key = (ident["run_id"], ident.get("snapshot"), ident.get("fold"), ident.get("split"))
         if key in seen:
             raise DataError(f"{path}: same run (run_id {ident['run_id']}) and fold {ident.get('fold')} as "
-                            f"{seen[key]}; each run and fold may enter an ensemble once")
+                            f"{seen[key]}; each run and fold (and each of its snapshots) may enter an ensemble once")
         seen[key] = path
     if unknown:
         log(f"warning: {len(unknown)} score file(s) record no run identity, so mixes and leaks cannot be "

@@ -16,7 +16,7 @@ from whale.errors import DataError
 from whale.inference.features import ImageBatches, compute_features
 from whale.inference.scorefile import write_scores
 from whale.models.scorer import HeadScorer
-from whale.models.checkpoint import load_checkpoint
+from whale.models.checkpoint import load_checkpoint, snapshot_name
 
 
 class RunScorer:
@@ -45,7 +45,7 @@ class RunScorer:
 
 
 def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False):
-    """``(model, config)`` of a run: checkpoint ``best``, ``last`` or a path to a .keras file.
+    """``(model, config)`` of a run: checkpoint ``best``, ``last``, ``snapshot-<size>`` or a path to a .keras file.
 
     ``with_state=True`` returns ``(model, config, state)``, ``state`` being the checkpoint's
     JSON state (``{}`` for a bare .keras file).
@@ -55,7 +55,7 @@ def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False):
 
     run_dir = Path(run_dir)
     cfg = load_config(run_dir / "config.yaml")
-    if checkpoint in ("best", "last"):
+    if checkpoint in ("best", "last") or snapshot_name(checkpoint):
         model, state = load_checkpoint(run_dir / "checkpoints", checkpoint)
     else:
         model, state = load_model(checkpoint), {}
@@ -77,6 +77,7 @@ def run_identity(run_dir, cfg, checkpoint: str, state: dict, split: str) -> dict
         meta = {}
     return {"run_id": meta.get("run_id"), "run": Path(run_dir).name, "config_hash": config_hash(cfg),
             "fold": meta.get("fold"), "seed": cfg.seed, "checkpoint": str(checkpoint),
+            "snapshot": snapshot_name(checkpoint), "init_from": (meta.get("init_from") or {}).get("run_id"),
             "epoch": state.get("epochs_done"), "git_revision": git_revision(),
             "backend": keras.backend.backend(), "split": split}
 
@@ -95,10 +96,17 @@ def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None, identi
                         identity=identity)
 
 
+def scores_dir(run_dir, checkpoint: str = "best") -> Path:
+    """Where a checkpoint's score files go: ``RUN/scores``, or ``RUN/scores/384`` for ``snapshot-384``."""
+    name = snapshot_name(checkpoint)
+    return Path(run_dir) / "scores" / (name or "")
+
+
 def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
               progress: bool = True) -> dict[str, Path]:
-    """Write ``scores/val.npz`` (when the fold validates) and ``scores/test.npz`` for a run."""
+    """Write ``val.npz`` (when the fold validates) and ``test.npz`` of a run into :func:`scores_dir`."""
     run_dir = Path(run_dir)
+    out = scores_dir(run_dir, checkpoint)
     model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True)
     rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=progress)
     written = {}
@@ -107,13 +115,13 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     if len(data.val):
         f_gal = f_known[known.positions(data.gallery.names)]
         f_val = rs.features(data.val.paths, data.val.boxes)
-        written["val"] = write_scores(run_dir / "scores" / "val.npz", rs.matrix(f_val, f_gal),
+        written["val"] = write_scores(out / "val.npz", rs.matrix(f_val, f_gal),
                                      data.val.names, data.gallery.names, data.gallery.ids,
                                      query_ids=data.val.ids,
                                      identity=run_identity(run_dir, cfg, checkpoint, state, "val"),
                                      trained_on=data.gallery.names)
     if comp.test_images:
-        written["test"] = write_test_scores(rs, comp, run_dir / "scores" / "test.npz", known, f_known,
+        written["test"] = write_test_scores(rs, comp, out / "test.npz", known, f_known,
                                             identity=run_identity(run_dir, cfg, checkpoint, state, "test"))
     for name, path in written.items():
         log(f"wrote {path}")

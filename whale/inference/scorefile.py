@@ -12,7 +12,7 @@ Strings are stored as numpy unicode arrays so ``np.load(..., allow_pickle=False)
 
 Identity: files written by this version also hold ``identity``, a ``[1]`` str array with one
 JSON object describing the run that wrote them (``run_id``, ``config_hash``, ``fold``, ``seed``,
-``checkpoint``, ``epoch``, ``git_revision``, ``backend``, ``split``), and validation files
+``checkpoint``, ``snapshot``, ``init_from``, ``epoch``, ``git_revision``, ``backend``, ``split``), and validation files
 ``trained_on`` (``[n]`` str, the images the model trained on), so ``ensemble.py`` can refuse
 mixed or leaking inputs. Files without them (older versions) still load, with ``identity`` None.
 :func:`write_scores` writes one atomically, :func:`load_score_file` reads and checks one;
@@ -71,10 +71,17 @@ class ScoreFile:
 
 
 def score_path(run_dir, split: str) -> Path:
-    """``RUN_DIR/scores/{split}.npz``; ``split`` is ``"val"`` or ``"test"``."""
+    """``RUN_DIR/scores/{split}.npz``; ``split`` is ``"val"`` or ``"test"``.
+
+    ``run_dir`` may also be a folder of score files itself, e.g. a snapshot's ``RUN_DIR/scores/384``
+    (it holds ``test.npz`` and no ``scores/``): then ``run_dir/{split}.npz``.
+    """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    return Path(run_dir) / "scores" / f"{split}.npz"
+    run_dir = Path(run_dir)
+    if not (run_dir / "scores").is_dir() and any((run_dir / f"{s}.npz").is_file() for s in SPLITS):
+        return run_dir / f"{split}.npz"
+    return run_dir / "scores" / f"{split}.npz"
 
 
 def first_names(names, n: int = _NAMES_SHOWN) -> str:

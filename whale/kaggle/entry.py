@@ -18,11 +18,17 @@ config, mined negatives), train with :func:`whale.train.train_fold` (``resume=Tr
 trains, then ``paused`` (push a new version to go on), ``finished`` (``scores/val.npz`` and
 ``scores/test.npz`` written) or ``failed``. ``working/run/kaggle_run.json`` records the kernel
 and one entry per session.
+
+PlayGround once (``make --pretrain``): the pre-training kernel runs with ``--pretrain`` (the config's
+leading PlayGround stages, no main data; ``finished`` when ``done.json`` is written); each fold
+kernel runs with ``--init-from-kernel SLUG`` and starts from that kernel's finished output
+``KAGGLE_ROOT/input/<slug>/run`` (attached as a kernel source) after those stages.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -194,7 +200,11 @@ def _parse(argv):
     p = argparse.ArgumentParser(prog="whale.kaggle.entry", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="config name (NAME.yaml in the code dataset) or path")
-    p.add_argument("--fold", type=int, required=True)
+    p.add_argument("--fold", type=int, help="the fold (required unless --pretrain)")
+    p.add_argument("--pretrain", action="store_true",
+                   help="train the config's leading PlayGround stages only (run_fold.py --pretrain)")
+    p.add_argument("--init-from-kernel", help="slug of the finished pre-training kernel to start from (its output "
+                                              "attached as a kernel source)")
     p.add_argument("--competition", default="humpback-whale-identification")
     p.add_argument("--kernel", required=True, help="this kernel's id OWNER/SLUG (its own source)")
     p.add_argument("--code-dataset", help="slug of the code dataset (searched for the config)")
@@ -210,7 +220,23 @@ def _parse(argv):
     args, unknown = p.parse_known_args(argv)
     if unknown:
         print(f"whale.kaggle.entry: ignoring arguments {unknown}", file=sys.stderr)
+    if (args.fold is None) != args.pretrain or (args.pretrain and not args.playground):
+        p.error("give --fold K or --pretrain --playground SLUG")
     return args
+
+
+def find_pretrained(input_dir: Path, slug: str) -> Path:
+    """The finished output ``run/`` of the pre-training kernel ``slug`` (attached as a kernel source).
+
+    Raises:
+        DataError: not attached, or its STATUS is not ``finished`` (push it until it is).
+    """
+    run = find_source(input_dir, slug, RUN_DIR, "pre-training kernel output") / RUN_DIR
+    status = read_status(run)
+    if status != FINISHED:
+        raise DataError(f"{run / STATUS_FILE}: the pre-training kernel {slug!r} is {status or 'not started'}, "
+                        "not finished: push new versions of it until its STATUS says finished, then this fold")
+    return run
 
 
 def main(argv=None) -> int:
@@ -221,7 +247,7 @@ def main(argv=None) -> int:
     input_dir, run_dir = root / "input", root / "working" / RUN_DIR
     say = lambda msg: print(f"[whale {time.strftime('%H:%M:%S')}] {msg}", flush=True)  # noqa: E731
 
-    data_dir = find_source(input_dir, args.competition, "train.csv", "competition")
+    data_dir = None if args.pretrain else find_source(input_dir, args.competition, "train.csv", "competition")
     code_dirs = source_candidates(input_dir, args.code_dataset) if args.code_dataset else []
     previous = find_previous_run(input_dir, args.kernel)
     if previous is None:
@@ -231,8 +257,14 @@ def main(argv=None) -> int:
     from whale.config import load_config
     from whale.training.schedule import schedule_epochs
 
+    from whale.training.pretrain import pretrain_config
+
     cfg_path = resolve_config(args.config, code_dirs, run_dir, log=say)
     cfg = load_config(cfg_path)
+    if args.pretrain:
+        cfg = pretrain_config(cfg, str(cfg_path))
+    if args.init_from_kernel:
+        cfg = dataclasses.replace(cfg, init_from=str(find_pretrained(input_dir, args.init_from_kernel)))
     total = len(schedule_epochs(cfg))
     before = epochs_done(run_dir)
     old_cfg = run_dir / "config.yaml"
@@ -242,29 +274,34 @@ def main(argv=None) -> int:
     session = {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
                "epochs_before": before, "resumed_from": str(previous) if previous else None}
 
-    if read_status(run_dir) == FINISHED and same_cfg and (run_dir / "scores" / "test.npz").is_file():
+    outputs = run_dir / ("done.json" if args.pretrain else "scores/test.npz")
+    if read_status(run_dir) == FINISHED and same_cfg and outputs.is_file():
         say(f"{args.kernel} already finished ({before} of {total} epochs); nothing to do")
         _finish_message(args, run_dir, before, total, finished=True, say=say)
         return 0
 
     install_keras_weights(input_dir, log=say)
-    if args.boxes:
+    if args.boxes and data_dir is not None:
         data_dir = with_boxes(data_dir, find_source(input_dir, args.boxes, what="boxes dataset"),
                               Path(tempfile.mkdtemp(prefix="whale-data-")))
     playground = (find_source(input_dir, args.playground, "train.csv", "PlayGround dataset")
                   if args.playground else None)
     deadline = started + 3600.0 * args.time_budget_hours - 60.0 * args.score_margin_minutes
-    say(f"{args.kernel}: config {cfg_path}, fold {args.fold}, data {data_dir}; epoch {before} of "
+    say(f"{args.kernel}: config {cfg_path}, {'PlayGround pre-training' if args.pretrain else f'fold {args.fold}'}, "
+        f"data {playground if args.pretrain else data_dir}; epoch {before} of "
         f"{total} done; training until {time.strftime('%H:%M:%S', time.localtime(deadline))} "
         f"({(deadline - time.time()) / 3600:.2f} h left)")
     write_status(run_dir, RUNNING)
     _record(run_dir, args, {**session, "status": RUNNING})
 
-    from whale.training.trainer import train_fold
+    from whale.training.trainer import train_fold, train_pretrain
 
+    common = dict(resume=True, deadline=deadline, max_epochs=args.max_epochs, verbose=args.verbose, log=say)
     try:
-        result = train_fold(cfg, data_dir, args.fold, run_dir, resume=True, playground=playground,
-                            deadline=deadline, max_epochs=args.max_epochs, verbose=args.verbose, log=say)
+        if args.pretrain:
+            result = train_pretrain(cfg, playground, run_dir, source=str(cfg_path), **common)
+        else:
+            result = train_fold(cfg, data_dir, args.fold, run_dir, playground=playground, **common)
     except BaseException as e:
         write_status(run_dir, FAILED, f"{type(e).__name__}: {e}")
         _record(run_dir, args, {**session, "status": FAILED, "error": f"{type(e).__name__}: {e}",
@@ -282,9 +319,12 @@ def main(argv=None) -> int:
 
 def _finish_message(args, run_dir: Path, done: int, total: int, finished: bool, say,
                     trained: int | None = None) -> None:
-    folder = f"fold{args.fold}" if args.fold >= 0 else "full"
+    folder = "pretrain" if args.pretrain else f"fold{args.fold}" if args.fold >= 0 else "full"
     this = "" if trained is None else f" (this version trained {trained})"
-    if finished:
+    if finished and args.pretrain:
+        say(f"FINISHED: {args.kernel} ran all {total} PlayGround epochs{this}. STATUS = finished.\n  Next: push "
+            f"the fold kernels (kaggle kernels push -p kernels/{args.config}/foldK); each starts from this output.")
+    elif finished:
         say(f"FINISHED: {args.kernel} ran all {total} epochs{this}. STATUS = finished; scores in "
             f"{run_dir / 'scores'} (val.npz, test.npz).\n  Next: kaggle kernels output {args.kernel} "
             f"-p runs/{args.config}/{folder}  and run ensemble.py on the score files.")

@@ -34,8 +34,9 @@ from whale.errors import ConfigError, DataError, run_cli
 from whale.files import write_text_atomic
 from whale.kaggle.codedataset import build_code_dataset
 from whale.kaggle.metadata import (DEFAULT_MACHINE_SHAPE, ENTRY_FILE, GPU_SHAPES, MACHINE_SHAPES, METADATA_FILE,
-                                   check_ref, split_ref, build_metadata, kernel_folder,
+                                   PRETRAIN, check_ref, split_ref, build_metadata, kernel_folder, kernel_slug,
                                    validate_metadata)
+from whale.training.pretrain import pretrain_stage_count
 from whale.kaggle.wheels import KAGGLE_MISSING, KAGGLE_PYTHON
 
 DEFAULT_BUDGET_HOURS = 8.5
@@ -100,7 +101,7 @@ if __name__ == "__main__":
 '''
 
 
-def entry_script(kid: str, config_name: str, fold: int, code_dataset: str, args: list[str]) -> str:
+def entry_script(kid: str, config_name: str, fold: int | str, code_dataset: str, args: list[str]) -> str:
     """Text of the kernel's ``run.py``: find the code, then ``whale.kaggle.entry.main(args)``."""
     lines, i = [], 0
     while i < len(args):  # one "--flag", "value" pair per line
@@ -120,12 +121,15 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
                  playground_competition: str | None = None, boxes_dataset: str | None = None,
                  extra_datasets: tuple[str, ...] = (), time_budget_hours: float = DEFAULT_BUDGET_HOURS,
                  score_margin_minutes: float = DEFAULT_SCORE_MARGIN_MINUTES,
-                 machine_shape: str = DEFAULT_MACHINE_SHAPE) -> list[Path]:
+                 machine_shape: str = DEFAULT_MACHINE_SHAPE, pretrain: bool = False) -> list[Path]:
     """Write ``out/fold{K}/{kernel-metadata.json, run.py}`` for every fold; returns the folders.
 
     ``config`` is a YAML file (validated here; the kernel loads the file of the same name from
     the code dataset). ``user`` defaults to the owner of ``code_dataset``. ``machine_shape`` is
     the GPU (:data:`GPU_SHAPES`: ``NvidiaTeslaT4`` = two T4s, ``NvidiaTeslaP100`` = one P100).
+    ``pretrain``: PlayGround once. ``out/pretrain/`` (first in the list) trains the schedule's
+    leading PlayGround stages (``run_fold.py --pretrain``); every fold kernel lists it under
+    ``kernel_sources`` and starts from its finished output (``--init-from-kernel``).
 
     Raises:
         ValueError: bad references or a metadata problem (message lists them all).
@@ -150,22 +154,33 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
     if problems:
         raise ConfigError("; ".join(problems))
     extra = tuple(r for r in (boxes_dataset, *extra_datasets) if r)
+    # (fold, competition, (playground dataset, playground competition), kernel sources, arguments)
+    kernels, playgrounds, sources, start = [], (playground_dataset, playground_competition), (), []
+    if pretrain:
+        cut = pretrain_stage_count(cfg)
+        if cut == 0:
+            raise ConfigError(f"{config}: --pretrain: the schedule opens with no 'dataset: playground' stage")
+        kernels.append((PRETRAIN, None, playgrounds, (), ["--pretrain"]))
+        sources, start = (f"{user}/{kernel_slug(name, PRETRAIN)}",), ["--init-from-kernel", kernel_slug(name, PRETRAIN)]
+        if all(s.dataset == "main" for s in cfg.stages[cut:]):  # the folds train no PlayGround stage
+            playgrounds = (None, None)
+    kernels += [(fold, competition, playgrounds, sources,
+                 ["--fold", str(int(fold)), "--competition", competition, *start]) for fold in folds]
     folders = []
-    for fold in folds:
-        meta = build_metadata(name, fold, user, code_dataset, competition, playground_dataset,
-                              playground_competition, extra, machine_shape)
-        args = ["--config", name, "--fold", str(int(fold)), "--competition", competition,
-                "--kernel", meta["id"], "--code-dataset", _ref_slug(code_dataset),
+    for fold, comp, (pg_dataset, pg_competition), kernel_sources, where in kernels:
+        meta = build_metadata(name, fold, user, code_dataset, comp, pg_dataset, pg_competition, extra,
+                              machine_shape, kernel_sources)
+        args = ["--config", name, *where, "--kernel", meta["id"], "--code-dataset", _ref_slug(code_dataset),
                 "--time-budget-hours", f"{time_budget_hours:g}",
                 "--score-margin-minutes", f"{score_margin_minutes:g}"]
-        playground = _ref_slug(playground_dataset) or playground_competition
+        playground = _ref_slug(pg_dataset) or pg_competition
         if playground:
             args += ["--playground", playground]
-        if boxes_dataset:
+        if boxes_dataset and comp:
             args += ["--boxes", _ref_slug(boxes_dataset)]
         folder = Path(out) / kernel_folder(fold)
         folder.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(folder / ENTRY_FILE, entry_script(meta["id"], name, int(fold), code_dataset, args))
+        write_text_atomic(folder / ENTRY_FILE, entry_script(meta["id"], name, fold, code_dataset, args))
         write_text_atomic(folder / METADATA_FILE, json.dumps(meta, indent=2) + "\n")
         problems = validate_metadata(meta, folder)
         if problems:
@@ -199,6 +214,9 @@ def _parse(argv):
                    help="stop training this long before the budget ends (time to write scores)")
     m.add_argument("--accelerator", default=DEFAULT_MACHINE_SHAPE, choices=GPU_SHAPES,
                    help="kernel-metadata.json machine_shape: " + ", ".join(f"{k} = {MACHINE_SHAPES[k]}" for k in GPU_SHAPES))
+    m.add_argument("--pretrain", action="store_true",
+                   help="PlayGround once: also write OUT/pretrain, a kernel training the leading PlayGround stages; "
+                        "the fold kernels take its finished output as a kernel source and start from it")
     m.add_argument("--out", required=True, help="kernels/NAME")
     c = sub.add_parser("code-dataset", help="build the code dataset folder (wheel + configs)")
     c.add_argument("--id", required=True, help="OWNER/SLUG of the code dataset")
@@ -230,7 +248,7 @@ def run(argv=None) -> int:
                                boxes_dataset=args.boxes_dataset, extra_datasets=tuple(args.extra_dataset),
                                time_budget_hours=args.time_budget_hours,
                                score_margin_minutes=args.score_margin_minutes,
-                               machine_shape=args.accelerator)
+                               machine_shape=args.accelerator, pretrain=args.pretrain)
         for f in folders:
             print(f"wrote {f / METADATA_FILE} and {f / ENTRY_FILE}; push with: kaggle kernels push -p {f}")
         return 0

@@ -35,21 +35,29 @@ def slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
 
 
-def kernel_slug(config_name: str, fold: int) -> str:
-    """``whale-<config>-fold-<K>`` (``-full`` for fold -1, trained on everything)."""
-    part = "full" if int(fold) == -1 else f"fold-{int(fold)}"
-    return f"whale-{slugify(config_name)}-{part}"
+PRETRAIN = "pretrain"
+"""The "fold" of a PlayGround pre-training kernel (``run_fold.py --pretrain``): its slug part and folder."""
 
 
-def kernel_title(config_name: str, fold: int) -> str:
+def _part(fold: int | str, sep: str) -> str:
+    if fold == PRETRAIN:
+        return PRETRAIN
+    return "full" if int(fold) == -1 else f"fold{sep}{int(fold)}"
+
+
+def kernel_slug(config_name: str, fold: int | str) -> str:
+    """``whale-<config>-fold-<K>`` (``-full`` for fold -1, trained on everything; ``-pretrain``)."""
+    return f"whale-{slugify(config_name)}-{_part(fold, '-')}"
+
+
+def kernel_title(config_name: str, fold: int | str) -> str:
     """A title that slugifies to :func:`kernel_slug` (Kaggle links titles and slugs)."""
-    part = "full" if int(fold) == -1 else f"fold {int(fold)}"
-    return f"whale {slugify(config_name)} {part}"
+    return f"whale {slugify(config_name)} {_part(fold, ' ')}"
 
 
-def kernel_folder(fold: int) -> str:
-    """``fold{K}``, or ``full`` for fold -1."""
-    return f"fold{int(fold)}" if int(fold) >= 0 else "full"
+def kernel_folder(fold: int | str) -> str:
+    """``fold{K}``, ``full`` for fold -1, ``pretrain`` for the PlayGround pre-training kernel."""
+    return _part(fold, "")
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -129,13 +137,18 @@ def validate_metadata(meta: dict, folder: str | Path | None = None) -> list[str]
     return problems
 
 
-def build_metadata(config_name: str, fold: int, user: str, code_dataset: str, competition: str,
+def build_metadata(config_name: str, fold: int | str, user: str, code_dataset: str, competition: str | None,
                    playground_dataset: str | None = None, playground_competition: str | None = None,
-                   extra_datasets: tuple[str, ...] = (), machine_shape: str = DEFAULT_MACHINE_SHAPE) -> dict:
-    """The ``kernel-metadata.json`` dict of one fold's kernel (private, GPU ``machine_shape``, no internet)."""
+                   extra_datasets: tuple[str, ...] = (), machine_shape: str = DEFAULT_MACHINE_SHAPE,
+                   kernel_sources: tuple[str, ...] = ()) -> dict:
+    """The ``kernel-metadata.json`` dict of one fold's kernel (private, GPU ``machine_shape``, no internet).
+
+    ``kernel_sources``: other kernels whose output it reads (a fold's PlayGround pre-training kernel);
+    ``competition`` None: no main data (the pre-training kernel).
+    """
     kid = f"{user}/{kernel_slug(config_name, fold)}"
     datasets = [code_dataset] + [d for d in (playground_dataset, *extra_datasets) if d]
-    competitions = [competition] + ([playground_competition] if playground_competition else [])
+    competitions = [c for c in (competition, playground_competition) if c]
     return {
         "id": kid,
         "title": kernel_title(config_name, fold),
@@ -150,6 +163,6 @@ def build_metadata(config_name: str, fold: int, user: str, code_dataset: str, co
         "dataset_sources": list(dict.fromkeys(datasets)),
         "competition_sources": list(dict.fromkeys(competitions)),
         # Itself: the next version reads this version's output and resumes from it.
-        "kernel_sources": [kid],
+        "kernel_sources": [kid, *kernel_sources],
         "model_sources": [],
     }

@@ -122,3 +122,17 @@ def load_checkpoint(folder: str | os.PathLike, tag: str, fallback: bool = False,
         log(f"warning: {err}; falling back to the previous checkpoint ({tag}.prev.json, "
             f"epoch {state.get('epochs_done')})")
         return model, state
+
+
+SNAPSHOT_PREFIX = "snapshot-"
+
+
+def snapshot_tag(name: str) -> str:
+    """The checkpoint tag of a ``snapshot: true`` stage's model: ``snapshot-384`` for ``"384"``."""
+    return f"{SNAPSHOT_PREFIX}{name}"
+
+
+def snapshot_name(tag: str) -> str | None:
+    """``"384"`` for the tag ``snapshot-384``; None for any other checkpoint (``best``, ``last``, a path)."""
+    tag = str(tag)
+    return tag[len(SNAPSHOT_PREFIX):] if tag.startswith(SNAPSHOT_PREFIX) and "/" not in tag else None

@@ -3,6 +3,12 @@
 Example:
     python run_fold.py --config configs/demo.yaml --fold 0 --data data/synthetic --out runs/demo
     python run_fold.py --config configs/densenet121.yaml --data DIR --plan --rates RATES.json --slowdown 5.8
+    python run_fold.py --config configs/densenet121.yaml --pretrain --playground PG --out runs/densenet121/pretrain
+    python run_fold.py --config configs/densenet121.yaml --fold 0 --data DIR \
+        --init-from runs/densenet121/pretrain --out runs/densenet121/fold0
+
+``--pretrain`` trains the schedule's leading PlayGround stages once; ``--init-from`` starts a fold
+from that run's model after them (:mod:`whale.training.pretrain`), so no fold trains them again.
 
 ``--plan`` trains nothing: it prints the schedule (stage, epochs, image size, pairs per epoch,
 minings) of the fold and, with ``--rates``, the hours it takes, the Kaggle kernel versions and
@@ -28,6 +34,12 @@ def parse_args(argv=None):
     p.add_argument("--overwrite", action="store_true",
                    help="clear a non-empty run folder first (without --resume or --overwrite it is an error)")
     p.add_argument("--playground", help="Kaggle-format folder for 'dataset: playground' stages")
+    p.add_argument("--pretrain", action="store_true",
+                   help="train only the schedule's leading PlayGround stages, once for every fold (needs "
+                        "--playground and --out; no --fold, --data); folds then start from it with --init-from")
+    p.add_argument("--init-from", metavar="RUN_DIR[:CHECKPOINT]",
+                   help="start from that run's model (checkpoint 'last' by default) after the stages it trained, "
+                        "e.g. a --pretrain run; overrides the config's init_from")
     p.add_argument("--seed", type=int, help="override the config's seed")
     p.add_argument("--precision", help="override the config's precision (float32, mixed_float16, mixed_bfloat16): "
                                        "it depends on the GPU")
@@ -53,7 +65,9 @@ def parse_args(argv=None):
                    help="--plan: training hours of one Kaggle kernel version (default "
                         "8.5 h budget - 45 min scoring margin = 7.75)")
     args = p.parse_args(argv)
-    needed = [] if args.plan else ["fold", "data", "out"]
+    needed = [] if args.plan else ["playground", "out"] if args.pretrain else ["fold", "data", "out"]
+    if args.pretrain and (args.fold is not None or args.init_from or args.score_only):
+        p.error("--pretrain trains the PlayGround stages for every fold: no --fold, --init-from or --score-only")
     if args.plan and args.data is None and args.pair_images is None:
         needed.append("data")
     missing = [f"--{name.replace('_', '-')}" for name in needed if getattr(args, name) is None]
@@ -95,9 +109,10 @@ def run(argv=None) -> int:
     """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
     args = parse_args(argv)
     from whale.config import load_config
-    from whale.training.trainer import score_fold, train_fold
+    from whale.training.trainer import score_fold, train_fold, train_pretrain
 
-    overrides = {key: getattr(args, key) for key in ("seed", "precision") if getattr(args, key) is not None}
+    overrides = {key: getattr(args, key) for key in ("seed", "precision", "init_from")
+                 if getattr(args, key) is not None}
     cfg = load_config(args.config, overrides=overrides or None)
     verbose = "auto" if args.verbose is None else args.verbose
     if args.plan:
@@ -106,9 +121,12 @@ def run(argv=None) -> int:
         score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)
         return 0
     deadline = time.time() + args.time_budget if args.time_budget else None
-    result = train_fold(cfg, args.data, args.fold, args.out, resume=args.resume, overwrite=args.overwrite,
-                        playground=args.playground, deadline=deadline,
-                        max_epochs=args.max_epochs, verbose=verbose)
+    common = dict(resume=args.resume, overwrite=args.overwrite, deadline=deadline, max_epochs=args.max_epochs,
+                  verbose=verbose)
+    if args.pretrain:
+        result = train_pretrain(cfg, args.playground, args.out, source=args.config, **common)
+    else:
+        result = train_fold(cfg, args.data, args.fold, args.out, playground=args.playground, **common)
     state = "finished" if result.finished else "paused (run again with --resume)"
     best = "n/a" if result.best_val_map5 is None else f"{result.best_val_map5:.4f}"
     print(f"run_fold: {state} after {result.epochs_done} epochs; best validation MAP@5 {best}; "

@@ -34,9 +34,10 @@ from pathlib import Path
 
 from whale.config import RunConfig
 from whale.errors import ConfigError
+from whale.training.pretrain import pretrain_stage_count
 from whale.training.schedule import Schedule
 
-__all__ = ["StagePlan", "FoldCost", "plan_fold", "fold_cost", "load_rates", "format_plan",
+__all__ = ["StagePlan", "FoldCost", "plan_fold", "fold_cost", "load_rates", "format_plan", "pretrain_saving",
            "KERNEL_HOURS_PER_VERSION", "WEEKLY_GPU_HOURS"]
 
 # Training hours of one Kaggle kernel version: whale.kaggle.kernels' time budget (8.5 h) less its
@@ -189,4 +190,27 @@ def format_plan(cfg: RunConfig, plan: list[StagePlan], rates_file: str | None = 
     if rates_file is not None and cost is not None:
         lines.append(f"= {cost.versions} kernel versions of {cost.hours_per_version:g} h = {cost.quota_weeks:.1f} "
                      f"weeks of the {WEEKLY_GPU_HOURS:g} h weekly GPU quota (Kaggle's published figure)")
-    return "\n".join(lines)
+    saving = pretrain_saving(cfg, plan, hours_per_version=hours_per_version)
+    return "\n".join(lines + ([saving] if saving else []))
+
+
+def pretrain_saving(cfg: RunConfig, plan: list[StagePlan], folds: int = 4,
+                    hours_per_version: float = KERNEL_HOURS_PER_VERSION) -> str | None:
+    """What training the leading PlayGround stages once (``--pretrain`` + ``--init-from``) saves
+    over ``folds`` folds that each train them; None when the schedule has no such stages."""
+    n = pretrain_stage_count(cfg)
+    if n == 0 or n == len(plan):
+        return None
+    pre, rest = plan[:n], plan[n:]
+    e_pre, e_rest = sum(p.epochs for p in pre), sum(p.epochs for p in rest)
+    once, each = e_pre + folds * e_rest, folds * (e_pre + e_rest)
+    text = (f"PlayGround once: stages 1-{n} ({e_pre} epochs) are the same in every fold; trained once "
+            f"(--pretrain) and started from (--init-from), {folds} folds take {e_pre} + {folds} x {e_rest} = "
+            f"{once} epochs instead of {folds} x {e_pre + e_rest} = {each}: {each - once} epochs "
+            f"({(each - once) / each:.0%}) fewer")
+    cost_pre, cost_rest = fold_cost(pre, hours_per_version), fold_cost(rest, hours_per_version)
+    if cost_pre is None or cost_rest is None:
+        return text
+    h_once, h_each = cost_pre.hours + folds * cost_rest.hours, folds * (cost_pre.hours + cost_rest.hours)
+    return (text + f"; {h_once:.1f} h instead of {h_each:.1f} h ({h_each - h_once:.1f} h = "
+            f"{(h_each - h_once) / WEEKLY_GPU_HOURS:.1f} weeks of the weekly GPU quota saved)")

@@ -84,12 +84,13 @@ def describe_run_dir(out_dir: Path) -> str:
     return "; ".join(parts)
 
 
-def claim_run_dir(out_dir: Path, fold: int, seed: int, resume: bool = False,
-                  overwrite: bool = False, log=print) -> None:
+def claim_run_dir(out_dir: Path, fold: int | str, seed: int, resume: bool = False,
+                  overwrite: bool = False, log=print, init_from: str | None = None) -> None:
     """Make sure training into ``out_dir`` cannot mix two runs.
 
     An empty or missing folder is fine. A non-empty one needs ``resume`` (and then must hold a
-    run of the same fold and seed) or ``overwrite`` (and then must hold a run, i.e. a
+    run of the same fold and seed, started from the same ``init_from`` run id when its
+    ``run.json`` records one) or ``overwrite`` (and then must hold a run, i.e. a
     ``run.json``: its contents are deleted). Raises :class:`ConfigError` otherwise, saying what
     is there and the two ways on.
     """
@@ -117,20 +118,29 @@ def claim_run_dir(out_dir: Path, fold: int, seed: int, resume: bool = False,
         raise ConfigError(f"{out_dir / 'run.json'}: this run is fold {meta.get('fold')}, seed "
                           f"{meta.get('seed')}; --resume asked for fold {fold}, seed {seed}: resuming it "
                           "would mix two runs (use --overwrite or a new --out)")
+    recorded = (meta or {}).get("init_from") or {}
+    if meta is not None and recorded.get("run_id") != init_from:
+        raise ConfigError(f"{out_dir / 'run.json'}: this run started from run {recorded.get('run_id')} "
+                          f"({recorded.get('run')}); --resume asked to start from run {init_from}: resuming it "
+                          "would mix two runs (use the same --init-from, --overwrite or a new --out)")
     for tmp in out_dir.rglob(".*.tmp*"):  # left by writes a kill interrupted (whale.files.atomic_write)
         tmp.unlink(missing_ok=True)
 
 
-def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int, data_dir: Path,
-                       playground: Path | None) -> None:
-    """The resolved config, seed, fold, config hash, run id and git revision, next to the run's outputs."""
+def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int | str, data_dir: Path,
+                       playground: Path | None, init_from: dict | None = None) -> None:
+    """The resolved config, seed, fold, config hash, run id and git revision, next to the run's outputs.
+
+    ``init_from``: what the run started from (:meth:`whale.training.pretrain.InitSource.record`:
+    its folder, checkpoint, ``run_id``, config hash, epoch), or None.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out_dir / "config.yaml", cfg.to_yaml())
     old = read_run_json(out_dir) or {}
     meta = {"fold": fold, "seed": cfg.seed, "git_revision": git_revision(), "data": str(data_dir),
             "config_hash": config_hash(cfg),
-            "playground": str(playground) if playground else None, "argv": sys.argv,
+            "playground": str(playground) if playground else None, "init_from": init_from, "argv": sys.argv,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     run_id = old.get("run_id") or uuid.uuid4().hex[:12]
     write_json_atomic(out_dir / "run.json", {**meta, "run_id": run_id, "history": old.get("history", []) + [meta]})

@@ -23,10 +23,11 @@ from whale.config import RunConfig, Stage
 from whale.data import FoldData, ImageSet, ImageStore, crop_size_for, fold_data, load_competition, playground_data
 from whale.files import atomic_write, write_json_atomic
 from whale.errors import CheckpointError, ConfigError
-from whale.models.checkpoint import load_checkpoint, save_checkpoint
+from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
 from whale.training.plots import plot_training
 from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read_run_json, write_log,
                                    write_run_metadata)
+from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
 from whale.training.schedule import EpochPlan, Schedule
 
 
@@ -71,10 +72,12 @@ class Trainer:
     """Walks the schedule of one fold. Use :func:`train_fold` unless you need the pieces."""
 
     def __init__(self, cfg: RunConfig, data: FoldData, out_dir: Path,
-                 playground: FoldData | None = None, verbose: int | str = "auto", log=print):
+                 playground: FoldData | None = None, verbose: int | str = "auto", log=print,
+                 init: InitSource | None = None):
         from whale.mining import make_miner
 
         self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
+        self.init = init  # the run this one starts from, after its first stages (init_from)
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
         self.stores = _Stores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
@@ -186,9 +189,18 @@ class Trainer:
         if resume and any((self.ckpt_dir / f"last{s}.json").is_file() for s in ("", ".prev")):
             self.model, state = load_checkpoint(self.ckpt_dir, "last", fallback=True, log=self.log)
             self.log(f"resuming after epoch {state['epochs_done']} from {self.ckpt_dir / state['model_file']}")
-        elif resume:
-            self.log(f"--resume: no checkpoint in {self.ckpt_dir}, starting from scratch")
-        log_rows = read_log(self.out_dir / "log.csv")[: state["epochs_done"]]
+        else:
+            if resume:
+                self.log(f"--resume: no checkpoint in {self.ckpt_dir}, starting from "
+                         + ("scratch" if self.init is None else "init_from"))
+            if self.init is not None:
+                init = self.init
+                self.model, _ = load_checkpoint(init.run_dir / "checkpoints", init.checkpoint, log=self.log)
+                state.update(epochs_done=init.epochs_done, stage=init.stages_done - 1)
+                self.log(f"init_from: starting after epoch {init.epochs_done} (stages 1-{init.stages_done}, trained "
+                         f"by run {init.run_id}) from {init.run_dir} checkpoint '{init.checkpoint}'")
+        # Rows up to the checkpoint's epoch (a run started from another has none before it).
+        log_rows = [r for r in read_log(self.out_dir / "log.csv") if int(r["epoch"]) <= state["epochs_done"]]
         write_log(self.out_dir / "log.csv", log_rows)
         mined, mined_block = None, None
 
@@ -239,6 +251,9 @@ class Trainer:
                     save_checkpoint(self.model, self.ckpt_dir, "best",
                                     {**state, "epochs_done": done, "stage": ep.stage_index})
             state.update(epochs_done=done, stage=ep.stage_index)
+            if stage.snapshot and ep.epoch_in_stage == stage.epochs - 1:
+                # This stage's final model, kept for scoring as a model of its own (scores/<size>/).
+                save_checkpoint(self.model, self.ckpt_dir, snapshot_tag(stage.snapshot_name), state)
             epoch_s = time.time() - t0
             epoch_times.append(epoch_s)
             row["epoch_s"] = round(epoch_s, 2)
@@ -338,18 +353,20 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
                overwrite: bool = False) -> TrainResult:
     """Train fold ``fold`` (-1: all data) of the competition in ``data_dir`` into ``out_dir``.
 
-    A non-empty ``out_dir`` needs ``resume`` (same fold and seed) or ``overwrite`` (clears it):
-    :func:`whale.training.runlog.claim_run_dir`.
+    A non-empty ``out_dir`` needs ``resume`` (same fold, seed and ``init_from`` run) or
+    ``overwrite`` (clears it): :func:`whale.training.runlog.claim_run_dir`. With ``cfg.init_from``
+    the run starts from that run's model after the stages it trained (:mod:`whale.training.pretrain`).
 
     Writes ``config.yaml``, ``run.json``, ``log.csv``, ``training.png``, ``tensorboard/``,
-    ``checkpoints/`` and,
-    when the schedule is done and ``score`` is true, ``scores/val.npz`` and ``scores/test.npz``.
+    ``checkpoints/`` and, when the schedule is done and ``score`` is true, ``scores/val.npz`` and
+    ``scores/test.npz`` (and ``scores/<size>/`` of every ``snapshot: true`` stage).
     """
     from whale.inference.runs import score_run
-    from whale.training.distribute import describe, strategy_scope
 
     out_dir, data_dir = Path(out_dir), Path(data_dir)
-    claim_run_dir(out_dir, fold, cfg.seed, resume=resume, overwrite=overwrite, log=log)
+    init = resolve_init(cfg)
+    claim_run_dir(out_dir, fold, cfg.seed, resume=resume, overwrite=overwrite, log=log,
+                  init_from=None if init is None else init.run_id)
     comp = load_competition(data_dir)
     if not comp.test_images:
         log(f"warning: {data_dir / 'test'} holds no images (and there is no sample_submission.csv): "
@@ -357,14 +374,50 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
-    write_run_metadata(out_dir, cfg, fold, data_dir, Path(playground) if playground else None)
+    write_run_metadata(out_dir, cfg, fold, data_dir, Path(playground) if playground else None,
+                       init_from=None if init is None else init.record())
+
+    def scores(result):
+        if not (result.finished and score):
+            return
+        log(f"scoring validation and test images with checkpoint 'best' into {out_dir / 'scores'}")
+        score_run(out_dir, comp, data, checkpoint="best", log=log, progress=verbose != 0)
+        for stage in cfg.stages:
+            tag = snapshot_tag(stage.snapshot_name) if stage.snapshot else None
+            if tag and (out_dir / "checkpoints" / f"{tag}.json").is_file():  # not in the init_from run's part
+                log(f"scoring the {stage.image_size} px snapshot into {out_dir / 'scores' / stage.snapshot_name}")
+                score_run(out_dir, comp, data, checkpoint=tag, log=log, progress=verbose != 0)
+
+    return _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, scores)
+
+
+def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, deadline: float | None = None,
+                   max_epochs: int | None = None, verbose: int | str = "auto", log=print,
+                   overwrite: bool = False, source: str = "<config>") -> TrainResult:
+    """Train ``cfg``'s leading PlayGround stages once (``run_fold.py --pretrain``) into ``out_dir``.
+
+    The run records ``fold: "pretrain"`` and the cut config (:func:`whale.training.pretrain.pretrain_config`);
+    nothing validates and nothing is scored. Folds start from it with ``init_from: out_dir``.
+    """
+    cfg = pretrain_config(cfg, source)
+    out_dir, playground = Path(out_dir), Path(playground)
+    claim_run_dir(out_dir, PRETRAIN_FOLD, cfg.seed, resume=resume, overwrite=overwrite, log=log)
+    pg = playground_data(load_competition(playground))
+    log(f"PlayGround pre-training: stages 1-{len(cfg.stages)}, {cfg.total_epochs} epochs, "
+        f"{len(pg.pairs)} images of {playground}")
+    write_run_metadata(out_dir, cfg, PRETRAIN_FOLD, playground, playground)
+    return _train(cfg, pg, pg, out_dir, resume, deadline, max_epochs, verbose, log, None, lambda result: None)
+
+
+def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, then) -> TrainResult:
+    """Train under the config's device strategy, then call ``then(result)`` inside it."""
+    from whale.training.distribute import describe, strategy_scope
+
     with strategy_scope(cfg.strategy) as strategy:
         log(f"distribution: {describe(strategy)}")
-        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log)
+        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log, init=init)
         result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
-        if result.finished and score:
-            log(f"scoring validation and test images with checkpoint 'best' into {out_dir / 'scores'}")
-            score_run(out_dir, comp, data, checkpoint="best", log=log, progress=verbose != 0)
+        then(result)
     return result
 
 
