@@ -6,7 +6,8 @@ Trains the first stage of ``configs/omniglot.yaml`` (random negatives, K = 1000)
 ``images_background_small1`` (the same folder and fold as ``benchmarks/omniglot.py``), then
 continues a copy of that run under each schedule of :data:`SCHEDULES` (random or adversarial
 negatives, different K ranges, learning rates and lengths) and scores each on the 100 20-way
-one-shot tasks of ``images_background_small2`` (characters never seen in training) plus the
+one-shot tasks of ``images_background_small2``'s own alphabets (the leak-free evaluation set of
+:func:`benchmarks.omniglot.leak_free`: characters never seen in training) plus the
 best validation MAP@5 on small1's fold 0. Pairs of rows with the same epochs and learning
 rates differ only in the negatives, so their gap is the miner's effect under that schedule.
 
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
     scale = 0.2 if args.quick else 1.0  # the same for the schedules' own stages
     first = cfg.to_dict()["stages"][0]
     train_rows = omniglot.index_images(omniglot.extract(zips[0], out / "raw"))
-    eval_rows = omniglot.index_images(omniglot.extract(zips[1], out / "raw"))
+    eval_rows = omniglot.leak_free(train_rows, omniglot.index_images(omniglot.extract(zips[1], out / "raw")))
     train_dir = common.build_competition(out / "train_small1", [(r["path"], r["id"]) for r in train_rows])
     tasks = omniglot.small2_tasks(eval_rows, args.seed)
 

@@ -24,7 +24,7 @@ import glob
 from dataclasses import dataclass
 from pathlib import Path
 
-from whale.config import Checker
+from whale.checker import Checker
 from whale.errors import ConfigError
 
 THRESHOLD_MODES = ("fixed", "fraction", "tune")
