@@ -186,7 +186,7 @@ def test_a_truncated_checkpoint_is_named_and_resume_falls_back(tiny_model, tmp_p
 
 def test_corrupt_json_state_and_mined_pairs_and_score_files_are_named(tmp_path):
     from whale.models.checkpoint import load_checkpoint
-    from whale.training.trainer import load_mined, save_mined
+    from whale.training.minedfiles import load_mined, save_mined
 
     (tmp_path / "last.json").write_text('{"epochs_done": 3, "model')
     with pytest.raises(CheckpointError, match=r"last.json: checkpoint state is not valid JSON"):

@@ -138,6 +138,8 @@ class RunConfig:
     TensorFlow, keras.distribution.DataParallel on JAX), ``mirrored`` or ``default``. ``crop_cache``: how decoded box crops are kept between epochs: ``memory``
     (fastest; ~16 GB for the full competition at 512 px), ``jpeg`` (about a tenth of that,
     decoded on access) or ``none`` (read every time); see :class:`whale.data.ImageStore`.
+    ``negatives_mix``: share of each epoch's mined negatives swapped for random ones (0, the
+    paper's Algorithm 1 alone, by default; see :mod:`whale.mining.mixing`).
     ``augment_style``: ``paper`` (the paper's photo augmentation) or ``koch`` (Koch et al.'s
     affine distortions, for line drawings such as Omniglot); see :mod:`whale.data.augment`.
     ``precision``: the Keras dtype policy models are built under: ``float32`` (default),
@@ -157,6 +159,7 @@ class RunConfig:
     mining_interval: int = 5
     mining: str = "exact"
     candidates: int = 100
+    negatives_mix: float = 0.0
     box_margin: float = 0.05
     augment: bool = True
     augment_style: str = "paper"
@@ -178,8 +181,9 @@ class RunConfig:
         order = ("epochs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2", "snapshot")
         # Keys added later are written only when set, so configs without them keep their hash.
         stages = [{key: s[key] for key in order if key != "snapshot" or s[key]} for s in d.pop("stages")]
-        if d["init_from"] is None:
-            del d["init_from"]
+        for key, default in _ADDED_LATER.items():
+            if d[key] == default:
+                del d[key]
         d["stages"] = stages  # last, so a written config reads like the hand-written ones
         return d
 
@@ -191,6 +195,10 @@ class RunConfig:
         if path is not None:
             write_text_atomic(path, text)
         return text
+
+
+_ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0}
+"""Run keys added after the first runs: written only when not at their default (same hash as before)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,6 +282,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         mining_interval=c.number(get("mining_interval"), "mining_interval", int, 1),
         mining=c.choice(get("mining"), "mining", MINING_MODES),
         candidates=c.number(get("candidates"), "candidates", int, 1),
+        negatives_mix=c.number(get("negatives_mix"), "negatives_mix", float, 0.0, 1.0),
         box_margin=c.number(get("box_margin"), "box_margin", float, 0.0, 1.0),
         augment=c.boolean(get("augment"), "augment"),
         augment_style=c.choice(get("augment_style"), "augment_style", AUGMENT_STYLES),

@@ -1,7 +1,8 @@
 """Mining: the pairs the siamese net trains on. Algorithm 1 (adversarial negatives), candidates, positives.
 
 :func:`make_miner` gives the trainer's :class:`Miner` (dense, the paper's, or pruned);
-:mod:`whale.mining.assignment` is Algorithm 1 itself on a score matrix or candidate pairs.
+:mod:`whale.mining.assignment` is Algorithm 1 itself on a score matrix or candidate pairs;
+:mod:`whale.mining.mixing` swaps a share of its negatives for random ones (``negatives_mix``).
 """
 from whale.mining.assignment import (
     NoValidAssignment,
@@ -11,6 +12,7 @@ from whale.mining.assignment import (
 )
 from whale.mining.candidates import candidate_counts, candidates, proxy_scores
 from whale.mining.miners import DenseMiner, Miner, MiningStats, PrunedMiner, make_miner, mine_pruned
+from whale.mining.mixing import mix_random_negatives
 from whale.mining.positives import positive_pairs
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "mine_negatives",
     "mine_negatives_sparse",
     "mine_pruned",
+    "mix_random_negatives",
     "positive_pairs",
     "proxy_scores",
     "validate_negative_pairs",

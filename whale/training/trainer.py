@@ -13,7 +13,6 @@ last finished epoch and draws the same pairs as an uninterrupted run.
 from __future__ import annotations
 
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,13 +20,14 @@ import numpy as np
 
 from whale.config import RunConfig, Stage
 from whale.data import FoldData, ImageSet, ImageStore, crop_size_for, fold_data, load_competition, playground_data
-from whale.files import atomic_write, write_json_atomic
+from whale.files import write_json_atomic
 from whale.errors import CheckpointError, ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
 from whale.training.plots import plot_training
 from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read_run_json, write_log,
                                    write_run_metadata)
 from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
+from whale.training.minedfiles import load_mined, save_mined
 from whale.training.schedule import EpochPlan, Schedule
 
 
@@ -37,7 +37,7 @@ def _rng(seed: int, *keys: int) -> np.random.Generator:
 
 
 # Purposes of the random streams, so that each draws its own numbers.
-_MINING, _POSITIVES, _PAIRS = 1, 2, 3
+_MINING, _POSITIVES, _PAIRS, _MIX = 1, 2, 3, 4
 
 
 @dataclass
@@ -275,11 +275,14 @@ class Trainer:
     def _fit_epoch(self, dataset: FoldData, ep: EpochPlan, negatives: np.ndarray):
         """One epoch of ``fit``: every pair image once with a positive and once with ``negatives``."""
         from whale.data.augment import build_augmenter
-        from whale.mining import positive_pairs
+        from whale.mining import mix_random_negatives, positive_pairs
         from whale.training.pairs import PairDataset, make_epoch_pairs
 
         cfg, stage = self.cfg, ep.stage
         positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
+        if cfg.negatives_mix > 0:
+            negatives = mix_random_negatives(negatives, dataset.pairs.ids, cfg.negatives_mix,
+                                             _rng(cfg.seed, _MIX, ep.epoch))
         pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
         store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
         augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style)
@@ -300,47 +303,6 @@ class Trainer:
     def _result(self, finished: bool, state: dict, log_rows: list[dict]) -> TrainResult:
         return TrainResult(finished, state["epochs_done"], state["best_val_map5"],
                            state["best_threshold"], self.out_dir, log_rows)
-
-
-def _mined_path(folder: Path, block_start: int) -> Path:
-    return Path(folder) / f"mined-e{int(block_start):04d}.npz"
-
-
-def save_mined(folder: Path, block_start: int, mined: list[np.ndarray]) -> Path:
-    """The negatives of the block starting at epoch ``block_start``: ``checkpoints/mined-eNNNN.npz``.
-
-    ``mined`` holds one ``[n_pairs] int`` array per epoch of the block. The files of the two
-    newest blocks are kept (a resume that falls back to the previous checkpoint may land in
-    the block before); older ones are removed.
-    """
-    path = _mined_path(folder, block_start)
-    atomic_write(path, lambda tmp: np.savez(tmp, count=len(mined), block_start=int(block_start),
-                                            **{f"epoch{i}": p for i, p in enumerate(mined)}))
-    for old in sorted(Path(folder).glob("mined-e*.npz"))[:-2]:
-        old.unlink(missing_ok=True)
-    return path
-
-
-def load_mined(folder: Path, block_start: int) -> list[np.ndarray] | None:
-    """The negatives saved by :func:`save_mined` for ``block_start``, or None when there is no file.
-
-    Raises:
-        CheckpointError: the file is truncated or corrupt, or belongs to another block.
-    """
-    path = _mined_path(folder, block_start)
-    if not path.exists():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            stored = int(z["block_start"])
-            mined = [z[f"epoch{i}"] for i in range(int(z["count"]))]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{path}: mined negatives are truncated or corrupt ({type(exc).__name__}: "
-                              f"{exc}); delete it to mine the block again from the resumed model") from None
-    if stored != int(block_start):
-        raise CheckpointError(f"{path}: holds the negatives of the block starting at epoch "
-                              f"{stored + 1}, expected {int(block_start) + 1}")
-    return mined
 
 
 def _summary(state: dict) -> dict:
