@@ -43,6 +43,9 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 MINING_MODES = ("exact", "pruned")
 CACHE_MODES = ("memory", "jpeg", "none")
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
+TTA_VIEWS = ("shift_left", "shift_right", "zoom", "bright", "dark")
+"""Deterministic test-time views besides the plain one (``tta``; :func:`whale.data.augment.build_view`)."""
+TTA_MODES = ("features", "scores")
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -130,6 +133,11 @@ class RunConfig:
     ``precision``: the Keras dtype policy models are built under: ``float32`` (default),
     ``mixed_bfloat16`` (GPUs from A100 on; also CPUs) or ``mixed_float16`` (T4, P100, with
     loss scaling); the head's output, the loss and every score file stay float32.
+    ``flip_ids``: a mirrored image of id ``w`` trains as a sighting of a new id ``w_flip``
+    (:meth:`whale.data.ImageSet.with_mirrors`), and scoring averages each score with the mirrored
+    query's score against the mirrored gallery. ``tta``: extra deterministic views of every
+    scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
+    or their head ``scores`` (one pass per view). All off by default.
     """
 
     name: str
@@ -148,6 +156,9 @@ class RunConfig:
     strategy: str = "auto"
     crop_cache: str = "memory"
     precision: str = "float32"
+    flip_ids: bool = False
+    tta: tuple[str, ...] = ()
+    tta_mode: str = "features"
 
     @property
     def total_epochs(self) -> int:
@@ -158,6 +169,7 @@ class RunConfig:
         d = dataclasses.asdict(self)
         order = ("epochs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2")
         stages = [{key: s[key] for key in order} for s in d.pop("stages")]
+        d["tta"] = list(d["tta"])
         d["stages"] = stages  # last, so a written config reads like the hand-written ones
         return d
 
@@ -338,7 +350,21 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         strategy=c.choice(get("strategy"), "strategy", STRATEGIES),
         crop_cache=c.choice(get("crop_cache"), "crop_cache", CACHE_MODES),
         precision=c.choice(get("precision"), "precision", PRECISIONS),
+        flip_ids=c.boolean(get("flip_ids"), "flip_ids"),
+        tta=_views(c, get("tta")),
+        tta_mode=c.choice(get("tta_mode"), "tta_mode", TTA_MODES),
     )
+
+
+def _views(c: _Checker, raw: Any) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)):
+        raise c.fail("tta", "a list of views from " + ", ".join(TTA_VIEWS), raw)
+    views = tuple(c.choice(v, f"tta[{i}]", TTA_VIEWS) for i, v in enumerate(raw))
+    if len(set(views)) != len(views):
+        raise c.fail("tta", "each view once", raw)
+    return views
 
 
 # --------------------------------------------------------------------------------------------
