@@ -276,7 +276,9 @@ class Trainer:
         positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
         pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
         store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
-        augmenter = build_augmenter(stage.image_size, channels=cfg.model.channels) if cfg.augment else None
+        # With flip_ids a mirror image is another whale: no random flips inside an id.
+        augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels,
+                                     flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
         data = PairDataset(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
                            batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
         self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
