@@ -54,7 +54,7 @@ def phash(image: np.ndarray) -> np.uint64:
     small = cv2.resize(img, (32, 32), interpolation=cv2.INTER_AREA).astype(np.float32)
     low = cv2.dct(small)[:8, :8].reshape(-1)
     bits = low > np.median(low[1:])
-    return np.uint64(int("".join("1" if b else "0" for b in bits), 2))
+    return np.packbits(bits).view(">u8")[0].astype(np.uint64)  # coefficient 0 is the top bit
 
 
 def hash_files(paths, progress: bool = True) -> np.ndarray:
@@ -113,11 +113,10 @@ class Duplicates:
     test_pairs: pd.DataFrame
 
     def summary(self) -> str:
-        conflicts = int(self.train_pairs["conflict"].sum()) if len(self.train_pairs) else 0
-        known = int((self.test_pairs["Id"] != NEW_WHALE).sum()) if len(self.test_pairs) else 0
+        conflicts = int(self.train_pairs["conflict"].sum())
+        known = self.test_pairs[self.test_pairs["Id"] != NEW_WHALE]["Test"].nunique()
         return (f"train/train duplicate pairs: {len(self.train_pairs)} ({conflicts} with conflicting labels); "
-                f"train/test: {len(self.test_pairs)} ({self.test_pairs['Test'].nunique() if known else 0} test "
-                f"images duplicating a known-id training image)")
+                f"train/test: {len(self.test_pairs)} ({known} test images duplicating a known-id training image)")
 
 
 def find_duplicates(comp, threshold: int = DEFAULT_THRESHOLD, progress: bool = True,
