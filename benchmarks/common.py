@@ -207,7 +207,7 @@ class SiameseMethod:
 
     def features(self, paths: Sequence) -> np.ndarray:
         """``[n, d] float32`` branch features of the whole images."""
-        return self._rs.features(list(paths), [None] * len(paths))
+        return self._rs.features(list(paths), [None] * len(paths))[0, 0]
 
     def scores(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
         return self._rs.scorer.matrix(fq, fg, progress=False).astype(np.float32)

@@ -45,6 +45,9 @@ MINING_MODES = ("exact", "pruned")
 CACHE_MODES = ("memory", "jpeg", "none")
 AUGMENT_STYLES = ("paper", "koch")  # whale.data.augment: photo pipeline / Koch et al.'s affine
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
+TTA_VIEWS = ("shift_left", "shift_right", "zoom", "bright", "dark")
+"""Deterministic test-time views besides the plain one (``tta``; :func:`whale.data.augment.build_view`)."""
+TTA_MODES = ("features", "scores")
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -149,6 +152,11 @@ class RunConfig:
     ``run_fold.py --pretrain``) whose stages are the first stages of this schedule: a new run
     starts from its model after those stages instead of training them again
     (:mod:`whale.training.pretrain`).
+    ``flip_ids``: a mirrored image of id ``w`` trains as a sighting of a new id ``w_flip``
+    (:meth:`whale.data.ImageSet.with_mirrors`), and scoring averages each score with the mirrored
+    query's score against the mirrored gallery. ``tta``: extra deterministic views of every
+    scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
+    or their head ``scores`` (one pass per view). All off by default.
     """
 
     name: str
@@ -170,6 +178,9 @@ class RunConfig:
     crop_cache: str = "memory"
     precision: str = "float32"
     init_from: str | None = None
+    flip_ids: bool = False
+    tta: tuple[str, ...] = ()
+    tta_mode: str = "features"
 
     @property
     def total_epochs(self) -> int:
@@ -181,6 +192,7 @@ class RunConfig:
         order = ("epochs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2", "snapshot")
         # Keys added later are written only when set, so configs without them keep their hash.
         stages = [{key: s[key] for key in order if key != "snapshot" or s[key]} for s in d.pop("stages")]
+        d["tta"] = list(d["tta"])
         for key, default in _ADDED_LATER.items():
             if d[key] == default:
                 del d[key]
@@ -197,7 +209,8 @@ class RunConfig:
         return text
 
 
-_ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0}
+_ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0,
+                "flip_ids": False, "tta": [], "tta_mode": "features"}
 """Run keys added after the first runs: written only when not at their default (same hash as before)."""
 
 
@@ -293,7 +306,21 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         crop_cache=c.choice(get("crop_cache"), "crop_cache", CACHE_MODES),
         precision=c.choice(get("precision"), "precision", PRECISIONS),
         init_from=c.string(get("init_from"), "init_from", optional=True),
+        flip_ids=c.boolean(get("flip_ids"), "flip_ids"),
+        tta=_views(c, get("tta")),
+        tta_mode=c.choice(get("tta_mode"), "tta_mode", TTA_MODES),
     )
+
+
+def _views(c: Checker, raw: Any) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)):
+        raise c.fail("tta", "a list of views from " + ", ".join(TTA_VIEWS), raw)
+    views = tuple(c.choice(v, f"tta[{i}]", TTA_VIEWS) for i, v in enumerate(raw))
+    if len(set(views)) != len(views):
+        raise c.fail("tta", "each view once", raw)
+    return views
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from typing import Callable
 import cv2
 import numpy as np
 
-from whale.config import AUGMENT_STYLES
+from whale.config import AUGMENT_STYLES, TTA_VIEWS
 
 AugmentFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 STYLES = AUGMENT_STYLES
@@ -106,6 +106,51 @@ class PlainResize:
 def build_plain(image_size: int, channels: int = 3) -> PlainResize:
     """Resize only: a callable ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``."""
     return PlainResize(image_size, channels)
+
+
+VIEW_WINDOW = 0.9
+"""Side of the shifted and zoomed views' window, as a share of the stored crop's side."""
+VIEW_GAIN = 1.15
+"""Brightness factor of the ``bright`` view (``dark``: its inverse)."""
+
+
+class View(PlainResize):
+    """One deterministic test-time view: ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``.
+
+    ``plain``: the whole crop resized (what scoring always uses); ``shift_left`` /
+    ``shift_right`` / ``zoom``: a window of :data:`VIEW_WINDOW` of the crop's side at its left
+    edge, right edge or centre (rows centred), resized; ``bright`` / ``dark``: the plain view
+    times :data:`VIEW_GAIN` or divided by it, clipped to 0..255.
+    """
+
+    def __init__(self, name: str, image_size: int, channels: int = 3):
+        if name not in ("plain",) + TTA_VIEWS:
+            raise ValueError(f"view: expected one of plain, {', '.join(TTA_VIEWS)}, received {name!r}")
+        super().__init__(image_size, channels)
+        self.name = name
+
+    def __call__(self, image: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        _check_image(image, self.channels)
+        h, w = image.shape[:2]
+        if self.name in ("shift_left", "shift_right", "zoom"):
+            m = max(1, int(round(VIEW_WINDOW * min(h, w))))
+            top = (h - m) // 2
+            left = {"shift_left": 0, "shift_right": w - m, "zoom": (w - m) // 2}[self.name]
+            image = image[top:top + m, left:left + m]
+        out = _resize(image, self.image_size)
+        if self.name in ("bright", "dark"):
+            gain = VIEW_GAIN if self.name == "bright" else 1.0 / VIEW_GAIN
+            out = np.clip(np.rint(out.astype(np.float32) * gain), 0, 255).astype(np.uint8)
+        return out
+
+    def __repr__(self) -> str:
+        return f"View({self.name!r}, image_size={self.image_size}, channels={self.channels})"
+
+
+def build_view(name: str, image_size: int, channels: int = 3) -> View:
+    """Test-time view ``name`` (``plain`` or one of :data:`whale.config.TTA_VIEWS`) as a callable
+    ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``; see :class:`View`."""
+    return View(name, image_size, channels)
 
 
 def _compose(image_size: int, channels: int, strength: float, flip_p: float):

@@ -29,6 +29,11 @@ from whale.errors import DataError
 TRAIN_CSV = "train.csv"
 SAMPLE_CSV = "sample_submission.csv"
 BOXES_CSV = "bounding_boxes.csv"
+ORIGIN = "Origin"
+"""Optional ``train.csv`` column: where a row comes from (:data:`ORIGINS`; empty = ``train``)."""
+ORIGINS = ("train", "pseudo", "duplicate")
+"""``pseudo``: a test image labelled by :mod:`whale.pseudo`; ``duplicate``: a near-duplicate of another
+training image (:mod:`whale.duplicates`). Both train but are never validated (:mod:`whale.data.folds`)."""
 TRAIN_DIR = "train"
 TEST_DIR = "test"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -147,10 +152,11 @@ def read_train_csv(path: str | Path) -> pd.DataFrame:
     """Read and check ``train.csv``.
 
     Args:
-        path: the CSV file, columns ``Image,Id`` (others are ignored).
+        path: the CSV file, columns ``Image,Id`` and optionally :data:`ORIGIN` (others are ignored).
 
     Returns:
-        DataFrame with exactly the columns ``Image`` and ``Id`` (str), index ``0..n-1``.
+        DataFrame with the columns ``Image`` and ``Id`` (str), plus ``Origin`` (one of
+        :data:`ORIGINS`) when the file has it, index ``0..n-1``.
 
     Raises:
         DataError: missing file or columns, empty Image or Id, duplicate Image (the message
@@ -170,7 +176,14 @@ def _read_train(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
             f"{_where(path, lines, row)}: empty Id for image {df['Image'].iloc[row]!r} "
             "(expected a whale id or new_whale)"
         )
-    return df[["Image", "Id"]].copy(), lines
+    if ORIGIN not in df.columns:
+        return df[["Image", "Id"]].copy(), lines
+    df[ORIGIN] = df[ORIGIN].replace("", "train")
+    bad = np.flatnonzero(~df[ORIGIN].isin(ORIGINS).to_numpy())
+    if len(bad):
+        raise DataError(f"{_where(path, lines, int(bad[0]))}: {ORIGIN} is {df[ORIGIN].iloc[int(bad[0])]!r}; "
+                        f"expected one of {', '.join(ORIGINS)} (or empty)")
+    return df[["Image", "Id", ORIGIN]].copy(), lines
 
 
 def read_solution(root: str | Path, images: list[str] | None = None) -> dict[str, str]:

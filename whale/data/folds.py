@@ -12,6 +12,8 @@ Rules (Wang, Solovyev et al. 2020, section on validation):
 * ``new_whale`` images: each fold receives ``round(known_k / 3)`` of them, where ``known_k``
   is its number of known-id validation images, so new_whale makes about 25% of the fold (the
   test set has about 27.6%). The rest get -1. Training never uses new_whale images.
+* rows whose ``Origin`` column (optional) says ``pseudo`` or ``duplicate``: never validated
+  (fold -1), and left out of the draw above; they only train.
 
 The assignment depends only on the (Image, Id) content and the seed, not on the row order.
 
@@ -26,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from whale import NEW_WHALE
+from whale.data.competition import ORIGIN
 from whale.errors import DataError
 
 NEW_WHALE_SHARE = 0.25
@@ -75,6 +78,8 @@ def assign_folds(train_df: pd.DataFrame, n_folds: int = 4, seed: int = 0) -> pd.
     folds = np.full(len(train_df), -1, dtype=np.int64)
     counts = np.zeros(n_folds, dtype=np.int64)
 
+    if ORIGIN in train_df.columns:  # pseudo labels and duplicates train only
+        order = order[(train_df[ORIGIN].to_numpy()[order] == "train")]
     known = order[ids[order] != NEW_WHALE]
     uniq, starts, sizes = np.unique(ids[known], return_index=True, return_counts=True)
     groups = [known[s : s + n] for s, n in zip(starts, sizes)]

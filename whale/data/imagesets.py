@@ -18,15 +18,46 @@ from whale import NEW_WHALE
 from whale.data.competition import Competition
 from whale.data.folds import assign_folds, fold_summary, split
 
+FLIP_SUFFIX = "_flip"
+"""Id suffix of the mirrored identities of ``flip_ids`` (``w_1234abc`` -> ``w_1234abc_flip``)."""
+FLIP_TAG = "#flip"
+"""Name suffix of a mirrored image inside a training set; never written to any file."""
+
 
 @dataclass
 class ImageSet:
-    """Images of one dataset for one fold: names, labels, file paths and boxes."""
+    """Images of one dataset for one fold: names, labels, file paths, boxes and mirror flags."""
 
     names: list[str]
     ids: np.ndarray  # [n] str
     paths: list[Path]
     boxes: list[tuple | None]
+    flips: np.ndarray | None = None  # [n] bool, None = nothing mirrored
+
+    @property
+    def flip_flags(self) -> np.ndarray:
+        """``[n] bool``: which images are read mirrored."""
+        return np.zeros(len(self.names), bool) if self.flips is None else self.flips
+
+    def with_mirrors(self) -> "ImageSet":
+        """This set followed by its mirror images as new identities (the 1st place's flipped whales).
+
+        Image ``i`` keeps position ``i``; its mirror sits at ``n + i``, named ``name#flip``
+        with id ``id_flip`` (``new_whale`` stays ``new_whale``: a mirrored unknown whale is as
+        unknown). Returns a set of ``2n`` images.
+        """
+        if self.flip_flags.any():
+            raise ValueError("with_mirrors: this set already holds mirrored images")
+        ids = np.array([i if i == NEW_WHALE else i + FLIP_SUFFIX for i in self.ids], dtype=str)
+        return ImageSet(self.names + [n + FLIP_TAG for n in self.names],
+                        np.concatenate([self.ids, ids]).astype(str), self.paths + self.paths,
+                        self.boxes + self.boxes, np.repeat([False, True], len(self.names)))
+
+    def store(self, crop_size: int, **kwargs):
+        """An :class:`whale.data.ImageStore` of these images (``kwargs``: channels, margin, cache)."""
+        from whale.data.store import ImageStore
+
+        return ImageStore(self.paths, self.boxes, crop_size, flips=self.flip_flags, **kwargs)
 
     @classmethod
     def from_frame(cls, comp: Competition, frame: pd.DataFrame, folder: str = "train") -> "ImageSet":
@@ -59,7 +90,8 @@ class ImageSet:
     def subset(self, index: np.ndarray) -> "ImageSet":
         index = np.asarray(index, dtype=np.int64)
         return ImageSet([self.names[i] for i in index], self.ids[index],
-                        [self.paths[i] for i in index], [self.boxes[i] for i in index])
+                        [self.paths[i] for i in index], [self.boxes[i] for i in index],
+                        None if self.flips is None else self.flips[index])
 
     def __len__(self) -> int:
         return len(self.names)
@@ -81,6 +113,15 @@ class FoldData:
     val: ImageSet
     pairs_in_gallery: np.ndarray
     summary: str = ""
+
+
+    def with_mirrors(self) -> "FoldData":
+        """The same fold training on its gallery and the gallery's mirror images as new ids.
+
+        ``gallery`` becomes :meth:`ImageSet.with_mirrors` of it (the originals keep their
+        positions ``0..n-1``); ``val`` is unchanged.
+        """
+        return _fold(self.gallery.with_mirrors(), self.val, self.summary)
 
 
 def _fold(gallery: ImageSet, val: ImageSet, summary: str = "") -> FoldData:

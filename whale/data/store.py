@@ -37,6 +37,8 @@ class ImageStore:
     decoded on access) or ``"none"`` (False: read the file on every access).
 
     ``paths``: image files. ``boxes``: one ``(x0, y0, x1, y1)`` or None (whole image) per path.
+    ``flips``: one bool per path (None: all False); a flagged crop is mirrored left-right, as
+    the flipped identities of ``flip_ids`` need (:meth:`whale.data.ImageSet.with_mirrors`).
     ``store[i]`` -> ``uint8 [crop_size, crop_size, channels]`` (via :func:`whale.data.images.load_crop`).
     The cache is a plain dict: safe under threads (at worst a crop is decoded twice); with
     multiprocessing workers call :meth:`preload` first so forked workers inherit the crops.
@@ -51,8 +53,13 @@ class ImageStore:
         channels: int = 3,
         margin: float = 0.05,
         cache: bool | str = "memory",
+        flips: Sequence[bool] | np.ndarray | None = None,
     ):
         self.paths = list(paths)
+        self.flips = np.zeros(len(self.paths), bool) if flips is None else np.asarray(flips, bool).reshape(-1)
+        if len(self.flips) != len(self.paths):
+            raise ValueError(f"expected one flip flag per path: received {len(self.paths)} paths and "
+                             f"{len(self.flips)} flags")
         self.boxes = [None] * len(self.paths) if boxes is None else list(boxes)
         if len(self.boxes) != len(self.paths):
             raise ValueError(
@@ -76,10 +83,10 @@ class ImageStore:
         return len(self.paths)
 
     def _load(self, i: int) -> np.ndarray:
-        return images.load_crop(  # looked up at call time (tests monkeypatch it)
-
+        crop = images.load_crop(  # looked up at call time (tests monkeypatch it)
             self.paths[i], self.boxes[i], self.crop_size, channels=self.channels, margin=self.margin
         )
+        return np.ascontiguousarray(crop[:, ::-1]) if self.flips[i] else crop
 
     def __getitem__(self, i: int) -> np.ndarray:
         """Crop ``i``: ``uint8 [crop_size, crop_size, channels]``."""

@@ -26,7 +26,12 @@ image name (rendering), so the same seed gives the same bytes.
 
 Command line::
 
-    python -m whale.data.synth --out DIR [--ids N] [--seed S] [--size PX] [--force]
+    python -m whale.data.synth --out DIR [--ids N] [--seed S] [--size PX] [--duplicates N] [--force]
+
+``duplicates`` plants near-duplicates (a train image re-encoded a little brighter or darker, at
+another JPEG quality), in turn: a train copy with the same id, a train copy labelled
+``new_whale`` (a conflicting label), a test copy whose true id is the original's. They are
+listed in ``planted_duplicates.csv`` (``Image,Of,Kind``) to test :mod:`whale.duplicates`.
 """
 from __future__ import annotations
 
@@ -56,7 +61,9 @@ NEW_PER_KNOWN_TRAIN = 9664 / 15697
 TEST_KNOWN_PER_KNOWN_TRAIN = 7960 * (1 - 0.276) / 15697
 TEST_NEW_SHARE = 0.276
 
-_OUTPUT_FILES = ("train.csv", "sample_submission.csv", "bounding_boxes.csv", "test_solution.csv")
+_OUTPUT_FILES = ("train.csv", "sample_submission.csv", "bounding_boxes.csv", "test_solution.csv",
+                 "planted_duplicates.csv")
+_DUPLICATE_KINDS = ("train", "conflict", "test")
 _TEMPLATE_SEED = 0x5EA1  # salt for pattern rngs, so they differ from layout rngs
 # Template canvas in fluke units (span = 1): x in [-PAD, 1 + PAD], y in [-TOP, BOTTOM].
 _PAD, _TOP, _BOTTOM = 0.03, 0.14, 0.56
@@ -466,13 +473,38 @@ def _prepare_out(out: Path, force: bool) -> None:
     (out / "test").mkdir(parents=True, exist_ok=True)
 
 
+def _plant_duplicates(out: Path, plan: list[_Sighting], boxes: dict, n: int,
+                      rng: np.random.Generator) -> list[tuple[_Sighting, str, str]]:
+    """Write ``n`` near-duplicates of known-id train images; returns ``(sighting, of, kind)`` each."""
+    import cv2
+
+    sources = [sg for sg in plan if sg.split == "train" and sg.label != NEW_WHALE]
+    if n > len(sources):
+        raise WhaleError(f"{out}: {n} duplicates asked for, but only {len(sources)} known-id train images")
+    taken = {sg.image[:8] for sg in plan}
+    names = _unique_hex(rng, n, 8, taken)
+    planted = []
+    for k, (src, name) in enumerate(zip(rng.choice(len(sources), n, replace=False), names)):
+        sg, kind = sources[int(src)], _DUPLICATE_KINDS[k % 3]
+        img = cv2.imdecode(np.frombuffer((out / "train" / sg.image).read_bytes(), np.uint8), cv2.IMREAD_UNCHANGED)
+        img = np.clip(img.astype(np.int16) + int(rng.choice([-1, 1]) * rng.integers(4, 12)), 0, 255).astype(np.uint8)
+        ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(60, 92))])
+        copy = _Sighting(f"{name}.jpg", "test" if kind == "test" else "train", sg.key,
+                         NEW_WHALE if kind == "conflict" else sg.label)
+        (out / copy.split / copy.image).write_bytes(buf.tobytes())
+        boxes[copy.image] = boxes[sg.image]
+        planted.append((copy, sg.image, kind))
+    return planted
+
+
 def generate(out, n_ids: int = 200, seed: int = 0, size: int = 256, *, force: bool = False,
-             progress: bool = True) -> Path:
+             progress: bool = True, duplicates: int = 0) -> Path:
     """Write a synthetic competition with ``n_ids`` known ids into folder ``out``.
 
     ``size`` is the width in pixels of every image (heights 0.6-0.9 x size). ``out`` must be
     missing or empty unless ``force`` (then the files this function writes are replaced).
-    ``progress`` shows a tqdm bar and prints a summary on stderr.
+    ``progress`` shows a tqdm bar and prints a summary on stderr. ``duplicates``: how many
+    near-duplicates to plant (module docstring; 0 = none, the same bytes as before).
     Returns ``Path(out)``.
     """
     import pandas as pd
@@ -509,6 +541,11 @@ def generate(out, n_ids: int = 200, seed: int = 0, size: int = 256, *, force: bo
                 bar.update(1)
     if bar is not None:
         bar.close()
+    if duplicates:
+        planted = _plant_duplicates(out, plan, boxes, int(duplicates), np.random.default_rng([seed, 2]))
+        plan = plan + [sg for sg, _, _ in planted]
+        pd.DataFrame([(sg.image, of, kind) for sg, of, kind in planted],
+                     columns=["Image", "Of", "Kind"]).to_csv(out / "planted_duplicates.csv", index=False)
 
     train = pd.DataFrame([(s.image, s.label) for s in plan if s.split == "train"], columns=["Image", "Id"])
     train = train.sort_values("Image", kind="stable").reset_index(drop=True)
@@ -554,11 +591,12 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("--ids", type=int, default=200, help="number of known ids (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--size", type=int, default=256, help="image width in pixels (default 256)")
+    parser.add_argument("--duplicates", type=int, default=0, help="near-duplicates to plant (default 0)")
     parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     args = parser.parse_args(argv)
     generate(args.out, n_ids=args.ids, seed=args.seed, size=args.size, force=args.force,
-             progress=not args.quiet)
+             progress=not args.quiet, duplicates=args.duplicates)
     return 0
 
 

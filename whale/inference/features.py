@@ -13,7 +13,7 @@ from typing import Sequence
 import keras
 import numpy as np
 
-from whale.data.augment import build_plain
+from whale.data.augment import build_view
 from whale.progress import progress_bar
 
 
@@ -88,7 +88,8 @@ class ImageBatches(keras.utils.PyDataset):
 
     ``ImageBatches(store, indices, image_size, batch_size=64, ...)``; ``indices=None`` means
     every image of the store. Each batch: float32 ``[B, S, S, C]`` (0..255); the last batch may
-    be smaller.
+    be smaller. ``view``: ``plain`` (resized) or a test-time view of
+    :func:`whale.data.augment.build_view`.
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class ImageBatches(keras.utils.PyDataset):
         workers: int = 1,
         use_multiprocessing: bool = False,
         max_queue_size: int = 10,
+        view: str = "plain",
     ):
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
         self.store = store
@@ -114,7 +116,7 @@ class ImageBatches(keras.utils.PyDataset):
         if channels is None:
             channels = np.asarray(store[int(self.indices[0])]).shape[-1] if len(self.indices) else 3
         self.channels = int(channels)
-        self._plain = build_plain(self.image_size, self.channels)
+        self._plain = build_view(view, self.image_size, self.channels)
 
     def __len__(self) -> int:
         return math.ceil(len(self.indices) / self.batch_size)

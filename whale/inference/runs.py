@@ -20,28 +20,63 @@ from whale.models.checkpoint import load_checkpoint, snapshot_name
 
 
 class RunScorer:
-    """A trained siamese model turned into feature extraction + head scoring."""
+    """A trained siamese model turned into feature extraction + head scoring.
 
-    def __init__(self, model, channels: int, margin: float, batch_size: int = 64, verbose=True):
+    ``views``: test-time views besides the plain one (:data:`whale.config.TTA_VIEWS`);
+    ``tta_mode``: ``features`` averages the views' features before one head pass,
+    ``scores`` averages one head pass per view. ``mirror``: the mirrored query is also scored
+    against the mirrored gallery (the flipped identities a ``flip_ids`` run trained on, whose
+    ids are folded back onto the originals), and the two scores are averaged. With neither,
+    scoring is the plain resize and one head pass.
+    """
+
+    def __init__(self, model, channels: int, margin: float, batch_size: int = 64, verbose=True,
+                 views: tuple[str, ...] = (), tta_mode: str = "features", mirror: bool = False):
         from whale.models import model_image_size
 
         self.model, self.channels, self.margin = model, channels, margin
         self.image_size = model_image_size(model)
         self.batch_size, self.verbose = batch_size, verbose
+        self.views, self.tta_mode, self.mirror = ("plain", *views), tta_mode, bool(mirror)
         self.scorer = HeadScorer(model.get_layer("head"))
 
+    @classmethod
+    def for_config(cls, model, cfg, verbose=True) -> "RunScorer":
+        """The scorer a run's config asks for: its channels, box margin, ``tta`` and ``flip_ids``."""
+        return cls(model, cfg.model.channels, cfg.box_margin, verbose=verbose, views=cfg.tta,
+                   tta_mode=cfg.tta_mode, mirror=cfg.flip_ids)
+
     def features(self, paths, boxes) -> np.ndarray:
-        """``[n, d] float32`` branch features of the box crops of ``paths``."""
-        # The same crops as training sees them (stored at crop_size_for, resized to the input).
-        store = ImageStore(list(paths), list(boxes), crop_size_for(self.image_size),
-                           channels=self.channels, margin=self.margin, cache=False)
-        batches = ImageBatches(store, np.arange(len(store)), self.image_size, batch_size=self.batch_size)
-        return compute_features(self.model.get_layer("branch"), batches, n=len(store),
-                                progress=self.verbose)
+        """``[G, V, n, d] float32`` branch features of the box crops of ``paths``.
+
+        ``G`` = 2 with ``mirror`` (plain, mirrored crops) else 1; ``V`` = 1 + number of views,
+        the plain view first.
+        """
+        out = []
+        for flip in (False, True) if self.mirror else (False,):
+            # The same crops as training sees them (stored at crop_size_for, resized to the input).
+            store = ImageStore(list(paths), list(boxes), crop_size_for(self.image_size),
+                               channels=self.channels, margin=self.margin, cache=len(self.views) > 1,
+                               flips=np.full(len(paths), flip))
+            out.append([compute_features(self.model.get_layer("branch"),
+                                         ImageBatches(store, None, self.image_size, self.batch_size, view=v),
+                                         n=len(store), progress=self.verbose) for v in self.views])
+        return np.asarray(out, dtype=np.float32)
 
     def matrix(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
-        """``[n_q, n_g] float16`` head scores."""
-        return self.scorer.matrix(fq, fg, dtype=np.float16, progress=self.verbose)
+        """``[n_q, n_g] float16`` head scores of features from :meth:`features` (``[G, V, n, d]``;
+        plain ``[n, d]`` arrays are one view), averaged over mirrors and views."""
+        fq, fg = (f[None, None] if f.ndim == 2 else f for f in (fq, fg))
+        if fq.shape[:2] != fg.shape[:2]:
+            raise ValueError(f"query and gallery features of different views: {fq.shape} vs {fg.shape}")
+        if self.tta_mode == "features":
+            fq, fg = fq.mean(axis=1, keepdims=True), fg.mean(axis=1, keepdims=True)
+        total = None
+        for g in range(fq.shape[0]):
+            for v in range(fq.shape[1]):
+                s = self.scorer.matrix(fq[g, v], fg[g, v], dtype=np.float32, progress=self.verbose)
+                total = s if total is None else total + s
+        return (total / (fq.shape[0] * fq.shape[1])).astype(np.float16)
 
 
 def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False):
@@ -108,12 +143,12 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     run_dir = Path(run_dir)
     out = scores_dir(run_dir, checkpoint)
     model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True)
-    rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=progress)
+    rs = RunScorer.for_config(model, cfg, verbose=progress)
     written = {}
     known = ImageSet.known(comp)
     f_known = rs.features(known.paths, known.boxes)
     if len(data.val):
-        f_gal = f_known[known.positions(data.gallery.names)]
+        f_gal = f_known[:, :, known.positions(data.gallery.names)]
         f_val = rs.features(data.val.paths, data.val.boxes)
         written["val"] = write_scores(out / "val.npz", rs.matrix(f_val, f_gal),
                                      data.val.names, data.gallery.names, data.gallery.ids,
@@ -136,5 +171,5 @@ def score_folder(run_dir, data_dir, out, checkpoint: str = "best", verbose: bool
     if not comp.test_images:
         raise DataError(f"{Path(data_dir) / 'test'}: no test images to score (the folder is empty or missing)")
     model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True)
-    rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=verbose)
+    rs = RunScorer.for_config(model, cfg, verbose=verbose)
     return write_test_scores(rs, comp, out, identity=run_identity(run_dir, cfg, checkpoint, state, "test"))

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.config import RunConfig, Stage
-from whale.data import FoldData, ImageSet, ImageStore, crop_size_for, fold_data, load_competition, playground_data
+from whale.data import FoldData, ImageSet, crop_size_for, fold_data, load_competition, playground_data
 from whale.files import write_json_atomic
 from whale.errors import CheckpointError, ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
@@ -62,9 +62,8 @@ class _Stores:
         if (key, crop_size) not in self._cache:
             # Drop stores of other sizes: the schedule never goes back to a smaller size.
             self._cache = {k: v for k, v in self._cache.items() if k[1] == crop_size}
-            self._cache[(key, crop_size)] = ImageStore(images.paths, images.boxes, crop_size,
-                                                       channels=self.channels, margin=self.margin,
-                                                       cache=self.mode)
+            self._cache[(key, crop_size)] = images.store(crop_size, channels=self.channels,
+                                                         margin=self.margin, cache=self.mode)
         return self._cache[(key, crop_size)]
 
 
@@ -85,6 +84,16 @@ class Trainer:
         self.miner = make_miner(cfg.mining, cfg.candidates, progress=verbose != 0)
         self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", log=log)
         self.model = None
+        self._mirrored: dict[int, FoldData] = {}
+
+    def _training(self, dataset: FoldData) -> FoldData:
+        """What ``dataset`` trains and mines on: itself, or with ``flip_ids`` its mirrored copy
+        (the gallery's first ``n`` images stay the originals, so validation reads the same store)."""
+        if not self.cfg.flip_ids:
+            return dataset
+        if id(dataset) not in self._mirrored:
+            self._mirrored[id(dataset)] = dataset.with_mirrors()
+        return self._mirrored[id(dataset)]
 
     # ----------------------------------------------------------------- model
     def _build_model(self, image_size: int):
@@ -143,6 +152,7 @@ class Trainer:
         """Negatives for the epochs of ``ep``'s mining block: Algorithm 1 on the current model."""
         self.log(f"mining the negatives of epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs} "
                  f"(K={ep.k:g})")
+        dataset = self._training(dataset)
         feats = self._features(ep.stage.dataset, dataset.gallery, ep.stage.image_size, dataset.pairs_in_gallery)
         mined = self.miner.mine(self._scorer(), feats, dataset.pairs.ids, ep.k, ep.block_epochs,
                                 _rng(self.cfg.seed, _MINING, ep.block_start))
@@ -165,7 +175,8 @@ class Trainer:
     def val_scores(self, image_size: int) -> np.ndarray:
         """``[n_val, n_gallery] float32``: validation queries against the fold's gallery."""
         fq = self._features("val", self.data.val, image_size)
-        fg = self._features("main", self.data.gallery, image_size)
+        fg = self._features("main", self._training(self.data).gallery, image_size,
+                            np.arange(len(self.data.gallery)))
         return self._scorer().matrix(fq, fg, progress=self.verbose != 0)
 
     # ------------------------------------------------------------------ loop
@@ -278,15 +289,16 @@ class Trainer:
         from whale.mining import mix_random_negatives, positive_pairs
         from whale.training.pairs import PairDataset, make_epoch_pairs
 
-        cfg, stage = self.cfg, ep.stage
+        cfg, stage, dataset = self.cfg, ep.stage, self._training(dataset)
         positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
         if cfg.negatives_mix > 0:
             negatives = mix_random_negatives(negatives, dataset.pairs.ids, cfg.negatives_mix,
                                              _rng(cfg.seed, _MIX, ep.epoch))
         pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
         store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
-        augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style)
-                     if cfg.augment else None)
+        # With flip_ids a mirror image is another whale: no random flips inside an id.
+        augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
+                                     flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
         data = PairDataset(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
                            batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
         self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
