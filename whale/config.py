@@ -175,7 +175,7 @@ class RunConfig:
 # validation helpers
 
 
-class _Checker:
+class Checker:
     """Turns raw YAML values into typed values, raising ConfigError with file and key path."""
 
     def __init__(self, source: str):
@@ -259,7 +259,7 @@ def _describe_bounds(kind: type, lo, hi, lo_open) -> str:
     return name
 
 
-def _fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def dataclass_fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(all field names, required field names) of a dataclass."""
     names, required = [], []
     for f in dataclasses.fields(cls):
@@ -269,8 +269,8 @@ def _fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(names), tuple(required)
 
 
-def _model(c: _Checker, raw: Any, path: str) -> ModelConfig:
-    allowed, required = _fields(ModelConfig)
+def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
+    allowed, required = dataclass_fields(ModelConfig)
     raw = c.mapping({} if raw is None else raw, path, allowed, required)
     d = ModelConfig()
     branch = c.string(raw.get("branch", d.branch), f"{path}.branch").strip().lower()
@@ -288,8 +288,8 @@ def _model(c: _Checker, raw: Any, path: str) -> ModelConfig:
     )
 
 
-def _stage(c: _Checker, raw: Any, path: str) -> Stage:
-    allowed, required = _fields(Stage)
+def _stage(c: Checker, raw: Any, path: str) -> Stage:
+    allowed, required = dataclass_fields(Stage)
     raw = c.mapping(raw, path, allowed, required)
     k_end = raw.get("k_end")
     return Stage(
@@ -311,8 +311,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
 
     ``source`` names the origin (file path) in error messages.
     """
-    c = _Checker(source)
-    allowed, required = _fields(RunConfig)
+    c = Checker(source)
+    allowed, required = dataclass_fields(RunConfig)
     raw = c.mapping(raw, "", allowed, required)
     stages_raw = raw["stages"]
     if not isinstance(stages_raw, (list, tuple)) or not stages_raw:
