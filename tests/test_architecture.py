@@ -21,9 +21,11 @@ LAYERS = {
     "whale.ranking": 1,
     "whale.models": 2,
     "whale.mining": 3,
+    "whale.boxes": 3,
     "whale.inference": 4,
     "whale.training": 5,
     "whale.ensemble": 5,
+    "whale.explain": 5,
     "whale.kaggle": 6,
     "whale.demo": 6,
 }
