@@ -94,9 +94,9 @@ def _query(args, comp, ex: Explainer) -> str:
         rows.append([(f"#{m.rank} query heatmap", query[1][1]), gallery[0], gallery[1]])
     pos = new_whale_rank(labels)
     where = f"new_whale at position {pos} of 5" if pos else "new_whale not in the five labels"
-    draw_grid(rows, args.out, title=f"{path.name}: {where} (threshold {threshold:.3f}, {source})\n"
+    draw_grid(rows, args.out, title=f"{path.name}: {where} (threshold {threshold:.3f}: {source})\n"
                                     f"submission labels: {' '.join(labels)}")
-    lines = [f"wrote {args.out}", f"labels: {' '.join(labels)} ({where}; threshold {threshold:.3f} from {source})"]
+    lines = [f"wrote {args.out}", f"labels: {' '.join(labels)} ({where}; threshold {threshold:.3f}: {source})"]
     lines += [f"  #{m.rank} {m.whale_id} {m.score:.3f} via {m.name}" for m in matches]
     return "\n".join(lines)
 

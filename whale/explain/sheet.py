@@ -27,7 +27,7 @@ def draw_grid(rows: list[list[tuple[str, np.ndarray]]], out, title: str = "", ce
         raise ValueError("draw_grid: nothing to draw")
     n_cols = max(len(r) for r in rows)
     fig, axes = plt.subplots(len(rows), n_cols, figsize=(cell * n_cols, cell * len(rows) + (0.5 if title else 0)),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     for r, row in enumerate(rows):
         for c in range(n_cols):
             ax = axes[r][c]
@@ -37,8 +37,10 @@ def draw_grid(rows: list[list[tuple[str, np.ndarray]]], out, title: str = "", ce
                 ax.imshow(np.asarray(img, np.uint8))
                 ax.set_title(label, fontsize=8)
     if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        import textwrap
+
+        width = int(18 * cell * n_cols / 2.6)  # characters that fit across the figure at fontsize 9
+        fig.suptitle("\n".join(textwrap.fill(line, width) for line in title.splitlines()), fontsize=9)
     try:
         return atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
     finally:
