@@ -99,11 +99,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     t0, c0 = time.time(), cpu_seconds()
     common.setup_tensorflow()
-    import yaml
-
     from whale.boxes import geometry
-    from whale.boxes.cli import _overrides
-    from whale.boxes.config import box_config_from_dict
+    from whale.boxes.cli import overrides
+    from whale.boxes.config import load_box_config
     from whale.boxes.labels import read_labels
     from whale.boxes.predict import predict_boxes, write_boxes_csv
     from whale.boxes.train import train_run
@@ -128,11 +126,10 @@ def main(argv=None) -> int:
     labels_csv = label_subset(lab_dir, args.labels, 7, out / "labels.csv")
     step("data", t, c)
 
-    raw = yaml.safe_load(Path(args.box_config).read_text()) or {}
-    raw.update(_overrides(args.set))
+    extra = overrides(args.set)
     if args.quick:
-        raw.update(folds=2, epochs=1, cycle_epochs=1)
-    cfg = box_config_from_dict(raw, args.box_config)
+        extra.update(folds=2, epochs=1, cycle_epochs=1)
+    cfg = load_box_config(args.box_config, extra)
     t, c = time.time(), cpu_seconds()
     meta = train_run(cfg, read_labels(labels_csv, lab_dir), out / "box_run", ("vgg", "retinanet"))
     step("box models (cross-validation)", t, c)

@@ -22,7 +22,8 @@ from whale.errors import ConfigError, run_cli
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _overrides(pairs) -> dict:
+def overrides(pairs) -> dict:
+    """``["KEY=VALUE", ...]`` (``--set``) -> ``{KEY: YAML value}``."""
     import yaml
 
     out = {}
@@ -35,16 +36,13 @@ def _overrides(pairs) -> dict:
 
 
 def _train(args) -> int:
-    import yaml
-
-    from whale.boxes.config import box_config_from_dict
+    from whale.boxes.config import load_box_config
     from whale.boxes.labels import read_labels
+
+    cfg = load_box_config(args.config, overrides(args.set))
+    labels = read_labels(args.labels, args.data)
     from whale.boxes.train import train_run
 
-    raw = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
-    raw = {**(raw or {}), **_overrides(args.set)}
-    cfg = box_config_from_dict(raw, str(args.config or "<defaults>"))
-    labels = read_labels(args.labels, args.data)
     models = ("vgg", "retinanet") if args.model == "both" else (args.model,)
     print(f"{len(labels.names)} labelled images from {args.labels}; models {', '.join(models)}; "
           f"{cfg.folds} folds x {cfg.epochs} epochs at {cfg.image_size} px")

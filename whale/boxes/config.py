@@ -91,8 +91,8 @@ def box_config_from_dict(raw: Any, source: str = "<box config>") -> BoxConfig:
     return cfg
 
 
-def load_box_config(path) -> BoxConfig:
-    """Read a box config YAML file (:func:`box_config_from_dict`)."""
+def load_box_config(path, overrides: dict | None = None) -> BoxConfig:
+    """Read a box config YAML file, top-level keys of ``overrides`` replacing its values (:func:`box_config_from_dict`)."""
     import yaml
 
     path = Path(path)
@@ -102,7 +102,11 @@ def load_box_config(path) -> BoxConfig:
         raise ConfigError(f"{path}: config file not found") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    return box_config_from_dict(raw, str(path))
+    if overrides:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of keys, received {raw!r}")
+        raw = {**raw, **overrides}
+    return box_config_from_dict(raw, str(path) + (" with --set" if overrides else ""))
 
 
 def save_box_config(cfg: BoxConfig, path) -> Path:

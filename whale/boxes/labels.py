@@ -61,7 +61,10 @@ def read_labels(labels_csv, data_dir) -> BoxLabels:
         raise DataError(f"{labels_csv}: no labelled boxes (expected rows Image,x0,y0,x1,y1)")
     names, paths, sizes = [], [], []
     for name, box in boxes.items():
-        path = find_image(Path(data_dir), name)
+        try:
+            path = find_image(Path(data_dir), name)
+        except DataError as exc:
+            raise DataError(f"{where[name]}: {exc}") from None
         if path is None:
             raise DataError(f"{where[name]}: image {name!r} not found in {Path(data_dir) / TRAIN_DIR} "
                             f"or {Path(data_dir) / TEST_DIR}")

@@ -12,6 +12,7 @@ loss and non-maximum suppression, with
   :class:`NarrowHead`: keras-cv's own layers with their hard-wired 256 made a parameter, and one
   hidden convolution per head instead of four): keras-cv's default widths cost ~0.3 s per
   128 px image per training step on a 2-core CPU;
+* anchors sized to the input and wide (:func:`anchor_generator`);
 * the decoder keeps one box, the most confident: one whale per image. Below
   ``min_confidence`` the detection counts as failed (NaN, then the other model's box or the
   whole image).
@@ -90,6 +91,21 @@ class NarrowHead(layers.Layer):
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer)}
 
 
+def anchor_generator(size: int):
+    """keras-cv's ``AnchorGenerator`` on P3-P7 with sizes ``size x (1/8 .. 2)`` and wide aspect ratios.
+
+    keras-cv's default (sizes 32..512, width/height 0.5, 1, 2) is made for 512-1024 px photos of
+    any object; a whole whale image at 64-128 px holds a fluke 2-4 times wider than tall, which
+    those anchors barely overlap at IoU 0.5, so few anchors would learn.
+    """
+    import keras_cv
+
+    return keras_cv.layers.AnchorGenerator(
+        bounding_box_format="xyxy", sizes=[size / 8, size / 4, size / 2, size, size * 2],
+        scales=[2**0, 2 ** (1 / 3), 2 ** (2 / 3)], aspect_ratios=[1.0, 2.0, 4.0],
+        strides=[2**i for i in range(3, 8)], clip_boxes=True)
+
+
 def build_retinanet(size: int, filters=(16, 32, 64, 128), blocks=(1, 1, 1, 1), fpn_width: int = 64,
                     min_confidence: float = 0.05):
     """keras-cv RetinaNet for one whale per image, built offline (see module doc).
@@ -103,10 +119,11 @@ def build_retinanet(size: int, filters=(16, 32, 64, 128), blocks=(1, 1, 1, 1), f
     backbone = keras_cv.models.ResNetBackbone(
         stackwise_filters=list(filters), stackwise_blocks=list(blocks), stackwise_strides=[1, 2, 2, 2],
         block_type="block", include_rescaling=True, input_shape=(size, size, 3))
-    anchors = 9  # keras-cv's default anchor generator: 3 scales x 3 aspect ratios per position
+    anchors = 9  # 3 scales x 3 aspect ratios per position, as keras-cv's default
     prior = keras.initializers.Constant(-np.log((1 - 0.01) / 0.01))
     return keras_cv.models.RetinaNet(
         backbone=backbone, num_classes=1, bounding_box_format="xyxy",
+        anchor_generator=anchor_generator(size),
         feature_pyramid=NarrowPyramid(fpn_width),
         classification_head=NarrowHead(anchors, prior, fpn_width),
         box_head=NarrowHead(anchors * 4, "zeros", fpn_width),

@@ -64,28 +64,33 @@ class FlipBatches(keras.utils.PyDataset):
         self._draw()
 
 
-def build_model(kind: str, cfg: BoxConfig, steps_per_epoch: int = 1):
-    """Model ``kind`` ("vgg" | "retinanet"), compiled with Adam under cosine annealing with restarts.
-
-    Each cycle lasts ``cfg.cycle_epochs`` epochs and starts again from ``cfg.lr``.
+def build_model(kind: str, cfg: BoxConfig, steps_per_epoch: int | None = None):
+    """Model ``kind`` ("vgg" | "retinanet"); with ``steps_per_epoch``, compiled for training with Adam
+    under cosine annealing with restarts (each cycle ``cfg.cycle_epochs`` epochs, restarting at ``cfg.lr``).
     """
-    schedule = keras.optimizers.schedules.CosineDecayRestarts(
-        cfg.lr, first_decay_steps=max(1, cfg.cycle_epochs * steps_per_epoch), t_mul=1.0, m_mul=1.0, alpha=0.01)
-    opt = keras.optimizers.Adam(learning_rate=schedule)
     if kind == "vgg":
         from whale.boxes.vgg import box_loss, build_vgg_regressor
 
         model = build_vgg_regressor(cfg.image_size, cfg.vgg_width, cfg.vgg_weights)
-        model.compile(optimizer=opt, loss=box_loss)
-        return model
-    if kind == "retinanet":
-        from whale.boxes.retinanet import build_retinanet, compile_retinanet
+    elif kind == "retinanet":
+        from whale.boxes.retinanet import build_retinanet
 
         model = build_retinanet(cfg.image_size, cfg.retinanet_filters, cfg.retinanet_blocks, cfg.fpn_width,
                                 cfg.min_confidence)
-        compile_retinanet(model, opt)
+    else:
+        raise ValueError(f"unknown box model {kind!r}; expected vgg or retinanet")
+    if steps_per_epoch is None:
         return model
-    raise ValueError(f"unknown box model {kind!r}; expected vgg or retinanet")
+    schedule = keras.optimizers.schedules.CosineDecayRestarts(
+        cfg.lr, first_decay_steps=max(1, cfg.cycle_epochs * steps_per_epoch), t_mul=1.0, m_mul=1.0, alpha=0.01)
+    opt = keras.optimizers.Adam(learning_rate=schedule)
+    if kind == "vgg":
+        model.compile(optimizer=opt, loss=box_loss)
+    else:
+        from whale.boxes.retinanet import compile_retinanet
+
+        compile_retinanet(model, opt)
+    return model
 
 
 def _targets(kind: str, cfg: BoxConfig):
