@@ -127,7 +127,8 @@ def build_retinanet(size: int, filters=(16, 32, 64, 128), blocks=(1, 1, 1, 1), f
         feature_pyramid=NarrowPyramid(fpn_width),
         classification_head=NarrowHead(anchors, prior, fpn_width),
         box_head=NarrowHead(anchors * 4, "zeros", fpn_width),
-        prediction_decoder=keras_cv.layers.MultiClassNonMaxSuppression(
+        # NonMaxSuppression, not MultiClassNonMaxSuppression: the latter is TensorFlow-only in keras-cv 0.9.
+        prediction_decoder=keras_cv.layers.NonMaxSuppression(
             bounding_box_format="xyxy", from_logits=True, confidence_threshold=float(min_confidence),
             max_detections=1),
     )
