@@ -22,9 +22,11 @@ LAYERS = {
     "whale.models": 2,
     "whale.duplicates": 2,  # perceptual hashes of the competition's images (uses whale.data)
     "whale.mining": 3,
+    "whale.boxes": 3,
     "whale.inference": 4,
     "whale.training": 5,
     "whale.ensemble": 5,
+    "whale.explain": 5,
     "whale.kaggle": 6,
     "whale.demo": 6,
     "whale.pseudo": 6,  # pseudo-label rounds (score files averaged by whale.ensemble)

@@ -45,11 +45,12 @@ def test_every_distribution_pulled_in_is_pinned_at_its_installed_version():
     assert not wrong, f"{REQUIREMENTS.name}: {'; '.join(wrong)}"
 
 
-def test_keras_cv_is_not_required_and_never_imported():
-    """Dropped: nothing imports it and it drags unpinned keras-core, tensorflow-datasets, kagglehub."""
-    assert "keras-cv" not in read_pins(ROOT / "requirements.txt")
-    hits = [p for p in (ROOT / "whale").rglob("*.py") if re.search(r"^\s*(import|from)\s+keras_cv", p.read_text(), re.M)]
-    assert not hits, hits
+def test_keras_cv_is_pinned_and_imported_only_by_the_retinanet_box_model():
+    """keras-cv is the RetinaNet of whale.boxes, imported lazily there and nowhere else."""
+    assert read_pins(ROOT / "requirements.txt").get(project_key("keras-cv")) == "0.9.0"
+    hits = [p.relative_to(ROOT).as_posix() for p in (ROOT / "whale").rglob("*.py")
+            if re.search(r"^\s*(import|from)\s+keras_cv", p.read_text(), re.M)]
+    assert hits == ["whale/boxes/retinanet.py"], hits
 
 
 def test_the_kaggle_rehearsal_has_no_lap():

@@ -218,7 +218,7 @@ _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.
 # validation helpers (the typed reads are whale.checker.Checker)
 
 
-def _fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def dataclass_fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(all field names, required field names) of a dataclass."""
     names, required = [], []
     for f in dataclasses.fields(cls):
@@ -229,7 +229,7 @@ def _fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
-    allowed, required = _fields(ModelConfig)
+    allowed, required = dataclass_fields(ModelConfig)
     raw = c.mapping({} if raw is None else raw, path, allowed, required)
     d = ModelConfig()
     branch = c.string(raw.get("branch", d.branch), f"{path}.branch").strip().lower()
@@ -248,7 +248,7 @@ def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
 
 
 def _stage(c: Checker, raw: Any, path: str) -> Stage:
-    allowed, required = _fields(Stage)
+    allowed, required = dataclass_fields(Stage)
     raw = c.mapping(raw, path, allowed, required)
     k_end = raw.get("k_end")
     return Stage(
@@ -272,7 +272,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     ``source`` names the origin (file path) in error messages.
     """
     c = Checker(source)
-    allowed, required = _fields(RunConfig)
+    allowed, required = dataclass_fields(RunConfig)
     raw = c.mapping(raw, "", allowed, required)
     stages_raw = raw["stages"]
     if not isinstance(stages_raw, (list, tuple)) or not stages_raw:

@@ -235,9 +235,19 @@ def read_boxes(path: str | Path) -> dict[str, Box]:
         DataError: missing columns, duplicate or empty Image, a non-integer or negative
             coordinate, or ``x1 <= x0`` / ``y1 <= y0`` (the message names the file and line).
     """
+    return read_box_rows(path)[0]
+
+
+def read_box_rows(path: str | Path) -> tuple[dict[str, Box], dict[str, str]]:
+    """:func:`read_boxes` plus where each box is: image name -> ``"FILE, line L (data row R)"``.
+
+    For checks that need more than the CSV (the image's size, whether it exists), so that their
+    errors name the row too.
+    """
     path = Path(path)
     cols = ("Image", "x0", "y0", "x1", "y1")
     df, lines = _read_csv(path, cols)
+    where_of: dict[str, str] = {}
     _check_names(path, lines, df["Image"])
     boxes: dict[str, Box] = {}
     values = df[list(cols)].to_numpy()
@@ -255,7 +265,8 @@ def read_boxes(path: str | Path) -> dict[str, Box]:
                 "expected x1 > x0 and y1 > y0 (x1, y1 exclusive)"
             )
         boxes[name] = (x0, y0, x1, y1)
-    return boxes
+        where_of[name] = where
+    return boxes, where_of
 
 
 def _name_problem(name: object) -> str | None:

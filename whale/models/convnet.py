@@ -28,15 +28,17 @@ import keras
 from keras import layers
 
 _SE_REDUCTION = 16
+LAST_BN = "last_bn"
+"""Name of each backbone's last BatchNormalization layer (the heatmaps' layer, see the registry)."""
 
 
-def _subblock(x, filters: int, se: bool):
+def _subblock(x, filters: int, se: bool, last_bn: str | None = None):
     channels = x.shape[-1]
     x = layers.BatchNormalization()(x)
     y = layers.Conv2D(filters, 1, activation="relu", padding="same")(x)
     y = layers.BatchNormalization()(y)
     y = layers.Conv2D(filters, 3, activation="relu", padding="same")(y)
-    y = layers.BatchNormalization()(y)
+    y = layers.BatchNormalization(name=last_bn)(y)
     y = layers.Conv2D(channels, 1, padding="same")(y)
     if se:
         s = layers.GlobalAveragePooling2D(keepdims=True)(y)
@@ -58,8 +60,8 @@ def _convnet(input_shape, se: bool) -> keras.Model:
         x = layers.MaxPooling2D(2)(x)
         x = layers.BatchNormalization()(x)
         x = layers.Conv2D(width, 1, activation="relu", padding="same")(x)
-        for _ in range(4):
-            x = _subblock(x, filters, se)
+        for i in range(4):
+            x = _subblock(x, filters, se, LAST_BN if (width, i) == (512, 3) else None)
     return keras.Model(inp, x, name="backbone")
 
 
@@ -86,7 +88,7 @@ def tiny(input_shape, weights=None) -> keras.Model:
     x = inp
     for filters in (8, 16, 32):
         x = layers.Conv2D(filters, 3, strides=2, activation="relu", padding="same")(x)
-        x = layers.BatchNormalization()(x)
+        x = layers.BatchNormalization(name=LAST_BN if filters == 32 else None)(x)
     x = layers.Conv2D(32, 1, activation="relu")(x)
     return keras.Model(inp, x, name="backbone")
 
@@ -112,6 +114,6 @@ def small(input_shape, weights=None) -> keras.Model:
         x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         x = layers.BatchNormalization()(x)
         x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
-        x = layers.BatchNormalization()(x)
+        x = layers.BatchNormalization(name=LAST_BN if filters == 128 else None)(x)
         x = layers.MaxPooling2D(2, padding="same")(x)
     return keras.Model(inp, x, name="backbone")

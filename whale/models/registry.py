@@ -34,6 +34,11 @@ class BranchDef:
         feature_dim: ``d``, the length of the feature vector.
         min_size: smallest accepted square input size in pixels.
         imagenet: whether ``weights="imagenet"`` is available.
+        heatmap_layer: the backbone layer whose output the paper's heatmaps read
+            (:mod:`whale.explain`): the last BatchNormalization (DenseNet121's ``bn``, 16 x 16 x 1024
+            at 512 px). InceptionV3's last BatchNormalizations are unnamed (their names depend on
+            how many layers Keras built before), so it names ``mixed10``, the concatenation of
+            those BatchNormalizations after their ReLUs.
     """
 
     backbone: Callable[..., keras.Model]
@@ -41,13 +46,15 @@ class BranchDef:
     feature_dim: int
     min_size: int = 64
     imagenet: bool = False
+    heatmap_layer: str = convnet.LAST_BN
 
 
 BRANCHES: dict[str, BranchDef] = {
-    "densenet121": BranchDef(backbones.densenet121, "torch", 1024, imagenet=True),
-    "resnet50": BranchDef(backbones.resnet50, "caffe", 2048, imagenet=True),
-    "inceptionv3": BranchDef(backbones.inceptionv3, "tf", 2048, min_size=75, imagenet=True),
-    "seresnext50": BranchDef(seresnext.seresnext50, "torch", 2048),
+    "densenet121": BranchDef(backbones.densenet121, "torch", 1024, imagenet=True, heatmap_layer="bn"),
+    "resnet50": BranchDef(backbones.resnet50, "caffe", 2048, imagenet=True, heatmap_layer="conv5_block3_3_bn"),
+    "inceptionv3": BranchDef(backbones.inceptionv3, "tf", 2048, min_size=75, imagenet=True,
+                             heatmap_layer="mixed10"),
+    "seresnext50": BranchDef(seresnext.seresnext50, "torch", 2048, heatmap_layer="stage4_block3_bn3"),
     "convnet_v1": BranchDef(convnet.convnet_v1, "standardize", 512),
     "convnet_v2": BranchDef(convnet.convnet_v2, "standardize", 512),
     "small": BranchDef(convnet.small, "standardize", 128, min_size=32),  # CPU demo and benchmarks

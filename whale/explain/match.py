@@ -1,0 +1,76 @@
+"""One query against a run's gallery: its ranked ids, each id's best gallery image, new_whale's place.
+
+The same rules as a submission: per-id maximum of the head's scores (:mod:`whale.ranking`),
+``new_whale`` inserted at the first rank whose score is below the threshold.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from whale import NEW_WHALE
+
+
+@dataclass(frozen=True)
+class Match:
+    """One ranked id: ``rank`` (1-based, among known ids), ``whale_id``, ``score`` (its best image's),
+    the best gallery image's ``name``, ``path`` and ``box``."""
+
+    rank: int
+    whale_id: str
+    score: float
+    name: str
+    path: Path
+    box: tuple | None
+
+
+def rank_query(rs, known, f_known: np.ndarray, query_path, query_box, top: int, threshold: float):
+    """Rank the known ids for one query image.
+
+    Args:
+        rs: :class:`whale.inference.runs.RunScorer` of the run.
+        known: :class:`whale.data.ImageSet` of the gallery (known ids); ``f_known`` its
+            features ``[n, d]`` float32.
+        query_path, query_box: the query image and its box (None: whole image).
+        top: ids to return. threshold: the new_whale threshold.
+
+    Returns:
+        ``(matches, labels)``: ``top`` :class:`Match` es by descending score, and the five
+        submission labels (``new_whale`` included where the threshold puts it).
+    """
+    from whale.ranking import predict_top5
+    from whale.ranking.topids import top_id_scores
+
+    scores = rs.matrix(rs.features([query_path], [query_box]), f_known).astype(np.float32)  # [1, n]
+    names, idx, vals = top_id_scores(scores, known.ids, top)
+    matches = []
+    for r, (i, v) in enumerate(zip(idx[0], vals[0]), start=1):
+        cols = np.flatnonzero(known.ids == names[i])
+        best = int(cols[np.argmax(scores[0, cols])])
+        matches.append(Match(r, str(names[i]), float(v), known.names[best], known.paths[best], known.boxes[best]))
+    return matches, predict_top5(scores, known.ids, threshold)[0]
+
+
+def new_whale_rank(labels) -> int | None:
+    """1-based position of ``new_whale`` in a submission's labels, or None."""
+    return labels.index(NEW_WHALE) + 1 if NEW_WHALE in labels else None
+
+
+def run_threshold(run_dir) -> tuple[float, str]:
+    """The run's new_whale threshold and where it came from: tuned on its validation scores, else its config."""
+    from whale.config import load_config
+    from whale.inference.scorefile import load_score_file
+    from whale.ranking import tune_threshold
+
+    val = Path(run_dir) / "scores" / "val.npz"
+    if val.is_file():
+        sf = load_score_file(val)
+        if sf.query_ids is not None:
+            t, m, _ = tune_threshold(sf.scores.astype(np.float32), sf.gallery_ids, sf.query_ids)
+            return float(t), f"tuned on {val} (validation MAP@5 {m:.3f})"
+    cfg = load_config(Path(run_dir) / "config.yaml")
+    if cfg.threshold is not None:
+        return float(cfg.threshold), "the run's config"
+    return 0.5, "default 0.5 (the run has no validation scores and no configured threshold)"
