@@ -287,12 +287,14 @@ def prepare(args):
 
 
 def quick_config(cfg, epochs_scale: float = 0.25):
-    """A shortened copy for ``--quick``: each stage's epochs scaled down (at least 1)."""
-    from whale.config import config_from_dict
+    """A shortened copy for ``--quick``: each stage's length (epochs, steps or pairs) scaled down
+    (at least 1)."""
+    from whale.config import LENGTH_KEYS, config_from_dict
 
     d = cfg.to_dict()
     for s in d["stages"]:
-        s["epochs"] = max(1, int(round(s["epochs"] * epochs_scale)))
+        key = next(k for k in LENGTH_KEYS if k in s)
+        s[key] = max(1, int(round(s[key] * epochs_scale)))
     return config_from_dict(d, source=f"{cfg.name} (quick)")
 
 
@@ -330,12 +332,12 @@ def train_variants(cfg, comp_dir, out_dir, budget_s: float | None = None, log=pr
     for label, c in (("random", random_negatives(cfg)), ("adversarial", cfg)):
         t0 = time.time()
         deadline = None if budget_s is None else t0 + budget_s / 2
-        log(f"--- training {label} negatives: {c.total_epochs} epochs -> {Path(out_dir) / label}")
+        log(f"--- training {label} negatives -> {Path(out_dir) / label}")
         res = train_fold(c, comp_dir, 0, Path(out_dir) / label, resume=True, deadline=deadline,
                          verbose=0, log=lambda m, lb=label: log(f"  [{lb}] {m}"))
         out.append(Variant(label, Path(out_dir) / label, res.best_val_map5, time.time() - t0,
-                           res.epochs_done, c.total_epochs))
-        log(f"--- {label}: {res.epochs_done}/{c.total_epochs} epochs, best validation MAP@5 "
+                           res.epochs_done, res.epochs_total))
+        log(f"--- {label}: {res.epochs_done}/{res.epochs_total} epochs, best validation MAP@5 "
             f"{res.best_val_map5}, {time.time() - t0:.0f} s")
     return out
 

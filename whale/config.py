@@ -43,6 +43,8 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 MINING_MODES = ("exact", "pruned")
 CACHE_MODES = ("memory", "jpeg", "none")
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
+LENGTH_KEYS = ("epochs", "steps", "pairs")
+"""How a stage's length may be given: one of these keys per stage."""
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -76,9 +78,13 @@ class Stage:
     ``dataset`` is ``"main"`` (the competition) or ``"playground"`` (pre-training data).
     ``freeze_branch`` trains the head only (done after every image-size increase).
     ``l2`` is the weight-decay coefficient of the branch's kernels (0 = none).
+
+    Length: exactly one of ``epochs``, ``steps`` (optimiser steps) or ``pairs`` (pairs seen);
+    :func:`whale.training.schedule.sized_config` turns steps and pairs into ``epochs`` from the
+    training set's size (the schedule and the trainer only ever see epochs).
     """
 
-    epochs: int
+    epochs: int | None
     k: float
     lr: float
     image_size: int
@@ -86,6 +92,17 @@ class Stage:
     dataset: str = "main"
     freeze_branch: bool = False
     l2: float = 0.0
+    steps: int | None = None
+    pairs: int | None = None
+
+    def __post_init__(self):
+        if sum(getattr(self, key) is not None for key in LENGTH_KEYS) != 1:
+            raise ValueError(f"a stage needs exactly one of {', '.join(LENGTH_KEYS)}; received {self}")
+
+    @property
+    def sized(self) -> bool:
+        """True when the stage's length is in epochs."""
+        return self.epochs is not None
 
     def n_minings(self, mining_interval: int) -> int:
         """How many times this stage mines: ``ceil(epochs / mining_interval)``."""
@@ -151,13 +168,19 @@ class RunConfig:
 
     @property
     def total_epochs(self) -> int:
+        """Epochs of the whole schedule (ConfigError while a stage is in steps or pairs)."""
+        for i in (i for i, s in enumerate(self.stages) if not s.sized):
+            raise ConfigError(f"{self.name}: stages[{i}] is given in steps or pairs; its epochs depend "
+                              "on the training set's size (whale.training.schedule.sized_config)")
         return sum(s.epochs for s in self.stages)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (stages as a list) that :func:`config_from_dict` turns back into this."""
+        """Plain dict (stages as a list, each with its one length key) that
+        :func:`config_from_dict` turns back into this."""
         d = dataclasses.asdict(self)
-        order = ("epochs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2")
-        stages = [{key: s[key] for key in order} for s in d.pop("stages")]
+        order = ("epochs", "steps", "pairs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2")
+        stages = [{key: s[key] for key in order if key not in LENGTH_KEYS or s[key] is not None}
+                  for s in d.pop("stages")]
         d["stages"] = stages  # last, so a written config reads like the hand-written ones
         return d
 
@@ -290,10 +313,15 @@ def _model(c: _Checker, raw: Any, path: str) -> ModelConfig:
 
 def _stage(c: _Checker, raw: Any, path: str) -> Stage:
     allowed, required = _fields(Stage)
-    raw = c.mapping(raw, path, allowed, required)
+    raw = c.mapping(raw, path, allowed, tuple(r for r in required if r not in LENGTH_KEYS))
+    given = [key for key in LENGTH_KEYS if raw.get(key) is not None]
+    if len(given) != 1:
+        raise ConfigError(f"{c.source}: {path}: expected exactly one of {', '.join(LENGTH_KEYS)} "
+                          f"(the stage's length), received {', '.join(given) or 'none'}")
+    length = {"epochs": None, **{key: c.number(raw[key], f"{path}.{key}", int, 1) for key in given}}
     k_end = raw.get("k_end")
     return Stage(
-        epochs=c.number(raw["epochs"], f"{path}.epochs", int, 1),
+        **length,
         k=c.number(raw["k"], f"{path}.k", float, 0.0),
         k_end=None if k_end is None else c.number(k_end, f"{path}.k_end", float, 0.0),
         lr=c.number(raw["lr"], f"{path}.lr", float, 0.0, lo_open=True),
@@ -412,7 +440,6 @@ def load_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
         for key, value in overrides.items():
             _apply_override(raw, str(key), value, str(path))
     return config_from_dict(raw, source=str(path))
-
 
 
 def config_hash(cfg: RunConfig) -> str:

@@ -27,7 +27,7 @@ from whale.models.checkpoint import load_checkpoint, save_checkpoint
 from whale.training.plots import plot_training
 from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read_run_json, write_log,
                                    write_run_metadata)
-from whale.training.schedule import EpochPlan, Schedule
+from whale.training.schedule import EpochPlan, Schedule, sized_config
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -49,6 +49,7 @@ class TrainResult:
     best_threshold: float | None
     run_dir: Path
     log: list[dict] = field(default_factory=list)
+    epochs_total: int | None = None  # of the schedule, once sized to the training set
 
 
 class _Stores:
@@ -74,6 +75,8 @@ class Trainer:
                  playground: FoldData | None = None, verbose: int | str = "auto", log=print):
         from whale.mining import make_miner
 
+        # Stages given in steps or pairs get their epochs from this fold's training set.
+        cfg = sized_config(cfg, {"main": len(data.pairs), "playground": len(playground.pairs) if playground else None})
         self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
@@ -281,7 +284,7 @@ class Trainer:
 
     def _result(self, finished: bool, state: dict, log_rows: list[dict]) -> TrainResult:
         return TrainResult(finished, state["epochs_done"], state["best_val_map5"],
-                           state["best_threshold"], self.out_dir, log_rows)
+                           state["best_threshold"], self.out_dir, log_rows, self.schedule.total_epochs)
 
 
 def _mined_path(folder: Path, block_start: int) -> Path:
@@ -354,10 +357,16 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
-    write_run_metadata(out_dir, cfg, fold, data_dir, Path(playground) if playground else None)
+    sized = sized_config(cfg, {"main": len(data.pairs), "playground": len(pg.pairs) if pg else None})
+    if sized is not cfg:
+        log("schedule sized to the training set: " + ", ".join(
+            f"stage {i + 1} {s.steps or s.pairs} {'steps' if s.steps else 'pairs'} -> {z.epochs} epochs"
+            for i, (s, z) in enumerate(zip(cfg.stages, sized.stages)) if not s.sized))
+    # config.yaml holds the sized schedule: the run folder says what it trained.
+    write_run_metadata(out_dir, sized, fold, data_dir, Path(playground) if playground else None)
     with strategy_scope(cfg.strategy) as strategy:
         log(f"distribution: {describe(strategy)}")
-        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log)
+        trainer = Trainer(sized, data, out_dir, playground=pg, verbose=verbose, log=log)
         result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
         if result.finished and score:
             log(f"scoring validation and test images with checkpoint 'best' into {out_dir / 'scores'}")
