@@ -222,7 +222,8 @@ def top_k_ids(scores: np.ndarray, gallery_ids: Sequence[str], k: int) -> list[li
     return [list(r) for r in names[idx]]
 
 
-def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict[str, float]:
+def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0,
+                         groups: dict[str, str] | None = None) -> dict[str, float]:
     """MAP@5 and top-1/5/10 accuracy of ``method`` on a mini-competition's test set.
 
     The ``new_whale`` threshold is tuned on validation fold ``fold`` of ``train.csv`` (the
@@ -230,8 +231,12 @@ def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict
     ranked against every known-id training image. Top-k accuracy counts the test images of
     known ids only (is the true id among the k best ids, ``new_whale`` left out).
 
+    ``groups`` (test image name -> group, e.g. the view of a lion photo) adds ``by_group``:
+    ``{group: {"n", "top1", "top5", "top10"}}`` over the test images of known ids in each group.
+
     Returns:
-        ``{"val_map5", "threshold", "map5", "top1", "top5", "top10", "new_whale_share"}``.
+        ``{"val_map5", "threshold", "map5", "top1", "top5", "top10", "new_whale_share"}``
+        (and ``by_group``).
     """
     from whale.data import load_competition, read_solution
     from whale.metrics import map_at_k, top_k_accuracy
@@ -254,10 +259,19 @@ def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict
     is_known = np.array([a != NEW_WHALE for a in actual])
     top = top_k_ids(s_test[is_known], ids, 10)
     act_known = [a for a, k in zip(actual, is_known) if k]
-    return {"val_map5": float(val_map), "threshold": float(t), "map5": map_at_k(preds, actual),
-            "top1": top_k_accuracy(top, act_known, 1), "top5": top_k_accuracy(top, act_known, 5),
-            "top10": top_k_accuracy(top, act_known, 10),
-            "new_whale_share": float(np.mean([p[0] == NEW_WHALE for p in preds]))}
+    out = {"val_map5": float(val_map), "threshold": float(t), "map5": map_at_k(preds, actual),
+           "top1": top_k_accuracy(top, act_known, 1), "top5": top_k_accuracy(top, act_known, 5),
+           "top10": top_k_accuracy(top, act_known, 10),
+           "new_whale_share": float(np.mean([p[0] == NEW_WHALE for p in preds]))}
+    if groups is not None:
+        names_known = [n for n, k in zip(comp.test_images, is_known) if k]
+        out["by_group"] = {}
+        for g in sorted({groups[n] for n in names_known}):
+            sel = [i for i, n in enumerate(names_known) if groups[n] == g]
+            out["by_group"][g] = {"n": len(sel), **{f"top{k}": top_k_accuracy([top[i] for i in sel],
+                                                                               [act_known[i] for i in sel], k)
+                                                    for k in (1, 5, 10)}}
+    return out
 
 
 # ----------------------------------------------------------------------------- training
