@@ -10,6 +10,8 @@ left_body 31, ... over the 94 lions), so a test photo never has a photo of the s
 gallery: this benchmark measures *cross-view* matching (a nose against the same lion's ears,
 face and body), harder than the same-view re-identification (flukes, flanks) that seed 002's
 95% top-10 refers to.
+After the main table a per-view breakdown (top-1/top-10 of the test photos of known lions, per
+view group of :data:`VIEWS`) shows which views, if any, each method matches across.
 
 Mini-competition ``OUT/lions`` (Kaggle format):
 
