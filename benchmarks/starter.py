@@ -14,7 +14,8 @@ Each set is one Kaggle-format mini-competition; both methods see exactly the sam
   The benchmark checks that no image's bytes are both in ``train/`` and in ``test/``.
 * ``lions``: the mini-competition of ``benchmarks/lions.py`` (one photo per view per lion:
   cross-view matching), ``../shared/data/lions/Lion_Data_Zero``.
-* ``synthetic``: ``whale.data.synth`` with 100 ids (the demo's generator, half its size).
+* ``synthetic``: ``whale.data.synth`` with 100 ids (the demo's generator, half its size), each
+  image cut to its bounding box (both methods read whole images).
 
 Methods: raw-pixel cosine nearest neighbour (32 px gray, :mod:`whale.baseline`) and the siamese
 model trained under ``configs/starter.yaml``; the ``new_whale`` threshold of both is tuned on
@@ -89,13 +90,34 @@ def lions_catalogue(src: Path, out: Path, seed: int) -> Path:
 
 
 def synthetic_catalogue(out: Path, seed: int) -> Path:
-    """``whale.data.synth`` with 100 ids (128 px wide)."""
+    """``whale.data.synth`` with 100 ids (128 px wide), every image cut to its bounding box.
+
+    The crops are the competition's images (no ``bounding_boxes.csv``), so the pixel baseline
+    and the siamese model both see the animal, not the background, as in the other two sets.
+    """
+    import pandas as pd
+    from PIL import Image
+
     from whale.data.synth import generate
 
     comp = out / "competition"
-    if not (comp / "train.csv").is_file():
-        generate(comp, n_ids=100, seed=seed, size=128, progress=False)
-    return comp
+    if (comp / "train.csv").is_file():
+        return comp
+    src = out / "generated"
+    if not (src / "train.csv").is_file():
+        generate(src, n_ids=100, seed=seed, size=128, progress=False)
+    boxes = pd.read_csv(src / "bounding_boxes.csv").set_index("Image")
+    crops = out / "crops"
+    crops.mkdir(parents=True, exist_ok=True)
+
+    def crop(folder: str, name: str) -> Path:
+        b = boxes.loc[name]
+        Image.open(src / folder / name).crop((int(b.x0), int(b.y0), int(b.x1), int(b.y1))).save(crops / name)
+        return crops / name
+
+    train = [(crop("train", r.Image), r.Id) for r in pd.read_csv(src / "train.csv").itertuples()]
+    test = [(crop("test", r.Image), r.Id) for r in pd.read_csv(src / "test_solution.csv").itertuples()]
+    return common.build_competition(comp, train, test)
 
 
 def catalogue(name: str, out: Path, seed: int, data: dict) -> Path | None:
