@@ -222,7 +222,8 @@ def top_k_ids(scores: np.ndarray, gallery_ids: Sequence[str], k: int) -> list[li
     return [list(r) for r in names[idx]]
 
 
-def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict[str, float]:
+def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0,
+                         groups: dict[str, str] | None = None) -> dict[str, float]:
     """MAP@5 and top-1/5/10 accuracy of ``method`` on a mini-competition's test set.
 
     The ``new_whale`` threshold is tuned on validation fold ``fold`` of ``train.csv`` (the
@@ -230,8 +231,12 @@ def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict
     ranked against every known-id training image. Top-k accuracy counts the test images of
     known ids only (is the true id among the k best ids, ``new_whale`` left out).
 
+    ``groups`` (test image name -> group, e.g. the view of a lion photo) adds ``by_group``:
+    ``{group: {"n", "top1", "top5", "top10"}}`` over the test images of known ids in each group.
+
     Returns:
-        ``{"val_map5", "threshold", "map5", "top1", "top5", "top10", "new_whale_share"}``.
+        ``{"val_map5", "threshold", "map5", "top1", "top5", "top10", "new_whale_share"}``
+        (and ``by_group``).
     """
     from whale.data import load_competition, read_solution
     from whale.metrics import map_at_k, top_k_accuracy
@@ -254,10 +259,19 @@ def evaluate_competition(method, comp_dir, seed: int = 0, fold: int = 0) -> dict
     is_known = np.array([a != NEW_WHALE for a in actual])
     top = top_k_ids(s_test[is_known], ids, 10)
     act_known = [a for a, k in zip(actual, is_known) if k]
-    return {"val_map5": float(val_map), "threshold": float(t), "map5": map_at_k(preds, actual),
-            "top1": top_k_accuracy(top, act_known, 1), "top5": top_k_accuracy(top, act_known, 5),
-            "top10": top_k_accuracy(top, act_known, 10),
-            "new_whale_share": float(np.mean([p[0] == NEW_WHALE for p in preds]))}
+    out = {"val_map5": float(val_map), "threshold": float(t), "map5": map_at_k(preds, actual),
+           "top1": top_k_accuracy(top, act_known, 1), "top5": top_k_accuracy(top, act_known, 5),
+           "top10": top_k_accuracy(top, act_known, 10),
+           "new_whale_share": float(np.mean([p[0] == NEW_WHALE for p in preds]))}
+    if groups is not None:
+        names_known = [n for n, k in zip(comp.test_images, is_known) if k]
+        out["by_group"] = {}
+        for g in sorted({groups[n] for n in names_known}):
+            sel = [i for i, n in enumerate(names_known) if groups[n] == g]
+            out["by_group"][g] = {"n": len(sel), **{f"top{k}": top_k_accuracy([top[i] for i in sel],
+                                                                               [act_known[i] for i in sel], k)
+                                                    for k in (1, 5, 10)}}
+    return out
 
 
 # ----------------------------------------------------------------------------- training
@@ -287,12 +301,14 @@ def prepare(args):
 
 
 def quick_config(cfg, epochs_scale: float = 0.25):
-    """A shortened copy for ``--quick``: each stage's epochs scaled down (at least 1)."""
-    from whale.config import config_from_dict
+    """A shortened copy for ``--quick``: each stage's length (epochs, steps or pairs) scaled down
+    (at least 1)."""
+    from whale.config import LENGTH_KEYS, config_from_dict
 
     d = cfg.to_dict()
     for s in d["stages"]:
-        s["epochs"] = max(1, int(round(s["epochs"] * epochs_scale)))
+        key = next(k for k in LENGTH_KEYS if k in s)
+        s[key] = max(1, int(round(s[key] * epochs_scale)))
     return config_from_dict(d, source=f"{cfg.name} (quick)")
 
 
@@ -337,12 +353,12 @@ def train_variants(cfg, comp_dir, out_dir, budget_s: float | None = None, log=pr
             continue
         t0 = time.time()
         deadline = None if budget_s is None else t0 + budget_s / len(methods)
-        log(f"--- training {label} negatives: {c.total_epochs} epochs -> {Path(out_dir) / label}")
+        log(f"--- training {label} negatives -> {Path(out_dir) / label}")
         res = train_fold(c, comp_dir, 0, Path(out_dir) / label, resume=True, deadline=deadline,
                          verbose=0, log=lambda m, lb=label: log(f"  [{lb}] {m}"))
         out.append(Variant(label, Path(out_dir) / label, res.best_val_map5, time.time() - t0,
-                           res.epochs_done, c.total_epochs))
-        log(f"--- {label}: {res.epochs_done}/{c.total_epochs} epochs, best validation MAP@5 "
+                           res.epochs_done, res.epochs_total))
+        log(f"--- {label}: {res.epochs_done}/{res.epochs_total} epochs, best validation MAP@5 "
             f"{res.best_val_map5}, {time.time() - t0:.0f} s")
     return out
 

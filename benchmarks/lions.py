@@ -10,6 +10,8 @@ left_body 31, ... over the 94 lions), so a test photo never has a photo of the s
 gallery: this benchmark measures *cross-view* matching (a nose against the same lion's ears,
 face and body), harder than the same-view re-identification (flukes, flanks) that seed 002's
 95% top-10 refers to.
+After the main table a per-view breakdown (top-1/top-10 of the test photos of known lions, per
+view group of :data:`VIEWS`) shows which views, if any, each method matches across.
 
 Mini-competition ``OUT/lions`` (Kaggle format):
 
@@ -48,6 +50,20 @@ from whale import NEW_WHALE  # noqa: E402
 TEST_SHARE = 0.25        # of each known lion's photos
 NEW_TEST_SHARE = 0.28    # of the test set at most
 TARGET = "seed 002: biologists need 95% top-10 accuracy"
+VIEWS = {"face": ("face", "portrait"), "ear": ("ear",), "nose": ("nose",), "whiskers": ("whiskers",),
+         "teeth": ("teeth",), "body": ("body", "tail", "mane", "scar")}
+"""View groups of the per-view breakdown: a photo's view is the first group one of whose words
+appears in its file name after the lion's name (``Ayo_Left_Face.png`` -> face)."""
+
+
+def view_of(photo: Path, lion: str) -> str:
+    """The view group (:data:`VIEWS`) of ``photo`` of ``lion``; ``other`` when none matches."""
+    stem = photo.stem.lower()
+    stem = stem[len(lion):] if stem.startswith(lion.lower()) else stem
+    for group, words in VIEWS.items():
+        if any(w in stem for w in words):
+            return group
+    return "other"
 
 
 def index_lions(root: Path) -> dict[str, dict[str, list[Path]]]:
@@ -65,8 +81,9 @@ def index_lions(root: Path) -> dict[str, dict[str, list[Path]]]:
     return out
 
 
-def lion_competition(lions: dict, out: Path, seed: int) -> Path:
-    """The mini-competition described in the module docstring."""
+def lion_competition(lions: dict, out: Path, seed: int) -> tuple[Path, dict[str, str]]:
+    """The mini-competition described in the module docstring, and the view (:func:`view_of`)
+    of each test image of a known lion (by its name in ``test/``)."""
     rng = np.random.default_rng([seed, 3])
     train, test = [], []
     for name, photos in lions["train"].items():
@@ -83,7 +100,8 @@ def lion_competition(lions: dict, out: Path, seed: int) -> Path:
     cap = int(round(NEW_TEST_SHARE / (1 - NEW_TEST_SHARE) * len(test)))
     test += [(pool[i], NEW_WHALE) for i in rng.permutation(len(pool))[:cap]]
     test = [test[i] for i in rng.permutation(len(test))]
-    return common.build_competition(out, train, test, suffix=".jpg")
+    views = {f"te{i:05d}.jpg": view_of(p, name) for i, (p, name) in enumerate(test) if name != NEW_WHALE}
+    return common.build_competition(out, train, test, suffix=".jpg"), views
 
 
 def main(argv=None) -> int:
@@ -109,7 +127,7 @@ def main(argv=None) -> int:
     cfg, out = common.prepare(args)
     from whale.data import load_competition, read_solution
 
-    comp_dir = lion_competition(index_lions(src), out / "lions", args.seed)
+    comp_dir, views = lion_competition(index_lions(src), out / "lions", args.seed)
     comp = load_competition(comp_dir)
     sol = read_solution(comp_dir, comp.test_images)
     n_new_test = sum(v == NEW_WHALE for v in sol.values())
@@ -120,7 +138,7 @@ def main(argv=None) -> int:
 
     def evaluate(method) -> dict:
         t1 = time.time()
-        res = {"method": method.name, **common.evaluate_competition(method, comp_dir, seed=args.seed)}
+        res = {"method": method.name, **common.evaluate_competition(method, comp_dir, seed=args.seed, groups=views)}
         print(f"{method.name}: MAP@5 {res['map5']:.3f}, top-10 {res['top10']:.3f} ({time.time() - t1:.0f} s)")
         return res
 
@@ -140,6 +158,15 @@ def main(argv=None) -> int:
         ("top10", "top-10"), ("val_map5", "val MAP@5"), ("threshold", "threshold"),
         ("epochs", "epochs"), ("train_s", "train s")]))
     pix, rnd, adv = rows
+    print()
+    print("Per view (test photos of known lions, top-k as above; the gallery never holds the same "
+          "lion's photo of the same view, so every hit is a cross-view match: a left face may meet "
+          "the right face or the portrait, a nose only other parts):")
+    view_rows = [{"view": g, "n": pix["by_group"][g]["n"],
+                  **{f"{m}_{k}": r["by_group"][g][k] for m, r in zip(("pixel", "random", "adversarial"), rows)
+                     for k in ("top1", "top10")}} for g in pix["by_group"]]
+    print(common.results_table(view_rows, [("view", "view"), ("n", "photos")] + [
+        (f"{m}_{k}", f"{m} {k}") for m in ("pixel", "random", "adversarial") for k in ("top1", "top10")]))
     print(common.miner_verdict(adv["map5"], rnd["map5"], "MAP@5"))
     print(common.miner_verdict(adv["top10"], rnd["top10"], "top-10 accuracy"))
     print(TARGET)
@@ -147,6 +174,8 @@ def main(argv=None) -> int:
                for m in ("map5", "top1", "top5", "top10")}
     metrics.update(miner_gap_map5=adv["map5"] - rnd["map5"], miner_gap_top10=adv["top10"] - rnd["top10"],
                    quick=bool(args.quick), run_dir=str(out / "runs" / "adversarial"))
+    metrics.update({f"{r['view']}_top10_{m}": r[f"{m}_top10"] for r in view_rows
+                    for m in ("pixel", "random", "adversarial")})
     print(common.final_json("lions", metrics, time.time() - t0))
     return 0
 

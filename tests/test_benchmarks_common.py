@@ -120,6 +120,45 @@ def test_pixel_method_on_a_mini_competition(tmp_path):
     assert set(res) == {"val_map5", "threshold", "map5", "top1", "top5", "top10", "new_whale_share"}
 
 
+def test_evaluate_competition_breaks_top_k_down_by_group(tmp_path):
+    """Per group, on hand-made hits and misses: a copy of its own id's image is found, a copy of
+    another id's image is not."""
+    src = _images(tmp_path / "src", 12)
+    train = [(src[i], f"id{i // 3}") for i in range(12)]
+    test = [(src[1], "id0"), (src[4], "id1"), (src[7], "id0"), (src[10], "id3"), (src[0], NEW_WHALE)]
+    comp = common.build_competition(tmp_path / "comp", train, test)
+    groups = {"te00000.png": "a", "te00001.png": "a", "te00002.png": "b", "te00003.png": "b"}
+    res = common.evaluate_competition(common.PixelMethod(size=8, channels=1), comp, groups=groups)
+    assert res["by_group"]["a"] == {"n": 2, "top1": 1.0, "top5": 1.0, "top10": 1.0}
+    assert res["by_group"]["b"]["n"] == 2 and res["by_group"]["b"]["top1"] == 0.5  # te00002 is id2's image
+    assert res["top1"] == 0.75
+
+
+def test_lion_views_name_each_test_photo_of_a_known_lion(tmp_path):
+    from benchmarks.lions import index_lions, lion_competition, view_of
+
+    assert [view_of(Path(f"Ayo_{v}.png"), "Ayo") for v in ("Left_Face", "Portrait", "Right_ear", "Nose",
+                                                            "Whiskers", "Teeth", "Left_Body", "Tail", "Paw")] == \
+        ["face", "face", "ear", "nose", "whiskers", "teeth", "body", "body", "other"]
+    assert view_of(Path("Earl_Nose.png"), "Earl") == "nose"  # the name's own letters do not count
+    rng = np.random.default_rng(1)
+    for part, lion, views in (("train", "Ayo", ("Left_Face", "Nose", "Left_Ear", "Teeth")),
+                              ("train", "Earl", ("Portrait", "Whiskers", "Right_Body")),
+                              ("val", "Zed", ("Nose", "Portrait"))):
+        (tmp_path / "src" / part / lion).mkdir(parents=True)
+        for v in views:
+            Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(
+                tmp_path / "src" / part / lion / f"{lion}_{v}.png", format="JPEG")
+    lions = index_lions(tmp_path / "src")
+    comp, views = lion_competition(lions, tmp_path / "comp", seed=0)
+    sol = pd.read_csv(comp / "test_solution.csv")
+    assert sorted(views) == sorted(sol.loc[sol["Id"] != NEW_WHALE, "Image"]) and len(views) >= 2
+    source = {p.read_bytes(): (p, lion) for ls in lions.values() for lion, ps in ls.items() for p in ps}
+    for name, view in views.items():
+        photo, lion = source[(comp / "test" / name).read_bytes()]
+        assert view == view_of(photo, lion)
+
+
 def test_random_negatives_and_quick_config():
     from whale.config import config_from_dict
 
@@ -130,6 +169,8 @@ def test_random_negatives_and_quick_config():
     assert [(s.epochs, s.k, s.k_end) for s in rnd.stages] == [(4, 1000.0, None), (6, 1000.0, None)]
     assert rnd.total_epochs == cfg.total_epochs and rnd.name == "x-random"
     assert [s.epochs for s in common.quick_config(cfg, 0.2).stages] == [1, 1]
+    in_steps = config_from_dict({"name": "y", "stages": [{"steps": 500, "k": 1.0, "lr": 1e-3, "image_size": 32}]})
+    assert common.quick_config(in_steps, 0.2).stages[0].steps == 100
 
 
 def test_reports():

@@ -70,7 +70,7 @@ def test_round_trip(tmp_path):
     assert config_from_dict(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize("name", ["densenet121", "seresnext50", "convnet_v1", "demo"])
+@pytest.mark.parametrize("name", ["densenet121", "seresnext50", "convnet_v1", "demo", "starter"])
 def test_shipped_configs_load_and_round_trip(name, tmp_path):
     cfg = load_config(CONFIGS / f"{name}.yaml")
     assert cfg.name == name
@@ -211,3 +211,14 @@ def test_k_at_linear():
     assert Stage(epochs=3, k=1.0, k_end=0.1, lr=1e-4, image_size=64).k_at(0, 1) == 1.0
     with pytest.raises(ValueError):
         s.k_at(20, 20)
+
+
+def test_starter_is_sized_in_steps_and_gives_a_small_catalogue_many_epochs():
+    from whale.training.schedule import sized_config
+
+    cfg = load_config(CONFIGS / "starter.yaml")
+    assert all(s.steps and s.epochs is None for s in cfg.stages)
+    small, big = sized_config(cfg, {"main": 200}), sized_config(cfg, {"main": 20000})
+    steps = lambda c, n: sum(s.epochs for s in c.stages) * -(-2 * n // c.batch_size)  # noqa: E731
+    assert steps(small, 200) >= 2000 and steps(big, 20000) >= 2000
+    assert small.total_epochs > 20 * big.total_epochs

@@ -98,3 +98,64 @@ def test_bad_arguments():
 def test_docstring_example():
     result = doctest.testmod(schedule_module)
     assert result.attempted >= 1 and result.failed == 0
+
+
+def _steps_of_one_epoch(ids, batch_size):
+    """Optimiser steps of one epoch the slow way: the epoch's real pairs, batched as fit batches them."""
+    from whale.mining import positive_pairs
+    from whale.training.pairs import make_epoch_pairs
+
+    rng = np.random.default_rng(0)
+    positives = positive_pairs(np.asarray(ids), rng)
+    negatives = np.stack([np.arange(len(ids)), rng.permutation(len(ids))], 1)  # one per image
+    pairs, _ = make_epoch_pairs(positives, negatives, rng)
+    return -(-len(pairs) // batch_size)
+
+
+@pytest.mark.parametrize("n_ids,per_id,batch", [(3, 2, 4), (10, 3, 32), (50, 4, 16), (7, 5, 64)])
+def test_a_stage_in_steps_gets_the_fewest_epochs_that_reach_them(n_ids, per_id, batch):
+    from whale.training.schedule import epochs_for
+
+    ids = np.repeat([f"w{i}" for i in range(n_ids)], per_id)
+    per_epoch = _steps_of_one_epoch(ids, batch)
+    for steps in (1, per_epoch - 1, per_epoch, per_epoch + 1, 7 * per_epoch + 3, 1000):
+        if steps < 1:
+            continue
+        e = epochs_for(Stage(epochs=None, steps=steps, k=1.0, lr=1e-3, image_size=64), len(ids), batch)
+        assert e * per_epoch >= steps and (e == 1 or (e - 1) * per_epoch < steps), (steps, per_epoch, e)
+    pairs_per_epoch = 2 * len(ids)
+    for pairs in (1, pairs_per_epoch, pairs_per_epoch + 1, 5000):
+        e = epochs_for(Stage(epochs=None, pairs=pairs, k=1.0, lr=1e-3, image_size=64), len(ids), batch)
+        assert e * pairs_per_epoch >= pairs and (e == 1 or (e - 1) * pairs_per_epoch < pairs)
+
+
+def test_sized_config_converts_only_the_stages_in_steps_or_pairs():
+    from whale.errors import ConfigError
+    from whale.training.schedule import sized_config
+
+    raw = {"name": "t", "batch_size": 10, "stages": [
+        dict(steps=100, k=1000.0, lr=1e-3, image_size=64),                         # 100 / ceil(2*50/10) = 10
+        dict(epochs=3, k=1.0, lr=5e-4, image_size=64),
+        dict(pairs=250, k=0.5, lr=1e-4, image_size=64, dataset="playground")]}    # ceil(250 / (2*40)) = 4
+    cfg = config_from_dict(raw)
+    with pytest.raises(ConfigError, match="stages\\[0\\].*steps or pairs"):
+        cfg.total_epochs
+    with pytest.raises(ConfigError, match="stages\\[0\\]"):
+        Schedule.from_config(cfg)
+    sized = sized_config(cfg, {"main": 50, "playground": 40})
+    assert [s.epochs for s in sized.stages] == [10, 3, 4] and sized.total_epochs == 17
+    assert all(s.steps is None and s.pairs is None for s in sized.stages)
+    assert [(s.k, s.lr, s.dataset) for s in sized.stages] == [(s.k, s.lr, s.dataset) for s in cfg.stages]
+    assert sized_config(sized, {"main": 1}) is sized  # already in epochs: unchanged
+    assert config_from_dict(cfg.to_dict()) == cfg   # steps and pairs survive a round trip
+    with pytest.raises(ConfigError, match="stages\\[2\\].*'playground'"):
+        sized_config(cfg, {"main": 50, "playground": None})
+
+
+@pytest.mark.parametrize("lengths", [{}, {"epochs": 2, "steps": 10}, {"steps": 10, "pairs": 5}])
+def test_a_stage_needs_exactly_one_length(lengths):
+    from whale.errors import ConfigError
+
+    raw = {"name": "t", "stages": [dict(k=1.0, lr=1e-3, image_size=64, **lengths)]}
+    with pytest.raises(ConfigError, match="stages\\[0\\]: expected exactly one of epochs, steps, pairs"):
+        config_from_dict(raw)

@@ -255,3 +255,27 @@ def test_deadline_does_not_count_the_first_epochs_compilation(competition, confi
     res = train_fold(_cfg(config_file), competition, 0, tmp_path / "run2", deadline=200.0, score=False,
                      verbose=0, log=lambda *_: None)
     assert res.epochs_done == 1
+
+
+def test_a_schedule_in_steps_trains_at_least_that_many_batches(competition, tmp_path):
+    """A stage of 7 steps on this fold's few images runs whole epochs until 7 batches were seen;
+    the run folder's config.yaml holds the epochs it was sized to."""
+    import math
+    import re
+
+    from whale.config import config_from_dict, load_config
+    from whale.training.trainer import train_fold
+
+    raw = {"name": "steps", "seed": 1, "model": {"branch": "tiny", "head_mid": 8}, "batch_size": 32,
+           "mining_interval": 2, "augment": False, "workers": 1,
+           "stages": [{"steps": 7, "k": 1000.0, "lr": 1e-3, "image_size": 32}]}
+    lines = []
+    res = train_fold(config_from_dict(raw), competition, 0, tmp_path / "run", score=False, verbose=0,
+                     log=lines.append)
+    pairs = [int(m.group(1)) for line in lines if (m := re.search(r"^epoch \d+ .*: (\d+) pairs$", line))]
+    batches = [math.ceil(p / 32) for p in pairs]
+    assert res.finished and len(pairs) == res.epochs_total == res.epochs_done
+    assert len(pairs) >= 2 and sum(batches) >= 7 and sum(batches) - batches[-1] < 7
+    written = load_config(tmp_path / "run" / "config.yaml")
+    assert [s.epochs for s in written.stages] == [len(pairs)] and written.stages[0].steps is None
+    assert any("stage 1 7 steps -> " in line for line in lines)

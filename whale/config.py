@@ -48,6 +48,8 @@ AUGMENT_STYLES = ("paper", "koch")  # whale.data.augment: photo pipeline / Koch 
 TTA_VIEWS = ("shift_left", "shift_right", "zoom", "bright", "dark")
 """Deterministic test-time views besides the plain one (``tta``; :func:`whale.data.augment.build_view`)."""
 TTA_MODES = ("features", "scores")
+LENGTH_KEYS = ("epochs", "steps", "pairs")
+"""How a stage's length may be given: one of these keys per stage."""
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -84,9 +86,13 @@ class Stage:
     ``snapshot`` keeps the model as it is at the end of this stage (checkpoint
     ``snapshot-<image_size>``) and scores it into ``scores/<image_size>/``: one schedule then
     yields one model per size (e.g. ConvNet v1 at 384, 768 and 1024), each an ensemble input.
+
+    Length: exactly one of ``epochs``, ``steps`` (optimiser steps) or ``pairs`` (pairs seen);
+    :func:`whale.training.schedule.sized_config` turns steps and pairs into ``epochs`` from the
+    training set's size (the schedule and the trainer only ever see epochs).
     """
 
-    epochs: int
+    epochs: int | None
     k: float
     lr: float
     image_size: int
@@ -94,12 +100,23 @@ class Stage:
     dataset: str = "main"
     freeze_branch: bool = False
     l2: float = 0.0
+    steps: int | None = None
+    pairs: int | None = None
     snapshot: bool = False
 
     @property
     def snapshot_name(self) -> str | None:
         """``"384"`` for a ``snapshot: true`` stage at 384 px (its ``scores/`` subfolder), else None."""
         return str(self.image_size) if self.snapshot else None
+
+    def __post_init__(self):
+        if sum(getattr(self, key) is not None for key in LENGTH_KEYS) != 1:
+            raise ValueError(f"a stage needs exactly one of {', '.join(LENGTH_KEYS)}; received {self}")
+
+    @property
+    def sized(self) -> bool:
+        """True when the stage's length is in epochs."""
+        return self.epochs is not None
 
     def n_minings(self, mining_interval: int) -> int:
         """How many times this stage mines: ``ceil(epochs / mining_interval)``."""
@@ -184,14 +201,22 @@ class RunConfig:
 
     @property
     def total_epochs(self) -> int:
+        """Epochs of the whole schedule (ConfigError while a stage is in steps or pairs)."""
+        for i in (i for i, s in enumerate(self.stages) if not s.sized):
+            raise ConfigError(f"{self.name}: stages[{i}] is given in steps or pairs; its epochs depend "
+                              "on the training set's size (whale.training.schedule.sized_config)")
         return sum(s.epochs for s in self.stages)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (stages as a list) that :func:`config_from_dict` turns back into this."""
+        """Plain dict (stages as a list, each with its one length key) that
+        :func:`config_from_dict` turns back into this."""
         d = dataclasses.asdict(self)
-        order = ("epochs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2", "snapshot")
+        order = ("epochs", "steps", "pairs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2",
+                 "snapshot")
         # Keys added later are written only when set, so configs without them keep their hash.
-        stages = [{key: s[key] for key in order if key != "snapshot" or s[key]} for s in d.pop("stages")]
+        stages = [{key: s[key] for key in order
+                   if (key not in LENGTH_KEYS or s[key] is not None) and (key != "snapshot" or s[key])}
+                  for s in d.pop("stages")]
         d["tta"] = list(d["tta"])
         for key, default in _ADDED_LATER.items():
             if d[key] == default:
@@ -249,10 +274,15 @@ def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
 
 def _stage(c: Checker, raw: Any, path: str) -> Stage:
     allowed, required = dataclass_fields(Stage)
-    raw = c.mapping(raw, path, allowed, required)
+    raw = c.mapping(raw, path, allowed, tuple(r for r in required if r not in LENGTH_KEYS))
+    given = [key for key in LENGTH_KEYS if raw.get(key) is not None]
+    if len(given) != 1:
+        raise ConfigError(f"{c.source}: {path}: expected exactly one of {', '.join(LENGTH_KEYS)} "
+                          f"(the stage's length), received {', '.join(given) or 'none'}")
+    length = {"epochs": None, **{key: c.number(raw[key], f"{path}.{key}", int, 1) for key in given}}
     k_end = raw.get("k_end")
     return Stage(
-        epochs=c.number(raw["epochs"], f"{path}.epochs", int, 1),
+        **length,
         k=c.number(raw["k"], f"{path}.k", float, 0.0),
         k_end=None if k_end is None else c.number(k_end, f"{path}.k_end", float, 0.0),
         lr=c.number(raw["lr"], f"{path}.lr", float, 0.0, lo_open=True),
@@ -394,7 +424,6 @@ def load_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
         for key, value in overrides.items():
             _apply_override(raw, str(key), value, str(path))
     return config_from_dict(raw, source=str(path))
-
 
 
 def config_hash(cfg: RunConfig) -> str:

@@ -17,9 +17,9 @@ XLA-compiled function per block shape (written once in ``keras.ops``; compiled b
 ``tf.function(jit_compile=True)`` on TensorFlow, ``jax.jit`` on JAX; blocks are padded to a
 fixed shape, so it compiles once). The formula runs in float32 whatever the head's dtype
 policy: under mixed precision it is the head's exact float32 value. XLA fuses the ``mid`` units into a single loop, so the ``[a, b, d, mid]``
-intermediate is never written to memory and no pair of features is ever gathered: about
-0.5-1 M pairs/s at d=512, mid=32 on 2 CPU cores, against ~18 k pairs/s for the reference style
-(gather every pair, ``head.predict(batch_size=2048)``). The head is symmetric in its two
+intermediate is never written to memory and no pair of features is ever gathered; the speed
+against the reference style (gather every pair, ``head.predict(batch_size=2048)``) is
+measured in one run by ``python benchmarks/bench_scoring.py`` (docs/scoring.md). The head is symmetric in its two
 inputs (every stacked feature is), so a train-vs-train matrix computes the upper triangle of
 blocks once and mirrors it exactly. A head whose layers do not follow the contract is
 evaluated through the Keras model itself on pair blocks (same blocking, slower); the choice is

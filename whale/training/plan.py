@@ -35,7 +35,7 @@ from pathlib import Path
 from whale.config import RunConfig
 from whale.errors import ConfigError
 from whale.training.pretrain import pretrain_stage_count
-from whale.training.schedule import Schedule
+from whale.training.schedule import Schedule, sized_config
 
 __all__ = ["StagePlan", "FoldCost", "plan_fold", "fold_cost", "load_rates", "format_plan", "pretrain_saving",
            "KERNEL_HOURS_PER_VERSION", "WEEKLY_GPU_HOURS"]
@@ -135,6 +135,7 @@ def plan_fold(cfg: RunConfig, pair_images: dict[str, int], rates: list[dict] | N
     """
     if not slowdown > 0 or not mining_seconds >= 0:
         raise ConfigError(f"--slowdown must be > 0 and --mining-seconds >= 0, received {slowdown}, {mining_seconds}")
+    cfg = sized_config(cfg, pair_images)
     schedule = Schedule.from_config(cfg)
     out = []
     for index, stage in enumerate(cfg.stages):

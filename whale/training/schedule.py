@@ -16,16 +16,28 @@ Resume: a run that finished ``done`` epochs goes on at ``plan[done]``. The negat
 block are mined at its first epoch, from the generator keyed by ``block_start``; a run resumed
 inside a block reads them back from ``checkpoints/mined.npz`` (or, if that file belongs to
 another block, mines the block again with the same generator).
+
+Sizing: a stage may give its length as optimiser ``steps`` or training ``pairs`` seen instead
+of ``epochs`` (:class:`whale.config.Stage`). :func:`sized_config` turns those into epochs from
+the training set's size, before anything else reads the schedule: one epoch trains on
+``2 * n`` pairs (each of the ``n`` images with a partner in one positive and one negative
+pair, :func:`whale.training.pairs.make_epoch_pairs`) in ``ceil(2 * n / batch_size)`` steps, and
+a stage gets the fewest whole epochs that reach its steps or pairs (at least one). A catalogue
+of 200 photos and one of 20,000 then get the same number of optimiser updates, where a fixed
+number of epochs gives the small one a hundred times fewer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from whale.config import RunConfig, Stage
+from whale.errors import ConfigError
 
-__all__ = ["EpochPlan", "Schedule", "is_mining_epoch", "schedule_epochs"]
+__all__ = ["EpochPlan", "Schedule", "epochs_for", "is_mining_epoch", "schedule_epochs", "sized_config"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,10 @@ class Schedule(Sequence):
             raise ValueError(f"mining_interval: expected an integer >= 1, received {mining_interval!r}")
         if not stages:
             raise ValueError("stages: expected at least one stage, received none")
+        unsized = [i for i, s in enumerate(stages) if not s.sized]
+        if unsized:
+            raise ConfigError(f"stages[{unsized[0]}]: given in steps or pairs; size the config to its "
+                              "training set first (sized_config)")
         self.stages, self.mining_interval = tuple(stages), n
         plan, g = [], 0
         for si, stage in enumerate(self.stages):
@@ -137,3 +153,47 @@ def is_mining_epoch(epoch_in_stage: int, mining_interval: int) -> bool:
     """True on a stage's epochs 0, n, 2n, ... (``n = mining_interval``)."""
     return epoch_in_stage % int(mining_interval) == 0
 
+
+
+def epochs_for(stage: Stage, pair_images: int, batch_size: int) -> int:
+    """Whole epochs that give ``stage`` its ``steps`` or ``pairs`` (its ``epochs`` when given).
+
+    Args:
+        stage: one stage of a config.
+        pair_images: training images with a partner of the same id (``FoldData.pairs``), > 0.
+        batch_size: pairs per optimiser step, > 0.
+
+    Example:
+        >>> from whale.config import Stage
+        >>> epochs_for(Stage(epochs=None, steps=1000, k=1.0, lr=1e-3, image_size=64), 200, 32)
+        77
+    """
+    if stage.sized:
+        return int(stage.epochs)
+    if pair_images < 1 or batch_size < 1:
+        raise ValueError(f"expected pair_images >= 1 and batch_size >= 1, received {pair_images}, {batch_size}")
+    pairs_per_epoch = 2 * int(pair_images)
+    if stage.steps is not None:
+        return max(1, math.ceil(stage.steps / math.ceil(pairs_per_epoch / batch_size)))
+    return max(1, math.ceil(stage.pairs / pairs_per_epoch))
+
+
+def sized_config(cfg: RunConfig, pair_images: Mapping[str, int | None]) -> RunConfig:
+    """``cfg`` with every stage in epochs: stages given in steps or pairs converted by
+    :func:`epochs_for` with the training images of their dataset (``{"main": n,
+    "playground": m}``, the ``len(FoldData.pairs)`` of each). A config already in epochs comes
+    back unchanged (the same object).
+
+    Raises:
+        ConfigError: a stage in steps or pairs whose dataset has no (or no pairable) images.
+    """
+    if all(s.sized for s in cfg.stages):
+        return cfg
+    stages = []
+    for i, s in enumerate(cfg.stages):
+        n = pair_images.get(s.dataset)
+        if not s.sized and not n:
+            raise ConfigError(f"{cfg.name}: stages[{i}] is given in {'steps' if s.steps else 'pairs'} but "
+                              f"dataset {s.dataset!r} has no training images with a partner to size it by")
+        stages.append(dataclasses.replace(s, epochs=epochs_for(s, n or 0, cfg.batch_size), steps=None, pairs=None))
+    return dataclasses.replace(cfg, stages=tuple(stages))

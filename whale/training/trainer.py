@@ -28,7 +28,7 @@ from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read
                                    write_run_metadata)
 from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
 from whale.training.minedfiles import load_mined, save_mined
-from whale.training.schedule import EpochPlan, Schedule
+from whale.training.schedule import EpochPlan, Schedule, sized_config
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -50,6 +50,7 @@ class TrainResult:
     best_threshold: float | None
     run_dir: Path
     log: list[dict] = field(default_factory=list)
+    epochs_total: int | None = None  # of the schedule, once sized to the training set
 
 
 class _Stores:
@@ -75,6 +76,8 @@ class Trainer:
                  init: InitSource | None = None):
         from whale.mining import make_miner
 
+        # Stages given in steps or pairs get their epochs from this fold's training set.
+        cfg = sized_config(cfg, {"main": len(data.pairs), "playground": len(playground.pairs) if playground else None})
         self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
         self.init = init  # the run this one starts from, after its first stages (init_from)
         self.verbose, self.log = verbose, log
@@ -314,7 +317,7 @@ class Trainer:
 
     def _result(self, finished: bool, state: dict, log_rows: list[dict]) -> TrainResult:
         return TrainResult(finished, state["epochs_done"], state["best_val_map5"],
-                           state["best_threshold"], self.out_dir, log_rows)
+                           state["best_threshold"], self.out_dir, log_rows, self.schedule.total_epochs)
 
 
 def _summary(state: dict) -> dict:
@@ -348,7 +351,13 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
-    write_run_metadata(out_dir, cfg, fold, data_dir, Path(playground) if playground else None,
+    sized = sized_config(cfg, {"main": len(data.pairs), "playground": len(pg.pairs) if pg else None})
+    if sized is not cfg:
+        log("schedule sized to the training set: " + ", ".join(
+            f"stage {i + 1} {s.steps or s.pairs} {'steps' if s.steps else 'pairs'} -> {z.epochs} epochs"
+            for i, (s, z) in enumerate(zip(cfg.stages, sized.stages)) if not s.sized))
+    # config.yaml holds the sized schedule: the run folder says what it trained.
+    write_run_metadata(out_dir, sized, fold, data_dir, Path(playground) if playground else None,
                        init_from=None if init is None else init.record())
 
     def scores(result):
@@ -362,7 +371,7 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
                 log(f"scoring the {stage.image_size} px snapshot into {out_dir / 'scores' / stage.snapshot_name}")
                 score_run(out_dir, comp, data, checkpoint=tag, log=log, progress=verbose != 0)
 
-    return _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, scores)
+    return _train(sized, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, scores)
 
 
 def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, deadline: float | None = None,
@@ -377,6 +386,7 @@ def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, de
     out_dir, playground = Path(out_dir), Path(playground)
     claim_run_dir(out_dir, PRETRAIN_FOLD, cfg.seed, resume=resume, overwrite=overwrite, log=log)
     pg = playground_data(load_competition(playground))
+    cfg = sized_config(cfg, {"playground": len(pg.pairs)})
     log(f"PlayGround pre-training: stages 1-{len(cfg.stages)}, {cfg.total_epochs} epochs, "
         f"{len(pg.pairs)} images of {playground}")
     write_run_metadata(out_dir, cfg, PRETRAIN_FOLD, playground, playground)
