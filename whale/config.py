@@ -43,6 +43,8 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 MINING_MODES = ("exact", "pruned")
 CACHE_MODES = ("memory", "jpeg", "none")
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
+STEMS = ("cadene", "timm")
+"""``model.stem`` values (:data:`whale.models.seresnext.STEMS`; only ``seresnext50`` has one)."""
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -55,7 +57,11 @@ MAX_IMAGE_SIZE = 1024
 class ModelConfig:
     """The siamese model: branch name and weights, input channels, head sizes.
 
-    ``weights`` is ``None`` (random init), ``"imagenet"``, or a path to a weights file.
+    ``weights`` is ``None`` (random init), ``"imagenet"``, or a path to a weights file (for
+    ``seresnext50`` one made by ``python -m whale.models.convert``; a relative path is read
+    from the working directory, and a Kaggle kernel also finds it by name in an attached dataset).
+    ``stem`` (``seresnext50`` only): ``"cadene"`` or ``"timm"``, the stem's max-pool layout;
+    ``None`` = the one a converted weights file records, else ``"cadene"``.
     ``head_mid`` is the number of filters of the head's first Conv2D (32 in the paper's code),
     ``head_hidden`` an optional extra dense layer (0 = none).
     """
@@ -65,6 +71,11 @@ class ModelConfig:
     channels: int = 3
     head_mid: int = 32
     head_hidden: int = 0
+    stem: str | None = None
+
+    def branch_options(self) -> dict[str, str]:
+        """Build options for :func:`whale.models.build_branch` (``{}`` = the defaults)."""
+        return {"stem": self.stem} if self.stem else {}
 
 
 @dataclass(frozen=True)
@@ -156,6 +167,8 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (stages as a list) that :func:`config_from_dict` turns back into this."""
         d = dataclasses.asdict(self)
+        if d["model"]["stem"] is None:
+            del d["model"]["stem"]  # configs without one hash as they did before it existed
         order = ("epochs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2")
         stages = [{key: s[key] for key in order} for s in d.pop("stages")]
         d["stages"] = stages  # last, so a written config reads like the hand-written ones
@@ -279,12 +292,18 @@ def _model(c: _Checker, raw: Any, path: str) -> ModelConfig:
     channels = c.number(raw.get("channels", d.channels), f"{path}.channels", int, 1, 3)
     if channels not in (1, 3):
         raise c.fail(f"{path}.channels", "1 or 3", raw.get("channels"))
+    stem = raw.get("stem")
+    if stem is not None:
+        stem = c.choice(stem, f"{path}.stem", STEMS)
+        if branch != "seresnext50":
+            raise c.fail(f"{path}.stem", "no stem for branch " + branch + " (seresnext50 only)", stem)
     return ModelConfig(
         branch=branch,
         weights=c.string(raw.get("weights", d.weights), f"{path}.weights", optional=True),
         channels=channels,
         head_mid=c.number(raw.get("head_mid", d.head_mid), f"{path}.head_mid", int, 1),
         head_hidden=c.number(raw.get("head_hidden", d.head_hidden), f"{path}.head_hidden", int, 0),
+        stem=stem,
     )
 
 
