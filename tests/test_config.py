@@ -70,7 +70,7 @@ def test_round_trip(tmp_path):
     assert config_from_dict(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize("name", ["densenet121", "seresnext50", "convnet_v1", "demo", "starter"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem != "boxes"))  # boxes: whale.boxes
 def test_shipped_configs_load_and_round_trip(name, tmp_path):
     cfg = load_config(CONFIGS / f"{name}.yaml")
     assert cfg.name == name
@@ -85,9 +85,9 @@ def test_densenet121_is_table3():
     assert cfg.mining_interval == 5  # the paper's n
 
 
-def test_convnet_v1_one_channel_and_head_only_at_size_increase():
+def test_convnet_v1_rgb_and_head_only_at_size_increase():
     cfg = load_config(CONFIGS / "convnet_v1.yaml")
-    assert cfg.model.channels == 1 and cfg.model.weights is None
+    assert cfg.model.channels == 3 and cfg.model.weights is None  # Table 4: 384/768/1024 x 3
     sizes = [s.image_size for s in cfg.stages]
     assert sorted(set(sizes)) == [384, 768, 1024]
     for prev, cur in zip(cfg.stages, cfg.stages[1:]):
@@ -222,3 +222,16 @@ def test_starter_is_sized_in_steps_and_gives_a_small_catalogue_many_epochs():
     steps = lambda c, n: sum(s.epochs for s in c.stages) * -(-2 * n // c.batch_size)  # noqa: E731
     assert steps(small, 200) >= 2000 and steps(big, 20000) >= 2000
     assert small.total_epochs > 20 * big.total_epochs
+
+
+def test_model_stem_is_for_seresnext50_only_and_absent_from_configs_without_one(tmp_path):
+    base = {**MINIMAL, "model": {"branch": "seresnext50", "stem": "timm"}}
+    cfg = load_config(write(tmp_path, base))
+    assert cfg.model.stem == "timm" and cfg.model.branch_options() == {"stem": "timm"}
+    assert load_config(write(tmp_path, cfg.to_dict())) == cfg
+    with pytest.raises(ConfigError, match=r"model\.stem: expected one of cadene, timm"):
+        load_config(write(tmp_path, {**MINIMAL, "model": {"branch": "seresnext50", "stem": "torch"}}))
+    with pytest.raises(ConfigError, match=r"model\.stem: expected no stem for branch tiny"):
+        load_config(write(tmp_path, {**MINIMAL, "model": {"branch": "tiny", "stem": "timm"}}))
+    plain = load_config(write(tmp_path, MINIMAL))
+    assert plain.model.branch_options() == {} and "stem" not in plain.to_yaml()

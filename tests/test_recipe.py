@@ -83,5 +83,5 @@ def test_shipped_paper_recipe_is_valid(tmp_path, monkeypatch):
             (tmp_path / "runs" / model / f"fold{fold}" / "scores" / "768").mkdir(parents=True)
     r = load_recipe(recipe)
     assert len(r.runs) == 20 and sum(r.weights) == pytest.approx(5.0)
-    assert str(r.runs[4]) == "runs/seresnext50/fold0/scores/384"
+    assert str(r.runs[4]) == "runs/seresnext50/fold0" and str(r.runs[16]) == "runs/convnet_v2/fold0/scores/768"
     assert r.new_whale_fraction is not None and not r.tune

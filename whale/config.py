@@ -43,13 +43,13 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 """Keras dtype policies a run may train under (``precision``; :mod:`whale.models.precision`)."""
 MINING_MODES = ("exact", "pruned")
 CACHE_MODES = ("memory", "jpeg", "none")
-AUGMENT_STYLES = ("paper", "koch")  # whale.data.augment: photo pipeline / Koch et al.'s affine
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
+AUGMENT_STYLES = ("paper", "koch")  # whale.data.augment: photo pipeline / Koch et al.'s affine
 TTA_VIEWS = ("shift_left", "shift_right", "zoom", "bright", "dark")
 """Deterministic test-time views besides the plain one (``tta``; :func:`whale.data.augment.build_view`)."""
 TTA_MODES = ("features", "scores")
-LENGTH_KEYS = ("epochs", "steps", "pairs")
-"""How a stage's length may be given: one of these keys per stage."""
+LENGTH_KEYS = ("epochs", "steps", "pairs")  # how a stage's length may be given: exactly one per stage
+STEMS = ("cadene", "timm")  # model.stem values (whale.models.seresnext.STEMS; seresnext50 only)
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -62,7 +62,11 @@ MAX_IMAGE_SIZE = 1024
 class ModelConfig:
     """The siamese model: branch name and weights, input channels, head sizes.
 
-    ``weights`` is ``None`` (random init), ``"imagenet"``, or a path to a weights file.
+    ``weights`` is ``None`` (random init), ``"imagenet"``, or a path to a weights file (for
+    ``seresnext50`` one made by ``python -m whale.models.convert``; a relative path is read
+    from the working directory, and a Kaggle kernel also finds it by name in an attached dataset).
+    ``stem`` (``seresnext50`` only): ``"cadene"`` or ``"timm"``, the stem's max-pool layout;
+    ``None`` = the one a converted weights file records, else ``"cadene"``.
     ``head_mid`` is the number of filters of the head's first Conv2D (32 in the paper's code),
     ``head_hidden`` an optional extra dense layer (0 = none).
     """
@@ -72,6 +76,11 @@ class ModelConfig:
     channels: int = 3
     head_mid: int = 32
     head_hidden: int = 0
+    stem: str | None = None
+
+    def branch_options(self) -> dict[str, str]:
+        """Build options for :func:`whale.models.build_branch` (``{}`` = the defaults)."""
+        return {"stem": self.stem} if self.stem else {}
 
 
 @dataclass(frozen=True)
@@ -211,6 +220,8 @@ class RunConfig:
         """Plain dict (stages as a list, each with its one length key) that
         :func:`config_from_dict` turns back into this."""
         d = dataclasses.asdict(self)
+        if d["model"]["stem"] is None:
+            del d["model"]["stem"]  # configs without one hash as they did before it existed
         order = ("epochs", "steps", "pairs", "k", "k_end", "lr", "image_size", "dataset", "freeze_branch", "l2",
                  "snapshot")
         # Keys added later are written only when set, so configs without them keep their hash.
@@ -236,7 +247,7 @@ class RunConfig:
 
 _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0,
                 "flip_ids": False, "tta": [], "tta_mode": "features"}
-"""Run keys added after the first runs: written only when not at their default (same hash as before)."""
+# ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,12 +274,18 @@ def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
     channels = c.number(raw.get("channels", d.channels), f"{path}.channels", int, 1, 3)
     if channels not in (1, 3):
         raise c.fail(f"{path}.channels", "1 or 3", raw.get("channels"))
+    stem = raw.get("stem")
+    if stem is not None:
+        stem = c.choice(stem, f"{path}.stem", STEMS)
+        if branch != "seresnext50":
+            raise c.fail(f"{path}.stem", "no stem for branch " + branch + " (seresnext50 only)", stem)
     return ModelConfig(
         branch=branch,
         weights=c.string(raw.get("weights", d.weights), f"{path}.weights", optional=True),
         channels=channels,
         head_mid=c.number(raw.get("head_mid", d.head_mid), f"{path}.head_mid", int, 1),
         head_hidden=c.number(raw.get("head_hidden", d.head_hidden), f"{path}.head_hidden", int, 0),
+        stem=stem,
     )
 
 

@@ -11,6 +11,10 @@ class DataError(WhaleError):
     """A data file or image is missing, malformed, or unsafe."""
 
 
+class MissingFileError(DataError, FileNotFoundError):
+    """A file the run needs does not exist (also a ``FileNotFoundError``); the message says how to make it."""
+
+
 class ConfigError(WhaleError):
     """A configuration file has an unknown key or a bad value."""
 

@@ -175,6 +175,25 @@ def install_keras_weights(input_dir: Path, log=print) -> list[Path]:
     return copied
 
 
+def with_attached_weights(cfg, input_dir: Path, log=print):
+    """``cfg`` with ``model.weights`` pointed at the attached file of that name, when the path
+    it gives does not exist (a converted ``*.weights.h5`` shipped as a dataset); unchanged
+    otherwise. Looks two and four levels under ``input_dir``, like :func:`install_keras_weights`."""
+    import dataclasses
+
+    weights = cfg.model.weights
+    if weights in (None, "imagenet") or Path(weights).is_file():
+        return cfg
+    name = Path(weights).name
+    found = sorted(set(input_dir.glob(f"*/{name}")) | set(input_dir.glob(f"*/*/*/{name}")))
+    if not found:
+        log(f"model.weights {weights}: no file {name} in the datasets under {input_dir}; attach the "
+            "converted weights as a dataset (kernels make --extra-dataset OWNER/SLUG)")
+        return cfg
+    log(f"model.weights: {weights} -> {found[0]}")
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, weights=str(found[0])))
+
+
 def write_status(run_dir: Path, status: str, detail: str = "") -> None:
     """``run_dir/STATUS``: the status word on the first line, ``detail`` after it."""
     write_text_atomic(run_dir / STATUS_FILE, status + "\n" + (detail + "\n" if detail else ""))
@@ -260,7 +279,7 @@ def main(argv=None) -> int:
     from whale.training.pretrain import pretrain_config
 
     cfg_path = resolve_config(args.config, code_dirs, run_dir, log=say)
-    cfg = load_config(cfg_path)
+    cfg = with_attached_weights(load_config(cfg_path), input_dir, log=say)
     if args.pretrain:
         cfg = pretrain_config(cfg, str(cfg_path))
     if args.init_from_kernel:

@@ -39,14 +39,16 @@ class Preprocess(keras.layers.Layer):
         mode: one of :data:`MODES`.
         branch: name of the registry entry this layer belongs to; stored in the config so
             that :func:`whale.models.branch_spec` can rebuild the branch from a loaded model.
+        options: the branch's build options (``{"stem": "timm"}``), stored for the same reason.
     """
 
-    def __init__(self, mode: str, branch: str = "", **kwargs):
+    def __init__(self, mode: str, branch: str = "", options: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         if mode not in MODES:
             raise ValueError(f"Preprocess mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.branch = branch
+        self.options = dict(options or {})
 
     def call(self, inputs):
         x = ops.cast(inputs, "float32")
@@ -75,5 +77,5 @@ class Preprocess(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"mode": self.mode, "branch": self.branch})
+        config.update({"mode": self.mode, "branch": self.branch, "options": dict(self.options)})
         return config

@@ -12,7 +12,7 @@ Global max pooling makes the weights independent of the input size, which is wha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import keras
@@ -39,6 +39,9 @@ class BranchDef:
             at 512 px). InceptionV3's last BatchNormalizations are unnamed (their names depend on
             how many layers Keras built before), so it names ``mixed10``, the concatenation of
             those BatchNormalizations after their ReLUs.
+        options: build options the backbone takes as keyword arguments, name -> allowed
+            values (the first is the default); stored in the branch's ``preprocess`` layer.
+        torch_models: the PyTorch models :mod:`whale.models.convert` maps onto this branch.
     """
 
     backbone: Callable[..., keras.Model]
@@ -47,6 +50,8 @@ class BranchDef:
     min_size: int = 64
     imagenet: bool = False
     heatmap_layer: str = convnet.LAST_BN
+    options: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    torch_models: tuple[str, ...] = ()
 
 
 BRANCHES: dict[str, BranchDef] = {
@@ -54,7 +59,10 @@ BRANCHES: dict[str, BranchDef] = {
     "resnet50": BranchDef(backbones.resnet50, "caffe", 2048, imagenet=True, heatmap_layer="conv5_block3_3_bn"),
     "inceptionv3": BranchDef(backbones.inceptionv3, "tf", 2048, min_size=75, imagenet=True,
                              heatmap_layer="mixed10"),
-    "seresnext50": BranchDef(seresnext.seresnext50, "torch", 2048, heatmap_layer="stage4_block3_bn3"),
+    "seresnext50": BranchDef(seresnext.seresnext50, "torch", 2048, heatmap_layer="stage4_block3_bn3",
+                             options={"stem": seresnext.STEMS},
+                             torch_models=("timm seresnext50_32x4d",
+                                           "Cadene se_resnext50_32x4d (timm legacy_seresnext50_32x4d)")),
     "convnet_v1": BranchDef(convnet.convnet_v1, "standardize", 512),
     "convnet_v2": BranchDef(convnet.convnet_v2, "standardize", 512),
     "small": BranchDef(convnet.small, "standardize", 128, min_size=32),  # CPU demo and benchmarks
@@ -91,11 +99,30 @@ def check_input_shape(name: str, input_shape) -> tuple[int, int, int]:
     return shape
 
 
-def assemble_branch(name: str, backbone: keras.Model) -> keras.Model:
-    """Wrap a backbone as a branch: Input -> Preprocess -> backbone -> global max pooling."""
+def check_options(name: str, options: dict | None) -> dict[str, str]:
+    """Branch ``name``'s build options with defaults filled in; unknown names/values raise
+    ``ConfigError`` listing what is accepted."""
+    spec = get_branch_def(name)
+    options = dict(options or {})
+    for key, value in options.items():
+        if key not in spec.options:
+            accepted = ", ".join(spec.options) or "none"
+            raise ConfigError(f"branch {name!r} has no option {key!r} (options: {accepted})")
+        if value not in spec.options[key]:
+            raise ConfigError(f"branch {name!r}: option {key} must be one of "
+                              f"{', '.join(spec.options[key])}, got {value!r}")
+    return {key: options.get(key, allowed[0]) for key, allowed in spec.options.items()}
+
+
+def assemble_branch(name: str, backbone: keras.Model, options: dict | None = None) -> keras.Model:
+    """Wrap a backbone as a branch: Input -> Preprocess -> backbone -> global max pooling.
+
+    ``options`` are the build options ``backbone`` was made with (recorded in ``preprocess``).
+    """
     spec = get_branch_def(name)
     inp = keras.Input(backbone.input_shape[1:], name="image", dtype="float32")
-    x = Preprocess(spec.preprocess, branch=name, name="preprocess")(inp)
+    x = Preprocess(spec.preprocess, branch=name, options=check_options(name, options),
+                   name="preprocess")(inp)
     x = backbone(x)
     x = keras.layers.GlobalMaxPooling2D(name="gmp")(x)
     return keras.Model(inp, x, name="branch")
@@ -112,6 +139,12 @@ def branch_spec(branch: keras.Model) -> tuple[str, int]:
     if not isinstance(layer, Preprocess) or layer.branch not in BRANCHES:
         raise ConfigError(f"model {branch.name!r}: cannot tell which registry branch it is")
     return layer.branch, int(branch.input_shape[-1])
+
+
+def branch_options(branch: keras.Model) -> dict[str, str]:
+    """The build options of a branch (defaults for one saved before options existed)."""
+    name, _ = branch_spec(branch)
+    return check_options(name, branch.get_layer("preprocess").options)
 
 
 def feature_dim(branch: keras.Model) -> int:

@@ -3,7 +3,13 @@
 Mirrors the layout of Cadene's ``pretrainedmodels.se_resnext50_32x4d`` (the one timm and the
 Kaggle kernels of 2019 used), so that PyTorch weights could be ported one tensor at a time:
 
-* stem: 7x7/2 conv 64 (no bias), BN, ReLU, 3x3/2 max pool (ceil mode, here ``padding="same"``);
+* stem: 7x7/2 conv 64 (no bias), BN, ReLU, 3x3/2 max pool, in one of two layouts (``stem``):
+  ``"cadene"`` (Cadene's and timm's ``legacy_seresnext50_32x4d``: ``MaxPool2d(3, 2,
+  ceil_mode=True)``) or ``"timm"`` (timm's ``seresnext50_32x4d``: ``MaxPool2d(3, 2,
+  padding=1)``). Both are written as explicit zero padding + valid pooling, exact because the
+  pool follows a ReLU (values >= 0); the two differ in where the windows start, so converted
+  weights must be used with the stem they were trained with (:mod:`whale.models.convert`
+  records it in the weights file);
 * 4 stages of bottleneck blocks, ``(3, 4, 6, 3)`` blocks, ``planes = 64, 128, 256, 512``,
   grouped width ``planes * 2`` (32 groups x 4 channels scaled), output ``planes * 4``;
 * block: 1x1 conv -> BN -> ReLU -> 3x3 grouped conv (32 groups, stride on this conv) -> BN
@@ -57,21 +63,41 @@ def _block(x, planes: int, stride: int, downsample: bool, name: str, groups=32, 
     return layers.ReLU(name=f"{name}_out")(y)
 
 
-def seresnext50(input_shape, weights=None) -> keras.Model:
+STEMS = ("cadene", "timm")
+"""Stem max-pool layouts (see the module docstring); ``"cadene"`` is the default."""
+
+
+def seresnext50(input_shape, weights=None, stem: str = "cadene") -> keras.Model:
     """SE-ResNeXt-50 32x4d feature extractor: ``[b, S, S, C] -> [b, S/32, S/32, 2048]``.
 
-    ``weights`` must be ``None`` (no ImageNet weights are shipped for this Keras port).
+    ``weights`` must be ``None`` (Keras has no ImageNet weights for it: convert a PyTorch
+    checkpoint with ``python -m whale.models.convert``). ``stem`` is one of :data:`STEMS`.
     """
     if weights is not None:
         raise ValueError(f"seresnext50 builds with weights=None only, got {weights!r}")
+    if stem not in STEMS:
+        raise ValueError(f"seresnext50 stem must be one of {STEMS}, got {stem!r}")
     inp = keras.Input(tuple(input_shape), name="backbone_input")
     x = layers.ZeroPadding2D(3, name="stem_pad")(inp)
     x = layers.Conv2D(64, 7, strides=2, use_bias=False, name="stem_conv")(x)
     x = layers.BatchNormalization(**_BN, name="stem_bn")(x)
     x = layers.ReLU(name="stem_relu")(x)
-    x = layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+    x = layers.ZeroPadding2D(_stem_pool_padding(stem, x.shape[1]), name="stem_pool_pad")(x)
+    x = layers.MaxPooling2D(3, strides=2, name="stem_pool")(x)
     for stage, (planes, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3)), start=1):
         for b in range(blocks):
             stride = 2 if (b == 0 and stage > 1) else 1
             x = _block(x, planes, stride, downsample=(b == 0), name=f"stage{stage}_block{b + 1}")
     return keras.Model(inp, x, name="backbone")
+
+
+def _stem_pool_padding(stem: str, size) -> tuple:
+    """Zero padding ``((top, bottom), (left, right))`` before the valid 3x3/2 stem pool.
+
+    timm pads 1 on every side. Cadene's ceil mode adds one row/column at the end when the
+    side ``size`` is even (the last window would hang over), none when it is odd.
+    """
+    if stem == "timm":
+        return ((1, 1), (1, 1))
+    end = 1 if size is None or int(size) % 2 == 0 else 0
+    return ((0, end), (0, end))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import keras
 
 from whale.models.factory import build_branch
-from whale.models.registry import branch_spec
+from whale.models.registry import branch_options, branch_spec
 
 
 def build_siamese(branch: keras.Model, head: keras.Model) -> keras.Model:
@@ -89,7 +89,8 @@ def transfer_branch(branch: keras.Model, new_size: int) -> keras.Model:
     size. The trainable flag is carried over too.
     """
     name, channels = branch_spec(branch)
-    new = build_branch(name, (int(new_size), int(new_size), channels), weights=None)
+    new = build_branch(name, (int(new_size), int(new_size), channels), weights=None,
+                       options=branch_options(branch))
     new.set_weights(branch.get_weights())
     new.trainable = branch.trainable
     return new

@@ -7,11 +7,14 @@ Weight files (an attached Kaggle dataset, say) come in two formats and two scope
 * of the whole branch (as saved by ``branch.save_weights``) or of the backbone only.
 
 The scope is read from the file (a whole-branch file holds the ``preprocess`` layer), never
-guessed from loading errors. A 1-channel branch also accepts a 3-channel file: the file is
+guessed from loading errors. A file written by :mod:`whale.models.convert` also records the
+branch name and build options (``stem``) it was converted for, as HDF5 attributes of its root
+(:func:`weights_file_options`). A 1-channel branch also accepts a 3-channel file: the file is
 loaded into a 3-channel twin and :func:`adapt_first_conv` copies it over.
 """
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from pathlib import Path
@@ -19,8 +22,12 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from whale.errors import DataError
-from whale.models.registry import assemble_branch, branch_spec, get_branch_def
+from whale.errors import DataError, MissingFileError
+from whale.models.registry import assemble_branch, branch_options, branch_spec, get_branch_def
+
+BRANCH_ATTR = "whale_branch"
+OPTIONS_ATTR = "whale_options"
+SOURCE_ATTR = "whale_source"
 
 
 def adapt_first_conv(src: keras.Model, dst: keras.Model) -> None:
@@ -73,8 +80,8 @@ def load_branch_weights(branch: keras.Model, path) -> None:
             and the layer/variable that does not fit.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights file not found: {path}")
+    name, channels = branch_spec(branch)
+    weights_file_options(name, path)  # missing file, other branch: say so before loading
     whole = _is_whole_branch_file(path)
     target = branch if whole else branch.get_layer("backbone")
     try:
@@ -82,10 +89,10 @@ def load_branch_weights(branch: keras.Model, path) -> None:
         return
     except ValueError as err:
         first_error = err
-    name, channels = branch_spec(branch)
     if channels == 1:  # maybe a 3-channel file: load into an RGB twin, then adapt
+        options = branch_options(branch)
         twin = assemble_branch(name, get_branch_def(name).backbone(
-            tuple(branch.input_shape[1:3]) + (3,), None))
+            tuple(branch.input_shape[1:3]) + (3,), None, **options), options)
         try:
             _load(twin if whole else twin.get_layer("backbone"), path)
         except ValueError:
@@ -97,6 +104,36 @@ def load_branch_weights(branch: keras.Model, path) -> None:
         f"{path}: weights do not fit the {'branch' if whole else 'backbone'} of {name!r} "
         f"({_where(first_error)}): {str(first_error).splitlines()[0][:300]}"
     ) from first_error
+
+
+def weights_file_options(name: str, path) -> dict[str, str]:
+    """The build options a converted weights file was made for (``{}`` for other files).
+
+    Raises:
+        MissingFileError: (a ``FileNotFoundError``) no such file; for a branch the converter
+            serves, the message gives the ``python -m whale.models.convert`` command.
+        DataError: the file was converted for another branch, or is not a readable HDF5 file.
+    """
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        spec = get_branch_def(name)
+        hint = ""
+        if spec.torch_models:
+            hint = (f"; make it from a PyTorch checkpoint of {' or '.join(spec.torch_models)} "
+                    f"with: python -m whale.models.convert --branch {name} --from "
+                    f"CHECKPOINT(.pth|.safetensors|.npz) --out {path}")
+        raise MissingFileError(f"weights file not found: {path}{hint}")
+    try:
+        with h5py.File(path, "r") as f:
+            made_for = f.attrs.get(BRANCH_ATTR)
+            options = f.attrs.get(OPTIONS_ATTR)
+    except OSError as err:
+        raise DataError(f"{path}: not a readable HDF5 weights file ({err})") from None
+    if made_for is not None and str(made_for) != name:
+        raise DataError(f"{path}: weights converted for branch {str(made_for)!r}, not {name!r}")
+    return json.loads(options) if options is not None else {}
 
 
 def _is_whole_branch_file(path: Path) -> bool:

@@ -103,7 +103,8 @@ class Trainer:
         from whale.models import build_branch, build_head, build_siamese
 
         m = self.cfg.model
-        branch = build_branch(m.branch, (image_size, image_size, m.channels), weights=m.weights)
+        branch = build_branch(m.branch, (image_size, image_size, m.channels), weights=m.weights,
+                              options=m.branch_options())
         head = build_head(int(branch.output_shape[-1]), mid=m.head_mid, hidden=m.head_hidden)
         return build_siamese(branch, head)
 
