@@ -61,6 +61,35 @@ def test_matrix_equals_head_predict(heads, hidden):
     np.testing.assert_allclose(pairs, np.diag(ref_ab[:20, :20]), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("hidden", [0, 2])
+def test_new_weights_reuse_the_compiled_formula_and_score_their_own_head(backend, hidden):
+    """A training run builds a scorer for a new head every epoch: same shapes, new weights.
+    The second scorer compiles nothing new and scores with its own weights, not the first's."""
+    import keras
+
+    from whale.models import HeadScorer, build_head
+    from whale.models import scorer as scorer_module
+
+    d, rng = 12, np.random.default_rng(3)
+    fa, fb = _feats(rng, 9, d), _feats(rng, 14, d)
+    heads, got = [], []
+    for seed in (10, 11):
+        keras.utils.set_random_seed(seed)
+        head = build_head(d, mid=5, hidden=[4, 3] if hidden else 0)
+        heads.append(head)
+        scorer = HeadScorer(head, tile=(8, 8))
+        got.append(scorer.matrix(fa, fb, progress=False))
+        if seed == 10:
+            compiled = len(scorer_module._FORMULAS)
+    assert len(scorer_module._FORMULAS) == compiled
+    for head, m in zip(heads, got):
+        np.testing.assert_allclose(m, _dense_ref(head, fa, fb), atol=1e-5, rtol=0)
+    assert np.abs(got[0] - got[1]).max() > 1e-3  # different weights, different scores
+    folded = HeadScorer(heads[1], tile=(8, 8), constants=True).matrix(fa, fb, progress=False)
+    np.testing.assert_allclose(folded, got[1], atol=1e-6, rtol=0)
+    assert len(scorer_module._FORMULAS) == compiled  # constants: compiled per scorer, not shared
+
+
 def test_symmetric_equals_full_and_counts_upper_triangle(heads):
     from whale.models import HeadScorer
 

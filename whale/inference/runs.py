@@ -38,7 +38,7 @@ class RunScorer:
         self.image_size = model_image_size(model)
         self.batch_size, self.verbose = batch_size, verbose
         self.views, self.tta_mode, self.mirror = ("plain", *views), tta_mode, bool(mirror)
-        self.scorer = HeadScorer(model.get_layer("head"))
+        self.scorer = HeadScorer(model.get_layer("head"), constants=True)  # one head, many pairs
 
     @classmethod
     def for_config(cls, model, cfg, verbose=True) -> "RunScorer":

@@ -15,7 +15,10 @@ small network shared by the ``d`` feature positions followed by a weighted sum::
 evaluates the formula directly on broadcast blocks ``[a, 1, d] x [1, b, d]`` with one
 XLA-compiled function per block shape (written once in ``keras.ops``; compiled by
 ``tf.function(jit_compile=True)`` on TensorFlow, ``jax.jit`` on JAX; blocks are padded to a
-fixed shape, so it compiles once). The formula runs in float32 whatever the head's dtype
+fixed shape, so it compiles once). The weights are the compiled function's arguments, not
+constants baked into it: a training run scores with a new head every mining and validation,
+and each reuses the functions compiled for the first (``benchmarks/scorer_rebuild.py``
+measures the saving). The formula runs in float32 whatever the head's dtype
 policy: under mixed precision it is the head's exact float32 value. XLA fuses the ``mid`` units into a single loop, so the ``[a, b, d, mid]``
 intermediate is never written to memory and no pair of features is ever gathered; the speed
 against the reference style (gather every pair, ``head.predict(batch_size=2048)``) is
@@ -85,7 +88,7 @@ def _extract_head(head):
 
 
 def _compile(body, shapes, jit: bool = True):
-    """``body`` (two float32 backend tensors of ``shapes`` -> one tensor) as a numpy function.
+    """``body`` (float32 backend tensors of ``shapes`` -> one tensor) as a numpy function.
 
     Compiled with the backend's compiler: ``tf.function(jit_compile=True)`` on TensorFlow
     (plain ``tf.function`` when XLA fails or ``jit`` is false), ``jax.jit`` on JAX; other
@@ -109,15 +112,62 @@ def _compile(body, shapes, jit: bool = True):
                 fn = None
         if fn is None:
             fn = tf.function(body, input_signature=sig)
-        return lambda x, y: fn(x, y).numpy()
+        return lambda *args: fn(*args).numpy()
     if backend == "jax":
         import jax
 
         fn = jax.jit(body) if jit else body
-        return lambda x, y: np.asarray(fn(x, y))
+        return lambda *args: np.asarray(fn(*args))
     from keras import ops
 
-    return lambda x, y: ops.convert_to_numpy(body(ops.convert_to_tensor(x), ops.convert_to_tensor(y)))
+    return lambda *args: ops.convert_to_numpy(body(*(ops.convert_to_tensor(a) for a in args)))
+
+
+_FORMULAS: dict = {}
+"""Compiled formulas shared by every :class:`HeadScorer` of the process, keyed by backend, kind,
+block shape, the head's weight shapes and activations and ``jit``: the weights are arguments,
+so a head with new weights (every mining and validation of a training run) reuses them."""
+
+
+def _weight_arrays(p: dict) -> list[np.ndarray]:
+    """A contract head's weights (:func:`_extract_head`) as the formula's float32 arguments:
+    ``C [4, mid], b1 [mid], v [mid], b2 [1]``, then ``W, b`` of each dense layer."""
+    arrays = [p["C"], p["b1"], p["v"], np.array([p["b2"]])]
+    for W, b, _ in p["dense"]:
+        arrays += [W, b]
+    return [np.ascontiguousarray(a, dtype=np.float32) for a in arrays]
+
+
+def _formula(X, Y, weights, acts):
+    """The contract head on broadcastable backend tensors ``[..., d]`` -> ``[...]`` float32.
+
+    ``weights`` as :func:`_weight_arrays` lays them out (backend tensors), ``acts`` the dense
+    layers' activation names. Unrolled over the ``mid`` units (a static shape): XLA fuses the
+    loop, so ``[.., d, mid]`` never exists in memory.
+    """
+    from keras import ops
+
+    C, b1, v, b2 = weights[:4]
+    xy = X * Y
+    s = X + Y
+    df = X - Y
+    ad = ops.abs(df)
+    sq = df * df
+    acc = None
+    for m in range(C.shape[1]):
+        z = C[0, m] * xy + C[1, m] * s + C[2, m] * ad + C[3, m] * sq + b1[m]
+        t = v[m] * ops.relu(z)
+        acc = t if acc is None else acc + t
+    h = acc + b2[0]
+    fns = {"relu": ops.relu, "linear": lambda t: t, "sigmoid": ops.sigmoid, "tanh": ops.tanh}
+    for i, act in enumerate(acts):
+        W, b = weights[4 + 2 * i], weights[5 + 2 * i]
+        if W.shape[1] == 1:
+            h = ops.sum(h * W[:, 0], axis=-1, keepdims=True) + b[0]
+        else:
+            h = ops.tensordot(h, W, axes=1) + b
+        h = fns[act](h)
+    return h[..., 0]
 
 
 class HeadScorer:
@@ -133,19 +183,27 @@ class HeadScorer:
             XLA is unavailable.
         check: compare with ``head`` on random pairs when built; a mismatch (a head that does
             not follow the contract) switches to the generic path through the Keras model.
+        constants: fold the weights into the compiled functions as constants (the scorer's
+            original form; on a loaded 2-core CPU under TensorFlow, 2,000 x 2,000 at d = 512,
+            it was as fast or up to ~15% faster per pair), compiled anew for every scorer
+            (seconds): for one head scoring many pairs (inference). Without it the weights are arguments and every scorer of the same
+            head shapes reuses one compilation (training: a new head every mining and
+            validation; ``benchmarks/scorer_rebuild.py``).
 
     Attributes:
         d: feature dimension. ``exact_formula``: True if the fast formula path is used.
         pairs_computed: running count of pairs evaluated (for benchmarks).
     """
 
-    def __init__(self, head, tile=DEFAULT_TILE, pair_chunk=DEFAULT_PAIR_CHUNK, jit=True, check=True):
+    def __init__(self, head, tile=DEFAULT_TILE, pair_chunk=DEFAULT_PAIR_CHUNK, jit=True, check=True,
+                 constants=False):
         self.head = head
         self.tile = (int(tile[0]), int(tile[1]))
         self.pair_chunk = int(pair_chunk)
         if min(self.tile) < 1 or self.pair_chunk < 1:
             raise ValueError(f"tile, pair_chunk: expected positive sizes, received {tile}, {pair_chunk}")
         self.jit = bool(jit)
+        self.constants = bool(constants)
         self.params = _extract_head(head)
         self.d = self.params["d"] if self.params else int(head.inputs[0].shape[-1])
         self.exact_formula = self.params is not None
@@ -154,57 +212,51 @@ class HeadScorer:
         if check:
             self._verify()
 
-    # ---- the compiled core
+    # ---- the compiled functions
 
     def _core(self, X, Y):
-        """Broadcastable backend tensors ``[..., d]`` float32 -> probabilities ``[...]`` float32.
-
-        Written once in ``keras.ops``; :func:`_compile` compiles it with the backend's compiler.
-        """
+        """The generic path: broadcastable backend tensors ``[..., d]`` float32 -> probabilities
+        ``[...]`` float32 through the Keras head itself (a head off the contract)."""
         from keras import ops
 
-        if not self.exact_formula:
-            shape = tuple(ops.shape(X + Y))
-            Xb = ops.reshape(ops.broadcast_to(X, shape), (-1, self.d))
-            Yb = ops.reshape(ops.broadcast_to(Y, shape), (-1, self.d))
-            out = self.head([Xb, Yb], training=False)
-            return ops.reshape(ops.cast(out, "float32"), shape[:-1])
-        p = self.params
-        C, b1, v = p["C"].astype(np.float64), p["b1"].astype(np.float64), p["v"].astype(np.float64)
-        xy = X * Y
-        s = X + Y
-        df = X - Y
-        ad = ops.abs(df)
-        sq = df * df
-        acc = None
-        # Unrolled over the mid units with the weights as constants: XLA fuses the whole loop,
-        # so [.., d, mid] never exists in memory.
-        for m in range(C.shape[1]):
-            z = float(C[0, m]) * xy + float(C[1, m]) * s + float(C[2, m]) * ad + float(C[3, m]) * sq + float(b1[m])
-            t = float(v[m]) * ops.relu(z)
-            acc = t if acc is None else acc + t
-        h = acc + p["b2"]
-        acts = {"relu": ops.relu, "linear": lambda t: t, "sigmoid": ops.sigmoid, "tanh": ops.tanh}
-        for W, b, act in p["dense"]:
-            if W.shape[1] == 1:
-                h = ops.sum(h * ops.convert_to_tensor(W[:, 0]), axis=-1, keepdims=True) + float(b[0])
-            else:
-                h = ops.tensordot(h, ops.convert_to_tensor(W), axes=1) + ops.convert_to_tensor(b)
-            h = acts[act](h)
-        return h[..., 0]
+        shape = tuple(ops.shape(X + Y))
+        Xb = ops.reshape(ops.broadcast_to(X, shape), (-1, self.d))
+        Yb = ops.reshape(ops.broadcast_to(Y, shape), (-1, self.d))
+        out = self.head([Xb, Yb], training=False)
+        return ops.reshape(ops.cast(out, "float32"), shape[:-1])
 
     def _fn(self, kind: str, shape: tuple):
         """One compiled function per (kind, fixed shape): numpy ``[a, d]``, ``[b, d]`` float32 ->
-        numpy float32 (``[a, b]`` for ``"block"``, ``[a]`` for ``"pairs"``). Each shape compiles once."""
+        numpy float32 (``[a, b]`` for ``"block"``, ``[a]`` for ``"pairs"``). The contract formula
+        takes the head's weights as arguments and is compiled once per process for each shape
+        (:data:`_FORMULAS`), or with ``constants`` once per scorer with the weights folded in;
+        the generic path compiles once per scorer."""
         key = (kind, shape)
         if key not in self._fns:
             if kind == "block":
                 shapes = ((shape[0], self.d), (shape[1], self.d))
-                body = lambda x, y: self._core(x[:, None, :], y[None, :, :])
+                pair = lambda x, y: (x[:, None, :], y[None, :, :])  # noqa: E731
             else:
                 shapes = ((shape[0], self.d), (shape[0], self.d))
-                body = lambda x, y: self._core(x, y)
-            self._fns[key] = _compile(body, shapes, self.jit)
+                pair = lambda x, y: (x, y)  # noqa: E731
+            if self.exact_formula and self.constants:
+                acts = tuple(act for _, _, act in self.params["dense"])
+                weights = _weight_arrays(self.params)
+                self._fns[key] = _compile(lambda x, y: _formula(*pair(x, y), weights, acts), shapes, self.jit)
+            elif self.exact_formula:
+                import keras
+
+                acts = tuple(act for _, _, act in self.params["dense"])
+                weights = _weight_arrays(self.params)
+                wshapes = tuple(w.shape for w in weights)
+                fkey = (keras.backend.backend(), kind, shapes, wshapes, acts, self.jit)
+                if fkey not in _FORMULAS:
+                    body = lambda x, y, *w: _formula(*pair(x, y), w, acts)  # noqa: E731
+                    _FORMULAS[fkey] = _compile(body, shapes + wshapes, self.jit)
+                compiled = _FORMULAS[fkey]
+                self._fns[key] = lambda x, y: compiled(x, y, *weights)
+            else:
+                self._fns[key] = _compile(lambda x, y: self._core(*pair(x, y)), shapes, self.jit)
         return self._fns[key]
 
     def _verify(self):
