@@ -1,6 +1,7 @@
 """What a fresh head costs the scorer: the trainer builds a new HeadScorer every mining and validation. Not a test.
 
     python benchmarks/scorer_rebuild.py [--heads 12] [--n 424] [--d 128] [--mid 32] [--hidden 0]
+                                        [--rate-n 2000] [--rate-d 512]
 
 The training loop changes the head's weights every epoch, so each mining block and each
 validation scores with a new :class:`whale.models.HeadScorer` of the same shapes. This builds
@@ -9,6 +10,11 @@ validation scores with a new :class:`whale.models.HeadScorer` of the same shapes
 matrix: the demo's mining step (424 training images, d = 128, mid = 32). The first head pays
 the compilation; the figure is the mean of the later ones and its ratio to the first, measured
 in the same run. Every matrix is also checked against ``head.predict`` on 2,000 pairs.
+
+Then the price per pair: one head (``--rate-d`` features), the symmetric ``--rate-n`` x
+``--rate-n`` matrix scored with the weights as arguments (what training uses) and folded in as
+constants (``HeadScorer(head, constants=True)``, what inference uses), each timed after a
+warm-up call that compiles it, in pairs per second, and their ratio.
 
 Prints one line per head and, last, one JSON object.
 """
@@ -33,6 +39,8 @@ def main(argv=None) -> int:
     p.add_argument("--d", type=int, default=128, help="feature dimension")
     p.add_argument("--mid", type=int, default=32, help="the head's per-feature width")
     p.add_argument("--hidden", type=int, default=0, help="the head's hidden dense width (0: none)")
+    p.add_argument("--rate-n", type=int, default=2000, help="images of the per-pair speed matrix (0: skip)")
+    p.add_argument("--rate-d", type=int, default=512, help="feature dimension of the per-pair speed head")
     args = p.parse_args(argv)
     t0 = time.time()
     common.setup_tensorflow()
@@ -58,10 +66,27 @@ def main(argv=None) -> int:
     later = float(np.mean(seconds[1:])) if len(seconds) > 1 else float("nan")
     print(f"first head {seconds[0]:.3f} s (compiles), later heads {later:.3f} s each: "
           f"{seconds[0] / later:.1f}x less; max abs difference from head.predict {worst:.2e}")
-    print(common.final_json("scorer_rebuild", {
-        "first_s": round(seconds[0], 4), "later_mean_s": round(later, 4),
-        "ratio_first_to_later": round(seconds[0] / later, 2), "max_abs_diff": f"{worst:.2e}",
-        "n": args.n, "d": args.d, "mid": args.mid, "hidden": args.hidden}, time.time() - t0))
+    metrics = {"first_s": round(seconds[0], 4), "later_mean_s": round(later, 4),
+               "ratio_first_to_later": round(seconds[0] / later, 2), "max_abs_diff": f"{worst:.2e}",
+               "n": args.n, "d": args.d, "mid": args.mid, "hidden": args.hidden}
+    if args.rate_n > 0:
+        keras.utils.set_random_seed(0)
+        head = build_head(args.rate_d, args.mid, args.hidden)
+        g = rng.random((args.rate_n, args.rate_d), dtype=np.float32)
+        pairs = args.rate_n * (args.rate_n + 1) / 2
+        rates = {}
+        for form, constants in (("arguments", False), ("constants", True)):
+            scorer = HeadScorer(head, constants=constants)
+            scorer.matrix(g[:64], progress=False)  # compiles the block function
+            t = time.perf_counter()
+            scorer.matrix(g, progress=False)
+            rates[form] = pairs / (time.perf_counter() - t)
+            print(f"weights as {form}: {rates[form]:,.0f} pairs/s ({args.rate_n} x {args.rate_n}, d = {args.rate_d})")
+        ratio = rates["constants"] / rates["arguments"]
+        print(f"constants / arguments: {ratio:.2f}x per pair")
+        metrics.update(rate_arguments=round(rates["arguments"]), rate_constants=round(rates["constants"]),
+                       rate_ratio_constants=round(ratio, 3))
+    print(common.final_json("scorer_rebuild", metrics, time.time() - t0))
     return 0
 
 

@@ -184,9 +184,9 @@ class HeadScorer:
         check: compare with ``head`` on random pairs when built; a mismatch (a head that does
             not follow the contract) switches to the generic path through the Keras model.
         constants: fold the weights into the compiled functions as constants (the scorer's
-            original form; on a loaded 2-core CPU under TensorFlow, 2,000 x 2,000 at d = 512,
-            it was as fast or up to ~15% faster per pair), compiled anew for every scorer
-            (seconds): for one head scoring many pairs (inference). Without it the weights are arguments and every scorer of the same
+            original form; faster per pair, 1.11x in ``benchmarks/scorer_rebuild.py`` on a
+            2-core CPU under TensorFlow), compiled anew for every scorer (seconds): for one
+            head scoring many pairs (inference). Without it the weights are arguments and every scorer of the same
             head shapes reuses one compilation (training: a new head every mining and
             validation; ``benchmarks/scorer_rebuild.py``).
 
