@@ -239,15 +239,14 @@ class HeadScorer:
             else:
                 shapes = ((shape[0], self.d), (shape[0], self.d))
                 pair = lambda x, y: (x, y)  # noqa: E731
-            if self.exact_formula and self.constants:
+            if self.exact_formula:
                 acts = tuple(act for _, _, act in self.params["dense"])
                 weights = _weight_arrays(self.params)
+            if self.exact_formula and self.constants:
                 self._fns[key] = _compile(lambda x, y: _formula(*pair(x, y), weights, acts), shapes, self.jit)
             elif self.exact_formula:
                 import keras
 
-                acts = tuple(act for _, _, act in self.params["dense"])
-                weights = _weight_arrays(self.params)
                 wshapes = tuple(w.shape for w in weights)
                 fkey = (keras.backend.backend(), kind, shapes, wshapes, acts, self.jit)
                 if fkey not in _FORMULAS:
