@@ -186,9 +186,9 @@ class HeadScorer:
         constants: fold the weights into the compiled functions as constants (the scorer's
             original form; faster per pair, 1.11x in ``benchmarks/scorer_rebuild.py`` on a
             2-core CPU under TensorFlow), compiled anew for every scorer (seconds): for one
-            head scoring many pairs (inference). Without it the weights are arguments and every scorer of the same
-            head shapes reuses one compilation (training: a new head every mining and
-            validation; ``benchmarks/scorer_rebuild.py``).
+            head scoring many pairs (inference). Without it the weights are arguments and
+            every scorer of the same head shapes reuses one compilation (training: a new head
+            every mining and validation).
 
     Attributes:
         d: feature dimension. ``exact_formula``: True if the fast formula path is used.
