@@ -20,7 +20,7 @@ KAGGLE_TESTS := tests/test_kernels.py::test_round_trip_pauses_resumes_and_finish
 	tests/test_miner.py tests/test_solvers.py tests/test_offline.py tests/test_requirements.py \
 	tests/test_docs_kaggle.py
 
-.PHONY: install kaggle-env demo test test-kaggle clean
+.PHONY: install kaggle-env demo test test-slow test-kaggle clean
 
 $(STAMP): requirements.txt
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -39,17 +39,22 @@ kaggle-env: $(KSTAMP)
 demo: $(STAMP)
 	$(VPY) -m whale.demo --data data/synthetic --out runs/demo --submission submissions/demo.csv
 
-# The whole suite on TensorFlow, then the backend-sensitive tests (marker `backend`: models,
+# The suite on TensorFlow, then the backend-sensitive tests (marker `backend`: models,
 # head scorer, train + pause + resume, distribution, inference, ensembling) again on JAX (CPU),
-# then what a Kaggle kernel runs under Kaggle's versions.
+# then what a Kaggle kernel runs under Kaggle's versions. ~20 minutes on 2 cores.
 # On JAX the full-size backbones (built from keras.applications, ~6 CPU-minutes there) are left out.
+# Cases marked `slow` (each 30 s to 4 min: a training epoch of every Table 4 model, 20 kills,
+# checkpoints across backends, the training benchmark) run in `make test-slow` (~25 minutes).
 JAX_DESELECT := not every_branch_builds and not param_counts_match_published \
 	and not seresnext50_trainable and not adapt_first_conv_densenet
 
 test: $(STAMP) $(KSTAMP)
-	$(VPY) $(PYTEST) tests
-	KERAS_BACKEND=jax $(VPY) $(PYTEST) -m backend -k "$(JAX_DESELECT)" tests
+	$(VPY) $(PYTEST) -m "not slow" tests
+	KERAS_BACKEND=jax $(VPY) $(PYTEST) -m "backend and not slow" -k "$(JAX_DESELECT)" tests
 	$(MAKE) --no-print-directory test-kaggle
+
+test-slow: $(STAMP)
+	$(VPY) $(PYTEST) -m slow tests
 
 test-kaggle: $(KSTAMP)
 	WHALE_KAGGLE_ENV=1 $(KPY) $(PYTEST) $(KAGGLE_TESTS)

@@ -16,7 +16,8 @@ last attempt runs to the end, and the folder must equal the uninterrupted run's:
 Prints the phase each kill landed in (from the child's last log line), the counts, and as its
 last line one JSON object. ``--chains N`` runs N independent chains of kills side by side
 (forked from the same parent), each in its own run folder and compared with the same
-uninterrupted run. ``tests/test_faults.py`` runs the same with 20 kills.
+uninterrupted run. ``tests/test_faults.py`` runs the same with 6 kills
+(``make test``) and 20 (``make test-slow``).
 """
 
 from __future__ import annotations

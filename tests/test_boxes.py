@@ -86,6 +86,37 @@ def test_box_loss_is_l1_plus_one_minus_giou(backend):
     assert got[0] < 1e-5 and got[1] > 1.0  # perfect box: 0; disjoint boxes: GIoU < 0
 
 
+def test_soft_argmax_reads_each_edge_where_its_map_peaks(backend):
+    import keras
+
+    from whale.boxes.vgg import soft_argmax_corners
+
+    maps = np.full((2, 6, 8, 4), -60.0, np.float32)  # h = 6 rows, w = 8 columns
+    # image 0: one sharp peak per edge map (x0: column 2, y0: row 1, x1: column 7, y1: row 5)
+    for m, (i, j) in enumerate([(4, 2), (1, 0), (0, 7), (5, 3)]):
+        maps[0, i, j, m] = 60.0
+    # image 1: x0's mass split evenly between columns 1 and 3 (any rows): the mean, column 2
+    maps[1, 0, 1, 0] = maps[1, 5, 3, 0] = 60.0
+    maps[1, :, :, 1:] = 0.0  # uniform maps: the middle of the axis
+    got = keras.ops.convert_to_numpy(soft_argmax_corners(keras.ops.convert_to_tensor(maps)))
+    np.testing.assert_allclose(got[0], [2 / 7, 1 / 5, 1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(got[1], [2 / 7, 0.5, 0.5, 0.5], atol=1e-6)
+
+
+@pytest.mark.parametrize("head, width, maps", [("dense", 0.0625, None), ("integral", 0.0625, (8, 8))])
+def test_vgg_heads_give_unit_corners_and_the_integral_head_reads_stride_8(backend, head, width, maps):
+    from whale.boxes.vgg import build_vgg_regressor
+
+    model = build_vgg_regressor(64, width, None, head)
+    out = model.predict(np.random.default_rng(0).uniform(0, 255, (3, 64, 64, 3)).astype(np.float32), verbose=0)
+    assert out.shape == (3, 4) and ((out >= 0) & (out <= 1)).all()
+    if maps:
+        assert tuple(model.get_layer("edge_maps").output.shape[1:3]) == maps
+        assert "block5_conv1" not in [layer.name for layer in model.layers]
+    with pytest.raises(ValueError, match="unknown VGG box head 'heat'"):
+        build_vgg_regressor(64, width, None, "heat")
+
+
 def _labels_folder(tmp_path):
     import cv2
 
@@ -146,7 +177,10 @@ def test_box_config_refuses_unknown_keys_and_weights_on_a_narrow_vgg():
         box_config_from_dict({"vgg_width": 0.5, "vgg_weights": "imagenet"}, "b.yaml")
     with pytest.raises(ConfigError, match="image_size"):
         box_config_from_dict({"image_size": 100}, "b.yaml")
+    with pytest.raises(ConfigError, match="vgg_head"):
+        box_config_from_dict({"vgg_head": "soft"}, "b.yaml")
     assert box_config_from_dict({"image_size": 64}).image_size == 64
+    assert box_config_from_dict({}).vgg_head == "dense"  # the paper's head unless asked
 
 
 def test_cosine_restarts_return_to_the_peak_every_cycle():

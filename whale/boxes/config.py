@@ -12,6 +12,7 @@ Example::
     lr: 1.0e-3             # peak learning rate of each cycle
     vgg_width: 0.125       # VGG16 layout, channels x width (1.0: keras.applications.VGG16)
     vgg_weights: null      # null | imagenet (downloads; width 1.0) | a local VGG16 .h5 file
+    vgg_head: dense        # dense: the paper's regressed outputs | integral: soft argmax per edge
     retinanet_filters: [16, 32, 64, 128]   # ResNet backbone, explicit (no preset download)
     retinanet_blocks: [1, 1, 1, 1]
     fpn_width: 64          # feature-pyramid channels (keras-cv's default 256 is a GPU size)
@@ -28,6 +29,7 @@ from whale.config import Checker, dataclass_fields
 from whale.errors import ConfigError
 
 MODELS = ("vgg", "retinanet")
+VGG_HEADS = ("dense", "integral")  # whale.boxes.vgg.HEADS (not imported here: it imports Keras)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class BoxConfig:
     lr: float = 1.0e-3
     vgg_width: float = 0.125
     vgg_weights: str | None = None
+    vgg_head: str = "dense"
     retinanet_filters: tuple[int, ...] = (16, 32, 64, 128)
     retinanet_blocks: tuple[int, ...] = (1, 1, 1, 1)
     fpn_width: int = 64
@@ -78,6 +81,7 @@ def box_config_from_dict(raw: Any, source: str = "<box config>") -> BoxConfig:
         lr=c.number(get("lr"), "lr", float, 0.0, lo_open=True),
         vgg_width=c.number(get("vgg_width"), "vgg_width", float, 0.0, 1.0, lo_open=True),
         vgg_weights=c.string(get("vgg_weights"), "vgg_weights", optional=True),
+        vgg_head=c.choice(get("vgg_head"), "vgg_head", VGG_HEADS),
         retinanet_filters=_ints(c, get("retinanet_filters"), "retinanet_filters"),
         retinanet_blocks=_ints(c, get("retinanet_blocks"), "retinanet_blocks"),
         fpn_width=c.number(get("fpn_width"), "fpn_width", int, 8),

@@ -71,7 +71,7 @@ def build_model(kind: str, cfg: BoxConfig, steps_per_epoch: int | None = None):
     if kind == "vgg":
         from whale.boxes.vgg import box_loss, build_vgg_regressor
 
-        model = build_vgg_regressor(cfg.image_size, cfg.vgg_width, cfg.vgg_weights)
+        model = build_vgg_regressor(cfg.image_size, cfg.vgg_width, cfg.vgg_weights, cfg.vgg_head)
     elif kind == "retinanet":
         from whale.boxes.retinanet import build_retinanet
 
