@@ -183,6 +183,13 @@ def test_box_config_refuses_unknown_keys_and_weights_on_a_narrow_vgg():
     assert box_config_from_dict({}).vgg_head == "dense"  # the paper's head unless asked
 
 
+def test_the_shipped_box_config_loads_with_the_integral_head():
+    from whale.boxes.config import load_box_config
+
+    cfg = load_box_config(Path(__file__).resolve().parents[1] / "configs" / "boxes.yaml")
+    assert (cfg.vgg_head, cfg.image_size, cfg.folds) == ("integral", 128, 4)
+
+
 def test_cosine_restarts_return_to_the_peak_every_cycle():
     from whale.boxes.config import BoxConfig
     from whale.boxes.train import build_model
