@@ -79,9 +79,9 @@ def map_with_boxes(run_dir: Path, comp, seed: int) -> tuple[float, float]:
     rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=False)
     data = fold_data(comp, 0, seed)
     known = ImageSet.known(comp)
-    f_known = rs.features(known.paths, known.boxes)
+    f_known = rs.features(known.paths, known.boxes)  # [mirrors, views, n, d]
     f_val = rs.features(data.val.paths, data.val.boxes)
-    val = rs.matrix(f_val, f_known[known.positions(data.gallery.names)]).astype(np.float32)
+    val = rs.matrix(f_val, f_known[..., known.positions(data.gallery.names), :]).astype(np.float32)
     t, val_map, _ = tune_threshold(val, data.gallery.ids, data.val.ids)
     test = ImageSet.test(comp)
     preds = predict_top5(rs.matrix(rs.features(test.paths, test.boxes), f_known).astype(np.float32), known.ids, t)
