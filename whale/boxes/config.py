@@ -29,7 +29,7 @@ from whale.config import Checker, dataclass_fields
 from whale.errors import ConfigError
 
 MODELS = ("vgg", "retinanet")
-VGG_HEADS = ("dense", "integral")  # whale.boxes.vgg.HEADS (not imported here: it imports Keras)
+VGG_HEADS = ("dense", "integral")  # the VGG regressor's heads (whale.boxes.vgg)
 
 
 @dataclass(frozen=True)
