@@ -41,7 +41,7 @@ demo: $(STAMP)
 
 # The suite on TensorFlow, then the backend-sensitive tests (marker `backend`: models,
 # head scorer, train + pause + resume, distribution, inference, ensembling) again on JAX (CPU),
-# then what a Kaggle kernel runs under Kaggle's versions. ~20 minutes on 2 cores.
+# then what a Kaggle kernel runs under Kaggle's versions: 24 minutes of tests on a slow 2-core machine.
 # On JAX the full-size backbones (built from keras.applications, ~6 CPU-minutes there) are left out.
 # Cases marked `slow` (each 30 s to 4 min: a training epoch of every Table 4 model, 20 kills,
 # checkpoints across backends, the training benchmark) run in `make test-slow` (~25 minutes).
