@@ -50,9 +50,6 @@ def _backbone(x, width: float, blocks: int = 5):
     return x
 
 
-HEADS = VGG_HEADS
-
-
 def soft_argmax_corners(maps):
     """``[b, h, w, 4]`` logits (one map per edge: x0, y0, x1, y1) -> ``[b, 4]`` expected unit coordinates.
 
@@ -71,8 +68,8 @@ def soft_argmax_corners(maps):
 def build_vgg_regressor(size: int, width: float = 0.125, weights: str | None = None,
                         head: str = "dense") -> keras.Model:
     """The corner regressor ``[b, size, size, 3]`` raw 0..255 -> ``[b, 4]`` unit boxes (see module doc)."""
-    if head not in HEADS:
-        raise ValueError(f"unknown VGG box head {head!r}; expected one of {HEADS}")
+    if head not in VGG_HEADS:
+        raise ValueError(f"unknown VGG box head {head!r}; expected one of {VGG_HEADS}")
     inp = keras.Input((size, size, 3), name="image", dtype="float32")
     if weights is not None or width == 1.0:
         if width != 1.0:
