@@ -43,6 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--branches", default="densenet121", help="comma-separated branch names")
     p.add_argument("--sizes", default="384,512", help="comma-separated image sizes")
     p.add_argument("--precisions", default="mixed_bfloat16", help="comma-separated precisions")
+    p.add_argument("--stems", default="", help="comma-separated stems (model.stem: small conv,pool; "
+                   "seresnext50 cadene,timm); default: each branch's own")
     p.add_argument("--channels", type=int, default=3, choices=(1, 3), help="image channels (convnet_v1: 1)")
     p.add_argument("--batch-size", type=int, default=32, help="pairs per batch")
     p.add_argument("--steps", type=int, default=20, help="timed batches for (a) and (b)")
@@ -64,11 +66,11 @@ def _rate(pairs: int, seconds: float) -> float:
     return pairs / max(seconds, 1e-9)
 
 
-def model_only(branch: str, size: int, channels: int, batch: int, steps: int) -> float:
+def model_only(branch: str, size: int, channels: int, batch: int, steps: int, stem: str | None = None) -> float:
     """(a) pairs/s of ``train_on_batch`` on in-memory float32 ``[batch, size, size, channels]`` arrays."""
     from whale.models import build_branch, build_head, build_siamese, compile_siamese
 
-    b = build_branch(branch, (size, size, channels))
+    b = build_branch(branch, (size, size, channels), options={"stem": stem} if stem else None)
     model = build_siamese(b, build_head(int(b.output_shape[-1])))
     compile_siamese(model, 1e-4)
     rng = np.random.default_rng(0)
@@ -107,7 +109,8 @@ def pipeline_only(data, size: int, channels: int, batch: int, steps: int, worker
     return _rate(made, time.perf_counter() - t0)
 
 
-def end_to_end(branch: str, size: int, channels: int, precision: str, args, data_dir: Path) -> float:
+def end_to_end(branch: str, size: int, channels: int, precision: str, args, data_dir: Path,
+               stem: str | None = None) -> float:
     """(c) pairs/s of the trainer's ``fit`` epochs over one mining interval (first epoch left out)."""
     from whale.config import config_from_dict
     from whale.data import fold_data, load_competition
@@ -117,7 +120,7 @@ def end_to_end(branch: str, size: int, channels: int, precision: str, args, data
     cfg = config_from_dict({
         "name": "bench", "seed": 0, "batch_size": args.batch_size, "mining_interval": epochs,
         "workers": args.workers, "precision": precision, "val_new_whale": False,
-        "model": {"branch": branch, "channels": channels},
+        "model": {"branch": branch, "channels": channels, **({"stem": stem} if stem else {})},
         "stages": [{"epochs": epochs, "k": 1.0, "lr": 1.0e-4, "image_size": size, "dataset": "main"}]})
     timed = []
 
@@ -153,22 +156,23 @@ def main(argv=None) -> int:
     rows = []
     print(f"backend {backend}; batch {args.batch_size} pairs; {args.workers} workers; "
           f"{len(data.pairs)} pair images ({args.ids} synthetic ids)")
-    print(f"{'branch':>12} {'size':>5} {'precision':>15} {'model':>9} {'pipeline':>9} {'end_to_end':>10} {'e2e/model':>9}")
-    for branch in args.branches.split(","):
+    print(f"{'branch':>12} {'stem':>6} {'size':>5} {'precision':>15} {'model':>9} {'pipeline':>9} "
+          f"{'end_to_end':>10} {'e2e/model':>9}")
+    combos = [(b, s, int(z), p) for b in args.branches.split(",") for s in (args.stems.split(",") if args.stems else [None])
+              for z in args.sizes.split(",") for p in args.precisions.split(",")]
+    for branch, stem, size, precision in combos:
         channels = args.channels
-        for size in (int(s) for s in args.sizes.split(",")):
-            for precision in args.precisions.split(","):
-                keras.utils.set_random_seed(0)
-                with precision_scope(precision):
-                    a = model_only(branch, size, channels, args.batch_size, args.steps)
-                b = pipeline_only(data, size, channels, args.batch_size, args.steps, args.workers)
-                c = end_to_end(branch, size, channels, precision, args, data_dir)
-                row = {"branch": branch, "image_size": size, "precision": precision,
-                       "model_pairs_s": round(a, 2), "pipeline_pairs_s": round(b, 2),
-                       "end_to_end_pairs_s": round(c, 2), "end_to_end_over_model": round(c / a, 3)}
-                rows.append(row)
-                print(f"{branch:>12} {size:>5} {precision:>15} {a:9.1f} {b:9.1f} {c:10.1f} {c / a:9.2f}",
-                      flush=True)
+        keras.utils.set_random_seed(0)
+        with precision_scope(precision):
+            a = model_only(branch, size, channels, args.batch_size, args.steps, stem)
+        b = pipeline_only(data, size, channels, args.batch_size, args.steps, args.workers)
+        c = end_to_end(branch, size, channels, precision, args, data_dir, stem)
+        row = {"branch": branch, **({"stem": stem} if stem else {}), "image_size": size, "precision": precision,
+               "model_pairs_s": round(a, 2), "pipeline_pairs_s": round(b, 2),
+               "end_to_end_pairs_s": round(c, 2), "end_to_end_over_model": round(c / a, 3)}
+        rows.append(row)
+        print(f"{branch:>12} {stem or '-':>6} {size:>5} {precision:>15} {a:9.1f} {b:9.1f} {c:10.1f} {c / a:9.2f}",
+              flush=True)
     result = {"benchmark": "bench_train", "backend": backend, "device": _device(backend),
               "batch_size": args.batch_size, "workers": args.workers, "rates": rows,
               "seconds": round(time.time() - t_start, 1)}

@@ -235,3 +235,7 @@ def test_model_stem_is_for_seresnext50_only_and_absent_from_configs_without_one(
         load_config(write(tmp_path, {**MINIMAL, "model": {"branch": "tiny", "stem": "timm"}}))
     plain = load_config(write(tmp_path, MINIMAL))
     assert plain.model.branch_options() == {} and "stem" not in plain.to_yaml()
+    small = load_config(write(tmp_path, {**MINIMAL, "model": {"branch": "small", "stem": "pool"}}))
+    assert small.model.branch_options() == {"stem": "pool"}
+    with pytest.raises(ConfigError, match=r"model\.stem: expected one of conv, pool"):
+        load_config(write(tmp_path, {**MINIMAL, "model": {"branch": "small", "stem": "timm"}}))

@@ -24,6 +24,7 @@ from whale.models import (
     set_branch_trainable,
     transfer_branch,
 )
+from whale.models.registry import branch_options
 from whale.models.seresnext import PUBLISHED_PARAMS_NO_FC
 
 pytestmark = pytest.mark.backend
@@ -112,6 +113,19 @@ def test_cpu_branches_accept_32_px_but_not_less(name):
     assert build_branch(name, (32, 32, 1)).output_shape[-1] == FEATURES[name]
     with pytest.raises(ConfigError, match="32"):
         build_branch(name, (31, 31, 3))
+
+
+def test_small_pool_stem_reads_a_quarter_of_the_pixels_with_the_same_weights():
+    conv = build_branch("small", (64, 64, 1))
+    pool = build_branch("small", (64, 64, 1), options={"stem": "pool"})
+    assert branch_options(conv) == {"stem": "conv"} and branch_options(pool) == {"stem": "pool"}
+    maps = [b.get_layer("backbone").output_shape[1:3] for b in (conv, pool)]
+    assert maps == [(2, 2), (1, 1)]  # S/32 and S/64
+    assert [w.shape for w in conv.get_weights()] == [w.shape for w in pool.get_weights()]
+    assert _np(pool(_images(2, 64, 1))).shape == (2, 128)
+    assert branch_options(transfer_branch(pool, 96)) == {"stem": "pool"}  # a size increase keeps it
+    with pytest.raises(ConfigError, match="option stem must be one of conv, pool"):
+        build_branch("small", (64, 64, 1), options={"stem": "timm"})
 
 
 def test_inception_needs_75_px():

@@ -67,6 +67,21 @@ def test_two_stages_by_hand_with_slowdown_mining_versions_and_quota(tmp_path):
         fold_cost(plan, hours_per_version=0.0)
 
 
+def test_a_rate_is_used_for_its_stem_only_and_an_entry_without_one_is_the_default_stem(tmp_path):
+    stage = {"epochs": 1, "k": 1.0, "lr": 1.0e-3, "image_size": 64, "dataset": "main"}
+    path = tmp_path / "rates.json"
+    path.write_text(json.dumps({"rates": [
+        {"branch": "small", "image_size": 64, "precision": "float32", "end_to_end_pairs_s": 70.0},
+        {"branch": "small", "stem": "pool", "image_size": 64, "precision": "float32", "end_to_end_pairs_s": 110.0}]}))
+    rates = load_rates(path)
+
+    def rate(**model):
+        cfg = config_from_dict({**CFG, "precision": "float32", "model": {"branch": "small", **model}, "stages": [stage]})
+        return plan_fold(cfg, {"main": 100}, rates)[0].pairs_s
+
+    assert rate() == 70.0 and rate(stem="conv") == 70.0 and rate(stem="pool") == 110.0
+
+
 def test_the_default_version_length_is_the_kernels_budget_less_the_scoring_margin():
     from whale.kaggle.kernels import DEFAULT_BUDGET_HOURS, DEFAULT_SCORE_MARGIN_MINUTES
 

@@ -85,6 +85,21 @@ def submission_from_run(run_dir: Path, comp, out: Path) -> tuple[float, float, l
     return float(val_map), float(t), preds
 
 
+def training_speed(run_dir: Path, pairs_per_epoch: int) -> str:
+    """One line on how fast the run trained on this machine, from its ``log.csv``.
+
+    Every epoch trains ``pairs_per_epoch`` pairs; its ``epoch_s`` includes its mining,
+    validation and checkpoints. The rate is the machine's figure to quote beside the demo's time.
+    """
+    from whale.training.runlog import read_log
+
+    rows = read_log(run_dir / "log.csv")
+    seconds = sum(float(r["epoch_s"]) for r in rows)
+    pairs = pairs_per_epoch * len(rows)
+    return (f"training: {len(rows)} epochs of {pairs_per_epoch} pairs in {seconds:.0f} s, "
+            f"{pairs / max(seconds, 1e-9):.1f} pairs/s (mining, validation and checkpoints included)")
+
+
 def main(argv=None) -> int:
     """``python -m whale.demo``; 2 on bad input (:func:`whale.errors.run_cli`)."""
     from whale.errors import run_cli
@@ -127,6 +142,7 @@ def run(argv=None) -> int:
         val_map, t, preds = submission_from_run(run_dir, comp, sub)
         test_map = map_at_k(preds, truth(data_dir, comp.test_images))
         val_txt = f"{val_map:.3f}"
+        print(training_speed(run_dir, 2 * len(data.pairs)))
         print(f"threshold {t:g} tuned on validation fold 0; training curves in {run_dir / 'training.png'}; "
               f"{time.time() - t0:.0f} s in all")
     print(f"demo: validation MAP@5 {val_txt}, test MAP@5 {test_map:.3f}, baseline {base_test:.3f}, "

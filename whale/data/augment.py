@@ -41,13 +41,18 @@ change, no crop. It suits line drawings on a plain background, not photographs.
 Determinism: albumentations 2 keeps its own random state in every transform, and
 ``Compose.set_random_seed`` hands the *same* seed to every transform, which makes their
 "apply with probability p" draws identical (all transforms with the same p fire together). The
-augmenter instead draws one seed per transform from the caller's ``np.random.Generator`` and
-seeds each transform separately, so the output depends only on the generator's state. Each
-thread gets its own copy of the pipeline (``threading.local``) so concurrent calls from a
+augmenter instead draws one seed per image from the caller's ``np.random.Generator`` and gives
+every transform of the pipeline the same two generators made from it (a numpy ``Generator``
+and a ``random.Random``, the pair albumentations' ``set_random_seed`` makes): the transforms
+draw from them one after the other, so their draws are independent and the output depends
+only on the caller's generator state. (Seeding each transform apart, as this module did
+before, built 24 generator pairs per image, which cost ~2x the augmentation itself at 64 px.)
+Each thread gets its own copy of the pipeline (``threading.local``) so concurrent calls from a
 multi-worker ``keras.utils.PyDataset`` cannot interleave random states.
 """
 from __future__ import annotations
 
+import random
 import threading
 from typing import Callable
 
@@ -235,11 +240,10 @@ class Augmenter:
     def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         _check_image(image, self.channels)
         compose, nodes = self._pipeline()
-        seeds = rng.integers(0, 2**63 - 1, size=len(nodes))
-        # Compose.set_random_seed would give every child the same seed: seed each node itself,
-        # parents first (a parent's call propagates to its children, which are then overwritten).
-        for node, seed in zip(nodes, seeds):
-            node.set_random_seed(int(seed))
+        seed = int(rng.integers(0, 2**63 - 1))
+        draws, py_draws = np.random.default_rng(seed), random.Random(seed)
+        for node in nodes:  # one stream for all (Compose.set_random_seed: one seed for all)
+            node.random_generator, node.py_random = draws, py_draws
         out = compose(image=image)["image"]
         if out.ndim == 2:
             out = out[:, :, None]

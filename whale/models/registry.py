@@ -65,7 +65,8 @@ BRANCHES: dict[str, BranchDef] = {
                                            "Cadene se_resnext50_32x4d (timm legacy_seresnext50_32x4d)")),
     "convnet_v1": BranchDef(convnet.convnet_v1, "standardize", 512),
     "convnet_v2": BranchDef(convnet.convnet_v2, "standardize", 512),
-    "small": BranchDef(convnet.small, "standardize", 128, min_size=32),  # CPU demo and benchmarks
+    "small": BranchDef(convnet.small, "standardize", 128, min_size=32,  # CPU demo and benchmarks
+                       options={"stem": convnet.SMALL_STEMS}),
     "tiny": BranchDef(convnet.tiny, "standardize", 32, min_size=32),  # small inputs for tests
 }
 

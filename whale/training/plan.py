@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from whale.config import RunConfig
+from whale.config import STEMS, RunConfig
 from whale.errors import ConfigError
 from whale.training.pretrain import pretrain_stage_count
 from whale.training.schedule import Schedule, sized_config
@@ -109,9 +109,15 @@ def load_rates(path) -> list[dict]:
     return rates
 
 
-def _rate(rates: list[dict], branch: str, precision: str, size: int) -> tuple[float | None, str]:
-    """Pairs/s for one stage and where it came from."""
-    same = [r for r in rates if r["branch"] == branch and r["precision"] == precision]
+def _stem(branch: str, stem: str | None) -> str | None:
+    return stem or STEMS.get(branch, (None,))[0]
+
+
+def _rate(rates: list[dict], branch: str, precision: str, size: int,
+          stem: str | None = None) -> tuple[float | None, str]:
+    """Pairs/s for one stage and where it came from (an entry without ``stem``: the branch's default)."""
+    same = [r for r in rates if r["branch"] == branch and r["precision"] == precision
+            and _stem(branch, r.get("stem")) == _stem(branch, stem)]
     if not same:
         return None, f"no rate for {branch} {precision}"
     r = min(same, key=lambda r: (abs(int(r["image_size"]) - size), -int(r["image_size"])))
@@ -143,7 +149,7 @@ def plan_fold(cfg: RunConfig, pair_images: dict[str, int], rates: list[dict] | N
         if stage.dataset not in pair_images:
             raise ConfigError(f"stages[{index}].dataset: {stage.dataset!r} has no data (give --playground)")
         pairs = 2 * int(pair_images[stage.dataset])
-        rate, source = _rate(rates, cfg.model.branch, cfg.precision, stage.image_size) if rates else (None, "")
+        rate, source = _rate(rates, cfg.model.branch, cfg.precision, stage.image_size, cfg.model.stem) if rates else (None, "")
         train = stage.epochs * pairs / rate / 3600 * slowdown if rate else None
         mining = minings * mining_seconds / 3600 if rate else None
         out.append(StagePlan(index + 1, stage.epochs, stage.image_size, stage.dataset, pairs, minings,
