@@ -113,7 +113,7 @@ def small(input_shape, weights=None, stem: str = "conv") -> keras.Model:
     ``stem="pool"`` adds a 2x2 max pooling after the stem, as the reference ConvNet's first
     block does (``[b, S, S, C] -> [b, S/64, S/64, 128]``, same weights): the stages then see a
     quarter of the pixels, which makes the train step ~2.5x faster on a CPU at 64 px
-    (``benchmarks/bench_train.py --branches small --options stem=pool``).
+    (``benchmarks/bench_train.py --branches small --stems conv,pool``).
     """
     _no_weights("small", weights)
     if stem not in SMALL_STEMS:
