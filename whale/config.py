@@ -49,9 +49,7 @@ TTA_VIEWS = ("shift_left", "shift_right", "zoom", "bright", "dark")
 """Deterministic test-time views besides the plain one (``tta``; :func:`whale.data.augment.build_view`)."""
 TTA_MODES = ("features", "scores")
 LENGTH_KEYS = ("epochs", "steps", "pairs")  # how a stage's length may be given: exactly one per stage
-STEMS = {"seresnext50": ("cadene", "timm"), "small": ("conv", "pool")}
-"""``model.stem`` values per branch, the first the default (the registry's ``stem`` options:
-``whale.models.seresnext.STEMS``, ``whale.models.convnet.SMALL_STEMS``); other branches have none."""
+STEMS = {"seresnext50": ("cadene", "timm"), "small": ("conv", "pool")}  # model.stem per branch (the registry's)
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -67,10 +65,8 @@ class ModelConfig:
     ``weights`` is ``None`` (random init), ``"imagenet"``, or a path to a weights file (for
     ``seresnext50`` one made by ``python -m whale.models.convert``; a relative path is read
     from the working directory, and a Kaggle kernel also finds it by name in an attached dataset).
-    ``stem`` (``seresnext50`` and ``small`` only, :data:`STEMS`): for ``seresnext50``
-    ``"cadene"`` or ``"timm"``, the stem's max-pool layout (``None`` = the one a converted
-    weights file records, else ``"cadene"``); for ``small`` ``"conv"`` (default) or ``"pool"``
-    (a 2x2 max pooling after the strided stem, as in the reference ConvNet's first block).
+    ``stem`` (:data:`STEMS`): ``seresnext50``'s max-pool layout (``None`` = a converted weights
+    file's, else ``"cadene"``); ``small``'s ``"pool"`` adds a 2x2 max pooling after its stem.
     ``head_mid`` is the number of filters of the head's first Conv2D (32 in the paper's code),
     ``head_hidden`` an optional extra dense layer (0 = none).
     """
