@@ -128,6 +128,13 @@ def test_small_pool_stem_reads_a_quarter_of_the_pixels_with_the_same_weights():
         build_branch("small", (64, 64, 1), options={"stem": "timm"})
 
 
+def test_the_config_knows_the_registry_branches_and_stems_without_importing_it():
+    from whale.config import KNOWN_BRANCHES, STEMS
+
+    assert set(KNOWN_BRANCHES) == set(BRANCHES)
+    assert STEMS == {name: spec.options["stem"] for name, spec in BRANCHES.items() if "stem" in spec.options}
+
+
 def test_inception_needs_75_px():
     with pytest.raises(ConfigError, match="75"):
         build_branch("inceptionv3", (74, 74, 3))
