@@ -158,10 +158,11 @@ def main(argv=None) -> int:
           f"{len(data.pairs)} pair images ({args.ids} synthetic ids)")
     print(f"{'branch':>12} {'stem':>6} {'size':>5} {'precision':>15} {'model':>9} {'pipeline':>9} "
           f"{'end_to_end':>10} {'e2e/model':>9}")
-    combos = [(b, s, int(z), p) for b in args.branches.split(",") for s in (args.stems.split(",") if args.stems else [None])
+    stems = args.stems.split(",") if args.stems else [None]
+    combos = [(b, s, int(z), p) for b in args.branches.split(",") for s in stems
               for z in args.sizes.split(",") for p in args.precisions.split(",")]
+    channels = args.channels
     for branch, stem, size, precision in combos:
-        channels = args.channels
         keras.utils.set_random_seed(0)
         with precision_scope(precision):
             a = model_only(branch, size, channels, args.batch_size, args.steps, stem)
