@@ -272,3 +272,36 @@ def test_retinanet_builds_offline_and_keeps_one_box(backend):
     assert unit.shape == (3, 4) and np.isfinite(unit).all()
     strict = build_retinanet(64, fpn_width=16, min_confidence=0.999)  # prior 0.01: nothing that sure
     assert np.isnan(predict_unit(strict, np.zeros((2, 64, 64, 3)), 64)).all()
+
+
+def test_a_refined_run_reports_both_figures_and_predicts_through_its_refiners(competition, tmp_path, capsys):
+    import json
+
+    from whale.boxes.cli import main
+    from whale.boxes.labels import read_labels
+    from whale.boxes.predict import predict_boxes
+
+    labels = tmp_path / "labels.csv"
+    rows = (Path(competition) / "bounding_boxes.csv").read_text().splitlines()
+    labels.write_text("\n".join(rows[:21]) + "\n")
+    run = tmp_path / "run"
+    args = ["train", "--data", str(competition), "--labels", str(labels), "--out", str(run), "--model", "vgg",
+            "--set", "image_size=32", "--set", "folds=2", "--set", "epochs=1", "--set", "batch_size=8",
+            "--set", "refine=true", "--set", "refine_size=32", "--set", "refine_epochs=1", "--set", "refine_passes=1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "refine fold 1: held-out mean IoU" in out and "cross-validated mean IoU refined" in out
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["refine"] and set(meta["cv"]) == {"vgg", "refined"}
+    assert (run / "cv.csv").read_text().splitlines()[0].endswith("refined_y1,refined_iou")
+    assert (run / "models" / "refine_fold1.weights.h5").is_file()
+    lab = read_labels(labels, competition)
+    pred = predict_boxes(run, lab.paths[:5], progress=False)
+    assert set(pred.per_model) == {"vgg", "refined"}
+    final, _ = geometry.to_pixels(pred.per_model["refined"], pred.sizes)
+    assert (pred.boxes == final).all()
+    (run / "models" / "refine_fold0.weights.h5").unlink()
+    from whale.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="refine_fold0"):
+        predict_boxes(run, lab.paths[:5], progress=False)

@@ -17,6 +17,12 @@ Example::
     retinanet_blocks: [1, 1, 1, 1]
     fpn_width: 64          # feature-pyramid channels (keras-cv's default 256 is a GPU size)
     min_confidence: 0.05   # RetinaNet boxes below this count as failed detections
+    refine: false          # ours (whale.boxes.refine): a second look through a crop around the box
+    refine_size: 64        # the crop's square size
+    refine_margin: 0.25    # the crop: the box grown by this fraction of its size per side
+    refine_jitter: 0.12    # training crops moved and scaled by up to this fraction (< margin)
+    refine_epochs: 24
+    refine_passes: 3       # looks per image, each from the last box (and its mirror, averaged)
 """
 from __future__ import annotations
 
@@ -51,6 +57,12 @@ class BoxConfig:
     retinanet_blocks: tuple[int, ...] = (1, 1, 1, 1)
     fpn_width: int = 64
     min_confidence: float = 0.05
+    refine: bool = False
+    refine_size: int = 64
+    refine_margin: float = 0.25
+    refine_jitter: float = 0.12
+    refine_epochs: int = 24
+    refine_passes: int = 3
 
     def to_dict(self) -> dict:
         """Plain YAML-ready values (tuples as lists)."""
@@ -86,9 +98,20 @@ def box_config_from_dict(raw: Any, source: str = "<box config>") -> BoxConfig:
         retinanet_blocks=_ints(c, get("retinanet_blocks"), "retinanet_blocks"),
         fpn_width=c.number(get("fpn_width"), "fpn_width", int, 8),
         min_confidence=c.number(get("min_confidence"), "min_confidence", float, 0.0, 1.0),
+        refine=c.boolean(get("refine"), "refine"),
+        refine_size=c.number(get("refine_size"), "refine_size", int, 32, 1024),
+        refine_margin=c.number(get("refine_margin"), "refine_margin", float, 0.0, 2.0, lo_open=True),
+        refine_jitter=c.number(get("refine_jitter"), "refine_jitter", float, 0.0, 1.0),
+        refine_epochs=c.number(get("refine_epochs"), "refine_epochs", int, 1),
+        refine_passes=c.number(get("refine_passes"), "refine_passes", int, 1, 10),
     )
     if cfg.image_size % 32:
         raise c.fail("image_size", "a multiple of 32 (the detectors downsample 32 times)", cfg.image_size)
+    if cfg.refine_size % 32:
+        raise c.fail("refine_size", "a multiple of 32 (the refiner is the VGG regressor)", cfg.refine_size)
+    if cfg.refine_jitter >= cfg.refine_margin:
+        raise c.fail("refine_jitter", f"below refine_margin ({cfg.refine_margin}): the box must stay inside "
+                     "its training crop", cfg.refine_jitter)
     if cfg.vgg_weights is not None and cfg.vgg_width != 1.0:
         raise c.fail("vgg_weights", "null when vgg_width is not 1.0 (weight files fit the full VGG16)",
                      cfg.vgg_weights)

@@ -32,7 +32,8 @@ class Prediction:
 
 
 def load_run(run_dir):
-    """``(BoxConfig, {model: [fold weight files]})`` of a box run; raises CheckpointError naming what is missing."""
+    """``(BoxConfig, {model: [fold weight files]})`` of a box run (``refine``: the refiners, when trained);
+    raises CheckpointError naming what is missing."""
     run_dir = Path(run_dir)
     try:
         meta = json.loads((run_dir / "run.json").read_text())
@@ -41,7 +42,8 @@ def load_run(run_dir):
     cfg = load_box_config(run_dir / "config.yaml")
     from whale.boxes.train import weights_path
 
-    files = {m: [weights_path(run_dir, m, k) for k in range(meta["folds"])] for m in meta["models"]}
+    kinds = list(meta["models"]) + (["refine"] if meta.get("refine") else [])
+    files = {m: [weights_path(run_dir, m, k) for k in range(meta["folds"])] for m in kinds}
     missing = [str(p) for ps in files.values() for p in ps if not p.is_file()]
     if missing:
         raise CheckpointError(f"{run_dir}: model weights missing: {', '.join(missing)}")
@@ -52,8 +54,10 @@ def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Pr
     """Boxes for image files ``paths`` (any size) from every fold model of the run.
 
     Each model's fold predictions are averaged (a fold model that finds nothing is left out),
-    then the models are averaged (:func:`whale.boxes.geometry.average`); corners outside the
-    image are clipped and an image no model found a box in falls back to the whole image.
+    then the models are averaged (:func:`whale.boxes.geometry.average`); a run trained with
+    ``refine`` then looks again with its fold refiners (:func:`whale.boxes.refine.refine_passes`;
+    ``per_model["refined"]``); corners outside the image are clipped and an image no model found
+    a box in falls back to the whole image.
     """
     from whale.boxes.train import build_model, predict_unit
     from whale.progress import progress_bar
@@ -66,14 +70,21 @@ def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Pr
             m = build_model(kind, cfg)
             m.load_weights(str(path))
             models[kind].append(m)
-    per_model = {k: np.empty((len(paths), 4), np.float32) for k in models}
+    refiners = models.pop("refine", None)
+    per_model = {k: np.empty((len(paths), 4), np.float32) for k in [*models, *(["refined"] if refiners else [])]}
     sizes = np.empty((len(paths), 2), np.int64)
     starts = range(0, len(paths), batch)
     for s in progress_bar(starts, total=len(starts), desc="boxes", enabled=progress):
         images, sizes[s:s + batch] = load_inputs(paths[s:s + batch], cfg.image_size, progress=False)
         for kind, fold_models in models.items():
             per_model[kind][s:s + batch] = geometry.average([predict_unit(kind, m, images, cfg) for m in fold_models])
-    boxes, fallback = geometry.to_pixels(geometry.average(list(per_model.values())), sizes)
+        if refiners:
+            from whale.boxes.refine import load_images, refine_passes
+
+            first = geometry.average([per_model[k][s:s + batch] for k in models])
+            per_model["refined"][s:s + batch] = refine_passes(refiners, load_images(paths[s:s + batch]), first, cfg)
+    final = per_model["refined"] if refiners else geometry.average([per_model[k] for k in models])
+    boxes, fallback = geometry.to_pixels(final, sizes)
     return Prediction(boxes, fallback, per_model, sizes)
 
 
