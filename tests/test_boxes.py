@@ -292,7 +292,7 @@ def test_a_refined_run_reports_both_figures_and_predicts_through_its_refiners(co
     out = capsys.readouterr().out
     assert "refine fold 1: held-out mean IoU" in out and "cross-validated mean IoU refined" in out
     meta = json.loads((run / "run.json").read_text())
-    assert meta["refine"] and set(meta["cv"]) == {"vgg", "refined"}
+    assert meta["refine"] and meta["refine_from"] == "vgg" and set(meta["cv"]) == {"vgg", "refined"}
     assert (run / "cv.csv").read_text().splitlines()[0].endswith("refined_y1,refined_iou")
     assert (run / "models" / "refine_fold1.weights.h5").is_file()
     lab = read_labels(labels, competition)

@@ -113,3 +113,16 @@ def test_refine_keys_are_checked():
         box_config_from_dict({"refine_margin": 0.1, "refine_jitter": 0.2})
     with pytest.raises(ConfigError, match="refine_size"):
         box_config_from_dict({"refine_size": 50})
+
+
+def test_the_first_box_is_the_named_one_or_the_best_cross_validated():
+    from whale.boxes.train import first_box
+    from whale.errors import ConfigError
+
+    cv = {"vgg": {"mean_iou": 0.81}, "retinanet": {"mean_iou": 0.52}, "average": {"mean_iou": 0.67}}
+    assert first_box("best", ("vgg", "retinanet"), cv) == "vgg"
+    assert first_box("average", ("vgg", "retinanet"), cv) == "average"
+    assert first_box("average", ("vgg",), {"vgg": cv["vgg"]}) == "vgg"
+    assert first_box("retinanet", ("vgg", "retinanet"), cv) == "retinanet"
+    with pytest.raises(ConfigError, match="retinanet.*not trained"):
+        first_box("retinanet", ("vgg",), {"vgg": cv["vgg"]})

@@ -23,6 +23,7 @@ Example::
     refine_jitter: 0.12    # training crops moved and scaled by up to this fraction (< margin)
     refine_epochs: 24
     refine_passes: 3       # looks per image, each from the last box (and its mirror, averaged)
+    refine_from: best      # the first box: best (highest cross-validated IoU) | average | vgg | retinanet
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from whale.errors import ConfigError
 
 MODELS = ("vgg", "retinanet")
 VGG_HEADS = ("dense", "integral")  # the VGG regressor's heads (whale.boxes.vgg)
+REFINE_FROM = ("best", "average", *MODELS)  # the refiner's first box (whale.boxes.train.first_box)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class BoxConfig:
     refine_jitter: float = 0.12
     refine_epochs: int = 24
     refine_passes: int = 3
+    refine_from: str = "best"
 
     def to_dict(self) -> dict:
         """Plain YAML-ready values (tuples as lists)."""
@@ -104,6 +107,7 @@ def box_config_from_dict(raw: Any, source: str = "<box config>") -> BoxConfig:
         refine_jitter=c.number(get("refine_jitter"), "refine_jitter", float, 0.0, 1.0),
         refine_epochs=c.number(get("refine_epochs"), "refine_epochs", int, 1),
         refine_passes=c.number(get("refine_passes"), "refine_passes", int, 1, 10),
+        refine_from=c.choice(get("refine_from"), "refine_from", REFINE_FROM),
     )
     if cfg.image_size % 32:
         raise c.fail("image_size", "a multiple of 32 (the detectors downsample 32 times)", cfg.image_size)

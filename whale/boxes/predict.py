@@ -32,8 +32,8 @@ class Prediction:
 
 
 def load_run(run_dir):
-    """``(BoxConfig, {model: [fold weight files]})`` of a box run (``refine``: the refiners, when trained);
-    raises CheckpointError naming what is missing."""
+    """``(BoxConfig, {model: [fold weight files]}, run.json)`` of a box run (``refine``: the refiners,
+    when trained); raises CheckpointError naming what is missing."""
     run_dir = Path(run_dir)
     try:
         meta = json.loads((run_dir / "run.json").read_text())
@@ -47,7 +47,7 @@ def load_run(run_dir):
     missing = [str(p) for ps in files.values() for p in ps if not p.is_file()]
     if missing:
         raise CheckpointError(f"{run_dir}: model weights missing: {', '.join(missing)}")
-    return cfg, files
+    return cfg, files, meta
 
 
 def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Prediction:
@@ -56,13 +56,13 @@ def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Pr
     Each model's fold predictions are averaged (a fold model that finds nothing is left out),
     then the models are averaged (:func:`whale.boxes.geometry.average`); a run trained with
     ``refine`` then looks again with its fold refiners (:func:`whale.boxes.refine.refine_passes`;
-    ``per_model["refined"]``); corners outside the image are clipped and an image no model found
+    ``per_model["refined"]``), from the boxes its training chose (``run.json``'s ``refine_from``); corners outside the image are clipped and an image no model found
     a box in falls back to the whole image.
     """
     from whale.boxes.train import build_model, predict_unit
     from whale.progress import progress_bar
 
-    cfg, files = load_run(run_dir)
+    cfg, files, meta = load_run(run_dir)
     models = {}
     for kind, fold_files in files.items():
         models[kind] = []
@@ -81,7 +81,9 @@ def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Pr
         if refiners:
             from whale.boxes.refine import load_images, refine_passes
 
-            first = geometry.average([per_model[k][s:s + batch] for k in models])
+            start = meta.get("refine_from") or "average"
+            pick = [start] if start in models else list(models)  # "average": every model
+            first = geometry.average([per_model[k][s:s + batch] for k in pick])
             per_model["refined"][s:s + batch] = refine_passes(refiners, load_images(paths[s:s + batch]), first, cfg)
     final = per_model["refined"] if refiners else geometry.average([per_model[k] for k in models])
     boxes, fallback = geometry.to_pixels(final, sizes)

@@ -28,6 +28,7 @@ import numpy as np
 from whale.boxes import geometry
 from whale.boxes.config import BoxConfig, save_box_config
 from whale.boxes.labels import BoxLabels, load_inputs
+from whale.errors import ConfigError
 from whale.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
 
 
@@ -179,6 +180,21 @@ def cv_summary(labels: BoxLabels, preds: dict[str, np.ndarray]) -> tuple[dict, l
     return summary, rows
 
 
+def first_box(refine_from: str, models, cv: dict) -> str:
+    """Which boxes the refiner starts from: ``refine_from`` itself (``average`` of one model is that
+    model), or with ``best`` the candidate (each model, their average) of highest cross-validated IoU
+    in ``cv`` (name -> ``{"mean_iou": ...}``). A weak detector drags the paper's average down, and a
+    refiner corrects small errors better than large ones (``docs/benchmarks.md``).
+    """
+    if refine_from == "best":
+        return max(cv, key=lambda name: cv[name]["mean_iou"])
+    if refine_from == "average":
+        return "average" if len(models) > 1 else models[0]
+    if refine_from not in models:
+        raise ConfigError(f"refine_from: {refine_from!r} was not trained (models: {', '.join(models)})")
+    return refine_from
+
+
 def _cross_validate_refiner(cfg, labels, unit, fold, first, run_dir, log, verbose) -> np.ndarray:
     """Out-of-fold refined boxes: per fold, a refiner trained on the other folds looks at ``first``'s held-out boxes."""
     from whale.boxes.refine import load_images, refine_passes
@@ -219,14 +235,17 @@ def train_run(cfg: BoxConfig, labels: BoxLabels, run_dir, models=("vgg", "retina
         seconds[kind] = round(time.time() - t, 1)
     if len(models) > 1:
         oof["average"] = geometry.average([oof[m] for m in models])
+    start = None
     if cfg.refine:
         t = time.time()
-        first = oof["average"] if len(models) > 1 else oof[models[0]]
+        start = first_box(cfg.refine_from, models, cv_summary(labels, oof)[0])
+        log(f"refining from {start}")
+        first = oof[start] if start in oof else oof[models[0]]
         oof["refined"] = _cross_validate_refiner(cfg, labels, unit, fold, first, run_dir, log, verbose)
         seconds["refine"] = round(time.time() - t, 1)
     summary, rows = cv_summary(labels, oof)
     write_text_atomic(run_dir / "cv.csv", "\n".join(rows) + "\n")
-    meta = {"models": list(models), "refine": cfg.refine, "folds": cfg.folds, "labelled_images": len(labels.names),
+    meta = {"models": list(models), "refine": cfg.refine, "refine_from": start, "folds": cfg.folds, "labelled_images": len(labels.names),
             "cv": summary, "seconds": seconds, "total_seconds": round(time.time() - t0, 1),
             "seed": cfg.seed, "git_revision": git_revision(), "backend": keras.backend.backend()}
     write_json_atomic(run_dir / "run.json", meta)
