@@ -1,16 +1,19 @@
 """The VGG box regressor's two heads side by side: the paper's dense head vs the integral head. Not a test.
 
     python benchmarks/box_heads.py --out runs/bench_box_heads [--seeds 0,1,2] [--labels 1200]
-                                   [--set KEY=VALUE ...] [--quick]
+                                   [--heads dense,integral] [--refine] [--set KEY=VALUE ...] [--quick]
 
 On the same labelling competition and the same 1,200 labels as ``benchmarks/boxes.py`` (synthetic
 seed 1, labels chosen with seed 7), for each seed (the box config's ``seed``: fold split and
 initial weights) and each head (``vgg_head: dense``, the paper's four regressed outputs, and
 ``vgg_head: integral``, a soft argmax per edge; see :mod:`whale.boxes.vgg`), the VGG regressor is
 cross-validated exactly as ``python -m whale.boxes train --model vgg`` does (``train_run``), with
-``configs/boxes.yaml`` and the ``--set`` overrides. Prints the cross-validated mean IoU per seed,
-the mean +- sd over seeds and the gain of the integral head, and the seconds each head took (its
-ratio to the dense head's). The last line is one JSON object.
+``configs/boxes.yaml`` and the ``--set`` overrides, without the refiner (the heads alone).
+With ``--refine`` the last head's run also trains the refiner (:mod:`whale.boxes.refine`, from
+that head's boxes) and its cross-validated IoU is reported as one more row. Prints the
+cross-validated mean IoU per seed, the mean +- sd over seeds and the gains (integral - dense,
+refined - head), and the training seconds of each row (its ratio to the first row's; the
+refiner's row counts the refiner alone). The last line is one JSON object.
 """
 from __future__ import annotations
 
@@ -36,6 +39,9 @@ def main(argv=None) -> int:
     p.add_argument("--labels", type=int, default=1200, help="labelled training images")
     p.add_argument("--box-config", default=str(common.repo_root() / "configs" / "boxes.yaml"))
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a box config key")
+    p.add_argument("--heads", default=",".join(HEADS), help="comma-separated VGG heads (dense, integral)")
+    p.add_argument("--refine", action="store_true",
+                   help="also train the refiner on the last head's run (whale.boxes.refine) and report it")
     p.add_argument("--quick", action="store_true", help="tiny settings for development")
     args = p.parse_args(argv)
     t0 = time.time()
@@ -54,33 +60,50 @@ def main(argv=None) -> int:
     labels = read_labels(label_subset(lab_dir, n_labels, 7, out / "labels.csv"), lab_dir)
     extra = overrides(args.set)
     if args.quick:
-        extra.update(image_size=32, folds=2, epochs=1, cycle_epochs=1, vgg_width=0.0625)
+        extra.update(image_size=32, folds=2, epochs=1, cycle_epochs=1, vgg_width=0.0625, refine_size=32,
+                     refine_epochs=1, refine_passes=1)
     seeds = [int(s) for s in args.seeds.split(",")]
-    iou = {h: [] for h in HEADS}
-    seconds = {h: 0.0 for h in HEADS}
+    heads = [h for h in args.heads.split(",") if h]
+    unknown = sorted(set(heads) - set(HEADS))
+    if unknown:
+        raise SystemExit(f"--heads: unknown {unknown}; expected some of {HEADS}")
+    rows = heads + (["refined"] if args.refine else [])  # refined: the last head's run, its refiner
+    iou = {r: [] for r in rows}
+    seconds = {r: 0.0 for r in rows}
     for seed in seeds:
-        for head in HEADS:
-            cfg = load_box_config(args.box_config, {**extra, "seed": seed, "vgg_head": head})
+        for head in heads:
+            refine = args.refine and head == heads[-1]
+            cfg = load_box_config(args.box_config, {**extra, "seed": seed, "vgg_head": head, "refine": refine})
             t = time.time()
             meta = train_run(cfg, labels, out / f"{head}_seed{seed}", ("vgg",), log=lambda *_: None)
-            seconds[head] += time.time() - t
+            seconds[head] += meta["seconds"]["vgg"]
             iou[head].append(meta["cv"]["vgg"]["mean_iou"])
             print(f"seed {seed}, {head} head: cross-validated mean IoU {iou[head][-1]:.4f} "
-                  f"({cfg.folds} folds, {cfg.epochs} epochs, {cfg.image_size} px, {time.time() - t:.0f} s)",
+                  f"({cfg.folds} folds, {cfg.epochs} epochs, {cfg.image_size} px, {meta['seconds']['vgg']:.0f} s)",
                   flush=True)
-    stats = {h: common.mean_sd(iou[h]) for h in HEADS}
-    gain = common.mean_sd(np.subtract(iou["integral"], iou["dense"]))
+            if refine:
+                seconds["refined"] += meta["seconds"]["refine"]
+                iou["refined"].append(meta["cv"]["refined"]["mean_iou"])
+                print(f"seed {seed}, {head} head + refiner: cross-validated mean IoU {iou['refined'][-1]:.4f} "
+                      f"({cfg.refine_epochs} refiner epochs at {cfg.refine_size} px, {cfg.refine_passes} passes, "
+                      f"{meta['seconds']['refine']:.0f} s more; {time.time() - t:.0f} s in all)", flush=True)
+    stats = {r: common.mean_sd(iou[r]) for r in rows}
+    base = rows[0]
     print(common.results_table(
-        [{"head": h, "iou": stats[h]["mean"], "sd": stats[h]["sd"], "s": round(seconds[h]),
-          "ratio": seconds[h] / seconds["dense"]} for h in HEADS],
+        [{"head": r if r != "refined" else f"{heads[-1]} + refiner", "iou": stats[r]["mean"], "sd": stats[r]["sd"],
+          "s": round(seconds[r]), "ratio": seconds[r] / seconds[base]} for r in rows],
         [("head", f"VGG head ({len(seeds)} seeds, {len(labels.names)} labels)"),
          ("iou", "cross-validated mean IoU"), ("sd", "sd over seeds"), ("s", "seconds (all seeds)"),
-         ("ratio", "time / dense head's")]))
-    print(f"integral - dense: {gain['mean']:+.4f} +- {gain['sd']:.4f} (mean +- sd over {len(seeds)} seeds)")
-    metrics = {f"iou_{h}": stats[h]["mean"] for h in HEADS}
-    metrics.update({f"iou_{h}_sd": stats[h]["sd"] for h in HEADS})
-    metrics.update(gain=gain["mean"], gain_sd=gain["sd"], seeds=seeds,
-                   seconds_dense=round(seconds["dense"], 1), seconds_integral=round(seconds["integral"], 1))
+         ("ratio", f"time / {base}'s")]))
+    metrics = {f"iou_{r}": stats[r]["mean"] for r in rows}
+    metrics.update({f"iou_{r}_sd": stats[r]["sd"] for r in rows})
+    metrics.update({f"seconds_{r}": round(seconds[r], 1) for r in rows})
+    for a, b, key in (("integral", "dense", "gain"), ("refined", heads[-1], "gain_refined")):
+        if a in iou and b in iou and a != b:
+            g = common.mean_sd(np.subtract(iou[a], iou[b]))
+            print(f"{a} - {b}: {g['mean']:+.4f} +- {g['sd']:.4f} (mean +- sd over {len(seeds)} seeds)")
+            metrics.update({key: g["mean"], f"{key}_sd": g["sd"]})
+    metrics["seeds"] = seeds
     print(common.final_json("box_heads", metrics, time.time() - t0))
     return 0
 

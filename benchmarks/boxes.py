@@ -171,7 +171,7 @@ def main(argv=None) -> int:
         [("what", "boxes"), ("iou", "mean IoU"), ("fallbacks", "whole-image fallbacks")]))
     print(common.results_table([
         {"boxes": "true", "val": val_true, "test": test_true},
-        {"boxes": f"predicted ({'averaged models, refined' if cfg.refine else 'averaged models'})",
+        {"boxes": f"predicted ({'refined from ' + meta['refine_from'] if cfg.refine else 'averaged models'})",
          "val": val_pred, "test": test_pred}],
         [("boxes", "crops from"), ("val", "validation MAP@5"), ("test", "test MAP@5")]))
     print(f"target: {final} IoU >= 0.93 -> {cv[final]['mean_iou']:.4f}; "

@@ -183,11 +183,12 @@ def test_box_config_refuses_unknown_keys_and_weights_on_a_narrow_vgg():
     assert box_config_from_dict({}).vgg_head == "dense"  # the paper's head unless asked
 
 
-def test_the_shipped_box_config_loads_with_the_integral_head():
+def test_the_shipped_box_config_loads_with_the_integral_head_and_the_refiner():
     from whale.boxes.config import load_box_config
 
     cfg = load_box_config(Path(__file__).resolve().parents[1] / "configs" / "boxes.yaml")
     assert (cfg.vgg_head, cfg.image_size, cfg.folds) == ("integral", 128, 4)
+    assert (cfg.refine, cfg.refine_from) == (True, "best")
 
 
 def test_cosine_restarts_return_to_the_peak_every_cycle():
@@ -235,7 +236,8 @@ def test_train_then_predict_a_whole_folder(competition, tmp_path, capsys):
     run = tmp_path / "run"
     models = _models()
     args = ["train", "--data", str(competition), "--labels", str(labels), "--out", str(run),
-            "--set", "image_size=64", "--set", "folds=2", "--set", "epochs=1", "--set", "batch_size=8"]
+            "--set", "image_size=64", "--set", "folds=2", "--set", "epochs=1", "--set", "batch_size=8",
+            "--set", "refine=false"]  # the paper's averaged boxes (the refiner: the test below)
     assert main(args + ["--model", "both" if len(models) == 2 else "vgg"]) == 0
     out = capsys.readouterr().out
     assert "cross-validated mean IoU vgg" in out
