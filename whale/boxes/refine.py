@@ -38,11 +38,11 @@ def windows(unit: np.ndarray, sizes: np.ndarray, margin: float, jitter: float = 
     unit = np.asarray(unit, np.float64).reshape(-1, 4)
     wh = np.asarray(sizes, np.float64).reshape(-1, 2)
     lo, hi = unit[:, :2] * wh, unit[:, 2:] * wh
-    centre, half = (lo + hi) / 2, np.maximum(hi - lo, 1.0) * (0.5 + margin)
+    size = np.maximum(hi - lo, 1.0)
+    centre, half = (lo + hi) / 2, size * (0.5 + margin)
     if jitter > 0:
         if rng is None:
             raise ValueError("windows: jitter needs an rng")
-        size = np.maximum(hi - lo, 1.0)
         centre = centre + rng.uniform(-jitter, jitter, centre.shape) * size
         half = half * (1 + rng.uniform(-jitter, jitter, half.shape))
     x0y0 = np.clip(np.floor(centre - half), 0, wh - 2)
