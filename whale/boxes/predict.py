@@ -56,8 +56,9 @@ def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Pr
     Each model's fold predictions are averaged (a fold model that finds nothing is left out),
     then the models are averaged (:func:`whale.boxes.geometry.average`); a run trained with
     ``refine`` then looks again with its fold refiners (:func:`whale.boxes.refine.refine_passes`;
-    ``per_model["refined"]``), from the boxes its training chose (``run.json``'s ``refine_from``); corners outside the image are clipped and an image no model found
-    a box in falls back to the whole image.
+    ``per_model["refined"]``) from the boxes its training chose (``run.json``'s ``refine_from``).
+    Corners outside the image are clipped and an image no model found a box in falls back to the
+    whole image.
     """
     from whale.boxes.train import build_model, predict_unit
     from whale.progress import progress_bar
@@ -72,6 +73,11 @@ def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Pr
             models[kind].append(m)
     refiners = models.pop("refine", None)
     per_model = {k: np.empty((len(paths), 4), np.float32) for k in [*models, *(["refined"] if refiners else [])]}
+    if refiners:
+        from whale.boxes.refine import load_images, refine_passes
+
+        start = meta.get("refine_from") or "average"
+        first_of = [start] if start in models else list(models)  # "average": every model
     sizes = np.empty((len(paths), 2), np.int64)
     starts = range(0, len(paths), batch)
     for s in progress_bar(starts, total=len(starts), desc="boxes", enabled=progress):
@@ -79,11 +85,7 @@ def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Pr
         for kind, fold_models in models.items():
             per_model[kind][s:s + batch] = geometry.average([predict_unit(kind, m, images, cfg) for m in fold_models])
         if refiners:
-            from whale.boxes.refine import load_images, refine_passes
-
-            start = meta.get("refine_from") or "average"
-            pick = [start] if start in models else list(models)  # "average": every model
-            first = geometry.average([per_model[k][s:s + batch] for k in pick])
+            first = geometry.average([per_model[k][s:s + batch] for k in first_of])
             per_model["refined"][s:s + batch] = refine_passes(refiners, load_images(paths[s:s + batch]), first, cfg)
     final = per_model["refined"] if refiners else geometry.average([per_model[k] for k in models])
     boxes, fallback = geometry.to_pixels(final, sizes)

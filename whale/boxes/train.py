@@ -6,8 +6,8 @@ fold on the other folds and predicts the held-out one, so every labelled image g
 out-of-fold box from each model and from their average: the cross-validated mean IoU of the
 paper. The K fold models are kept and predict new images together (their unit corners
 averaged), so no extra full-data fit is needed. With ``cfg.refine`` (ours, :mod:`whale.boxes.refine`)
-a refiner is trained per fold too and looks again at the held-out fold's averaged boxes: its
-cross-validated IoU (``refined``) stands beside the paper's (``average``).
+a refiner is trained per fold too and looks again at the held-out fold's first boxes (``cfg.refine_from``,
+:func:`first_box`): its cross-validated IoU (``refined``) stands beside the paper's (``average``).
 
 Run folder::
 
