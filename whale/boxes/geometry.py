@@ -58,6 +58,13 @@ def to_pixels(unit: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.where(failed[:, None], whole, px), failed
 
 
+def found(unit: np.ndarray) -> np.ndarray:
+    """Which boxes ``[..., 4]`` are real: finite corners with ``x1 > x0`` and ``y1 > y0`` (bool ``[...]``)."""
+    unit = np.asarray(unit)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(unit).all(axis=-1) & (unit[..., 2] > unit[..., 0]) & (unit[..., 3] > unit[..., 1])
+
+
 def average(predictions: list[np.ndarray]) -> np.ndarray:
     """Mean of several models' unit boxes, row by row, over the models that found a box.
 
@@ -72,9 +79,7 @@ def average(predictions: list[np.ndarray]) -> np.ndarray:
         ``[n, 4]`` float32.
     """
     stack = np.stack([np.asarray(p, dtype=np.float64).reshape(-1, 4) for p in predictions])
-    with np.errstate(invalid="ignore"):
-        ok = (np.isfinite(stack).all(axis=2) & (stack[..., 2] > stack[..., 0])
-              & (stack[..., 3] > stack[..., 1]))[..., None]
+    ok = found(stack)[..., None]
     count = ok.sum(axis=0)
     total = np.where(ok, stack, 0.0).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -7,14 +7,15 @@ head) looking at a *window*: the first box grown by ``refine_margin`` of its wid
 each side, cut from the original image and resized to ``refine_size`` square. It predicts the box
 in the window's unit coordinates, so the fluke now fills most of its input.
 
-Each look is made twice, on the image and on its mirror, and the two boxes averaged; the
-refined box is looked at again ``refine_passes`` times (each look corrects part of the first
-stage's error). Training windows come from the true boxes, grown by the margin and then moved and scaled at
-random by up to ``refine_jitter`` of the box's size (what the first stage's error looks like),
-half of them mirrored; the box always stays inside its window (jitter < margin). At prediction
-the window is the first stage's averaged box grown by the margin; the refined box is mapped back
-to the image. Measured side by side with the paper's averaged boxes in every cross-validation
-(``refined`` beside ``average`` in ``run.json`` and ``cv.csv``).
+Each look is made twice, on the image and on its mirror, and the two boxes averaged; the refined
+box is looked at again ``refine_passes`` times (each look corrects part of the first stage's
+error). Training windows come from the true boxes, grown by the margin and then moved and scaled at
+random by up to ``refine_jitter`` of the box's size (what the first stage's error looks like), half
+of them mirrored; the box always stays inside its window (jitter < margin). At prediction the
+window is the first box (``refine_from``: the detector or average of highest cross-validated IoU,
+or the one named) grown by the margin; the refined box is mapped back to the image. Measured side
+by side with the paper's averaged boxes in every cross-validation (``refined`` beside ``average``
+in ``run.json`` and ``cv.csv``).
 
 Windows are in integer pixels of the original image (clipped to it), so a crop and its target
 share exactly the same geometry.
@@ -127,7 +128,7 @@ def look(models: list, images: list[np.ndarray], unit: np.ndarray, cfg) -> np.nd
     Every refiner in ``models`` (one per fold) reads the same windows; their boxes are averaged.
     """
     unit = np.asarray(unit, np.float32).reshape(-1, 4)
-    ok = np.isfinite(unit).all(axis=1) & (unit[:, 2] > unit[:, 0]) & (unit[:, 3] > unit[:, 1])
+    ok = geometry.found(unit)
     out = np.full_like(unit, np.nan)
     if not ok.any():
         return out

@@ -240,8 +240,7 @@ def train_run(cfg: BoxConfig, labels: BoxLabels, run_dir, models=("vgg", "retina
         t = time.time()
         start = first_box(cfg.refine_from, models, cv_summary(labels, oof)[0])
         log(f"refining from {start}")
-        first = oof[start] if start in oof else oof[models[0]]
-        oof["refined"] = _cross_validate_refiner(cfg, labels, unit, fold, first, run_dir, log, verbose)
+        oof["refined"] = _cross_validate_refiner(cfg, labels, unit, fold, oof[start], run_dir, log, verbose)
         seconds["refine"] = round(time.time() - t, 1)
     summary, rows = cv_summary(labels, oof)
     write_text_atomic(run_dir / "cv.csv", "\n".join(rows) + "\n")
