@@ -10,7 +10,9 @@ initial weights) and each head (``vgg_head: dense``, the paper's four regressed 
 cross-validated exactly as ``python -m whale.boxes train --model vgg`` does (``train_run``), with
 ``configs/boxes.yaml`` and the ``--set`` overrides, without the refiner (the heads alone).
 With ``--refine`` the last head's run also trains the refiner (:mod:`whale.boxes.refine`, from
-that head's boxes) and its cross-validated IoU is reported as one more row. Prints the
+that head's boxes) and its cross-validated IoU is reported as one more row; when the config's
+``refine_margins`` has several margins, the same fold refiners are also scored looking at the
+training margin alone (one more row, and the gain of the margins over it). Prints the
 cross-validated mean IoU per seed, the mean +- sd over seeds and the gains (integral - dense,
 refined - head), and the training seconds of each row (its ratio to the first row's; the
 refiner's row counts the refiner alone). The last line is one JSON object.
@@ -30,6 +32,28 @@ from benchmarks import common  # noqa: E402
 from benchmarks.boxes import label_subset  # noqa: E402
 
 HEADS = ("dense", "integral")
+
+
+def refined_one_margin(cfg, labels, run_dir: Path, start: str) -> float:
+    """Cross-validated IoU of ``run_dir``'s fold refiners looking from ``start``'s out-of-fold boxes
+    at the training margin alone (``refine_margins: null``): the side-by-side row for ``refine_margins``."""
+    import dataclasses
+
+    from whale.boxes import geometry
+    from whale.boxes.refine import build_refiner, load_images, refine_passes
+    from whale.boxes.train import weights_path
+
+    oof = np.load(run_dir / "oof.npz")
+    first, fold = oof[start], oof["fold"]
+    one = dataclasses.replace(cfg, refine_margins=None)
+    images = load_images(labels.paths)
+    out = np.full_like(first, np.nan)
+    for k in range(cfg.folds):
+        held = np.flatnonzero(fold == k)
+        model = build_refiner(cfg)
+        model.load_weights(weights_path(run_dir, "refine", k))
+        out[held] = refine_passes([model], [images[i] for i in held], first[held], one)
+    return float(geometry.iou(geometry.to_pixels(out, labels.sizes)[0], labels.boxes).mean())
 
 
 def main(argv=None) -> int:
@@ -67,7 +91,10 @@ def main(argv=None) -> int:
     unknown = sorted(set(heads) - set(HEADS))
     if unknown:
         raise SystemExit(f"--heads: unknown {unknown}; expected some of {HEADS}")
-    rows = heads + (["refined"] if args.refine else [])  # refined: the last head's run, its refiner
+    probe = load_box_config(args.box_config, extra)
+    margins = args.refine and len(probe.refine_margins or ()) > 1
+    # refined: the last head's run, its refiner; one_margin: the same refiners at the training margin alone
+    rows = heads + (["refined"] if args.refine else []) + (["one_margin"] if margins else [])
     iou = {r: [] for r in rows}
     seconds = {r: 0.0 for r in rows}
     for seed in seeds:
@@ -87,10 +114,17 @@ def main(argv=None) -> int:
                 print(f"seed {seed}, {head} head + refiner: cross-validated mean IoU {iou['refined'][-1]:.4f} "
                       f"({cfg.refine_epochs} refiner epochs at {cfg.refine_size} px, {cfg.refine_passes} passes, "
                       f"{meta['seconds']['refine']:.0f} s more; {time.time() - t:.0f} s in all)", flush=True)
+            if refine and margins:
+                iou["one_margin"].append(refined_one_margin(cfg, labels, out / f"{head}_seed{seed}", meta["refine_from"]))
+                print(f"seed {seed}, {head} head + refiner at margin {cfg.refine_margin} alone: cross-validated "
+                      f"mean IoU {iou['one_margin'][-1]:.4f} (margins {list(cfg.refine_margins)}: "
+                      f"{iou['refined'][-1]:.4f})", flush=True)
     stats = {r: common.mean_sd(iou[r]) for r in rows}
     base = rows[0]
+    names = {"refined": f"{heads[-1]} + refiner" + (f", margins {list(probe.refine_margins)}" if margins else ""),
+             "one_margin": f"{heads[-1]} + refiner, margin {probe.refine_margin} alone (same refiners)"}
     print(common.results_table(
-        [{"head": r if r != "refined" else f"{heads[-1]} + refiner", "iou": stats[r]["mean"], "sd": stats[r]["sd"],
+        [{"head": names.get(r, r), "iou": stats[r]["mean"], "sd": stats[r]["sd"],
           "s": round(seconds[r]), "ratio": seconds[r] / seconds[base]} for r in rows],
         [("head", f"VGG head ({len(seeds)} seeds, {len(labels.names)} labels)"),
          ("iou", "cross-validated mean IoU"), ("sd", "sd over seeds"), ("s", "seconds (all seeds)"),
@@ -98,7 +132,8 @@ def main(argv=None) -> int:
     metrics = {f"iou_{r}": stats[r]["mean"] for r in rows}
     metrics.update({f"iou_{r}_sd": stats[r]["sd"] for r in rows})
     metrics.update({f"seconds_{r}": round(seconds[r], 1) for r in rows})
-    for a, b, key in (("integral", "dense", "gain"), ("refined", heads[-1], "gain_refined")):
+    for a, b, key in (("integral", "dense", "gain"), ("refined", heads[-1], "gain_refined"),
+                      ("refined", "one_margin", "gain_margins")):
         if a in iou and b in iou and a != b:
             g = common.mean_sd(np.subtract(iou[a], iou[b]))
             print(f"{a} - {b}: {g['mean']:+.4f} +- {g['sd']:.4f} (mean +- sd over {len(seeds)} seeds)")

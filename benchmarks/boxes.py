@@ -19,7 +19,11 @@ In one run:
    crops from the predicted boxes (threshold tuned on validation fold 0 under the same boxes).
    The difference isolates what the boxes cost; training on predicted boxes is not measured.
 
-Prints wall and CPU seconds per step and, last, one JSON line.
+Prints wall and CPU seconds per step and, last, one JSON line. First, the machine's speed in the
+same run (``--no-probe`` skips it): images/s of the refiner's training step under each Keras backend
+installed (TensorFlow, JAX), each in its own subprocess, so that a time can be read against the
+machine it ran on. On a 2-core CPU the box models train about twice as fast under JAX
+(``KERAS_BACKEND=jax python benchmarks/boxes.py ...``; README, "Boxes").
 """
 from __future__ import annotations
 
@@ -41,6 +45,42 @@ from benchmarks import common  # noqa: E402
 def cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def probe_rate(box_config: str, extra: dict, steps: int = 30) -> float:
+    """Images/s of the refiner's training step (``train_on_batch`` on a fixed batch) in this process's backend."""
+    from whale.boxes.config import load_box_config
+    from whale.boxes.train import build_model
+
+    cfg = load_box_config(box_config, extra)
+    model = build_model("refine", cfg, steps_per_epoch=steps)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (cfg.batch_size, cfg.refine_size, cfg.refine_size, 3)).astype(np.float32)
+    y = np.tile(np.array([[0.2, 0.3, 0.7, 0.8]], np.float32), (cfg.batch_size, 1))
+    model.train_on_batch(x, y)  # tracing and compilation
+    t = time.perf_counter()
+    for _ in range(steps):
+        loss = model.train_on_batch(x, y)
+    np.asarray(loss)
+    return steps * cfg.batch_size / (time.perf_counter() - t)
+
+
+def backend_rates(argv_sets: list[str] | None, box_config: str) -> dict[str, float]:
+    """:func:`probe_rate` under each Keras backend that imports here, each in a fresh subprocess."""
+    import subprocess
+
+    rates = {}
+    for backend in ("tensorflow", "jax"):
+        cmd = [sys.executable, __file__, "--out", "-", "--probe", "--box-config", box_config]
+        for kv in argv_sets or []:
+            cmd += ["--set", kv]
+        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if res.returncode == 0:
+            rates[backend] = float(res.stdout.strip().splitlines()[-1])
+        else:
+            print(f"probe under {backend} failed: {res.stderr.strip().splitlines()[-1:]}")
+    return rates
 
 
 def label_subset(comp_dir: Path, n: int, seed: int, out_csv: Path) -> Path:
@@ -97,11 +137,23 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a box config key")
     p.add_argument("--demo-scale", type=float, default=0.25, help="demo.yaml epochs x this (shortened)")
     p.add_argument("--quick", action="store_true", help="tiny settings for development")
+    p.add_argument("--no-probe", action="store_true", help="skip the per-backend speed probe")
+    p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the probe's subprocess
     args = p.parse_args(argv)
     t0, c0 = time.time(), cpu_seconds()
     common.setup_tensorflow()
-    from whale.boxes import geometry
     from whale.boxes.cli import overrides
+
+    if args.probe:
+        print(f"{probe_rate(args.box_config, overrides(args.set)):.2f}")
+        return 0
+    rates = {} if args.no_probe else backend_rates(args.set, args.box_config)
+    import keras
+
+    backend = keras.backend.backend()
+    print(f"backend {backend}; this machine's refiner train step: "
+          + ", ".join(f"{b} {r:.0f} img/s" for b, r in rates.items()), flush=True)
+    from whale.boxes import geometry
     from whale.boxes.config import load_box_config
     from whale.boxes.labels import read_labels
     from whale.boxes.predict import predict_boxes, write_boxes_csv
@@ -176,10 +228,12 @@ def main(argv=None) -> int:
         [("boxes", "crops from"), ("val", "validation MAP@5"), ("test", "test MAP@5")]))
     print(f"target: {final} IoU >= 0.93 -> {cv[final]['mean_iou']:.4f}; "
           f"|test MAP@5 predicted - true| <= 0.01 -> {abs(test_pred - test_true):.3f}")
-    print(f"in all {time.time() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} s CPU (this process)")
+    print(f"in all {time.time() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} s CPU (this process; backend {backend}"
+          + "".join(f", {b} probe {r:.0f} img/s" for b, r in rates.items()) + ")")
     metrics = {f"cv_iou_{k}": v["mean_iou"] for k, v in cv.items()}
     metrics.update({f"demo_iou_{k}": v for k, v in demo_iou.items()})
-    metrics.update(test_map_true=test_true, test_map_predicted=test_pred, val_map_true=val_true,
+    metrics.update({f"probe_img_s_{b}": r for b, r in rates.items()})
+    metrics.update(backend=backend, test_map_true=test_true, test_map_predicted=test_pred, val_map_true=val_true,
                    val_map_predicted=val_pred, fallbacks=int(pred.fallback.sum()))
     print(common.final_json("boxes", metrics, time.time() - t0))
     return 0

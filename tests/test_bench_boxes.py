@@ -25,6 +25,9 @@ def test_boxes_benchmark_quick_reports_the_cross_validation_and_both_map_figures
         assert m[f"cv_iou_{name}"] == pytest.approx(meta["cv"][name]["mean_iou"], abs=1e-4)
     assert meta["refine_from"] in ("vgg", "retinanet", "average")
     assert f"refined from {meta['refine_from']}" in res.stdout
+    # the machine's speed, probed in the same run under each backend installed (both are, in .venv)
+    assert m["backend"] == os.environ.get("KERAS_BACKEND", "tensorflow") and m["probe_img_s_tensorflow"] > 0 and m["probe_img_s_jax"] > 0
+    assert f"tensorflow {m['probe_img_s_tensorflow']:.0f} img/s" in res.stdout
     for key in ("test_map_true", "test_map_predicted", "val_map_true", "val_map_predicted"):
         assert 0.0 <= m[key] <= 1.0
     rows = (tmp_path / "predicted_bounding_boxes.csv").read_text().splitlines()

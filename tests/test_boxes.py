@@ -296,8 +296,13 @@ def test_a_refined_run_reports_both_figures_and_predicts_through_its_refiners(co
     meta = json.loads((run / "run.json").read_text())
     assert meta["refine"] and meta["refine_from"] == "vgg" and set(meta["cv"]) == {"vgg", "refined"}
     assert (run / "cv.csv").read_text().splitlines()[0].endswith("refined_y1,refined_iou")
-    assert (run / "models" / "refine_fold1.weights.h5").is_file()
+    oof = np.load(run / "oof.npz")  # the out-of-fold boxes unrounded: they give run.json's IoU again
     lab = read_labels(labels, competition)
+    assert list(oof["names"]) == lab.names and sorted(set(oof["fold"].tolist())) == [0, 1]
+    for name in ("vgg", "refined"):
+        px, _ = geometry.to_pixels(oof[name], lab.sizes)
+        assert geometry.iou(px, lab.boxes).mean() == pytest.approx(meta["cv"][name]["mean_iou"], abs=1e-9)
+    assert (run / "models" / "refine_fold1.weights.h5").is_file()
     pred = predict_boxes(run, lab.paths[:5], progress=False)
     assert set(pred.per_model) == {"vgg", "refined"}
     final, _ = geometry.to_pixels(pred.per_model["refined"], pred.sizes)

@@ -78,6 +78,32 @@ def test_refine_passes_walk_a_wrong_box_back_to_the_painted_one():
     assert geometry.iou(got, truth).min() > 0.95
     failed = refine.refine_passes([PixelReader()], images, np.array([[np.nan] * 4, truth[1]]), CFG)
     assert np.isnan(failed[0]).all() and geometry.iou(failed[1:], truth[1:])[0] > 0.95
+    views = SimpleNamespace(**{**vars(CFG), "refine_margins": (0.2, 0.25, 0.3)})  # every window reads it
+    assert geometry.iou(refine.refine_passes([PixelReader()], images, off, views), truth).min() > 0.95
+
+
+class Recorder(PixelReader):
+    """A :class:`PixelReader` that keeps how much of each crop the box filled (the window's margin)."""
+
+    def __init__(self):
+        self.fill = []
+
+    def predict(self, x, batch_size=None, verbose=0):
+        out = super().predict(x)
+        self.fill += list(out[:, 2] - out[:, 0])
+        return out
+
+
+def test_each_view_margin_is_looked_at_with_its_mirror():
+    box = np.array([[60, 40, 180, 100]])
+    images, sizes = [_painted(256, 160, box[0])], np.array([[256, 160]])
+    truth = geometry.to_unit(box, sizes)
+    assert refine.view_margins(CFG) == (0.25,)  # no refine_margins: the training margin alone
+    rec = Recorder()
+    cfg = SimpleNamespace(**{**vars(CFG), "refine_passes": 1, "refine_margins": (0.1, 0.5)})
+    refine.refine_passes([rec], images, truth, cfg)
+    # box width / window width = 1 / (1 + 2 margin): 0.833 at 0.1, 0.5 at 0.5, each twice (plain, mirror)
+    np.testing.assert_allclose(rec.fill, [1 / 1.2] * 2 + [0.5] * 2, atol=2 / 64)
 
 
 def test_training_windows_match_their_targets_and_change_each_epoch():
@@ -113,6 +139,11 @@ def test_refine_keys_are_checked():
         box_config_from_dict({"refine_margin": 0.1, "refine_jitter": 0.2})
     with pytest.raises(ConfigError, match="refine_size"):
         box_config_from_dict({"refine_size": 50})
+    assert box_config_from_dict({"refine_margins": [0.2, 0.3]}).refine_margins == (0.2, 0.3)
+    assert box_config_from_dict({}).refine_margins is None
+    for bad in ([], [0.2, 0.0], "0.2", [0.1] * 6):
+        with pytest.raises(ConfigError, match="refine_margins"):
+            box_config_from_dict({"refine_margins": bad})
 
 
 def test_the_first_box_is_the_named_one_or_the_best_cross_validated():

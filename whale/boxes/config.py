@@ -21,6 +21,7 @@ Example::
     refine_size: 64        # the crop's square size
     refine_margin: 0.25    # the crop: the box grown by this fraction of its size per side
     refine_jitter: 0.12    # training crops moved and scaled by up to this fraction (< margin)
+    refine_margins: null   # margins a prediction looks at (each with its mirror; averaged); null: refine_margin
     refine_epochs: 24
     refine_passes: 3       # looks per image, each from the last box (and its mirror, averaged)
     refine_from: best      # the first box: best (highest cross-validated IoU) | average | vgg | retinanet
@@ -63,6 +64,7 @@ class BoxConfig:
     refine_size: int = 64
     refine_margin: float = 0.25
     refine_jitter: float = 0.12
+    refine_margins: tuple[float, ...] | None = None
     refine_epochs: int = 24
     refine_passes: int = 3
     refine_from: str = "best"
@@ -76,6 +78,14 @@ def _ints(c: Checker, raw: Any, path: str) -> tuple[int, ...]:
     if not isinstance(raw, (list, tuple)) or len(raw) != 4:
         raise c.fail(path, "a list of 4 integers (one per ResNet stage)", raw)
     return tuple(c.number(v, f"{path}[{i}]", int, 1) for i, v in enumerate(raw))
+
+
+def _margins(c: Checker, raw: Any, path: str) -> tuple[float, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, (list, tuple)) or not 1 <= len(raw) <= 5:
+        raise c.fail(path, "null or a list of 1 to 5 margins", raw)
+    return tuple(c.number(v, f"{path}[{i}]", float, 0.0, 2.0, lo_open=True) for i, v in enumerate(raw))
 
 
 def box_config_from_dict(raw: Any, source: str = "<box config>") -> BoxConfig:
@@ -105,6 +115,7 @@ def box_config_from_dict(raw: Any, source: str = "<box config>") -> BoxConfig:
         refine_size=c.number(get("refine_size"), "refine_size", int, 32, 1024),
         refine_margin=c.number(get("refine_margin"), "refine_margin", float, 0.0, 2.0, lo_open=True),
         refine_jitter=c.number(get("refine_jitter"), "refine_jitter", float, 0.0, 1.0),
+        refine_margins=_margins(c, get("refine_margins"), "refine_margins"),
         refine_epochs=c.number(get("refine_epochs"), "refine_epochs", int, 1),
         refine_passes=c.number(get("refine_passes"), "refine_passes", int, 1, 10),
         refine_from=c.choice(get("refine_from"), "refine_from", REFINE_FROM),

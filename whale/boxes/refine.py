@@ -7,8 +7,9 @@ head) looking at a *window*: the first box grown by ``refine_margin`` of its wid
 each side, cut from the original image and resized to ``refine_size`` square. It predicts the box
 in the window's unit coordinates, so the fluke now fills most of its input.
 
-Each look is made twice, on the image and on its mirror, and the two boxes averaged; the refined
-box is looked at again ``refine_passes`` times (each look corrects part of the first stage's
+Each look is made twice, on the image and on its mirror, and with ``refine_margins`` at each of
+those margins (e.g. 0.2, 0.25, 0.3: the window a little tighter and looser), all boxes averaged; the
+refined box is looked at again ``refine_passes`` times (each look corrects part of the first stage's
 error). Training windows come from the true boxes, grown by the margin and then moved and scaled at
 random by up to ``refine_jitter`` of the box's size (what the first stage's error looks like), half
 of them mirrored; the box always stays inside its window (jitter < margin). At prediction the
@@ -122,10 +123,11 @@ def build_refiner(cfg) -> keras.Model:
     return build_vgg_regressor(cfg.refine_size, cfg.vgg_width, None, "integral")
 
 
-def look(models: list, images: list[np.ndarray], unit: np.ndarray, cfg) -> np.ndarray:
+def look(models: list, images: list[np.ndarray], unit: np.ndarray, cfg, margin: float | None = None) -> np.ndarray:
     """One look: image unit boxes ``[n, 4]`` float32 refined from boxes ``unit`` (NaN rows stay NaN).
 
-    Every refiner in ``models`` (one per fold) reads the same windows; their boxes are averaged.
+    The windows are the boxes grown by ``margin`` (default ``cfg.refine_margin``, the training
+    margin). Every refiner in ``models`` (one per fold) reads the same windows; their boxes are averaged.
     """
     unit = np.asarray(unit, np.float32).reshape(-1, 4)
     ok = geometry.found(unit)
@@ -135,22 +137,31 @@ def look(models: list, images: list[np.ndarray], unit: np.ndarray, cfg) -> np.nd
     keep = np.flatnonzero(ok)
     sizes = np.array([(images[i].shape[1], images[i].shape[0]) for i in keep], np.int64)
     clipped = np.clip(unit[keep], 0.0, 1.0)
-    win = windows(clipped, sizes, cfg.refine_margin)
+    win = windows(clipped, sizes, cfg.refine_margin if margin is None else margin)
     x = crops([images[i] for i in keep], win, cfg.refine_size).astype(np.float32)
     pred = geometry.average([np.asarray(m.predict(x, batch_size=64, verbose=0), np.float32) for m in models])
     out[keep] = from_window(pred, sizes, win)
     return out
 
 
+def view_margins(cfg) -> tuple[float, ...]:
+    """The margins a look reads windows at: ``cfg.refine_margins``, or the training margin alone."""
+    return tuple(getattr(cfg, "refine_margins", None) or (cfg.refine_margin,))
+
+
 def refine_passes(models: list, images: list[np.ndarray], unit: np.ndarray, cfg) -> np.ndarray:
-    """``cfg.refine_passes`` looks, each from the last box: the mean of a look at the images and one at
-    their mirrors (mapped back), the refiners' test-time flip. Returns ``[n, 4]`` float32 unit boxes."""
+    """``cfg.refine_passes`` looks, each from the last box: the mean of the views, a look at the
+    images and one at their mirrors (mapped back), the refiners' test-time flip, for each margin
+    of :func:`view_margins` (windows a little tighter and looser than the training margin, whose
+    errors partly cancel). Returns ``[n, 4]`` float32 unit boxes."""
     mirrored = [im[:, ::-1] for im in images]
     unit = np.asarray(unit, np.float32).reshape(-1, 4)
     for _ in range(cfg.refine_passes):
-        plain = look(models, images, unit, cfg)
-        flipped = geometry.flip_unit(look(models, mirrored, geometry.flip_unit(unit), cfg))
-        unit = geometry.average([plain, flipped])
+        views = []
+        for margin in view_margins(cfg):
+            views.append(look(models, images, unit, cfg, margin))
+            views.append(geometry.flip_unit(look(models, mirrored, geometry.flip_unit(unit), cfg, margin)))
+        unit = geometry.average(views)
     return unit
 
 

@@ -21,6 +21,9 @@ Input: float32 ``[b, S, S, 3]`` raw 0..255 (the backbone rescales by 1/255 itsel
 """
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import keras
 import numpy as np
 from keras import layers, ops
@@ -134,6 +137,15 @@ def build_retinanet(size: int, filters=(16, 32, 64, 128), blocks=(1, 1, 1, 1), f
     )
 
 
+@contextlib.contextmanager
+def quiet_inputs_warning():
+    """keras-cv's RetinaNet calls its backbone (declared with ``{"images": ...}`` inputs) on a plain
+    tensor, and Keras warns about the structure at every trace; the call is right, the warning is noise."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match", category=UserWarning)
+        yield
+
+
 def compile_retinanet(model, optimizer) -> None:
     """Focal loss on the anchors' classes, smooth L1 on their box offsets (keras-cv's RetinaNet losses)."""
     model.compile(classification_loss="focal", box_loss="smoothl1", optimizer=optimizer)
@@ -147,7 +159,8 @@ def targets(unit: np.ndarray, size: int) -> dict:
 
 def predict_unit(model, images: np.ndarray, size: int, batch_size: int = 32) -> np.ndarray:
     """Unit boxes ``[n, 4]`` float32 of float32 images ``[n, S, S, 3]``; NaN rows: nothing found."""
-    out = model.predict(np.asarray(images, dtype=np.float32), batch_size=batch_size, verbose=0)
+    with quiet_inputs_warning():
+        out = model.predict(np.asarray(images, dtype=np.float32), batch_size=batch_size, verbose=0)
     boxes = np.asarray(out["boxes"], dtype=np.float32)[:, 0, :] / np.float32(size)
     found = np.asarray(out["num_detections"]).reshape(-1) > 0
     boxes[~found] = np.nan

@@ -15,10 +15,12 @@ Run folder::
     RUN/run.json                       models, folds, cross-validated IoU, fallbacks, git revision
     RUN/cv.csv                         per labelled image: true box, each model's and the average's
                                        out-of-fold box and IoU
+    RUN/oof.npz                        the same out-of-fold unit boxes unrounded, and each image's fold
     RUN/models/{vgg,retinanet,refine}_fold{k}.weights.h5
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -124,7 +126,10 @@ def fit_model(kind: str, cfg: BoxConfig, images: np.ndarray, unit: np.ndarray, s
     keras.utils.set_random_seed(seed)
     data = FlipBatches(images, unit, cfg.batch_size, seed, _targets(kind, cfg))
     model = build_model(kind, cfg, len(data))
-    model.fit(data, epochs=cfg.epochs, verbose=verbose)
+    from whale.boxes.retinanet import quiet_inputs_warning
+
+    with quiet_inputs_warning() if kind == "retinanet" else contextlib.nullcontext():
+        model.fit(data, epochs=cfg.epochs, verbose=verbose)
     return model
 
 
@@ -244,6 +249,7 @@ def train_run(cfg: BoxConfig, labels: BoxLabels, run_dir, models=("vgg", "retina
         seconds["refine"] = round(time.time() - t, 1)
     summary, rows = cv_summary(labels, oof)
     write_text_atomic(run_dir / "cv.csv", "\n".join(rows) + "\n")
+    atomic_write(run_dir / "oof.npz", lambda tmp: np.savez(tmp, fold=fold, names=np.array(labels.names), **oof))
     meta = {"models": list(models), "refine": cfg.refine, "refine_from": start, "folds": cfg.folds, "labelled_images": len(labels.names),
             "cv": summary, "seconds": seconds, "total_seconds": round(time.time() - t0, 1),
             "seed": cfg.seed, "git_revision": git_revision(), "backend": keras.backend.backend()}
