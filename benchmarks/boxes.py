@@ -22,8 +22,8 @@ In one run:
 Prints wall and CPU seconds per step and, last, one JSON line. First, the machine's speed in the
 same run (``--no-probe`` skips it): images/s of the refiner's training step under each Keras backend
 installed (TensorFlow, JAX), each in its own subprocess, so that a time can be read against the
-machine it ran on. On a 2-core CPU the box models train about twice as fast under JAX
-(``KERAS_BACKEND=jax python benchmarks/boxes.py ...``; README, "Boxes").
+machine it ran on. On a 2-core CPU the box models' cross-validation ran in about half the time under
+JAX (``KERAS_BACKEND=jax python benchmarks/boxes.py ...``; README, "Bounding boxes").
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""benchmarks/box_heads.py --quick --refine: both VGG heads and the refiner cross-validated on every seed,
-figures consistent with run.json."""
+"""benchmarks/box_heads.py --quick --refine: both VGG heads and the refiner (at the shipped margins and at one)
+cross-validated on every seed, figures consistent with run.json."""
 
 import json
 import os
@@ -33,6 +33,9 @@ def test_box_heads_quick_reports_both_heads_and_the_refiner_on_each_seed(tmp_pat
     assert m["gain_refined"] == pytest.approx(m["iou_refined"] - m["iou_integral"], abs=2e-4)
     assert "refined" not in runs["dense", 0]["cv"]  # the refiner rides on the last head only
     assert all(f"integral head + refiner: cross-validated mean IoU {iou:.4f}" in res.stdout for iou in refined)
+    # the shipped refine_margins: the same refiners also scored at the training margin alone, side by side
+    assert m["gain_margins"] == pytest.approx(m["iou_refined"] - m["iou_one_margin"], abs=2e-4)
+    assert "integral head + refiner at margin 0.25 alone: cross-validated mean IoU" in res.stdout
     assert m["seeds"] == [0, 1]
     cfg = (tmp_path / "integral_seed1" / "config.yaml").read_text()
     assert "vgg_head: integral" in cfg and "seed: 1" in cfg
