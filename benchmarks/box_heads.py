@@ -91,8 +91,8 @@ def main(argv=None) -> int:
     unknown = sorted(set(heads) - set(HEADS))
     if unknown:
         raise SystemExit(f"--heads: unknown {unknown}; expected some of {HEADS}")
-    probe = load_box_config(args.box_config, extra)
-    margins = args.refine and len(probe.refine_margins or ()) > 1
+    shipped = load_box_config(args.box_config, extra)
+    margins = args.refine and len(shipped.refine_margins or ()) > 1
     # refined: the last head's run, its refiner; one_margin: the same refiners at the training margin alone
     rows = heads + (["refined"] if args.refine else []) + (["one_margin"] if margins else [])
     iou = {r: [] for r in rows}
@@ -121,8 +121,8 @@ def main(argv=None) -> int:
                       f"{iou['refined'][-1]:.4f})", flush=True)
     stats = {r: common.mean_sd(iou[r]) for r in rows}
     base = rows[0]
-    names = {"refined": f"{heads[-1]} + refiner" + (f", margins {list(probe.refine_margins)}" if margins else ""),
-             "one_margin": f"{heads[-1]} + refiner, margin {probe.refine_margin} alone (same refiners)"}
+    names = {"refined": f"{heads[-1]} + refiner" + (f", margins {list(shipped.refine_margins)}" if margins else ""),
+             "one_margin": f"{heads[-1]} + refiner, margin {shipped.refine_margin} alone (same refiners)"}
     print(common.results_table(
         [{"head": names.get(r, r), "iou": stats[r]["mean"], "sd": stats[r]["sd"],
           "s": round(seconds[r]), "ratio": seconds[r] / seconds[base]} for r in rows],
