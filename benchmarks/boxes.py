@@ -147,12 +147,14 @@ def main(argv=None) -> int:
     if args.probe:
         print(f"{probe_rate(args.box_config, overrides(args.set)):.2f}")
         return 0
+    t = time.time()
     rates = {} if args.no_probe else backend_rates(args.set, args.box_config)
     import keras
 
     backend = keras.backend.backend()
     print(f"backend {backend}; this machine's refiner train step: "
-          + ", ".join(f"{b} {r:.0f} img/s" for b, r in rates.items()), flush=True)
+          + ", ".join(f"{b} {r:.0f} img/s" for b, r in rates.items()) + f" [probe: {time.time() - t:.0f} s wall]",
+          flush=True)
     from whale.boxes import geometry
     from whale.boxes.config import load_box_config
     from whale.boxes.labels import read_labels
