@@ -1,7 +1,7 @@
 """Box models on the synthetic competition (true boxes known): cross-validated IoU, then MAP@5 with predicted boxes. Not a test.
 
     python benchmarks/boxes.py --out runs/bench_boxes [--labels 1200] [--demo-scale 0.25] [--quick]
-                               [--set KEY=VALUE ...]
+                               [--set KEY=VALUE ...] [--no-probe]
 
 In one run:
 

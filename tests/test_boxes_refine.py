@@ -7,7 +7,8 @@ import pytest
 
 from whale.boxes import geometry, refine
 
-CFG = SimpleNamespace(refine_margin=0.25, refine_jitter=0.12, refine_size=64, refine_passes=2, batch_size=4)
+CFG = SimpleNamespace(refine_margin=0.25, refine_jitter=0.12, refine_margins=None, refine_size=64, refine_passes=2,
+                      batch_size=4)
 
 
 def _painted(w, h, box):

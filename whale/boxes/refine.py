@@ -146,7 +146,7 @@ def look(models: list, images: list[np.ndarray], unit: np.ndarray, cfg, margin: 
 
 def view_margins(cfg) -> tuple[float, ...]:
     """The margins a look reads windows at: ``cfg.refine_margins``, or the training margin alone."""
-    return tuple(getattr(cfg, "refine_margins", None) or (cfg.refine_margin,))
+    return tuple(cfg.refine_margins or (cfg.refine_margin,))
 
 
 def refine_passes(models: list, images: list[np.ndarray], unit: np.ndarray, cfg) -> np.ndarray:
