@@ -34,26 +34,27 @@ from benchmarks.boxes import label_subset  # noqa: E402
 HEADS = ("dense", "integral")
 
 
-def refined_one_margin(cfg, labels, run_dir: Path, start: str) -> float:
+def refined_one_margin(labels, run_dir: Path, start: str) -> float:
     """Cross-validated IoU of ``run_dir``'s fold refiners looking from ``start``'s out-of-fold boxes
     at the training margin alone (``refine_margins: null``): the side-by-side row for ``refine_margins``."""
     import dataclasses
 
-    from whale.boxes import geometry
-    from whale.boxes.refine import build_refiner, load_images, refine_passes
-    from whale.boxes.train import weights_path
+    from whale.boxes.predict import load_run
+    from whale.boxes.refine import load_images, refine_passes
+    from whale.boxes.train import build_model, cv_summary
 
+    cfg, files, _ = load_run(run_dir)
     oof = np.load(run_dir / "oof.npz")
     first, fold = oof[start], oof["fold"]
     one = dataclasses.replace(cfg, refine_margins=None)
     images = load_images(labels.paths)
     out = np.full_like(first, np.nan)
-    for k in range(cfg.folds):
+    for k, path in enumerate(files["refine"]):
         held = np.flatnonzero(fold == k)
-        model = build_refiner(cfg)
-        model.load_weights(weights_path(run_dir, "refine", k))
+        model = build_model("refine", cfg)
+        model.load_weights(str(path))
         out[held] = refine_passes([model], [images[i] for i in held], first[held], one)
-    return float(geometry.iou(geometry.to_pixels(out, labels.sizes)[0], labels.boxes).mean())
+    return cv_summary(labels, {"one_margin": out})[0]["one_margin"]["mean_iou"]
 
 
 def main(argv=None) -> int:
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
                       f"({cfg.refine_epochs} refiner epochs at {cfg.refine_size} px, {cfg.refine_passes} passes, "
                       f"{meta['seconds']['refine']:.0f} s more; {time.time() - t:.0f} s in all)", flush=True)
             if refine and margins:
-                iou["one_margin"].append(refined_one_margin(cfg, labels, out / f"{head}_seed{seed}", meta["refine_from"]))
+                iou["one_margin"].append(refined_one_margin(labels, out / f"{head}_seed{seed}", meta["refine_from"]))
                 print(f"seed {seed}, {head} head + refiner at margin {cfg.refine_margin} alone: cross-validated "
                       f"mean IoU {iou['one_margin'][-1]:.4f} (margins {list(cfg.refine_margins)}: "
                       f"{iou['refined'][-1]:.4f})", flush=True)
