@@ -13,11 +13,15 @@ For each combination, in one run and on the same machine:
     counted (they are timed in ``log.csv``).
 
 Each prints pairs/s, and the ratio (c)/(a) says how much of the model's speed the real
-pipeline keeps. The last stdout line is one JSON object whose ``rates`` list is the rates
+pipeline keeps. ``--batchings pairs,images`` measures the paper's pair batches (2B images through
+the branch per B pairs) and ``batching: images`` (B images shared by B pairs,
+:mod:`whale.training.imagebatches`) side by side, with the ratio of their end-to-end rates. The last stdout line is one JSON object whose ``rates`` list is the rates
 file ``run_fold.py --plan --rates FILE`` reads; ``--out FILE`` also writes it.
 
 Examples:
     python benchmarks/bench_train.py --quick                  # CPU, tiny branch, under 2 minutes
+    python benchmarks/bench_train.py --branches small --sizes 64 --precisions float32 --channels 1 \
+        --batchings pairs,images --workers 2                  # the demo's model, both batchings
     KERAS_BACKEND=jax python benchmarks/bench_train.py --branches densenet121 --sizes 384,512 \\
         --precisions mixed_bfloat16 --workers 8 --out rates.json   # a GPU
 """
@@ -45,6 +49,7 @@ def parse_args(argv=None):
     p.add_argument("--precisions", default="mixed_bfloat16", help="comma-separated precisions")
     p.add_argument("--stems", default="", help="comma-separated stems (model.stem: small conv,pool; "
                    "seresnext50 cadene,timm); default: each branch's own")
+    p.add_argument("--batchings", default="pairs", help="comma-separated: pairs (the paper's), images")
     p.add_argument("--channels", type=int, default=3, choices=(1, 3), help="image channels (convnet_v1: 1)")
     p.add_argument("--batch-size", type=int, default=32, help="pairs per batch")
     p.add_argument("--steps", type=int, default=20, help="timed batches for (a) and (b)")
@@ -66,29 +71,35 @@ def _rate(pairs: int, seconds: float) -> float:
     return pairs / max(seconds, 1e-9)
 
 
-def model_only(branch: str, size: int, channels: int, batch: int, steps: int, stem: str | None = None) -> float:
-    """(a) pairs/s of ``train_on_batch`` on in-memory float32 ``[batch, size, size, channels]`` arrays."""
+def model_only(branch: str, size: int, channels: int, batch: int, steps: int, stem: str | None = None,
+               batching: str = "pairs") -> float:
+    """(a) pairs/s of ``train_on_batch`` on in-memory float32 ``[batch, size, size, channels]`` arrays
+    (two per batch; ``batching="images"``: one, and ``batch`` pairs indexing into it)."""
     from whale.models import build_branch, build_head, build_siamese, compile_siamese
 
     b = build_branch(branch, (size, size, channels), options={"stem": stem} if stem else None)
-    model = build_siamese(b, build_head(int(b.output_shape[-1])))
+    model = build_siamese(b, build_head(int(b.output_shape[-1])), shared=batching == "images")
     compile_siamese(model, 1e-4)
     rng = np.random.default_rng(0)
     xa, xb = (rng.uniform(0, 255, (batch, size, size, channels)).astype(np.float32) for _ in range(2))
     y = (rng.uniform(size=(batch, 1)) > 0.5).astype(np.float32)
-    model.train_on_batch([xa, xb], y)  # tracing and compilation
+    x = [xa, rng.integers(0, batch, (batch, 2)).astype(np.int32)] if batching == "images" else [xa, xb]
+    model.train_on_batch(x, y)  # tracing and compilation
     t0 = time.perf_counter()
     for _ in range(steps):
-        loss = model.train_on_batch([xa, xb], y)
+        loss = model.train_on_batch(x, y)
     np.asarray(loss)  # wait for the last step (asynchronous dispatch)
     return _rate(steps * batch, time.perf_counter() - t0)
 
 
-def pipeline_only(data, size: int, channels: int, batch: int, steps: int, workers: int) -> float:
-    """(b) pairs/s of PairDataset batches (crops in memory, augmentation) built by ``workers`` threads."""
+def pipeline_only(data, size: int, channels: int, batch: int, steps: int, workers: int,
+                  batching: str = "pairs") -> float:
+    """(b) pairs/s of PairDataset (or ``batching="images"``: ImageBatchDataset) batches (crops in memory,
+    augmentation) built by ``workers`` threads; padding pairs are not counted."""
     from whale.data import ImageStore, crop_size_for
     from whale.data.augment import build_augmenter
     from whale.mining import positive_pairs
+    from whale.training.imagebatches import ImageBatchDataset
     from whale.training.pairs import PairDataset
 
     rng = np.random.default_rng(0)
@@ -96,21 +107,23 @@ def pipeline_only(data, size: int, channels: int, batch: int, steps: int, worker
     for i in range(len(store)):
         store[i]  # decode every crop once, as the trainer's store does over its first epoch
     pos = data.pairs_in_gallery[positive_pairs(data.pairs.ids, rng)]
-    neg = rng.integers(0, len(store), size=pos.shape)
+    # Negatives: each pair image once first, with a random partner (the shape of one LAP match).
+    neg = np.stack([pos[:, 0], rng.permutation(len(store))[:len(pos)]], axis=1)
     pairs = np.concatenate([pos, neg])
     labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))]).astype(np.float32)
-    ds = PairDataset(store, pairs, labels, size, build_augmenter(size, channels=channels),
-                     batch_size=batch, seed=0, epoch=0)
+    kind = ImageBatchDataset if batching == "images" else PairDataset
+    ds = kind(store, pairs, labels, size, build_augmenter(size, channels=channels),
+              batch_size=batch, seed=0, epoch=0)
     index = [i % len(ds) for i in range(steps)]
     ds[0]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        made = sum(len(y) for (_, y) in pool.map(ds.__getitem__, index))
+        made = sum(float(np.sum(b[2])) if len(b) == 3 else len(b[1]) for b in pool.map(ds.__getitem__, index))
     return _rate(made, time.perf_counter() - t0)
 
 
 def end_to_end(branch: str, size: int, channels: int, precision: str, args, data_dir: Path,
-               stem: str | None = None) -> float:
+               stem: str | None = None, batching: str = "pairs") -> float:
     """(c) pairs/s of the trainer's ``fit`` epochs over one mining interval (first epoch left out)."""
     from whale.config import config_from_dict
     from whale.data import fold_data, load_competition
@@ -119,7 +132,7 @@ def end_to_end(branch: str, size: int, channels: int, precision: str, args, data
     epochs = args.interval + 1
     cfg = config_from_dict({
         "name": "bench", "seed": 0, "batch_size": args.batch_size, "mining_interval": epochs,
-        "workers": args.workers, "precision": precision, "val_new_whale": False,
+        "workers": args.workers, "precision": precision, "val_new_whale": False, "batching": batching,
         "model": {"branch": branch, "channels": channels, **({"stem": stem} if stem else {})},
         "stages": [{"epochs": epochs, "k": 1.0, "lr": 1.0e-4, "image_size": size, "dataset": "main"}]})
     timed = []
@@ -156,24 +169,32 @@ def main(argv=None) -> int:
     rows = []
     print(f"backend {backend}; batch {args.batch_size} pairs; {args.workers} workers; "
           f"{len(data.pairs)} pair images ({args.ids} synthetic ids)")
-    print(f"{'branch':>12} {'stem':>6} {'size':>5} {'precision':>15} {'model':>9} {'pipeline':>9} "
+    print(f"{'branch':>12} {'stem':>6} {'size':>5} {'precision':>15} {'batching':>8} {'model':>9} {'pipeline':>9} "
           f"{'end_to_end':>10} {'e2e/model':>9}")
     stems = args.stems.split(",") if args.stems else [None]
-    combos = [(b, s, int(z), p) for b in args.branches.split(",") for s in stems
-              for z in args.sizes.split(",") for p in args.precisions.split(",")]
+    combos = [(b, s, int(z), p, m) for b in args.branches.split(",") for s in stems
+              for z in args.sizes.split(",") for p in args.precisions.split(",") for m in args.batchings.split(",")]
     channels = args.channels
-    for branch, stem, size, precision in combos:
+    for branch, stem, size, precision, batching in combos:
         keras.utils.set_random_seed(0)
         with precision_scope(precision):
-            a = model_only(branch, size, channels, args.batch_size, args.steps, stem)
-        b = pipeline_only(data, size, channels, args.batch_size, args.steps, args.workers)
-        c = end_to_end(branch, size, channels, precision, args, data_dir, stem)
+            a = model_only(branch, size, channels, args.batch_size, args.steps, stem, batching)
+        b = pipeline_only(data, size, channels, args.batch_size, args.steps, args.workers, batching)
+        c = end_to_end(branch, size, channels, precision, args, data_dir, stem, batching)
         row = {"branch": branch, **({"stem": stem} if stem else {}), "image_size": size, "precision": precision,
+               **({"batching": batching} if batching != "pairs" else {}),
                "model_pairs_s": round(a, 2), "pipeline_pairs_s": round(b, 2),
                "end_to_end_pairs_s": round(c, 2), "end_to_end_over_model": round(c / a, 3)}
         rows.append(row)
-        print(f"{branch:>12} {stem or '-':>6} {size:>5} {precision:>15} {a:9.1f} {b:9.1f} {c:10.1f} {c / a:9.2f}",
-              flush=True)
+        print(f"{branch:>12} {stem or '-':>6} {size:>5} {precision:>15} {batching:>8} {a:9.1f} {b:9.1f} {c:10.1f} "
+              f"{c / a:9.2f}", flush=True)
+    for row in rows:  # images over pairs, end to end, for each combination measured both ways
+        twin = next((r for r in rows if r.get("batching") is None and all(
+            r.get(k) == row.get(k) for k in ("branch", "stem", "image_size", "precision"))), None)
+        if row.get("batching") == "images" and twin:
+            row["end_to_end_over_pairs"] = round(row["end_to_end_pairs_s"] / twin["end_to_end_pairs_s"], 3)
+            print(f"batching images / pairs, end to end: {row['end_to_end_over_pairs']:.2f}x "
+                  f"({row['branch']} {row['image_size']} px {row['precision']})")
     result = {"benchmark": "bench_train", "backend": backend, "device": _device(backend),
               "batch_size": args.batch_size, "workers": args.workers, "rates": rows,
               "seconds": round(time.time() - t_start, 1)}

@@ -300,16 +300,16 @@ def prepare(args):
     return cfg, out
 
 
-def quick_config(cfg, epochs_scale: float = 0.25):
-    """A shortened copy for ``--quick``: each stage's length (epochs, steps or pairs) scaled down
-    (at least 1)."""
+def quick_config(cfg, epochs_scale: float = 0.25, label: str = "quick"):
+    """A copy with each stage's length (epochs, steps or pairs) scaled by ``epochs_scale``
+    (rounded, at least 1): shortened for ``--quick``, or lengthened."""
     from whale.config import LENGTH_KEYS, config_from_dict
 
     d = cfg.to_dict()
     for s in d["stages"]:
         key = next(k for k in LENGTH_KEYS if k in s)
         s[key] = max(1, int(round(s[key] * epochs_scale)))
-    return config_from_dict(d, source=f"{cfg.name} (quick)")
+    return config_from_dict(d, source=f"{cfg.name} ({label})")
 
 
 def training_budget(total_s: float | None, t0: float) -> float | None:

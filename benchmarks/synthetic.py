@@ -1,6 +1,7 @@
 """Miner ablation on the synthetic competition of ``make demo``. Not a test.
 
     python benchmarks/synthetic.py --out runs/bench_synthetic [--ids 200] [--seed 0] [--quick]
+                                   [--batching pairs|images] [--epochs-scale F]
 
 Generates (or reuses) the synthetic competition in ``OUT/data``, then measures, in one run:
 the raw-pixel cosine nearest neighbour on box crops; the ``configs/demo.yaml`` model trained
@@ -29,6 +30,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the training")
     p.add_argument("--config", default=str(common.repo_root() / "configs" / "demo.yaml"))
     p.add_argument("--quick", action="store_true", help="reduced settings for development")
+    p.add_argument("--batching", choices=("pairs", "images"), help="override the config's batching")
+    p.add_argument("--epochs-scale", type=float, help="every stage's length x F (rounded, at least 1)")
     common.add_seed_arguments(p)
     args = p.parse_args(argv)
     t0 = time.time()
@@ -38,6 +41,10 @@ def main(argv=None) -> int:
             f"Synthetic competition ({args.ids} ids), test MAP@5, config {args.config}", t0)
 
     cfg, out = common.prepare(args)
+    if args.batching or args.epochs_scale:
+        cfg = variant_config(cfg, args.batching, args.epochs_scale)
+        print(f"config {args.config} with batching {cfg.batching}, stages of "
+              + ", ".join(str(st.epochs) for st in cfg.stages) + " epochs")
     from whale.data import load_competition
     from whale.demo import ensure_competition, pixel_baseline, submission_from_run, truth
     from whale.metrics import map_at_k
@@ -70,6 +77,14 @@ def main(argv=None) -> int:
         print(common.miner_verdict(metrics["map5_adversarial"], metrics["map5_random"], "test MAP@5"))
     print(common.final_json("synthetic", metrics, time.time() - t0))
     return 0
+
+
+def variant_config(cfg, batching: str | None = None, epochs_scale: float | None = None):
+    """``cfg`` with ``batching`` (when given) and every stage's length x ``epochs_scale`` (when given)."""
+    from whale.config import config_from_dict
+
+    cfg = config_from_dict({**cfg.to_dict(), "batching": batching or cfg.batching}, source=cfg.name)
+    return common.quick_config(cfg, epochs_scale, label=f"epochs x {epochs_scale:g}") if epochs_scale else cfg
 
 
 SEED_KEYS = [("map5_adversarial", "test MAP@5 adversarial"), ("map5_random", "test MAP@5 random"),

@@ -173,6 +173,18 @@ def test_random_negatives_and_quick_config():
     assert common.quick_config(in_steps, 0.2).stages[0].steps == 100
 
 
+def test_synthetic_variant_config_sets_batching_and_scales_the_demo_s_stages():
+    from benchmarks import synthetic
+    from whale.config import load_config
+
+    demo = load_config(common.repo_root() / "configs" / "demo.yaml")
+    longer = synthetic.variant_config(demo, "images", 1.5)
+    assert longer.batching == "images"
+    assert [s.epochs for s in longer.stages] == [round(1.5 * s.epochs) for s in demo.stages]
+    assert [(s.k, s.k_end, s.lr) for s in longer.stages] == [(s.k, s.k_end, s.lr) for s in demo.stages]
+    assert synthetic.variant_config(demo, "pairs").stages == demo.stages
+
+
 def test_reports():
     table = common.results_table([{"m": "a", "v": 0.5}, {"m": "b", "v": None}], [("m", "M"), ("v", "V")])
     assert table.splitlines() == ["| M | V |", "| --- | --- |", "| a | 0.500 |", "| b | - |"]

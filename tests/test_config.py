@@ -152,6 +152,8 @@ def test_bad_stage_values(tmp_path, key, value, path):
         ({"mining": "greedy"}, "mining"),
         ({"crop_cache": "disk"}, "crop_cache"),
         ({"batch_size": 0}, "batch_size"),
+        ({"batching": "triplets"}, "batching"),
+        ({"batching": "images", "batch_size": 1}, "batch_size"),
         ({"threshold": 1.5}, "threshold"),
         ({"stages": []}, "stages"),
     ],

@@ -112,6 +112,10 @@ cfg = config_from_dict({
                {"epochs": 1, "k": 0.5, "lr": 1.0e-3, "image_size": 40, "dataset": "main"}]})
 result = train_fold(cfg, data, 0, sys.argv[1] + "/run", verbose=0)
 print("RESULT", result.finished, result.epochs_done)
+try:  # batching: images indexes the whole batch's images: one device only
+    train_fold(config_from_dict({**cfg.to_dict(), "batching": "images"}), data, 0, sys.argv[1] + "/run_images", verbose=0)
+except Exception as err:
+    print("IMAGES", type(err).__name__, err)
 """
 
 
@@ -124,6 +128,8 @@ def test_train_fold_under_mirrored_strategy_mines_trains_and_scores(tf, tmp_path
     assert "RESULT True 3" in res.stdout
     assert "MirroredStrategy" in res.stdout
     assert (tmp_path / "run" / "scores" / "test.npz").exists()
+    assert "IMAGES ConfigError mirrored: batching: images needs one device" in res.stdout
+    assert "strategy 'mirrored' gives 2 replicas: set strategy: default" in res.stdout
 
 
 JAX_SCRIPT = r"""

@@ -82,6 +82,25 @@ def test_a_rate_is_used_for_its_stem_only_and_an_entry_without_one_is_the_defaul
     assert rate() == 70.0 and rate(stem="conv") == 70.0 and rate(stem="pool") == 110.0
 
 
+def test_a_rate_is_used_for_its_batching_only_and_an_entry_without_one_is_the_paper_s(tmp_path):
+    stage = {"epochs": 1, "k": 1.0, "lr": 1.0e-3, "image_size": 64, "dataset": "main"}
+    path = tmp_path / "rates.json"
+    entry = {"branch": "small", "image_size": 64, "precision": "float32"}
+    path.write_text(json.dumps({"rates": [{**entry, "end_to_end_pairs_s": 70.0}]}))
+
+    def plan(batching, rates):
+        cfg = config_from_dict({**CFG, "precision": "float32", "batching": batching, "model": {"branch": "small"},
+                                "stages": [stage]})
+        return plan_fold(cfg, {"main": 100}, rates)[0]
+
+    assert plan("pairs", load_rates(path)).pairs_s == 70.0
+    missing = plan("images", load_rates(path))
+    assert missing.pairs_s is None and missing.rate_source == "no rate for small float32 batching images"
+    path.write_text(json.dumps({"rates": [{**entry, "end_to_end_pairs_s": 70.0},
+                                          {**entry, "batching": "images", "end_to_end_pairs_s": 130.0}]}))
+    assert plan("pairs", load_rates(path)).pairs_s == 70.0 and plan("images", load_rates(path)).pairs_s == 130.0
+
+
 def test_the_default_version_length_is_the_kernels_budget_less_the_scoring_margin():
     from whale.kaggle.kernels import DEFAULT_BUDGET_HOURS, DEFAULT_SCORE_MARGIN_MINUTES
 

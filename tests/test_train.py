@@ -57,14 +57,15 @@ def _weights(run_dir, tag="last"):
 
 
 @pytest.mark.backend
-@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("precision,batching", [("float32", "pairs"), ("mixed_bfloat16", "pairs"),
+                                                ("float32", "images")])
 def test_resume_draws_the_same_pairs_and_reaches_the_same_weights(backend, competition, config_file, tmp_path,
-                                                                   precision):
+                                                                   precision, batching):
     from whale.config import load_config
     from whale.training.trainer import train_fold
 
     # Under the shipped settings: no op-determinism switch (README, "Killed runs resume exactly").
-    cfg = load_config(config_file, overrides={"precision": precision})
+    cfg = load_config(config_file, overrides={"precision": precision, "batching": batching})
     full = train_fold(cfg, competition, 0, tmp_path / "full", score=False, verbose=0, log=lambda *_: None)
     assert full.finished and full.epochs_done == 4
 
@@ -98,6 +99,7 @@ def test_resume_draws_the_same_pairs_and_reaches_the_same_weights(backend, compe
     assert model.get_layer("head").get_layer("per_feature").compute_dtype == compute
     assert model.get_layer("head").get_layer("weighted_average").compute_dtype == "float32"
     assert model.output.dtype == "float32"
+    assert [i.name for i in model.inputs] == (["images", "pair_index"] if batching == "images" else ["img_a", "img_b"])
 
 
 def test_run_fold_script_writes_scores_and_a_valid_submission_input(competition, config_file, tmp_path):

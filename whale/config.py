@@ -24,16 +24,8 @@ from whale.checker import Checker
 from whale.errors import ConfigError
 from whale.files import write_text_atomic
 
-KNOWN_BRANCHES = (
-    "densenet121",
-    "seresnext50",
-    "resnet50",
-    "inceptionv3",
-    "convnet_v1",
-    "convnet_v2",
-    "small",
-    "tiny",
-)
+KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "convnet_v1", "convnet_v2", "small",
+                  "tiny")
 """Branch names a config may use (kept here so loading a config never imports TensorFlow)."""
 
 DATASETS = ("main", "playground")
@@ -42,6 +34,7 @@ STRATEGIES = ("auto", "mirrored", "default")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 """Keras dtype policies a run may train under (``precision``; :mod:`whale.models.precision`)."""
 MINING_MODES = ("exact", "pruned")
+BATCHINGS = ("pairs", "images")  # batching: the paper's pair batches / whale.training.imagebatches
 CACHE_MODES = ("memory", "jpeg", "none")
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
 AUGMENT_STYLES = ("paper", "koch")  # whale.data.augment: photo pipeline / Koch et al.'s affine
@@ -169,6 +162,9 @@ class RunConfig:
     decoded on access) or ``none`` (read every time); see :class:`whale.data.ImageStore`.
     ``negatives_mix``: share of each epoch's mined negatives swapped for random ones (0, the
     paper's Algorithm 1 alone, by default; see :mod:`whale.mining.mixing`).
+    ``batching``: ``pairs`` (the paper's: a batch of B pairs runs the branch on 2B images) or
+    ``images`` (B images per batch shared by B pairs: about half the branch's work for the same
+    pairs; one device only; :mod:`whale.training.imagebatches`).
     ``augment_style``: ``paper`` (the paper's photo augmentation) or ``koch`` (Koch et al.'s
     affine distortions, for line drawings such as Omniglot); see :mod:`whale.data.augment`.
     ``precision``: the Keras dtype policy models are built under: ``float32`` (default),
@@ -194,6 +190,7 @@ class RunConfig:
     mining: str = "exact"
     candidates: int = 100
     negatives_mix: float = 0.0
+    batching: str = "pairs"
     box_margin: float = 0.05
     augment: bool = True
     augment_style: str = "paper"
@@ -245,7 +242,7 @@ class RunConfig:
         return text
 
 
-_ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0,
+_ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0, "batching": "pairs",
                 "flip_ids": False, "tta": [], "tta_mode": "features"}
 # ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
@@ -338,11 +335,12 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         stages=stages,
         seed=c.number(get("seed"), "seed", int, 0),
         model=_model(c, raw.get("model"), "model"),
-        batch_size=c.number(get("batch_size"), "batch_size", int, 1),
+        batch_size=c.number(get("batch_size"), "batch_size", int, 2 if get("batching") == "images" else 1),
         mining_interval=c.number(get("mining_interval"), "mining_interval", int, 1),
         mining=c.choice(get("mining"), "mining", MINING_MODES),
         candidates=c.number(get("candidates"), "candidates", int, 1),
         negatives_mix=c.number(get("negatives_mix"), "negatives_mix", float, 0.0, 1.0),
+        batching=c.choice(get("batching"), "batching", BATCHINGS),
         box_margin=c.number(get("box_margin"), "box_margin", float, 0.0, 1.0),
         augment=c.boolean(get("augment"), "augment"),
         augment_style=c.choice(get("augment_style"), "augment_style", AUGMENT_STYLES),

@@ -19,8 +19,10 @@ from whale.models.registry import (
 )
 from whale.models.scorer import HeadScorer
 from whale.models.siamese import (
+    PairGather,
     build_siamese,
     compile_siamese,
+    is_shared,
     model_image_size,
     resize_siamese,
     set_l2,
@@ -34,6 +36,7 @@ __all__ = [
     "BranchDef",
     "HeadScorer",
     "PairFeatures",
+    "PairGather",
     "Preprocess",
     "adapt_first_conv",
     "architecture_difference",
@@ -47,6 +50,7 @@ __all__ = [
     "feature_dim",
     "get_branch_def",
     "head_param_count",
+    "is_shared",
     "load_branch_weights",
     "load_checkpoint",
     "load_model",

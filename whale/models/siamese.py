@@ -1,21 +1,47 @@
 """The siamese model (one branch applied to both images + head), freezing, and resizing.
 
+Two forms train the same branch and head:
+
+- the paper's: inputs ``img_a``, ``img_b`` ``[B, S, S, C]``, one pair per row, so a batch of
+  ``B`` pairs runs the branch on ``2B`` images;
+- ``shared`` (``batching: images``): inputs ``images [B, S, S, C]`` and ``pair_index [B, 2]``
+  (rows into ``images``): the branch runs once per image and the ``B`` pairs gather their two
+  feature vectors (:class:`PairGather`), so an image in several pairs of a batch costs one
+  forward and backward pass (:mod:`whale.training.imagebatches` packs such batches).
+
 Layer names are part of the contract: ``model.get_layer("branch")`` and
-``model.get_layer("head")`` return the two sub-models; the inputs are ``img_a``, ``img_b``.
+``model.get_layer("head")`` return the two sub-models in both forms.
 """
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from whale.models.factory import build_branch
 from whale.models.registry import branch_options, branch_spec
 
 
-def build_siamese(branch: keras.Model, head: keras.Model) -> keras.Model:
+@keras.saving.register_keras_serializable(package="whale")
+class PairGather(keras.layers.Layer):
+    """``(features [B, d], pair_index [B, 2] int) -> (features[i0], features[i1])``, each ``[B, d]``."""
+
+    def call(self, inputs):
+        features, index = inputs
+        index = ops.cast(index, "int32")
+        return ops.take(features, index[:, 0], axis=0), ops.take(features, index[:, 1], axis=0)
+
+    def compute_output_shape(self, input_shape):
+        features, index = input_shape
+        shape = (index[0], features[-1])
+        return shape, shape
+
+
+def build_siamese(branch: keras.Model, head: keras.Model, shared: bool = False) -> keras.Model:
     """``(img_a, img_b)`` float32 ``[b, S, S, C]`` raw 0..255 -> ``[b, 1]`` float32 score.
 
     The same ``branch`` (shared weights) embeds both images; ``head`` scores the pair.
     ``branch`` must be named ``"branch"`` and ``head`` ``"head"`` (the builders do this).
+    ``shared=True``: the ``(images, pair_index)`` form of the module's docstring instead.
     """
     if branch.name != "branch" or head.name != "head":
         raise ValueError(
@@ -28,10 +54,20 @@ def build_siamese(branch: keras.Model, head: keras.Model) -> keras.Model:
             f"{head.input_shape[0][-1]}"
         )
     shape = tuple(branch.input_shape[1:])
+    if shared:
+        images = keras.Input(shape, name="images")
+        index = keras.Input((2,), dtype="int32", name="pair_index")
+        score = head(PairGather(name="pair_gather")([branch(images), index]))
+        return keras.Model([images, index], score, name="siamese_shared")
     img_a = keras.Input(shape, name="img_a")
     img_b = keras.Input(shape, name="img_b")
     score = head([branch(img_a), branch(img_b)])
     return keras.Model([img_a, img_b], score, name="siamese")
+
+
+def is_shared(model: keras.Model) -> bool:
+    """Whether a siamese model is the ``shared`` form (inputs ``images``, ``pair_index``)."""
+    return any(layer.name == "pair_gather" for layer in model.layers)
 
 
 def set_branch_trainable(model: keras.Model, flag: bool) -> None:
@@ -99,13 +135,14 @@ def transfer_branch(branch: keras.Model, new_size: int) -> keras.Model:
 def resize_siamese(model: keras.Model, new_size: int) -> keras.Model:
     """A new siamese model at ``new_size`` px with copies of ``model``'s branch and head weights.
 
-    The returned model is uncompiled and shares no variables with ``model``.
+    The returned model (of the same form, see :func:`is_shared`) is uncompiled and shares no
+    variables with ``model``.
     """
     branch = transfer_branch(model.get_layer("branch"), new_size)
     old_head = model.get_layer("head")
     head = keras.models.clone_model(old_head)
     head.set_weights(old_head.get_weights())
-    return build_siamese(branch, head)
+    return build_siamese(branch, head, shared=is_shared(model))
 
 
 def _all_layers(model: keras.Model):

@@ -4,7 +4,8 @@ Crops come from a :class:`whale.data.ImageStore`.
 
 - :func:`make_epoch_pairs`: one epoch's positive (label 1) and negative (label 0) pairs, half
   each.
-- :class:`PairDataset`: ``keras.utils.PyDataset`` of ``((a, b), y)`` batches for ``fit``.
+- :class:`PairDataset`: ``keras.utils.PyDataset`` of ``((a, b), y)`` batches for ``fit`` (the
+  paper's batching; :mod:`whale.training.imagebatches` has the one that shares images).
   The batch order comes from ``(seed, epoch)`` and every image's augmentation from
   ``(seed, epoch, pair index, side)``, so a batch is the same whatever worker builds it and
   whenever it is built; a resumed run sees the same data as an uninterrupted one.
@@ -79,6 +80,24 @@ def make_epoch_pairs(
     return pairs, labels
 
 
+def check_pair_inputs(store, pairs, labels, batch_size) -> tuple[np.ndarray, np.ndarray]:
+    """``(pairs int64 (m, 2), labels float32 (m,))`` checked against ``store`` and ``batch_size``."""
+    pairs = _check_pairs(pairs, "pairs")
+    labels = np.asarray(labels, dtype=np.float32).reshape(-1)
+    if len(labels) != len(pairs):
+        raise ValueError(f"expected one label per pair: received {len(pairs)} pairs and {len(labels)} labels")
+    if len(pairs) == 0:
+        raise ValueError("expected at least one pair, received none")
+    if pairs.min() < 0 or pairs.max() >= len(store):
+        raise ValueError(
+            f"pair indices must be in [0, {len(store)}), received values in "
+            f"[{pairs.min()}, {pairs.max()}]"
+        )
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size: expected a positive integer, received {batch_size!r}")
+    return pairs, labels
+
+
 def _item_rng(seed: int, epoch: int, index: int, side: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(epoch), _PURPOSE_AUGMENT, int(index), int(side)])
 
@@ -120,19 +139,7 @@ class PairDataset(keras.utils.PyDataset):
         max_queue_size: int = 10,
     ):
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
-        pairs = _check_pairs(pairs, "pairs")
-        labels = np.asarray(labels, dtype=np.float32).reshape(-1)
-        if len(labels) != len(pairs):
-            raise ValueError(f"expected one label per pair: received {len(pairs)} pairs and {len(labels)} labels")
-        if len(pairs) == 0:
-            raise ValueError("expected at least one pair, received none")
-        if pairs.min() < 0 or pairs.max() >= len(store):
-            raise ValueError(
-                f"pair indices must be in [0, {len(store)}), received values in "
-                f"[{pairs.min()}, {pairs.max()}]"
-            )
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size: expected a positive integer, received {batch_size!r}")
+        pairs, labels = check_pair_inputs(store, pairs, labels, batch_size)
         self.store = store
         self.pairs = pairs
         self.labels = labels

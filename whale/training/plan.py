@@ -114,12 +114,13 @@ def _stem(branch: str, stem: str | None) -> str | None:
 
 
 def _rate(rates: list[dict], branch: str, precision: str, size: int,
-          stem: str | None = None) -> tuple[float | None, str]:
-    """Pairs/s for one stage and where it came from (an entry without ``stem``: the branch's default)."""
+          stem: str | None = None, batching: str = "pairs") -> tuple[float | None, str]:
+    """Pairs/s for one stage and where it came from (an entry without ``stem``: the branch's default;
+    one without ``batching``: the paper's pair batches)."""
     same = [r for r in rates if r["branch"] == branch and r["precision"] == precision
-            and _stem(branch, r.get("stem")) == _stem(branch, stem)]
+            and _stem(branch, r.get("stem")) == _stem(branch, stem) and r.get("batching", "pairs") == batching]
     if not same:
-        return None, f"no rate for {branch} {precision}"
+        return None, f"no rate for {branch} {precision}" + ("" if batching == "pairs" else f" batching {batching}")
     r = min(same, key=lambda r: (abs(int(r["image_size"]) - size), -int(r["image_size"])))
     kind = "end_to_end" if r.get("end_to_end_pairs_s") else "model"
     rate = float(r[f"{kind}_pairs_s"]) * (int(r["image_size"]) / size) ** 2
@@ -149,7 +150,8 @@ def plan_fold(cfg: RunConfig, pair_images: dict[str, int], rates: list[dict] | N
         if stage.dataset not in pair_images:
             raise ConfigError(f"stages[{index}].dataset: {stage.dataset!r} has no data (give --playground)")
         pairs = 2 * int(pair_images[stage.dataset])
-        rate, source = _rate(rates, cfg.model.branch, cfg.precision, stage.image_size, cfg.model.stem) if rates else (None, "")
+        rate, source = (_rate(rates, cfg.model.branch, cfg.precision, stage.image_size, cfg.model.stem, cfg.batching)
+                        if rates else (None, ""))
         train = stage.epochs * pairs / rate / 3600 * slowdown if rate else None
         mining = minings * mining_seconds / 3600 if rate else None
         out.append(StagePlan(index + 1, stage.epochs, stage.image_size, stage.dataset, pairs, minings,

@@ -106,15 +106,16 @@ class Trainer:
         branch = build_branch(m.branch, (image_size, image_size, m.channels), weights=m.weights,
                               options=m.branch_options())
         head = build_head(int(branch.output_shape[-1]), mid=m.head_mid, hidden=m.head_hidden)
-        return build_siamese(branch, head)
+        return build_siamese(branch, head, shared=self.cfg.batching == "images")
 
     def _prepare_stage(self, stage: Stage) -> None:
         """Resize, freeze and compile for ``stage``.
 
         The optimizer (and its state) is kept when only the learning rate changes; a new
-        image size or a change of freezing needs a fresh compile to take effect.
+        image size, a change of freezing or of the model's form (``batching``, e.g. a run
+        started from one trained with the other) needs a fresh compile to take effect.
         """
-        from whale.models import (compile_siamese, model_image_size, resize_siamese,
+        from whale.models import (build_siamese, compile_siamese, is_shared, model_image_size, resize_siamese,
                                   set_branch_trainable, set_l2)
 
         fresh = self.model is None or getattr(self.model, "optimizer", None) is None
@@ -122,6 +123,10 @@ class Trainer:
             self.model = self._build_model(stage.image_size)
         if model_image_size(self.model) != stage.image_size:
             self.model = resize_siamese(self.model, stage.image_size)
+            fresh = True
+        if is_shared(self.model) != (self.cfg.batching == "images"):
+            self.model = build_siamese(self.model.get_layer("branch"), self.model.get_layer("head"),
+                                       shared=self.cfg.batching == "images")
             fresh = True
         if self.model.get_layer("branch").trainable == stage.freeze_branch:
             set_branch_trainable(self.model, not stage.freeze_branch)
@@ -291,6 +296,7 @@ class Trainer:
         """One epoch of ``fit``: every pair image once with a positive and once with ``negatives``."""
         from whale.data.augment import build_augmenter
         from whale.mining import mix_random_negatives, positive_pairs
+        from whale.training.imagebatches import ImageBatchDataset, describe
         from whale.training.pairs import PairDataset, make_epoch_pairs
 
         cfg, stage, dataset = self.cfg, ep.stage, self._training(dataset)
@@ -303,11 +309,13 @@ class Trainer:
         # With flip_ids a mirror image is another whale: no random flips inside an id.
         augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
                                      flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
-        data = PairDataset(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
-                           batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
+        kind = ImageBatchDataset if cfg.batching == "images" else PairDataset
+        data = kind(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
+                    batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
         self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
                  f"{stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
-                 f"{', branch frozen' if stage.freeze_branch else ''}): {len(pairs)} pairs")
+                 f"{', branch frozen' if stage.freeze_branch else ''}): "
+                 + (describe(data.packed) if kind is ImageBatchDataset else f"{len(pairs)} pairs"))
         return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
 
     def _playground(self) -> FoldData:
@@ -400,6 +408,10 @@ def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, i
 
     with strategy_scope(cfg.strategy) as strategy:
         log(f"distribution: {describe(strategy)}")
+        if cfg.batching == "images" and strategy.num_replicas_in_sync > 1:
+            raise ConfigError(f"{cfg.name}: batching: images needs one device (its pairs index the whole "
+                              f"batch's images), but strategy {cfg.strategy!r} gives "
+                              f"{strategy.num_replicas_in_sync} replicas: set strategy: default")
         trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log, init=init)
         result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
         then(result)
