@@ -164,7 +164,7 @@ class RunConfig:
     paper's Algorithm 1 alone, by default; see :mod:`whale.mining.mixing`).
     ``batching``: ``pairs`` (the paper's: a batch of B pairs runs the branch on 2B images) or
     ``images`` (B images per batch shared by B pairs: about half the branch's work for the same
-    pairs; one device only; :mod:`whale.training.imagebatches`).
+    pairs; one device: ``strategy: auto`` picks one; :mod:`whale.training.imagebatches`).
     ``augment_style``: ``paper`` (the paper's photo augmentation) or ``koch`` (Koch et al.'s
     affine distortions, for line drawings such as Omniglot); see :mod:`whale.data.augment`.
     ``precision``: the Keras dtype policy models are built under: ``float32`` (default),

@@ -406,7 +406,8 @@ def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, i
     """Train under the config's device strategy, then call ``then(result)`` inside it."""
     from whale.training.distribute import describe, strategy_scope
 
-    with strategy_scope(cfg.strategy) as strategy:
+    # batching: images indexes the whole batch's images: "auto" means one device then.
+    with strategy_scope("default" if cfg.batching == "images" and cfg.strategy == "auto" else cfg.strategy) as strategy:
         log(f"distribution: {describe(strategy)}")
         if cfg.batching == "images" and strategy.num_replicas_in_sync > 1:
             raise ConfigError(f"{cfg.name}: batching: images needs one device (its pairs index the whole "
