@@ -153,7 +153,6 @@ class ImageBatchDataset(keras.utils.PyDataset):
 
 
 def describe(packed: PackedPairs) -> str:
-    """``"880 pairs in 29 batches, 1.02 images per pair"`` for the epoch's log line."""
+    """``"882 pairs in 29 batches, 1.05 images per pair (paper's batching: 2)"`` for the epoch's log line."""
     return (f"{packed.num_pairs} pairs in {len(packed.images)} batches, "
             f"{packed.images_per_pair:.2f} images per pair (paper's batching: 2)")
-
