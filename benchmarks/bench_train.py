@@ -15,12 +15,13 @@ For each combination, in one run and on the same machine:
 Each prints pairs/s, and the ratio (c)/(a) says how much of the model's speed the real
 pipeline keeps. ``--batchings pairs,images`` measures the paper's pair batches (2B images through
 the branch per B pairs) and ``batching: images`` (B images shared by B pairs,
-:mod:`whale.training.imagebatches`) side by side, with the ratio of their end-to-end rates. The last stdout line is one JSON object whose ``rates`` list is the rates
-file ``run_fold.py --plan --rates FILE`` reads; ``--out FILE`` also writes it.
+:mod:`whale.training.imagebatches`) side by side, with the ratio of their end-to-end rates. The
+last stdout line is one JSON object whose ``rates`` list is the rates file ``run_fold.py --plan
+--rates FILE`` reads; ``--out FILE`` also writes it.
 
 Examples:
     python benchmarks/bench_train.py --quick                  # CPU, tiny branch, under 2 minutes
-    python benchmarks/bench_train.py --branches small --sizes 64 --precisions float32 --channels 1 \
+    python benchmarks/bench_train.py --branches small --sizes 64 --precisions float32 --channels 1 \\
         --batchings pairs,images --workers 2                  # the demo's model, both batchings
     KERAS_BACKEND=jax python benchmarks/bench_train.py --branches densenet121 --sizes 384,512 \\
         --precisions mixed_bfloat16 --workers 8 --out rates.json   # a GPU
