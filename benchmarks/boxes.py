@@ -1,7 +1,7 @@
 """Box models on the synthetic competition (true boxes known): cross-validated IoU, then MAP@5 with predicted boxes. Not a test.
 
     python benchmarks/boxes.py --out runs/bench_boxes [--labels 1200] [--demo-scale 0.25] [--quick]
-                               [--set KEY=VALUE ...] [--no-probe]
+                               [--set KEY=VALUE ...] [--no-probe] [--demo-runs RUN [RUN ...]]
 
 In one run:
 
@@ -18,6 +18,12 @@ In one run:
    validation and test MAP@5 scored twice with that same model: crops from the true boxes and
    crops from the predicted boxes (threshold tuned on validation fold 0 under the same boxes).
    The difference isolates what the boxes cost; training on predicted boxes is not measured.
+   ``--demo-runs RUN [RUN ...]`` scores trained runs instead (e.g. the full demo config on 3 seeds
+   from ``benchmarks/synthetic.py``): each on its own competition (``run.json``: data, fold), with
+   boxes predicted for that competition, and the mean +- sd of the MAP@5 gaps.
+
+The labelled images never include an image whose bytes are in a scored competition (checked
+here: the synthetic generator can repeat an image across seeds).
 
 Prints wall and CPU seconds per step and, last, one JSON line. First, the machine's speed in the
 same run (``--no-probe`` skips it): images/s of the refiner's training step under each Keras backend
@@ -83,17 +89,53 @@ def backend_rates(argv_sets: list[str] | None, box_config: str) -> dict[str, flo
     return rates
 
 
-def label_subset(comp_dir: Path, n: int, seed: int, out_csv: Path) -> Path:
-    """``n`` training images of ``comp_dir`` (seeded choice) with their true boxes, as a labels CSV."""
+def label_subset(comp_dir: Path, n: int, seed: int, out_csv: Path, unseen: set[str] = frozenset()) -> Path:
+    """``n`` training images of ``comp_dir`` (seeded choice) with their true boxes, as a labels CSV.
+
+    Images whose bytes' digest (:func:`common.byte_digests`) is in ``unseen`` (the scored
+    competitions' images) are never chosen; how many were left out is printed.
+    """
     from whale.boxes.predict import write_boxes_csv
     from whale.data import load_competition
 
     comp = load_competition(comp_dir)
-    names = list(comp.train["Image"])
+    every = list(comp.train["Image"])
+    digests = common.byte_digests([comp.train_path(m) for m in every])
+    names = [m for m, d in zip(every, digests) if d not in unseen]
     if n > len(names):
-        raise SystemExit(f"--labels {n}: the labelling competition has only {len(names)} training images")
+        raise SystemExit(f"--labels {n}: the labelling competition has only {len(names)} training images "
+                         "not in a scored competition")
+    print(f"labels: {n} of the labelling competition's {len(every)} training images; "
+          f"{len(every) - len(names)} left out (byte-identical to a scored image)")
     pick = sorted(np.random.default_rng(seed).choice(len(names), n, replace=False))
     return write_boxes_csv(out_csv, [names[i] for i in pick], np.array([comp.boxes[names[i]] for i in pick]))
+
+
+def competition_digests(comp_dir: Path) -> set[str]:
+    """Digests of every training and test image of a competition folder."""
+    from whale.data import load_competition
+
+    comp = load_competition(comp_dir)
+    paths = [comp.train_path(m) for m in comp.train["Image"]] + [comp.test_path(m) for m in comp.test_images]
+    return set(common.byte_digests(paths))
+
+
+def scored_runs(run_dirs: list[str]) -> list[dict]:
+    """``{"run", "data", "fold"}`` of each ``--demo-runs`` folder, from its ``run.json``."""
+    from whale.training.runlog import read_run_json
+
+    runs = []
+    for r in run_dirs:
+        meta = read_run_json(Path(r))
+        if meta is None:
+            raise SystemExit(f"--demo-runs {r}: no run.json there (not a run folder)")
+        data = Path(meta["data"])
+        if not (data / "train.csv").is_file():
+            raise SystemExit(f"--demo-runs {r}: the competition it trained on ({data}, run.json 'data') is missing")
+        if int(meta["fold"]) < 0:
+            raise SystemExit(f"--demo-runs {r}: trained on fold -1 (every image): no validation fold to score")
+        runs.append({"run": Path(r), "data": data, "fold": int(meta["fold"])})
+    return runs
 
 
 def predicted_folder(comp_dir: Path, out_dir: Path, boxes_csv: Path) -> Path:
@@ -108,8 +150,11 @@ def predicted_folder(comp_dir: Path, out_dir: Path, boxes_csv: Path) -> Path:
     return out_dir
 
 
-def map_with_boxes(run_dir: Path, comp, seed: int) -> tuple[float, float]:
-    """``(validation, test)`` MAP@5 of a trained demo run, crops cut with ``comp``'s boxes."""
+def map_with_boxes(run_dir: Path, comp, fold: int = 0) -> tuple[float, float]:
+    """``(validation, test)`` MAP@5 of a trained run (checkpoint ``best``), crops cut with ``comp``'s boxes.
+
+    The validation fold is the run's (``fold``, the run's config's seed and ``val_new_whale``).
+    """
     from whale.data import ImageSet, fold_data
     from whale.demo import truth
     from whale.inference.runs import RunScorer, load_run_model
@@ -118,7 +163,7 @@ def map_with_boxes(run_dir: Path, comp, seed: int) -> tuple[float, float]:
 
     model, cfg = load_run_model(run_dir, "best")
     rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=False)
-    data = fold_data(comp, 0, seed)
+    data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     known = ImageSet.known(comp)
     f_known = rs.features(known.paths, known.boxes)  # [mirrors, views, n, d]
     f_val = rs.features(data.val.paths, data.val.boxes)
@@ -138,6 +183,8 @@ def main(argv=None) -> int:
     p.add_argument("--demo-scale", type=float, default=0.25, help="demo.yaml epochs x this (shortened)")
     p.add_argument("--quick", action="store_true", help="tiny settings for development")
     p.add_argument("--no-probe", action="store_true", help="skip the per-backend speed probe")
+    p.add_argument("--demo-runs", nargs="+", metavar="RUN", help="score these trained runs (each on the "
+                   "competition its run.json names) instead of training the shortened demo model")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the probe's subprocess
     args = p.parse_args(argv)
     t0, c0 = time.time(), cpu_seconds()
@@ -176,9 +223,12 @@ def main(argv=None) -> int:
     lab_dir, demo_dir = out / "labelling", out / "demo_data"
     if not (lab_dir / "train.csv").exists():
         generate(lab_dir, n_ids=240, seed=1)
-    if not (demo_dir / "train.csv").exists():
+    runs = scored_runs(args.demo_runs) if args.demo_runs else None
+    if runs is None and not (demo_dir / "train.csv").exists():
         generate(demo_dir, n_ids=200, seed=0)
-    labels_csv = label_subset(lab_dir, args.labels, 7, out / "labels.csv")
+    comp_dirs = list(dict.fromkeys(r["data"].resolve() for r in runs)) if runs else [demo_dir]
+    unseen = set().union(*(competition_digests(d) for d in comp_dirs))
+    labels_csv = label_subset(lab_dir, args.labels, 7, out / "labels.csv", unseen)
     step("data", t, c)
 
     extra = overrides(args.set)
@@ -190,53 +240,73 @@ def main(argv=None) -> int:
     step("box models (cross-validation)", t, c)
 
     t, c = time.time(), cpu_seconds()
-    comp = load_competition(demo_dir)
-    names = list(comp.train["Image"]) + list(comp.test_images)
-    paths = [comp.train_path(n) for n in comp.train["Image"]] + [comp.test_path(n) for n in comp.test_images]
-    pred = predict_boxes(out / "box_run", paths, progress=False)
-    true = np.array([comp.boxes[n] for n in names])
-    per_model = dict(pred.per_model)
-    per_model["average"] = geometry.average([u for k, u in pred.per_model.items() if k != "refined"])
-    demo_iou = {k: float(geometry.iou(geometry.to_pixels(u, pred.sizes)[0], true).mean()) for k, u in per_model.items()}
     final = "refined" if cfg.refine else "average"
-    demo_iou[final] = float(geometry.iou(pred.boxes, true).mean())
-    boxes_csv = write_boxes_csv(out / "predicted_bounding_boxes.csv", names, pred.boxes)
-    pred_dir = predicted_folder(demo_dir, out / "demo_data_predicted", boxes_csv)
-    step("predict demo folder", t, c)
+    predicted, iou_rows, first_ious, fallbacks = {}, [], None, 0
+    for i, comp_dir in enumerate(comp_dirs):
+        tag = "" if runs is None else f"_{i}"
+        comp = load_competition(comp_dir)
+        names = list(comp.train["Image"]) + list(comp.test_images)
+        paths = [comp.train_path(n) for n in comp.train["Image"]] + [comp.test_path(n) for n in comp.test_images]
+        pred = predict_boxes(out / "box_run", paths, progress=False)
+        true = np.array([comp.boxes[n] for n in names])
+        per_model = dict(pred.per_model)
+        per_model["average"] = geometry.average([u for k, u in pred.per_model.items() if k != "refined"])
+        ious = {k: float(geometry.iou(geometry.to_pixels(u, pred.sizes)[0], true).mean()) for k, u in per_model.items()}
+        ious[final] = float(geometry.iou(pred.boxes, true).mean())
+        first_ious = first_ious or ious
+        fallbacks += int(pred.fallback.sum())
+        where = "the demo's" if runs is None else f"{comp_dir.name if comp_dir.name != 'data' else comp_dir.parent.name}'s"
+        iou_rows += [{"what": f"{k}: IoU on {where} {len(names)} unlabelled images", "iou": v,
+                      "fallbacks": int(pred.fallback.sum()) if k == final else None}
+                     for k, v in ious.items()]
+        boxes_csv = write_boxes_csv(out / f"predicted_bounding_boxes{tag}.csv", names, pred.boxes)
+        predicted[comp_dir] = predicted_folder(comp_dir, out / f"demo_data_predicted{tag}", boxes_csv)
+    step("predict the scored folders", t, c)
+
+    if runs is None:
+        t, c = time.time(), cpu_seconds()
+        demo_cfg = common.quick_config(load_config(common.repo_root() / "configs" / "demo.yaml"), args.demo_scale)
+        if args.quick:
+            demo_cfg = common.quick_config(demo_cfg, 0.01)
+        train_fold(demo_cfg, demo_dir, 0, out / "demo_run", overwrite=True, verbose=0)
+        step(f"demo model (demo.yaml epochs x {args.demo_scale})", t, c)
+        runs = [{"run": out / "demo_run", "data": demo_dir, "fold": 0}]
 
     t, c = time.time(), cpu_seconds()
-    demo_cfg = common.quick_config(load_config(common.repo_root() / "configs" / "demo.yaml"), args.demo_scale)
-    if args.quick:
-        demo_cfg = common.quick_config(demo_cfg, 0.01)
-    train_fold(demo_cfg, demo_dir, 0, out / "demo_run", overwrite=True, verbose=0)
-    step(f"demo model (demo.yaml epochs x {args.demo_scale})", t, c)
-
-    t, c = time.time(), cpu_seconds()
-    val_true, test_true = map_with_boxes(out / "demo_run", comp, demo_cfg.seed)
-    val_pred, test_pred = map_with_boxes(out / "demo_run", load_competition(pred_dir), demo_cfg.seed)
+    scored = []
+    for r in runs:
+        val_true, test_true = map_with_boxes(r["run"], load_competition(r["data"]), r["fold"])
+        val_pred, test_pred = map_with_boxes(r["run"], load_competition(predicted[r["data"].resolve()]), r["fold"])
+        row = {"val_true": val_true, "val_pred": val_pred, "test_true": test_true, "test_pred": test_pred,
+               "val_gap": val_pred - val_true, "test_gap": test_pred - test_true}
+        scored.append({"run": str(r["run"]), **{k: round(v, 4) for k, v in row.items()}})
     step("MAP@5 true vs predicted boxes", t, c)
 
     cv = meta["cv"]
     print(common.results_table([
         {"what": f"{k}: cross-validated IoU ({cfg.folds} folds, {args.labels} labels)", "iou": v["mean_iou"],
-         "fallbacks": v["fallbacks"]} for k, v in cv.items()] + [
-        {"what": f"{k}: IoU on the demo's {len(names)} unlabelled images", "iou": v,
-         "fallbacks": int(pred.fallback.sum()) if k == final else None} for k, v in demo_iou.items()],
+         "fallbacks": v["fallbacks"]} for k, v in cv.items()] + iou_rows,
         [("what", "boxes"), ("iou", "mean IoU"), ("fallbacks", "whole-image fallbacks")]))
-    print(common.results_table([
-        {"boxes": "true", "val": val_true, "test": test_true},
-        {"boxes": f"predicted ({'refined from ' + meta['refine_from'] if cfg.refine else 'averaged models'})",
-         "val": val_pred, "test": test_pred}],
-        [("boxes", "crops from"), ("val", "validation MAP@5"), ("test", "test MAP@5")]))
+    how = f"refined from {meta['refine_from']}" if cfg.refine else "averaged models"
+    print(common.results_table(scored, [("run", "run"), ("val_true", "val MAP@5, true boxes"),
+                                        ("val_pred", f"val, predicted ({how})"), ("val_gap", "gap"),
+                                        ("test_true", "test MAP@5, true boxes"), ("test_pred", "test, predicted"),
+                                        ("test_gap", "gap")]))
+    gaps = {k: common.mean_sd([r[k] for r in scored]) for k in ("val_gap", "test_gap")}
+    if len(scored) > 1:
+        print("mean +- sd over the runs: " + ", ".join(
+            f"{k.replace('_gap', '')} gap {g['mean']:+.3f} +- {g['sd']:.3f}" for k, g in gaps.items()))
     print(f"target: {final} IoU >= 0.93 -> {cv[final]['mean_iou']:.4f}; "
-          f"|test MAP@5 predicted - true| <= 0.01 -> {abs(test_pred - test_true):.3f}")
+          f"|test MAP@5 predicted - true| <= 0.01 -> {abs(gaps['test_gap']['mean']):.3f}"
+          + (f" (mean of {len(scored)} runs)" if len(scored) > 1 else ""))
     print(f"in all {time.time() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} s CPU (this process; backend {backend}"
           + "".join(f", {b} probe {r:.0f} img/s" for b, r in rates.items()) + ")")
     metrics = {f"cv_iou_{k}": v["mean_iou"] for k, v in cv.items()}
-    metrics.update({f"demo_iou_{k}": v for k, v in demo_iou.items()})
+    metrics.update({f"demo_iou_{k}": v for k, v in first_ious.items()})
     metrics.update({f"probe_img_s_{b}": r for b, r in rates.items()})
-    metrics.update(backend=backend, test_map_true=test_true, test_map_predicted=test_pred, val_map_true=val_true,
-                   val_map_predicted=val_pred, fallbacks=int(pred.fallback.sum()))
+    metrics.update(backend=backend, test_map_true=scored[0]["test_true"], test_map_predicted=scored[0]["test_pred"],
+                   val_map_true=scored[0]["val_true"], val_map_predicted=scored[0]["val_pred"], fallbacks=fallbacks,
+                   runs=scored, **{f"{k}_{stat}": g[stat] for k, g in gaps.items() for stat in ("mean", "sd")})
     print(common.final_json("boxes", metrics, time.time() - t0))
     return 0
 

@@ -519,6 +519,13 @@ def several_seeds(script: Path, args, argv: Sequence[str], keys: Sequence[tuple[
     return 0
 
 
+def byte_digests(paths: Sequence) -> list[str]:
+    """The SHA-1 of each file's bytes: byte-identical images have the same digest."""
+    import hashlib
+
+    return [hashlib.sha1(Path(p).read_bytes()).hexdigest() for p in paths]
+
+
 def mean_sd(values: Sequence[float]) -> dict[str, float]:
     """``{"mean", "sd", "se", "n"}`` of ``values`` (sample standard deviation, ``se = sd / sqrt(n)``)."""
     v = np.asarray(values, dtype=float)

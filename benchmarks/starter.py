@@ -27,7 +27,6 @@ is skipped with a message. The last stdout line is
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import time
@@ -75,7 +74,7 @@ def omniglot_catalogue(zip_path: Path, out: Path, seed: int) -> Path:
             test += [(p, NEW_WHALE) for p in photos[:TEST_DRAWERS]]
     test = [test[i] for i in rng.permutation(len(test))]
     comp = common.build_competition(out / "competition", train, test)
-    digest = lambda folder: {hashlib.sha1(p.read_bytes()).hexdigest() for p in (comp / folder).iterdir()}  # noqa: E731
+    digest = lambda folder: set(common.byte_digests(sorted((comp / folder).iterdir())))  # noqa: E731
     shared = digest("train") & digest("test")
     if shared:
         raise ValueError(f"{comp}: {len(shared)} images are byte-identical in train/ and test/")

@@ -59,6 +59,7 @@ def test_two_stages_by_hand_with_slowdown_mining_versions_and_quota(tmp_path):
     assert fold_cost(plan, hours_per_version=0.6).versions == 1
     text = format_plan(cfg, plan, str(path), slowdown=3.0, mining_seconds=600.0, hours_per_version=0.5)
     assert "estimated 0.6 h per fold: 0.1 h of training" in text and "x 3 (--slowdown)" in text
+    assert "(35.6 minutes in all)" in text  # 2,137.5 s: a total under an hour is also given in minutes
     assert "+ 0.5 h of mining (3 x 600 s)" in text
     assert "= 2 kernel versions of 0.5 h = 0.0 weeks of the 30 h weekly GPU quota" in text
     with pytest.raises(ConfigError, match="slowdown"):

@@ -178,7 +178,7 @@ def format_plan(cfg: RunConfig, plan: list[StagePlan], rates_file: str | None = 
              f"{'pairs/s':>8} {'hours':>7}  rate"]
     for p in plan:
         rate = f"{p.pairs_s:8.1f}" if p.pairs_s else f"{'-':>8}"
-        hours = f"{p.hours:7.2f}" if p.hours is not None else f"{'-':>7}"
+        hours = f"{p.hours:7.3f}" if p.hours is not None else f"{'-':>7}"
         lines.append(f"{p.stage:>5} {p.epochs:>6} {p.image_size:>5} {p.dataset:>10} {p.pairs_per_epoch:>11} "
                      f"{p.minings:>7} {rate} {hours}  {p.rate_source}")
     epochs = sum(p.epochs for p in plan)
@@ -193,8 +193,9 @@ def format_plan(cfg: RunConfig, plan: list[StagePlan], rates_file: str | None = 
         scaled = "" if slowdown == 1 else f" x {slowdown:g} (--slowdown)"
         mined = (f" + {cost.mining_hours:.1f} h of mining ({minings} x {mining_seconds:g} s)" if mining_seconds
                  else "; mining not included (--mining-seconds)")
+        minutes = f" ({cost.hours * 60:.1f} minutes in all)" if cost.hours < 1 else ""
         total = (f"estimated {cost.hours:.1f} h per fold: {cost.train_hours:.1f} h of training at the rates in "
-                 f"{rates_file}{scaled}{mined}; validation not included")
+                 f"{rates_file}{scaled}{mined}; validation not included{minutes}")
     lines.append(f"total: {epochs} epochs, {pairs:,} pairs, {minings} minings; {total}")
     if rates_file is not None and cost is not None:
         lines.append(f"= {cost.versions} kernel versions of {cost.hours_per_version:g} h = {cost.quota_weeks:.1f} "
