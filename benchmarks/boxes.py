@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -136,18 +135,6 @@ def scored_runs(run_dirs: list[str]) -> list[dict]:
             raise SystemExit(f"--demo-runs {r}: trained on fold -1 (every image): no validation fold to score")
         runs.append({"run": Path(r), "data": data, "fold": int(meta["fold"])})
     return runs
-
-
-def predicted_folder(comp_dir: Path, out_dir: Path, boxes_csv: Path) -> Path:
-    """A copy of ``comp_dir``'s CSVs with ``boxes_csv`` as its boxes; ``train/`` and ``test/`` are links."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("train.csv", "sample_submission.csv", "test_solution.csv"):
-        shutil.copy(comp_dir / name, out_dir / name)
-    for d in ("train", "test"):
-        if not (out_dir / d).exists():
-            os.symlink((comp_dir / d).resolve(), out_dir / d)
-    shutil.copy(boxes_csv, out_dir / "bounding_boxes.csv")
-    return out_dir
 
 
 def map_with_boxes(run_dir: Path, comp, fold: int = 0) -> tuple[float, float]:
@@ -260,7 +247,7 @@ def main(argv=None) -> int:
                       "fallbacks": int(pred.fallback.sum()) if k == final else None}
                      for k, v in ious.items()]
         boxes_csv = write_boxes_csv(out / f"predicted_bounding_boxes{tag}.csv", names, pred.boxes)
-        predicted[comp_dir] = predicted_folder(comp_dir, out / f"demo_data_predicted{tag}", boxes_csv)
+        predicted[comp_dir] = common.with_boxes(comp_dir, out / f"demo_data_predicted{tag}", boxes_csv)
     step("predict the scored folders", t, c)
 
     if runs is None:

@@ -519,6 +519,31 @@ def several_seeds(script: Path, args, argv: Sequence[str], keys: Sequence[tuple[
     return 0
 
 
+def with_boxes(comp_dir, boxes_csv, out_dir) -> Path:
+    """A copy of competition ``comp_dir`` whose boxes are ``boxes_csv``: its CSVs copied,
+    ``train/`` and ``test/`` as links. Every training and test image must have a row there
+    (ValueError naming how many lack one): an image without a box would be used whole."""
+    import os
+
+    from whale.data import load_competition
+
+    comp_dir, out_dir = Path(comp_dir), Path(out_dir)
+    comp = load_competition(comp_dir)
+    names = set(comp.train["Image"]) | set(comp.test_images)
+    missing = sorted(names - set(pd.read_csv(boxes_csv)["Image"]))
+    if missing:
+        raise ValueError(f"{boxes_csv}: no box for {len(missing)} of {comp_dir}'s {len(names)} images, "
+                         f"e.g. {missing[0]}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("train.csv", "sample_submission.csv", "test_solution.csv"):
+        shutil.copy(comp_dir / name, out_dir / name)
+    for d in ("train", "test"):
+        if not (out_dir / d).exists():
+            os.symlink((comp_dir / d).resolve(), out_dir / d)
+    shutil.copy(boxes_csv, out_dir / "bounding_boxes.csv")
+    return out_dir
+
+
 def byte_digests(paths: Sequence) -> list[str]:
     """The SHA-1 of each file's bytes: byte-identical images have the same digest."""
     import hashlib

@@ -1,13 +1,15 @@
 """Miner ablation on the synthetic competition of ``make demo``. Not a test.
 
     python benchmarks/synthetic.py --out runs/bench_synthetic [--ids 200] [--seed 0] [--quick]
-                                   [--batching pairs|images] [--epochs-scale F]
+                                   [--batching pairs|images] [--epochs-scale F] [--boxes CSV]
 
 Generates (or reuses) the synthetic competition in ``OUT/data``, then measures, in one run:
 the raw-pixel cosine nearest neighbour on box crops; the ``configs/demo.yaml`` model trained
 with random negatives only (K = 1000 in every stage, same epochs and learning rates); and the
 same model under the config's adversarial schedule (Algorithm 1, K decaying to 0.05).
 Thresholds are tuned on validation fold 0; test MAP@5 is scored against the synthetic truth.
+``--boxes CSV`` crops every image with those boxes (e.g. predicted by ``benchmarks/boxes.py
+--demo-runs``) for training, the baseline and scoring alike: the whole pipeline on predicted boxes.
 Prints a table, a verdict on the miner, and as its last line one JSON object.
 """
 
@@ -32,6 +34,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="reduced settings for development")
     p.add_argument("--batching", choices=("pairs", "images"), help="override the config's batching")
     p.add_argument("--epochs-scale", type=float, help="every stage's length x F (rounded, at least 1)")
+    p.add_argument("--boxes", metavar="CSV", help="train and score on these boxes instead of the true ones "
+                   "(a copy of the competition in OUT/data_boxes; '{seed}' in the name is the seed), e.g. "
+                   "benchmarks/boxes.py's predicted_bounding_boxes_{seed}.csv")
     common.add_seed_arguments(p)
     args = p.parse_args(argv)
     t0 = time.time()
@@ -51,6 +56,10 @@ def main(argv=None) -> int:
     from whale.data import fold_data
 
     data_dir = ensure_competition(out / "data", n_ids=args.ids, seed=args.seed)
+    if args.boxes:
+        boxes_csv = Path(args.boxes.format(seed=args.seed))
+        data_dir = common.with_boxes(data_dir, boxes_csv, out / "data_boxes")
+        print(f"boxes: {boxes_csv} (not the generator's true boxes)")
     comp = load_competition(data_dir)
     pix_val, pix_test, _ = pixel_baseline(comp, fold_data(comp, 0, cfg.seed))
     rows = [{"method": "pixel NN (cosine)", "val_map5": pix_val, "map5": pix_test}]
