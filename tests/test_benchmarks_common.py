@@ -279,3 +279,20 @@ def test_synthetic_several_seeds_summarises(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "miner gap on map5: +0.100 +- 0.058" in out
     assert json.loads(out.strip().splitlines()[-1])["metrics"]["miner_gap_map5_mean"] == pytest.approx(0.1)
+
+
+def test_with_boxes_copies_the_competition_with_the_given_boxes_and_refuses_a_file_missing_one(tmp_path):
+    from whale.data.synth import generate
+
+    comp = generate(tmp_path / "comp", n_ids=5, seed=4, progress=False)
+    boxes = pd.read_csv(comp / "bounding_boxes.csv")
+    boxes[["x0", "y0"]] += 3  # "predicted": every box moved by 3 pixels
+    boxes.to_csv(tmp_path / "moved.csv", index=False)
+    out = common.with_boxes(comp, tmp_path / "moved.csv", tmp_path / "copy")
+    moved, orig = load_competition(out), load_competition(comp)
+    name = boxes["Image"].iloc[0]
+    assert np.allclose(np.asarray(moved.boxes[name])[:2], np.asarray(orig.boxes[name])[:2] + 3)
+    assert list(moved.test_images) == list(orig.test_images) and (out / "train").resolve() == (comp / "train").resolve()
+    boxes.iloc[1:].to_csv(tmp_path / "short.csv", index=False)
+    with pytest.raises(ValueError, match=f"no box for 1 of .* e.g. {name}"):
+        common.with_boxes(comp, tmp_path / "short.csv", tmp_path / "copy2")
