@@ -213,7 +213,7 @@ def main(argv=None) -> int:
     runs = scored_runs(args.demo_runs) if args.demo_runs else None
     if runs is None and not (demo_dir / "train.csv").exists():
         generate(demo_dir, n_ids=200, seed=0)
-    comp_dirs = list(dict.fromkeys(r["data"].resolve() for r in runs)) if runs else [demo_dir]
+    comp_dirs = list(dict.fromkeys(r["data"].resolve() for r in runs)) if runs else [demo_dir.resolve()]
     unseen = set().union(*(competition_digests(d) for d in comp_dirs))
     labels_csv = label_subset(lab_dir, args.labels, 7, out / "labels.csv", unseen)
     step("data", t, c)
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
                       "fallbacks": int(pred.fallback.sum()) if k == final else None}
                      for k, v in ious.items()]
         boxes_csv = write_boxes_csv(out / f"predicted_bounding_boxes{tag}.csv", names, pred.boxes)
-        predicted[comp_dir] = common.with_boxes(comp_dir, out / f"demo_data_predicted{tag}", boxes_csv)
+        predicted[comp_dir] = common.with_boxes(comp_dir, boxes_csv, out / f"demo_data_predicted{tag}")
     step("predict the scored folders", t, c)
 
     if runs is None:
