@@ -2,6 +2,7 @@
 
     python benchmarks/boxes.py --out runs/bench_boxes [--labels 1200] [--demo-scale 0.25] [--quick]
                                [--set KEY=VALUE ...] [--no-probe] [--demo-runs RUN [RUN ...]]
+                               [--tta VIEW,VIEW,...]
 
 In one run:
 
@@ -20,7 +21,9 @@ In one run:
    The difference isolates what the boxes cost; training on predicted boxes is not measured.
    ``--demo-runs RUN [RUN ...]`` scores trained runs instead (e.g. the full demo config on 3 seeds
    from ``benchmarks/synthetic.py``): each on its own competition (``run.json``: data, fold), with
-   boxes predicted for that competition, and the mean +- sd of the MAP@5 gaps.
+   boxes predicted for that competition, and the mean +- sd of the MAP@5 gaps. ``--tta
+   shift_left,shift_right,zoom`` scores every run a second time, true and predicted boxes alike,
+   with those test-time views' features averaged (a run's ``tta`` key; :data:`whale.config.TTA_VIEWS`).
 
 The labelled images never include an image whose bytes are in a scored competition (checked
 here: the synthetic generator can repeat an image across seeds).
@@ -137,10 +140,11 @@ def scored_runs(run_dirs: list[str]) -> list[dict]:
     return runs
 
 
-def map_with_boxes(run_dir: Path, comp, fold: int = 0) -> tuple[float, float]:
+def map_with_boxes(run_dir: Path, comp, fold: int = 0, views: tuple[str, ...] = ()) -> tuple[float, float]:
     """``(validation, test)`` MAP@5 of a trained run (checkpoint ``best``), crops cut with ``comp``'s boxes.
 
-    The validation fold is the run's (``fold``, the run's config's seed and ``val_new_whale``).
+    The validation fold is the run's (``fold``, the run's config's seed and ``val_new_whale``);
+    ``views``: test-time views whose features are averaged with the plain crop's.
     """
     from whale.data import ImageSet, fold_data
     from whale.demo import truth
@@ -149,7 +153,7 @@ def map_with_boxes(run_dir: Path, comp, fold: int = 0) -> tuple[float, float]:
     from whale.ranking import predict_top5, tune_threshold
 
     model, cfg = load_run_model(run_dir, "best")
-    rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=False)
+    rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=False, views=tuple(views))
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     known = ImageSet.known(comp)
     f_known = rs.features(known.paths, known.boxes)  # [mirrors, views, n, d]
@@ -159,6 +163,17 @@ def map_with_boxes(run_dir: Path, comp, fold: int = 0) -> tuple[float, float]:
     test = ImageSet.test(comp)
     preds = predict_top5(rs.matrix(rs.features(test.paths, test.boxes), f_known).astype(np.float32), known.ids, t)
     return float(val_map), float(map_at_k(preds, truth(comp.root, comp.test_images)))
+
+
+def tta_views(text: str) -> tuple[str, ...]:
+    """``--tta``'s comma-separated views, each one of :data:`whale.config.TTA_VIEWS`."""
+    from whale.config import TTA_VIEWS
+
+    views = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [v for v in views if v not in TTA_VIEWS]
+    if bad or not views:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected views from {', '.join(TTA_VIEWS)}, comma-separated")
+    return views
 
 
 def main(argv=None) -> int:
@@ -172,6 +187,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-probe", action="store_true", help="skip the per-backend speed probe")
     p.add_argument("--demo-runs", nargs="+", metavar="RUN", help="score these trained runs (each on the "
                    "competition its run.json names) instead of training the shortened demo model")
+    p.add_argument("--tta", type=tta_views, default=(), metavar="VIEW,VIEW,...",
+                   help="also score with these test-time views (e.g. shift_left,shift_right,zoom)")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the probe's subprocess
     args = p.parse_args(argv)
     t0, c0 = time.time(), cpu_seconds()
@@ -260,13 +277,17 @@ def main(argv=None) -> int:
         runs = [{"run": out / "demo_run", "data": demo_dir, "fold": 0}]
 
     t, c = time.time(), cpu_seconds()
-    scored = []
+    scorings = {"plain": ()} | ({"tta": args.tta} if args.tta else {})
+    scored = {k: [] for k in scorings}
     for r in runs:
-        val_true, test_true = map_with_boxes(r["run"], load_competition(r["data"]), r["fold"])
-        val_pred, test_pred = map_with_boxes(r["run"], load_competition(predicted[r["data"].resolve()]), r["fold"])
-        row = {"val_true": val_true, "val_pred": val_pred, "test_true": test_true, "test_pred": test_pred,
-               "val_gap": val_pred - val_true, "test_gap": test_pred - test_true}
-        scored.append({"run": str(r["run"]), **{k: round(v, 4) for k, v in row.items()}})
+        for how, views in scorings.items():
+            val_true, test_true = map_with_boxes(r["run"], load_competition(r["data"]), r["fold"], views)
+            val_pred, test_pred = map_with_boxes(r["run"], load_competition(predicted[r["data"].resolve()]),
+                                                 r["fold"], views)
+            row = {"val_true": val_true, "val_pred": val_pred, "test_true": test_true, "test_pred": test_pred,
+                   "val_gap": val_pred - val_true, "test_gap": test_pred - test_true}
+            scored[how].append({"run": str(r["run"]), "scoring": "+".join(("plain",) + views),
+                                **{k: round(v, 4) for k, v in row.items()}})
     step("MAP@5 true vs predicted boxes", t, c)
 
     cv = meta["cv"]
@@ -275,25 +296,31 @@ def main(argv=None) -> int:
          "fallbacks": v["fallbacks"]} for k, v in cv.items()] + iou_rows,
         [("what", "boxes"), ("iou", "mean IoU"), ("fallbacks", "whole-image fallbacks")]))
     how = f"refined from {meta['refine_from']}" if cfg.refine else "averaged models"
-    print(common.results_table(scored, [("run", "run"), ("val_true", "val MAP@5, true boxes"),
+    print(common.results_table([r for rows in scored.values() for r in rows], [
+        ("run", "run"), ("scoring", "views"), ("val_true", "val MAP@5, true boxes"),
                                         ("val_pred", f"val, predicted ({how})"), ("val_gap", "gap"),
                                         ("test_true", "test MAP@5, true boxes"), ("test_pred", "test, predicted"),
                                         ("test_gap", "gap")]))
-    gaps = {k: common.mean_sd([r[k] for r in scored]) for k in ("val_gap", "test_gap")}
-    if len(scored) > 1:
-        print("mean +- sd over the runs: " + ", ".join(
-            f"{k.replace('_gap', '')} gap {g['mean']:+.3f} +- {g['sd']:.3f}" for k, g in gaps.items()))
-    print(f"target: {final} IoU >= 0.93 -> {cv[final]['mean_iou']:.4f}; "
-          f"|test MAP@5 predicted - true| <= 0.01 -> {abs(gaps['test_gap']['mean']):.3f}"
-          + (f" (mean of {len(scored)} runs)" if len(scored) > 1 else ""))
+    gaps = {how: {k: common.mean_sd([r[k] for r in rows]) for k in ("val_gap", "test_gap")}
+            for how, rows in scored.items()}
+    for how, g in gaps.items():
+        if len(runs) > 1:
+            print(f"mean +- sd over the runs ({how}): " + ", ".join(
+                f"{k.replace('_gap', '')} gap {v['mean']:+.3f} +- {v['sd']:.3f}" for k, v in g.items()))
+    print(f"target: {final} IoU >= 0.93 -> {cv[final]['mean_iou']:.4f}; |test MAP@5 predicted - true| <= 0.01 -> "
+          + ", ".join(f"{abs(g['test_gap']['mean']):.3f} ({how})" for how, g in gaps.items())
+          + (f" (mean of {len(runs)} runs)" if len(runs) > 1 else ""))
     print(f"in all {time.time() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} s CPU (this process; backend {backend}"
           + "".join(f", {b} probe {r:.0f} img/s" for b, r in rates.items()) + ")")
     metrics = {f"cv_iou_{k}": v["mean_iou"] for k, v in cv.items()}
     metrics.update({f"demo_iou_{k}": v for k, v in first_ious.items()})
     metrics.update({f"probe_img_s_{b}": r for b, r in rates.items()})
-    metrics.update(backend=backend, test_map_true=scored[0]["test_true"], test_map_predicted=scored[0]["test_pred"],
-                   val_map_true=scored[0]["val_true"], val_map_predicted=scored[0]["val_pred"], fallbacks=fallbacks,
-                   runs=scored, **{f"{k}_{stat}": g[stat] for k, g in gaps.items() for stat in ("mean", "sd")})
+    first = scored["plain"][0]
+    metrics.update(backend=backend, test_map_true=first["test_true"], test_map_predicted=first["test_pred"],
+                   val_map_true=first["val_true"], val_map_predicted=first["val_pred"], fallbacks=fallbacks,
+                   runs=[r for rows in scored.values() for r in rows], tta=list(args.tta),
+                   **{f"{k}{'' if how == 'plain' else '_' + how}_{stat}": v[stat]
+                      for how, g in gaps.items() for k, v in g.items() for stat in ("mean", "sd")})
     print(common.final_json("boxes", metrics, time.time() - t0))
     return 0
 

@@ -64,11 +64,26 @@ def test_boxes_benchmark_quick_reports_the_cross_validation_and_both_map_figures
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "boxes.py"), "--out", str(again), "--quick",
                           "--labels", "120", "--set", "image_size=32", "--set", "refine_size=32", "--set",
                           "refine_passes=1", "--no-probe", "--demo-runs", str(tmp_path / "demo_run"),
-                          str(tmp_path / "demo_run")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=1200)
+                          str(tmp_path / "demo_run"), "--tta", "shift_left,zoom"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=1200)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     m2 = json.loads(res.stdout.strip().splitlines()[-1])["metrics"]
-    assert [r["run"] for r in m2["runs"]] == [str(tmp_path / "demo_run")] * 2
-    assert m2["runs"][0]["test_true"] == pytest.approx(m["test_map_true"], abs=1e-4)  # same model, same boxes
-    assert m2["test_gap_mean"] == pytest.approx(m2["runs"][0]["test_pred"] - m2["runs"][0]["test_true"], abs=2e-4)
-    assert "mean +- sd over the runs" in res.stdout
+    assert [r["run"] for r in m2["runs"]] == [str(tmp_path / "demo_run")] * 4  # each run: plain, then with views
+    plain = [r for r in m2["runs"] if r["scoring"] == "plain"]
+    tta = [r for r in m2["runs"] if r["scoring"] == "plain+shift_left+zoom"]
+    assert len(plain) == len(tta) == 2 and m2["tta"] == ["shift_left", "zoom"]
+    assert plain[0]["test_true"] == pytest.approx(m["test_map_true"], abs=1e-4)  # same model, same boxes
+    assert m2["test_gap_mean"] == pytest.approx(plain[0]["test_pred"] - plain[0]["test_true"], abs=2e-4)
+    assert m2["test_gap_tta_mean"] == pytest.approx(tta[0]["test_pred"] - tta[0]["test_true"], abs=2e-4)
+    assert "mean +- sd over the runs (plain)" in res.stdout and "mean +- sd over the runs (tta)" in res.stdout
+
+
+def test_tta_views_are_checked_against_the_known_views():
+    import argparse
+
+    from benchmarks import boxes
+
+    assert boxes.tta_views("shift_left, zoom") == ("shift_left", "zoom")
+    for bad in ("shift_up", "", "zoom,tilt"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected views from shift_left"):
+            boxes.tta_views(bad)
