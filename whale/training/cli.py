@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 
 def parse_args(argv=None):
@@ -109,7 +110,6 @@ def run(argv=None) -> int:
     """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
     args = parse_args(argv)
     from whale.config import load_config
-    from whale.training.trainer import score_fold, train_fold, train_pretrain
 
     overrides = {key: getattr(args, key) for key in ("seed", "precision", "init_from")
                  if getattr(args, key) is not None}
@@ -117,6 +117,13 @@ def run(argv=None) -> int:
     verbose = "auto" if args.verbose is None else args.verbose
     if args.plan:
         return plan(args, cfg)
+    if args.out and not (args.score_only or args.resume or args.overwrite):
+        from whale.training.runlog import claim_run_dir
+
+        # A used run folder is refused before the backend loads (seconds, and its import-time log lines).
+        claim_run_dir(Path(args.out), args.fold, cfg.seed)  # without --resume, fold and seed are not read
+    from whale.training.trainer import score_fold, train_fold, train_pretrain
+
     if args.score_only:
         score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)
         return 0
