@@ -18,7 +18,8 @@ In one run:
    shortened schedule, labelled as such) trained once on fold 0 with the true boxes, then
    validation and test MAP@5 scored twice with that same model: crops from the true boxes and
    crops from the predicted boxes (threshold tuned on validation fold 0 under the same boxes).
-   The difference isolates what the boxes cost; training on predicted boxes is not measured.
+   The difference isolates what the boxes cost; training on predicted boxes is
+   ``benchmarks/synthetic.py --boxes`` (with this run's ``predicted_bounding_boxes*.csv``).
    ``--demo-runs RUN [RUN ...]`` scores trained runs instead (e.g. the full demo config on 3 seeds
    from ``benchmarks/synthetic.py``): each on its own competition (``run.json``: data, fold), with
    boxes predicted for that competition, and the mean +- sd of the MAP@5 gaps. ``--tta
@@ -298,9 +299,8 @@ def main(argv=None) -> int:
     how = f"refined from {meta['refine_from']}" if cfg.refine else "averaged models"
     print(common.results_table([r for rows in scored.values() for r in rows], [
         ("run", "run"), ("scoring", "views"), ("val_true", "val MAP@5, true boxes"),
-                                        ("val_pred", f"val, predicted ({how})"), ("val_gap", "gap"),
-                                        ("test_true", "test MAP@5, true boxes"), ("test_pred", "test, predicted"),
-                                        ("test_gap", "gap")]))
+        ("val_pred", f"val, predicted ({how})"), ("val_gap", "gap"), ("test_true", "test MAP@5, true boxes"),
+        ("test_pred", "test, predicted"), ("test_gap", "gap")]))
     gaps = {how: {k: common.mean_sd([r[k] for r in rows]) for k in ("val_gap", "test_gap")}
             for how, rows in scored.items()}
     for how, g in gaps.items():
