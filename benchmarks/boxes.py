@@ -281,10 +281,10 @@ def main(argv=None) -> int:
     scorings = {"plain": ()} | ({"tta": args.tta} if args.tta else {})
     scored = {k: [] for k in scorings}
     for r in runs:
+        true_comp, pred_comp = load_competition(r["data"]), load_competition(predicted[r["data"].resolve()])
         for how, views in scorings.items():
-            val_true, test_true = map_with_boxes(r["run"], load_competition(r["data"]), r["fold"], views)
-            val_pred, test_pred = map_with_boxes(r["run"], load_competition(predicted[r["data"].resolve()]),
-                                                 r["fold"], views)
+            val_true, test_true = map_with_boxes(r["run"], true_comp, r["fold"], views)
+            val_pred, test_pred = map_with_boxes(r["run"], pred_comp, r["fold"], views)
             row = {"val_true": val_true, "val_pred": val_pred, "test_true": test_true, "test_pred": test_pred,
                    "val_gap": val_pred - val_true, "test_gap": test_pred - test_true}
             scored[how].append({"run": str(r["run"]), "scoring": "+".join(("plain",) + views),
