@@ -21,6 +21,7 @@ LAYERS = {
     "whale.ranking": 1,
     "whale.models": 2,
     "whale.duplicates": 2,  # perceptual hashes of the competition's images (uses whale.data)
+    "whale.objectives": 2.5,  # losses, embedding heads and their scorers (uses whale.models)
     "whale.mining": 3,
     "whale.boxes": 3,
     "whale.inference": 4,
