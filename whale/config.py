@@ -43,6 +43,29 @@ TTA_VIEWS = ("shift_left", "shift_right", "zoom", "bright", "dark")
 TTA_MODES = ("features", "scores")
 LENGTH_KEYS = ("epochs", "steps", "pairs")  # how a stage's length may be given: exactly one per stage
 STEMS = {"seresnext50": ("cadene", "timm"), "small": ("conv", "pool")}  # model.stem per branch (the registry's)
+OBJECTIVES = ("head", "contrastive", "triplet", "global", "tgloss", "arcface")
+"""Training objectives (``objective``; :mod:`whale.objectives`): the paper's head first, the default."""
+# Each objective's parameters with their defaults, bounds and meaning (the one table the config, the
+# objectives and the docs read). (kind, lo, hi, default): kind int/float/bool; None = unbounded.
+OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
+    "head": {},
+    # DrLIM on the embeddings' Euclidean distance (seed 000's and seed 002's baseline).
+    "contrastive": {"embedding": (int, 1, None, 256), "normalize": (bool, None, None, False),
+                    "margin": (float, 0.0, None, 1.0)},
+    # Seed 002: a linear Dense(256), not normalised; FaceNet semi-hard rule, squared distances, margin 0.5.
+    "triplet": {"embedding": (int, 1, None, 256), "normalize": (bool, None, None, False),
+                "margin": (float, 0.0, None, 0.5)},
+    # Seed 001 (section 5.2): unit-norm embeddings; t = 0.4, lambda = 0.8; TGLoss adds gamma * ratio triplet (m).
+    "global": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8)},
+    "tgloss": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8),
+               "gamma": (float, 0.0, None, 1.0), "m": (float, 0.0, None, 0.01)},
+    # Sub-center ArcFace with per-identity margins m = a * n^p + c (n images of the identity), scale s.
+    "arcface": {"embedding": (int, 1, None, 512), "subcenters": (int, 1, None, 3), "scale": (float, 0.0, None, 30.0),
+                "margin_a": (float, 0.0, None, 0.5), "margin_p": (float, None, 0.0, -0.25),
+                "margin_c": (float, 0.0, None, 0.05)},
+}
+IDENTITY_OBJECTIVES = ("triplet", "global", "tgloss", "arcface")
+"""Objectives whose loss reads a whole batch of identities (P x K batches, ``batch``), not labelled pairs."""
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -74,6 +97,37 @@ class ModelConfig:
     def branch_options(self) -> dict[str, str]:
         """Build options for :func:`whale.models.build_branch` (``{}`` = the defaults)."""
         return {"stem": self.stem} if self.stem else {}
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """What the model learns (:mod:`whale.objectives`): ``name`` (:data:`OBJECTIVES`) and its parameters.
+
+    ``params`` holds every parameter of :data:`OBJECTIVE_PARAMS` ``[name]`` as ``(key, value)``
+    pairs (defaults filled in), so a run folder's config says exactly what trained.
+    """
+
+    name: str = "head"
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def __getitem__(self, key: str):
+        for k, v in self.params:
+            if k == key:
+                return v
+        raise KeyError(f"objective {self.name!r} has no parameter {key!r}")
+
+    @property
+    def identities(self) -> bool:
+        """True when batches are P x K identities (:data:`IDENTITY_OBJECTIVES`), False for labelled pairs."""
+        return self.name in IDENTITY_OBJECTIVES
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """P x K batches of the identity objectives: ``ids`` identities, ``per_id`` images of each."""
+
+    ids: int = 8
+    per_id: int = 4
 
 
 @dataclass(frozen=True)
@@ -204,6 +258,8 @@ class RunConfig:
     flip_ids: bool = False
     tta: tuple[str, ...] = ()
     tta_mode: str = "features"
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    batch: BatchConfig | None = None  # P x K; set (defaults filled) exactly when the objective needs it
 
     @property
     def total_epochs(self) -> int:
@@ -226,6 +282,9 @@ class RunConfig:
                    if (key not in LENGTH_KEYS or s[key] is not None) and (key != "snapshot" or s[key])}
                   for s in d.pop("stages")]
         d["tta"] = list(d["tta"])
+        d["objective"] = {"name": self.objective.name, **dict(self.objective.params)}
+        if d["objective"] == {"name": "head"}:
+            d["objective"] = "head"
         for key, default in _ADDED_LATER.items():
             if d[key] == default:
                 del d[key]
@@ -243,7 +302,8 @@ class RunConfig:
 
 
 _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0, "batching": "pairs",
-                "flip_ids": False, "tta": [], "tta_mode": "features"}
+                "flip_ids": False, "tta": [], "tta_mode": "features",
+                "objective": "head", "batch": None}
 # ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
 
@@ -284,6 +344,39 @@ def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
         head_hidden=c.number(raw.get("head_hidden", d.head_hidden), f"{path}.head_hidden", int, 0),
         stem=stem,
     )
+
+
+def _objective(c: Checker, raw: Any) -> ObjectiveConfig:
+    """``objective: NAME`` or ``objective: {name: NAME, PARAM: VALUE, ...}`` -> :class:`ObjectiveConfig`."""
+    if raw is None or isinstance(raw, str):
+        raw = {"name": "head" if raw is None else raw}
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise c.fail("objective", "a name (" + ", ".join(OBJECTIVES) + ") or a mapping with a 'name'", raw)
+    name = c.choice(raw["name"], "objective.name", OBJECTIVES)
+    table = OBJECTIVE_PARAMS[name]
+    raw = c.mapping(raw, "objective", ("name", *table), ("name",))
+    params = []
+    for key, (kind, lo, hi, default) in table.items():
+        value = raw.get(key, default)
+        if kind is bool:
+            value = c.boolean(value, f"objective.{key}")
+        else:
+            value = c.number(value, f"objective.{key}", kind, lo, hi, lo_open=lo == 0.0 and kind is float)
+        params.append((key, value))
+    return ObjectiveConfig(name, tuple(params))
+
+
+def _batch(c: Checker, raw: Any, objective: ObjectiveConfig, batch_size: int) -> BatchConfig | None:
+    """``batch: {ids: P, per_id: K}`` of an identity objective (default: K = 4, P = batch_size // 4)."""
+    if not objective.identities:
+        if raw is not None:
+            raise c.fail("batch", f"no batch for objective {objective.name} (it trains on labelled pairs; "
+                         f"P x K batches are for {', '.join(IDENTITY_OBJECTIVES)})", raw)
+        return None
+    raw = c.mapping({} if raw is None else raw, "batch", ("ids", "per_id"), ())
+    per_id = c.number(raw.get("per_id", 4), "batch.per_id", int, 1)
+    ids = c.number(raw.get("ids", max(2, batch_size // per_id)), "batch.ids", int, 2)
+    return BatchConfig(ids=ids, per_id=per_id)
 
 
 def _stage(c: Checker, raw: Any, path: str) -> Stage:
@@ -330,17 +423,22 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     d = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
     get = lambda key: raw.get(key, d.get(key))  # noqa: E731
     threshold = get("threshold")
+    objective = _objective(c, raw.get("objective"))
+    # An identity objective packs its own P x K batches: `batching` (how pairs are packed) does not apply.
+    batching = c.choice(get("batching"), "batching", BATCHINGS)
+    batch = _batch(c, raw.get("batch"), objective, c.number(get("batch_size"), "batch_size", int, 1))
     return RunConfig(
         name=c.string(raw["name"], "name"),
         stages=stages,
         seed=c.number(get("seed"), "seed", int, 0),
         model=_model(c, raw.get("model"), "model"),
-        batch_size=c.number(get("batch_size"), "batch_size", int, 2 if get("batching") == "images" else 1),
+        batch_size=(batch.ids * batch.per_id if batch else
+                    c.number(get("batch_size"), "batch_size", int, 2 if get("batching") == "images" else 1)),
         mining_interval=c.number(get("mining_interval"), "mining_interval", int, 1),
         mining=c.choice(get("mining"), "mining", MINING_MODES),
         candidates=c.number(get("candidates"), "candidates", int, 1),
         negatives_mix=c.number(get("negatives_mix"), "negatives_mix", float, 0.0, 1.0),
-        batching=c.choice(get("batching"), "batching", BATCHINGS),
+        batching=batching,
         box_margin=c.number(get("box_margin"), "box_margin", float, 0.0, 1.0),
         augment=c.boolean(get("augment"), "augment"),
         augment_style=c.choice(get("augment_style"), "augment_style", AUGMENT_STYLES),
@@ -354,6 +452,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         flip_ids=c.boolean(get("flip_ids"), "flip_ids"),
         tta=_views(c, get("tta")),
         tta_mode=c.choice(get("tta_mode"), "tta_mode", TTA_MODES),
+        objective=objective,
+        batch=batch,
     )
 
 

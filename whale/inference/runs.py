@@ -15,8 +15,8 @@ from whale.data import ImageSet, ImageStore, crop_size_for
 from whale.errors import DataError
 from whale.inference.features import ImageBatches, compute_features
 from whale.inference.scorefile import write_scores
-from whale.models.scorer import HeadScorer
 from whale.models.checkpoint import load_checkpoint, snapshot_name
+from whale.objectives import make_scorer  # importing whale.objectives registers its layers for loading
 
 
 class RunScorer:
@@ -38,7 +38,7 @@ class RunScorer:
         self.image_size = model_image_size(model)
         self.batch_size, self.verbose = batch_size, verbose
         self.views, self.tta_mode, self.mirror = ("plain", *views), tta_mode, bool(mirror)
-        self.scorer = HeadScorer(model.get_layer("head"), constants=True)  # one head, many pairs
+        self.scorer = make_scorer(model, constants=True)  # one model, many pairs
 
     @classmethod
     def for_config(cls, model, cfg, verbose=True) -> "RunScorer":

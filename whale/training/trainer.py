@@ -75,6 +75,7 @@ class Trainer:
                  playground: FoldData | None = None, verbose: int | str = "auto", log=print,
                  init: InitSource | None = None):
         from whale.mining import make_miner
+        from whale.objectives import build_objective
 
         # Stages given in steps or pairs get their epochs from this fold's training set.
         cfg = sized_config(cfg, {"main": len(data.pairs), "playground": len(playground.pairs) if playground else None})
@@ -85,6 +86,7 @@ class Trainer:
         self.stores = _Stores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
         self.schedule = Schedule.from_config(cfg)
         self.miner = make_miner(cfg.mining, cfg.candidates, progress=verbose != 0)
+        self.objective = build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
         self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", log=log)
         self.model = None
         self._mirrored: dict[int, FoldData] = {}
@@ -99,40 +101,49 @@ class Trainer:
         return self._mirrored[id(dataset)]
 
     # ----------------------------------------------------------------- model
-    def _build_model(self, image_size: int):
-        from whale.models import build_branch, build_head, build_siamese
+    def _build_model(self, image_size: int, shared: bool, classes):
+        from whale.models import build_branch
 
         m = self.cfg.model
         branch = build_branch(m.branch, (image_size, image_size, m.channels), weights=m.weights,
                               options=m.branch_options())
-        head = build_head(int(branch.output_shape[-1]), mid=m.head_mid, hidden=m.head_hidden)
-        return build_siamese(branch, head, shared=self.cfg.batching == "images")
+        return self.objective.build(branch, shared=shared, classes=classes)
 
-    def _prepare_stage(self, stage: Stage) -> None:
-        """Resize, freeze and compile for ``stage``.
+    def _classes(self, dataset: FoldData) -> np.ndarray | None:
+        """``[n_ids]`` training images per identity code (an identity objective's classes), else None."""
+        if not self.objective.identities:
+            return None
+        from whale.arrays import id_codes
+
+        return np.bincount(id_codes(self._training(dataset).pairs.ids))
+
+    def _prepare_stage(self, stage: Stage, dataset: FoldData) -> None:
+        """Resize, freeze and compile for ``stage`` (trained on ``dataset``).
 
         The optimizer (and its state) is kept when only the learning rate changes; a new
         image size, a change of freezing or of the model's form (``batching``, e.g. a run
-        started from one trained with the other) needs a fresh compile to take effect.
+        started from one trained with the other; ArcFace's classes on another dataset) needs a
+        fresh compile to take effect.
         """
-        from whale.models import (build_siamese, compile_siamese, is_shared, model_image_size, resize_siamese,
-                                  set_branch_trainable, set_l2)
+        from whale.models import model_image_size, set_branch_trainable, set_l2, transfer_branch
 
+        shared = self.cfg.batching == "images" and not self.objective.identities
+        classes = self._classes(dataset)
         fresh = self.model is None or getattr(self.model, "optimizer", None) is None
         if self.model is None:
-            self.model = self._build_model(stage.image_size)
+            self.model = self._build_model(stage.image_size, shared, classes)
         if model_image_size(self.model) != stage.image_size:
-            self.model = resize_siamese(self.model, stage.image_size)
+            branch = transfer_branch(self.model.get_layer("branch"), stage.image_size)
+            self.model = self.objective.rebuild(self.model, branch, shared, classes)
             fresh = True
-        if is_shared(self.model) != (self.cfg.batching == "images"):
-            self.model = build_siamese(self.model.get_layer("branch"), self.model.get_layer("head"),
-                                       shared=self.cfg.batching == "images")
+        if self.objective.needs_rebuild(self.model, shared, classes):
+            self.model = self.objective.rebuild(self.model, self.model.get_layer("branch"), shared, classes)
             fresh = True
         if self.model.get_layer("branch").trainable == stage.freeze_branch:
             set_branch_trainable(self.model, not stage.freeze_branch)
             fresh = True
         if fresh:
-            compile_siamese(self.model, stage.lr, l2=stage.l2)
+            self.objective.compile(self.model, stage.lr, l2=stage.l2, classes=classes)
         else:
             set_l2(self.model, stage.l2)
             self.model.optimizer.learning_rate.assign(stage.lr)
@@ -152,9 +163,9 @@ class Trainer:
                                 progress=self.verbose != 0)
 
     def _scorer(self):
-        from whale.models.scorer import HeadScorer
+        from whale.objectives import make_scorer
 
-        return HeadScorer(self.model.get_layer("head"))
+        return make_scorer(self.model)
 
     # ---------------------------------------------------------------- mining
     def _mine(self, dataset: FoldData, ep: EpochPlan) -> list[np.ndarray]:
@@ -237,7 +248,7 @@ class Trainer:
             stage = ep.stage
             dataset = self.data if stage.dataset == "main" else self._playground()
             if prepared_stage != ep.stage_index:
-                self._prepare_stage(stage)
+                self._prepare_stage(stage, dataset)
                 prepared_stage = ep.stage_index
             t0 = time.time()
             mining_s = 0.0
@@ -258,7 +269,7 @@ class Trainer:
                    "image_size": stage.image_size, "k": ep.k, "lr": stage.lr,
                    "freeze_branch": stage.freeze_branch, "dataset": stage.dataset,
                    "loss": hist.history["loss"][-1],
-                   "accuracy": hist.history.get("acc", [float("nan")])[-1],
+                   "accuracy": hist.history.get(self.objective.metric or "", [float("nan")])[-1],
                    "val_map5": "", "val_threshold": "", "mining_s": round(mining_s, 2)}
             done = ep.epoch + 1
             epochs_this_call += 1
@@ -300,15 +311,17 @@ class Trainer:
         from whale.training.pairs import PairDataset, make_epoch_pairs
 
         cfg, stage, dataset = self.cfg, ep.stage, self._training(dataset)
+        store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
+        # With flip_ids a mirror image is another whale: no random flips inside an id.
+        augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
+                                     flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
+        if self.objective.identities:
+            return self._fit_identities(dataset, ep, negatives, store, augmenter)
         positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
         if cfg.negatives_mix > 0:
             negatives = mix_random_negatives(negatives, dataset.pairs.ids, cfg.negatives_mix,
                                              _rng(cfg.seed, _MIX, ep.epoch))
         pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
-        store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
-        # With flip_ids a mirror image is another whale: no random flips inside an id.
-        augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
-                                     flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
         kind = ImageBatchDataset if cfg.batching == "images" else PairDataset
         data = kind(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
                     batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
@@ -316,6 +329,24 @@ class Trainer:
                  f"{stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
                  f"{', branch frozen' if stage.freeze_branch else ''}): "
                  + (describe(data.packed) if kind is ImageBatchDataset else f"{len(pairs)} pairs"))
+        return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
+
+    def _fit_identities(self, dataset: FoldData, ep: EpochPlan, negatives: np.ndarray, store, augmenter):
+        """One epoch of P x K identity batches, seeded by the mined ``negatives`` (:mod:`whale.training.identitybatches`)."""
+        from whale.arrays import id_codes
+        from whale.training.identitybatches import IdentityBatchDataset, describe, identity_batches
+
+        cfg, stage = self.cfg, ep.stage
+        ids = dataset.pairs.ids
+        batches = identity_batches(ids, cfg.batch.ids, cfg.batch.per_id, _rng(cfg.seed, _PAIRS, ep.epoch), negatives)
+        codes = np.zeros(len(store), np.int32)
+        codes[dataset.pairs_in_gallery] = id_codes(ids)
+        data = IdentityBatchDataset(store, dataset.pairs_in_gallery[batches], codes, stage.image_size, augmenter,
+                                    seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
+        self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
+                 f"{stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
+                 f"{', branch frozen' if stage.freeze_branch else ''}, objective {self.objective.name}): "
+                 + describe(batches, len(ids)))
         return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
 
     def _playground(self) -> FoldData:
