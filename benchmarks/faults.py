@@ -57,8 +57,8 @@ TIMING = ("mining_s", "epoch_s")
 """Columns of ``log.csv`` that measure time and so differ between runs."""
 
 
-def make_inputs(root: Path, n_ids: int = 10, size: int = 96) -> tuple[Path, Path]:
-    """A synthetic competition and the tiny config under ``root``: ``(data_dir, config_path)``."""
+def make_inputs(root: Path, n_ids: int = 10, size: int = 96, objective: str = "head") -> tuple[Path, Path]:
+    """A synthetic competition and the tiny config (with ``objective``) under ``root``: ``(data_dir, config_path)``."""
     from whale.data.synth import generate
 
     root.mkdir(parents=True, exist_ok=True)
@@ -66,7 +66,7 @@ def make_inputs(root: Path, n_ids: int = 10, size: int = 96) -> tuple[Path, Path
     if not (data / "train.csv").exists():
         generate(data, n_ids=n_ids, seed=3, size=size, progress=False)
     config = root / "faults.yaml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG if objective == "head" else CONFIG + f"objective: {objective}\n")
     return data, config
 
 
@@ -206,13 +206,13 @@ def compare(ref: Path, out: Path) -> list[str]:
     return diffs
 
 
-def run_faults(root: Path, kills: int, chains: int = 1, seed: int = 0, log=print) -> dict:
+def run_faults(root: Path, kills: int, chains: int = 1, seed: int = 0, log=print, objective: str = "head") -> dict:
     """The whole experiment under ``root``; returns the counts (see the module docstring)."""
     import keras  # noqa: F401 - the backend imported once, before the forks
 
-    import whale.training.trainer  # noqa: F401
+    import whale.training.trainer  # noqa: F401 - also registers every objective's layers and losses (compare)
 
-    data, config = make_inputs(root)
+    data, config = make_inputs(root, objective=objective)
     for d in [root / "reference"] + sorted(root.glob("killed*")):
         shutil.rmtree(d) if d.is_dir() else d.unlink(missing_ok=True)
     status, ref_s = attempt(config, data, root / "reference", False, root / "reference.log")
@@ -295,9 +295,10 @@ def main(argv=None) -> int:
     p.add_argument("--kills", type=int, default=60)
     p.add_argument("--chains", type=int, default=1, help="chains of kills run side by side")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--objective", default="head", help="the tiny run's objective (whale.config.OBJECTIVES)")
     args = p.parse_args(argv)
     t0 = time.time()
-    result = run_faults(args.out, args.kills, args.chains, args.seed)
+    result = run_faults(args.out, args.kills, args.chains, args.seed, objective=args.objective)
     result["wall_s"] = round(time.time() - t0, 1)
     for problem in result["problems"]:
         print("PROBLEM:", problem)

@@ -16,10 +16,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("kills", [6, pytest.param(20, marks=pytest.mark.slow)])
-def test_kills_leave_nothing_half_written_and_change_nothing(kills, tmp_path):
+@pytest.mark.parametrize("kills,objective", [(6, "head"), (3, "arcface"),
+                                            pytest.param(20, "head", marks=pytest.mark.slow)])
+def test_kills_leave_nothing_half_written_and_change_nothing(kills, objective, tmp_path):
+    """The paper's head, and ArcFace (an embedding objective with its own trained class centres)."""
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "faults.py"), "--out", str(tmp_path),
-                           "--kills", str(kills), "--chains", "2", "--seed", "1"],
+                           "--kills", str(kills), "--chains", "2", "--seed", "1", "--objective", objective],
                           capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

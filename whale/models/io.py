@@ -1,6 +1,7 @@
 """Saving and loading whole models (``.keras`` format) safely and atomically."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import keras
@@ -41,6 +42,9 @@ def load_model(path, expect: keras.Model | None = None, compile: bool = False) -
     try:
         model = keras.saving.load_model(path, compile=compile, safe_mode=True)
     except Exception as err:  # Keras raises many types for foreign files
+        if "whale>" in str(err) and "whale.objectives" not in sys.modules:
+            raise DataError(f"{path}: the model uses layers or losses of whale.objectives, which registers them "
+                            "with Keras when imported: import whale.objectives before loading it") from err
         raise DataError(
             f"{path}: not a loadable Keras model file ({type(err).__name__}: "
             f"{str(err).splitlines()[0][:200] if str(err) else ''})"

@@ -23,6 +23,7 @@ from whale.data import FoldData, ImageSet, crop_size_for, fold_data, load_compet
 from whale.files import write_json_atomic
 from whale.errors import CheckpointError, ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
+import whale.objectives  # noqa: F401 - registers every objective's layers and losses, so checkpoints load
 from whale.training.plots import plot_training
 from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read_run_json, write_log,
                                    write_run_metadata)
