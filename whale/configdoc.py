@@ -15,6 +15,7 @@ key has a meaning.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 import sys
@@ -188,11 +189,10 @@ def markdown() -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m whale.configdoc``: print docs/configs.md."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv:
-        print(f"python -m whale.configdoc: error: no arguments expected, received {' '.join(argv)}", file=sys.stderr)
-        return 2
+    """``python -m whale.configdoc``: print docs/configs.md (no arguments; bad ones: status 2)."""
+    argparse.ArgumentParser(prog="python -m whale.configdoc",
+                            description="Print the configs reference (docs/configs.md), generated from "
+                                        "whale/config.py.").parse_args(argv)
     sys.stdout.write(markdown())
     return 0
 
