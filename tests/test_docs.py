@@ -83,9 +83,6 @@ def check_command(line: str) -> None:
         return
     if words[0] == "whale":
         module, argv = "whale.cli", words[1:]
-        if argv and argv[0] in ("--help", "-h", "--version", "completion"):
-            return
-        assert argv and argv[0] in cli.BY_NAME, f"{line!r}: whale has no subcommand {argv[:1]}"
     elif words[1] == "-m":
         module, argv = MODULE_MAINS.get(words[2], words[2]), words[3:]
     elif words[1].startswith("benchmarks/"):
@@ -96,6 +93,11 @@ def check_command(line: str) -> None:
         return
     else:
         module, argv = SCRIPTS[words[1]], words[2:]
+    if module == "whale.cli":  # `whale X ...` is X's own main (whale.cli adds no flag)
+        if argv and argv[0] in ("--help", "-h", "--version", "completion"):
+            return
+        assert argv and argv[0] in cli.BY_NAME, f"{line!r}: whale has no subcommand {argv[:1]}"
+        module, argv = cli.BY_NAME[argv[0]].module, argv[1:]
     if module in SOURCE_CHECKED:
         unknown = _source_flags(ROOT / (module.replace(".", "/") + ".py"), FLAG.findall(" ".join(argv)))
         assert not unknown, f"{line!r}: {module} has no flag {unknown}"
@@ -103,12 +105,13 @@ def check_command(line: str) -> None:
     main = importlib.import_module(module).main
     if not synopsis:
         try:
-            cli.parse_only(main, argv)
+            if module == "whale.training.cli":  # its parse_args also checks which flags the mode needs
+                importlib.import_module(module).parse_args(argv)
+            else:
+                cli.parse_only(main, argv)
         except SystemExit as stop:
             raise AssertionError(f"{line!r}: its parser refuses it (status {stop.code})") from None
         return
-    if module == "whale.cli":  # the subcommand's own parser
-        main, argv = cli.command_main(argv[0]), argv[1:]
     parser, _ = cli.parse_only(main, [], parse=False)
     known = cli.flags(parser)
     sub = next((w for w in argv if w in known and w is not None), None)
@@ -129,6 +132,7 @@ def test_the_checker_catches_a_wrong_flag_a_wrong_value_and_a_missing_subcommand
     check_command("python run_fold.py --config configs/demo.yaml --fold 0 --data d --out r")  # fine
     check_command("whale ensemble runs/a runs/b --tune --out s.csv")
     bad = ["python run_fold.py --config configs/demo.yaml --fold zero --data d --out r",  # not an int
+           "whale train --config configs/demo.yaml --fold 0 --data d",  # --out missing
            "whale train --config configs/demo.yaml --flod 0",  # no such flag
            "python -m whale.boxes train --data d --labels l.csv --out r --model vgg16",  # not a choice
            "python -m whale.explain --run r --data d [--top 5] [--frobnicate]",  # synopsis, unknown flag
