@@ -83,8 +83,9 @@ _EXPECTED = re.compile(r"expected (.*?)(?:, received .*)?$", re.S)
 def _raw(path: str, value: Any, branch: str | None = None) -> dict:
     """A valid config with the key ``path`` set to ``value`` (and ``model.branch`` to ``branch``)."""
     raw: dict[str, Any] = {"name": "probe", "stages": [dict(_BASE_STAGE)]}
-    if path.startswith("model."):
-        raw["model"] = {path[len("model."):]: value, **({"branch": branch} if branch else {})}
+    head, _, key = path.partition(".")
+    if key and head in _sections():
+        raw[head] = {key: value, **({"branch": branch} if branch and head == "model" else {})}
     elif path.startswith("stages[]."):
         key = path[len("stages[]."):]
         stage = {k: v for k, v in _BASE_STAGE.items() if not (key in config.LENGTH_KEYS and k == "epochs")}
@@ -140,10 +141,19 @@ def _table(cls, prefix: str) -> list[str]:
     return rows
 
 
+def _sections() -> dict[str, type]:
+    """``{run key: its dataclass}`` for every run key that is a mapping of its own (``model``, ...)."""
+    out = {}
+    for f in dataclasses.fields(config.RunConfig):
+        if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory()):
+            out[f.name] = type(f.default_factory())
+    return out
+
+
 def keys() -> list[str]:
     """Every key of the schema, as :data:`MEANINGS` names them."""
     return ([f.name for f in dataclasses.fields(config.RunConfig)]
-            + [f"model.{f.name}" for f in dataclasses.fields(config.ModelConfig)]
+            + [f"{name}.{f.name}" for name, cls in _sections().items() for f in dataclasses.fields(cls)]
             + [f"stages[].{f.name}" for f in dataclasses.fields(config.Stage)])
 
 
@@ -174,10 +184,8 @@ def markdown() -> str:
         "",
         *_table(config.RunConfig, ""),
         "",
-        "## `model:`",
-        "",
-        *_table(config.ModelConfig, "model."),
-        "",
+        *[line for name, cls in _sections().items()
+          for line in (f"## `{name}:`", "", *_table(cls, f"{name}."), "")],
         "## `stages:` (each stage)",
         "",
         "A stage gives its length as exactly one of `epochs`, `steps` or `pairs`.",
