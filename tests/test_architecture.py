@@ -33,6 +33,11 @@ LAYERS = {
     "whale.pseudo": 6,  # pseudo-label rounds (score files averaged by whale.ensemble)
 }
 
+# Entry points above every layer: `whale SUBCOMMAND` dispatches to each package's command, so
+# whale.cli may point at any module, but only lazily (imports inside functions: `whale --help`
+# loads no package), and no module of whale points at an entry point.
+ENTRY_POINTS = {"whale.cli", "whale.__main__"}
+
 
 def _module_name(path: Path) -> str:
     rel = path.relative_to(ROOT).with_suffix("")
@@ -119,12 +124,38 @@ def test_no_import_cycles():
 def test_imports_only_point_to_the_same_or_a_lower_layer():
     bad = []
     for module, edges in _graph().items():
+        if module in ENTRY_POINTS:
+            continue  # test_entry_points_import_lazily_and_nothing_imports_them
         pkg, level = _layer(module)
         for target in edges:
             tpkg, tlevel = _layer(target)
             if tpkg != pkg and tlevel >= level and not (pkg == "whale" and module.count(".") == 1 and tlevel == 0):
                 bad.append(f"{module} -> {target}")
     assert not bad, "imports against the layers of docs/ARCHITECTURE.md: " + "; ".join(sorted(bad))
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules of whale imported at module level (not inside a function) by the file at ``path``."""
+    found = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {name for name in found if name.split(".")[0] == "whale"}
+
+
+def test_entry_points_import_lazily_and_nothing_imports_them():
+    modules, graph = _modules(), _graph()
+    assert _top_level_imports(modules["whale.cli"]) <= {"whale"}, "whale.cli: imports a package at module level"
+    assert _top_level_imports(modules["whale.__main__"]) == {"whale.cli"}
+    users = sorted(f"{m} -> {t}" for m, edges in graph.items() if m not in ENTRY_POINTS
+                   for t in edges if t in ENTRY_POINTS)
+    assert not users, f"modules importing an entry point: {users}"
+    # whale.cli reaches its commands through importlib, by name: every name is a module of the package.
+    from whale.cli import COMMANDS
+
+    assert {c.module for c in COMMANDS} <= set(modules), "whale.cli names a module that does not exist"
 
 
 def test_every_layer_is_listed_and_every_module_is_in_one():

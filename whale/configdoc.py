@@ -1,0 +1,209 @@
+"""The configs reference (docs/configs.md), generated from the schema so it cannot drift.
+
+Every key, its type and its default come from the dataclasses of :mod:`whale.config`
+(:class:`~whale.config.RunConfig`, :class:`~whale.config.ModelConfig`,
+:class:`~whale.config.Stage`); what a key accepts comes from the validation itself: each key
+is given a wrong value in an otherwise valid config and :func:`whale.config.config_from_dict`'s
+error says what it expected. Only the one-line meanings are written here (:data:`MEANINGS`),
+and a key without one is listed as such, so a new key shows up when the file is regenerated::
+
+    python -m whale.configdoc > docs/configs.md
+
+``tests/test_docs.py`` checks that the committed file is this module's output and that every
+key has a meaning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from typing import Any
+
+from whale import config
+
+UNDESCRIBED = "(no meaning written yet: add it to whale.configdoc.MEANINGS)"
+
+# One line per key: what it does. Keys: top level, "model.KEY", "stages[].KEY".
+MEANINGS: dict[str, str] = {
+    "name": "the run's name (logs, kernel titles)",
+    "stages": "the schedule: a list of stages, walked in order (table below)",
+    "seed": "seed of every random draw (folds, pairs, augmentation, noise); `run_fold.py --seed` overrides it",
+    "model": "the siamese model (table below)",
+    "batch_size": "pairs per optimiser step",
+    "mining_interval": "n: Algorithm 1 mines on a stage's epochs 0, n, 2n, ...",
+    "mining": "`exact`: dense train-vs-train score matrix + LAP; `pruned`: top-`candidates` per image + sparse LAP",
+    "candidates": "candidates per image for `mining: pruned`",
+    "negatives_mix": "share of each epoch's mined negatives swapped for random ones (0 = the paper's Algorithm 1)",
+    "batching": "`pairs`: 2B images per B pairs (the paper); `images`: B images shared by B pairs "
+                "(about half the branch's work; one device)",
+    "box_margin": "fraction of the box size added on each side before cropping",
+    "augment": "random augmentation of training crops",
+    "augment_style": "`paper`: the paper's photo augmentation; `koch`: Koch et al.'s affine distortions (line drawings)",
+    "workers": "threads preparing batches",
+    "val_new_whale": "add ~25% new_whale images to the validation fold",
+    "threshold": "new_whale threshold of the run's own scoring; null = tuned on validation",
+    "strategy": "`auto`: data parallel over several GPUs (MirroredStrategy / keras.distribution); "
+                "`mirrored`; `default`: one device",
+    "crop_cache": "decoded crops kept between epochs: `memory` (fastest), `jpeg` (a tenth of the memory), `none`",
+    "precision": "Keras dtype policy: `mixed_bfloat16` on A100/H100, `mixed_float16` on T4/P100; "
+                 "scores stay float32; `--precision` overrides it",
+    "init_from": "`RUN_DIR[:checkpoint]` of a finished run whose stages are this schedule's first ones "
+                 "(PlayGround pre-training once); `--init-from` overrides it",
+    "flip_ids": "a mirrored image of id `w` trains as new id `w_flip`; scoring folds the mirrored score back",
+    "tta": "test-time views of every scored image (any subset); with predicted boxes: "
+           "`[shift_left, shift_right, zoom]`",
+    "tta_mode": "`features`: average the views' branch features (one head pass); `scores`: one head pass per view",
+    "model.branch": "the branch (backbone) from the registry",
+    "model.weights": "null (random init), `imagenet`, or a weights file (`python -m whale.models.convert` for "
+                     "seresnext50)",
+    "model.channels": "input channels: 3 (RGB) or 1 (gray)",
+    "model.head_mid": "filters of the head's first Conv2D (32 in the paper's code)",
+    "model.head_hidden": "an extra dense layer in the head (0 = none)",
+    "model.stem": "the branch's stem where it has two: seresnext50 `cadene | timm`, small `conv | pool`",
+    "stages[].epochs": "the stage's length in epochs (exactly one of epochs, steps, pairs)",
+    "stages[].k": "K, Algorithm 1's noise scale: large (1000) = random negatives, small = hard ones",
+    "stages[].lr": "learning rate",
+    "stages[].image_size": "crop size in pixels",
+    "stages[].k_end": "K moves linearly from `k` to `k_end` over the stage's minings",
+    "stages[].dataset": "`main` (the competition) or `playground` (pre-training data)",
+    "stages[].freeze_branch": "train the head only",
+    "stages[].l2": "weight decay of the branch's kernels",
+    "stages[].steps": "the stage's length in optimiser steps (turned into whole epochs when the run starts)",
+    "stages[].pairs": "the stage's length in training pairs seen (turned into whole epochs when the run starts)",
+    "stages[].snapshot": "keep this stage's final model and score it into `scores/<image_size>/`",
+}
+
+_BASE_STAGE = {"epochs": 1, "k": 1.0, "lr": 1e-4, "image_size": 64}
+_PROBES = ("__not_a_value__", 123456789, -123456789, [])  # a wrong value for every kind of key
+_EXPECTED = re.compile(r"expected (.*?)(?:, received .*)?$", re.S)
+
+
+def _raw(path: str, value: Any, branch: str | None = None) -> dict:
+    """A valid config with the key ``path`` set to ``value`` (and ``model.branch`` to ``branch``)."""
+    raw: dict[str, Any] = {"name": "probe", "stages": [dict(_BASE_STAGE)]}
+    head, _, key = path.partition(".")
+    if key and head in _sections():
+        raw[head] = {key: value, **({"branch": branch} if branch and head == "model" else {})}
+    elif path.startswith("stages[]."):
+        key = path[len("stages[]."):]
+        stage = {k: v for k, v in _BASE_STAGE.items() if not (key in config.LENGTH_KEYS and k == "epochs")}
+        raw["stages"] = [{**stage, key: value}]
+    else:
+        raw[path] = value
+    return raw
+
+
+def accepts(path: str) -> str:
+    """What the validation accepts for key ``path``, in its own words (from its error messages)."""
+    if path == "model.stem":  # depends on the branch: asked once per branch that has stems
+        return "; ".join(f"with `branch: {b}`, {_accepts(path, b)}" for b in config.STEMS) + "; else none"
+    return _accepts(path)
+
+
+def _accepts(path: str, branch: str | None = None) -> str:
+    said = []
+    for value in _PROBES:
+        try:
+            config.config_from_dict(_raw(path, value, branch), "probe")
+        except Exception as err:  # noqa: BLE001 - ConfigError, or a dataclass check: both say what they expect
+            match = _EXPECTED.search(str(err).split(": ", 2)[-1])
+            text = match[1] if match else str(err)
+            if text not in said:
+                said.append(text)
+    return "; ".join(said) if said else "any value"
+
+
+def _default(f: dataclasses.Field, path: str) -> str:
+    if path.startswith("stages[].") and f.name in config.LENGTH_KEYS:
+        return "one of " + ", ".join(config.LENGTH_KEYS) + " is required"
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        return "required"
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if dataclasses.is_dataclass(value):
+        return "(the table below)"
+    if value is None:
+        return "`null`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, tuple):
+        return f"`{list(value)}`"
+    return f"`{value}`"
+
+
+def _table(cls, prefix: str) -> list[str]:
+    rows = ["| key | type | default | accepts | meaning |", "| --- | --- | --- | --- | --- |"]
+    for f in dataclasses.fields(cls):
+        path = prefix + f.name
+        cells = [f"`{f.name}`", f"`{f.type}`", _default(f, path), accepts(path), MEANINGS.get(path, UNDESCRIBED)]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return rows
+
+
+def _sections() -> dict[str, type]:
+    """``{run key: its dataclass}`` for every run key that is a mapping of its own (``model``, ...)."""
+    out = {}
+    for f in dataclasses.fields(config.RunConfig):
+        if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory()):
+            out[f.name] = type(f.default_factory())
+    return out
+
+
+def keys() -> list[str]:
+    """Every key of the schema, as :data:`MEANINGS` names them."""
+    return ([f.name for f in dataclasses.fields(config.RunConfig)]
+            + [f"{name}.{f.name}" for name, cls in _sections().items() for f in dataclasses.fields(cls)]
+            + [f"stages[].{f.name}" for f in dataclasses.fields(config.Stage)])
+
+
+def markdown() -> str:
+    """The whole of docs/configs.md."""
+    lines = [
+        "# Configs reference",
+        "",
+        "<!-- Generated by `python -m whale.configdoc > docs/configs.md` from whale/config.py; do not edit. -->",
+        "",
+        "What you do: copy the `configs/*.yaml` closest to your case and change keys (`run_fold.py` overrides",
+        "`seed`, `precision` and `init_from` per run with `--seed`, `--precision`, `--init-from`); the resolved",
+        "config is written into the run folder (`config.yaml`). Unknown keys and bad values stop with the file and the",
+        "key named (`FILE: stages[2].lr: expected a number > 0, received 'fast'`). The tables are generated",
+        "from the schema: types and defaults from `whale/config.py`'s dataclasses, the `accepts` column",
+        "from its validation's own error messages.",
+        "",
+        "```yaml",
+        "name: example",
+        "model: {branch: densenet121, weights: imagenet, channels: 3}",
+        "batch_size: 32",
+        "stages:",
+        "  - {epochs: 20, k: 1000, lr: 8.0e-5, image_size: 224, dataset: playground}",
+        "  - {epochs: 100, k: 0.25, k_end: 0.05, lr: 8.0e-6, image_size: 512}",
+        "```",
+        "",
+        "## Run (top level)",
+        "",
+        *_table(config.RunConfig, ""),
+        "",
+        *[line for name, cls in _sections().items()
+          for line in (f"## `{name}:`", "", *_table(cls, f"{name}."), "")],
+        "## `stages:` (each stage)",
+        "",
+        "A stage gives its length as exactly one of `epochs`, `steps` or `pairs`.",
+        "",
+        *_table(config.Stage, "stages[]."),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """``python -m whale.configdoc``: print docs/configs.md (no arguments; bad ones: status 2)."""
+    argparse.ArgumentParser(prog="python -m whale.configdoc",
+                            description="Print the configs reference (docs/configs.md), generated from "
+                                        "whale/config.py.").parse_args(argv)
+    sys.stdout.write(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
