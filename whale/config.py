@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,9 @@ from typing import Any
 from whale.checker import Checker
 from whale.errors import ConfigError
 from whale.files import write_text_atomic
+from whale.overrides import apply_override
+from whale.objectiveconfig import (IDENTITY_OBJECTIVES, OBJECTIVE_PARAMS, OBJECTIVES, BatchConfig,  # noqa: F401
+                                   ObjectiveConfig, parse_batch, parse_objective)
 
 KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "convnet_v1", "convnet_v2", "small",
                   "tiny")
@@ -43,29 +45,6 @@ TTA_VIEWS = ("shift_left", "shift_right", "zoom", "bright", "dark")
 TTA_MODES = ("features", "scores")
 LENGTH_KEYS = ("epochs", "steps", "pairs")  # how a stage's length may be given: exactly one per stage
 STEMS = {"seresnext50": ("cadene", "timm"), "small": ("conv", "pool")}  # model.stem per branch (the registry's)
-OBJECTIVES = ("head", "contrastive", "triplet", "global", "tgloss", "arcface")
-"""Training objectives (``objective``; :mod:`whale.objectives`): the paper's head first, the default."""
-# Each objective's parameters with their defaults, bounds and meaning (the one table the config, the
-# objectives and the docs read). (kind, lo, hi, default): kind int/float/bool; None = unbounded.
-OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
-    "head": {},
-    # DrLIM on the embeddings' Euclidean distance (seed 000's and seed 002's baseline).
-    "contrastive": {"embedding": (int, 1, None, 256), "normalize": (bool, None, None, False),
-                    "margin": (float, 0.0, None, 1.0)},
-    # Seed 002: a linear Dense(256), not normalised; FaceNet semi-hard rule, squared distances, margin 0.5.
-    "triplet": {"embedding": (int, 1, None, 256), "normalize": (bool, None, None, False),
-                "margin": (float, 0.0, None, 0.5)},
-    # Seed 001 (section 5.2): unit-norm embeddings; t = 0.4, lambda = 0.8; TGLoss adds gamma * ratio triplet (m).
-    "global": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8)},
-    "tgloss": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8),
-               "gamma": (float, 0.0, None, 1.0), "m": (float, 0.0, None, 0.01)},
-    # Sub-center ArcFace with per-identity margins m = a * n^p + c (n images of the identity), scale s.
-    "arcface": {"embedding": (int, 1, None, 512), "subcenters": (int, 1, None, 3), "scale": (float, 0.0, None, 30.0),
-                "margin_a": (float, 0.0, None, 0.5), "margin_p": (float, None, 0.0, -0.25),
-                "margin_c": (float, 0.0, None, 0.05)},
-}
-IDENTITY_OBJECTIVES = ("triplet", "global", "tgloss", "arcface")
-"""Objectives whose loss reads a whole batch of identities (P x K batches, ``batch``), not labelled pairs."""
 MIN_IMAGE_SIZE = 32
 MAX_IMAGE_SIZE = 1024
 
@@ -97,37 +76,6 @@ class ModelConfig:
     def branch_options(self) -> dict[str, str]:
         """Build options for :func:`whale.models.build_branch` (``{}`` = the defaults)."""
         return {"stem": self.stem} if self.stem else {}
-
-
-@dataclass(frozen=True)
-class ObjectiveConfig:
-    """What the model learns (:mod:`whale.objectives`): ``name`` (:data:`OBJECTIVES`) and its parameters.
-
-    ``params`` holds every parameter of :data:`OBJECTIVE_PARAMS` ``[name]`` as ``(key, value)``
-    pairs (defaults filled in), so a run folder's config says exactly what trained.
-    """
-
-    name: str = "head"
-    params: tuple[tuple[str, Any], ...] = ()
-
-    def __getitem__(self, key: str):
-        for k, v in self.params:
-            if k == key:
-                return v
-        raise KeyError(f"objective {self.name!r} has no parameter {key!r}")
-
-    @property
-    def identities(self) -> bool:
-        """True when batches are P x K identities (:data:`IDENTITY_OBJECTIVES`), False for labelled pairs."""
-        return self.name in IDENTITY_OBJECTIVES
-
-
-@dataclass(frozen=True)
-class BatchConfig:
-    """P x K batches of the identity objectives: ``ids`` identities, ``per_id`` images of each."""
-
-    ids: int = 8
-    per_id: int = 4
 
 
 @dataclass(frozen=True)
@@ -346,39 +294,6 @@ def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
     )
 
 
-def _objective(c: Checker, raw: Any) -> ObjectiveConfig:
-    """``objective: NAME`` or ``objective: {name: NAME, PARAM: VALUE, ...}`` -> :class:`ObjectiveConfig`."""
-    if raw is None or isinstance(raw, str):
-        raw = {"name": "head" if raw is None else raw}
-    if not isinstance(raw, dict) or "name" not in raw:
-        raise c.fail("objective", "a name (" + ", ".join(OBJECTIVES) + ") or a mapping with a 'name'", raw)
-    name = c.choice(raw["name"], "objective.name", OBJECTIVES)
-    table = OBJECTIVE_PARAMS[name]
-    raw = c.mapping(raw, "objective", ("name", *table), ("name",))
-    params = []
-    for key, (kind, lo, hi, default) in table.items():
-        value = raw.get(key, default)
-        if kind is bool:
-            value = c.boolean(value, f"objective.{key}")
-        else:
-            value = c.number(value, f"objective.{key}", kind, lo, hi, lo_open=lo == 0.0 and kind is float)
-        params.append((key, value))
-    return ObjectiveConfig(name, tuple(params))
-
-
-def _batch(c: Checker, raw: Any, objective: ObjectiveConfig, batch_size: int) -> BatchConfig | None:
-    """``batch: {ids: P, per_id: K}`` of an identity objective (default: K = 4, P = batch_size // 4)."""
-    if not objective.identities:
-        if raw is not None:
-            raise c.fail("batch", f"no batch for objective {objective.name} (it trains on labelled pairs; "
-                         f"P x K batches are for {', '.join(IDENTITY_OBJECTIVES)})", raw)
-        return None
-    raw = c.mapping({} if raw is None else raw, "batch", ("ids", "per_id"), ())
-    per_id = c.number(raw.get("per_id", 4), "batch.per_id", int, 1)
-    ids = c.number(raw.get("ids", max(2, batch_size // per_id)), "batch.ids", int, 2)
-    return BatchConfig(ids=ids, per_id=per_id)
-
-
 def _stage(c: Checker, raw: Any, path: str) -> Stage:
     allowed, required = dataclass_fields(Stage)
     raw = c.mapping(raw, path, allowed, tuple(r for r in required if r not in LENGTH_KEYS))
@@ -423,10 +338,10 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     d = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
     get = lambda key: raw.get(key, d.get(key))  # noqa: E731
     threshold = get("threshold")
-    objective = _objective(c, raw.get("objective"))
+    objective = parse_objective(c, raw.get("objective"))
     # An identity objective packs its own P x K batches: `batching` (how pairs are packed) does not apply.
     batching = c.choice(get("batching"), "batching", BATCHINGS)
-    batch = _batch(c, raw.get("batch"), objective, c.number(get("batch_size"), "batch_size", int, 1))
+    batch = parse_batch(c, raw.get("batch"), objective, c.number(get("batch_size"), "batch_size", int, 1))
     return RunConfig(
         name=c.string(raw["name"], "name"),
         stages=stages,
@@ -471,45 +386,6 @@ def _views(c: Checker, raw: Any) -> tuple[str, ...]:
 # --------------------------------------------------------------------------------------------
 # overrides and loading
 
-_PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
-
-
-def _apply_override(raw: dict, dotted: str, value: Any, source: str) -> None:
-    """Set ``raw[...]`` at a key path like ``model.branch`` or ``stages[2].lr``."""
-    steps: list[str | int] = []
-    for part in dotted.split("."):
-        m = _PART.match(part)
-        if not m:
-            raise ConfigError(f"{source}: override {dotted!r}: expected a key path like stages[2].lr")
-        steps.append(m.group(1))
-        steps.extend(int(i) for i in re.findall(r"\[(\d+)\]", m.group(2)))
-    node: Any = raw
-    for i, step in enumerate(steps[:-1]):
-        nxt = steps[i + 1]
-        if isinstance(step, int):
-            if not isinstance(node, list) or step >= len(node):
-                raise ConfigError(f"{source}: override {dotted!r}: index {step} is out of range")
-            node = node[step]
-        else:
-            if not isinstance(node, dict):
-                raise ConfigError(f"{source}: override {dotted!r}: {step!r} is not inside a mapping")
-            if node.get(step) is None:
-                node[step] = [] if isinstance(nxt, int) else {}
-            node = node[step]
-    last = steps[-1]
-    if isinstance(last, int):
-        if not isinstance(node, list) or last >= len(node):
-            raise ConfigError(f"{source}: override {dotted!r}: index {last} is out of range")
-        node[last] = value
-    elif not isinstance(node, dict):
-        raise ConfigError(f"{source}: override {dotted!r}: {last!r} is not inside a mapping")
-    elif isinstance(value, dict) and isinstance(node.get(last), dict):
-        for k, v in value.items():
-            _apply_override(node, f"{last}.{k}", v, source)
-    else:
-        node[last] = value
-
-
 def load_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
     """Read a YAML config file, apply ``overrides``, validate, return a :class:`RunConfig`.
 
@@ -537,7 +413,7 @@ def load_config(path: str | Path, overrides: dict | None = None) -> RunConfig:
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: <top level>: expected a mapping, received {raw!r}")
         for key, value in overrides.items():
-            _apply_override(raw, str(key), value, str(path))
+            apply_override(raw, str(key), value, str(path))
     return config_from_dict(raw, source=str(path))
 
 

@@ -55,6 +55,10 @@ MEANINGS: dict[str, str] = {
     "tta": "test-time views of every scored image (any subset); with predicted boxes: "
            "`[shift_left, shift_right, zoom]`",
     "tta_mode": "`features`: average the views' branch features (one head pass); `scores`: one head pass per view",
+    "objective": "what the model learns and how pairs are scored: `head` (the paper's) or an embedding objective "
+                 "(section below; docs/objectives.md)",
+    "batch": "P x K batches of the identity objectives: `{ids: P, per_id: K}` (default K 4, P batch_size / 4); "
+             "`batch_size` becomes P x K",
     "model.branch": "the branch (backbone) from the registry",
     "model.weights": "null (random init), `imagenet`, or a weights file (`python -m whale.models.convert` for "
                      "seresnext50)",
@@ -121,6 +125,8 @@ def _default(f: dataclasses.Field, path: str) -> str:
     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
         return "required"
     value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if isinstance(value, config.ObjectiveConfig):
+        return f"`{value.name}`"
     if dataclasses.is_dataclass(value):
         return "(the table below)"
     if value is None:
@@ -130,6 +136,37 @@ def _default(f: dataclasses.Field, path: str) -> str:
     if isinstance(value, tuple):
         return f"`{list(value)}`"
     return f"`{value}`"
+
+
+# One line per objective parameter (whale.config.OBJECTIVE_PARAMS holds kinds, bounds and defaults).
+PARAM_MEANINGS: dict[str, str] = {
+    "embedding": "width E of the linear Dense(E) embedding on the branch",
+    "normalize": "unit-normalise the embedding (seed 002: off; its ablation lost 15 points of top-1 with it)",
+    "margin": "the loss's margin (contrastive: on the distance; triplet: on squared distances)",
+    "t": "the global loss's margin between the mean distances of matching and non-matching pairs",
+    "lam": "lambda, the weight of the global loss's mean term",
+    "gamma": "weight of the ratio triplet loss in TGLoss",
+    "m": "the ratio triplet loss's m (keeps the ratio finite)",
+    "subcenters": "k, centres per identity (the nearest one scores)",
+    "scale": "s, the logits' scale",
+    "margin_a": "a of the per-identity margin a * n^p + c (n = the identity's training images)",
+    "margin_p": "p (<= 0: identities with few images get larger margins)",
+    "margin_c": "c, the margin's floor",
+}
+
+
+def _objective_table() -> list[str]:
+    rows = ["| objective | parameter | default | accepts | meaning |", "| --- | --- | --- | --- | --- |"]
+    for name, table in config.OBJECTIVE_PARAMS.items():
+        if not table:
+            rows.append(f"| `{name}` | (none) | | | the paper's head: `model.head_mid`, `model.head_hidden` |")
+        for key, (kind, lo, hi, default) in table.items():
+            bounds = "true or false" if kind is bool else " ".join(filter(None, [
+                "an integer" if kind is int else "a number", f">= {lo}" if lo is not None and kind is int else
+                (f"> {lo}" if lo is not None else ""), f"<= {hi}" if hi is not None else ""]))
+            value = str(default).lower() if kind is bool else default
+            rows.append(f"| `{name}` | `{key}` | `{value}` | {bounds} | {PARAM_MEANINGS.get(key, UNDESCRIBED)} |")
+    return rows
 
 
 def _table(cls, prefix: str) -> list[str]:
@@ -145,7 +182,8 @@ def _sections() -> dict[str, type]:
     """``{run key: its dataclass}`` for every run key that is a mapping of its own (``model``, ...)."""
     out = {}
     for f in dataclasses.fields(config.RunConfig):
-        if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory()):
+        if (f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory())
+                and f.name != "objective"):  # a name or a mapping of its own parameters: _objective_table
             out[f.name] = type(f.default_factory())
     return out
 
@@ -186,6 +224,13 @@ def markdown() -> str:
         "",
         *[line for name, cls in _sections().items()
           for line in (f"## `{name}:`", "", *_table(cls, f"{name}."), "")],
+        "## `objective:`",
+        "",
+        "`objective: NAME`, or `objective: {name: NAME, PARAM: VALUE, ...}` for other values than the defaults;",
+        "the run folder's `config.yaml` holds every parameter. Identity objectives train on `batch:` (P x K).",
+        "",
+        *_objective_table(),
+        "",
         "## `stages:` (each stage)",
         "",
         "A stage gives its length as exactly one of `epochs`, `steps` or `pairs`.",

@@ -167,6 +167,28 @@ class IdentityBatchDataset(keras.utils.PyDataset):
         return x, self.codes[rows].copy()
 
 
+def class_counts(ids) -> np.ndarray:
+    """``[n_ids]`` int64 images per identity code (:func:`whale.arrays.id_codes` order): ArcFace's classes."""
+    return np.bincount(id_codes(np.asarray(ids)))
+
+
+def epoch_data(store, dataset, cfg, image_size: int, epoch: int, negatives: np.ndarray | None, augmenter,
+               rng: np.random.Generator) -> tuple[IdentityBatchDataset, str]:
+    """One epoch of a fold's identity batches for ``fit`` and its line for the log.
+
+    ``dataset``: the :class:`whale.data.FoldData` trained on (``store`` holds its gallery's crops);
+    ``cfg``: the run's config (``batch``, ``seed``, ``workers``); ``negatives``: the epoch's mined pairs
+    (indices into ``dataset.pairs``) that seed the batches.
+    """
+    ids = dataset.pairs.ids
+    batches = identity_batches(ids, cfg.batch.ids, cfg.batch.per_id, rng, negatives)
+    codes = np.zeros(len(store), np.int32)
+    codes[dataset.pairs_in_gallery] = id_codes(ids)
+    data = IdentityBatchDataset(store, dataset.pairs_in_gallery[batches], codes, image_size, augmenter,
+                                seed=cfg.seed, epoch=epoch, workers=cfg.workers)
+    return data, describe(batches, len(ids))
+
+
 def describe(batches: np.ndarray, n_images: int) -> str:
     """One line for the log: ``"12 batches of 32 images (384 slots for 350 images)"``."""
     n, b = batches.shape

@@ -30,6 +30,7 @@ from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read
 from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
 from whale.training.minedfiles import load_mined, save_mined
 from whale.training.schedule import EpochPlan, Schedule, sized_config
+from whale.training.stores import CropStores
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -54,21 +55,6 @@ class TrainResult:
     epochs_total: int | None = None  # of the schedule, once sized to the training set
 
 
-class _Stores:
-    """Decoded box crops cached per (dataset, crop size), so each file is read once per size."""
-
-    def __init__(self, channels: int, margin: float, mode: str = "memory"):
-        self.channels, self.margin, self.mode, self._cache = channels, margin, mode, {}
-
-    def get(self, key: str, images: ImageSet, crop_size: int):
-        if (key, crop_size) not in self._cache:
-            # Drop stores of other sizes: the schedule never goes back to a smaller size.
-            self._cache = {k: v for k, v in self._cache.items() if k[1] == crop_size}
-            self._cache[(key, crop_size)] = images.store(crop_size, channels=self.channels,
-                                                         margin=self.margin, cache=self.mode)
-        return self._cache[(key, crop_size)]
-
-
 class Trainer:
     """Walks the schedule of one fold. Use :func:`train_fold` unless you need the pieces."""
 
@@ -84,7 +70,7 @@ class Trainer:
         self.init = init  # the run this one starts from, after its first stages (init_from)
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
-        self.stores = _Stores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
+        self.stores = CropStores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
         self.schedule = Schedule.from_config(cfg)
         self.miner = make_miner(cfg.mining, cfg.candidates, progress=verbose != 0)
         self.objective = build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
@@ -102,22 +88,6 @@ class Trainer:
         return self._mirrored[id(dataset)]
 
     # ----------------------------------------------------------------- model
-    def _build_model(self, image_size: int, shared: bool, classes):
-        from whale.models import build_branch
-
-        m = self.cfg.model
-        branch = build_branch(m.branch, (image_size, image_size, m.channels), weights=m.weights,
-                              options=m.branch_options())
-        return self.objective.build(branch, shared=shared, classes=classes)
-
-    def _classes(self, dataset: FoldData) -> np.ndarray | None:
-        """``[n_ids]`` training images per identity code (an identity objective's classes), else None."""
-        if not self.objective.identities:
-            return None
-        from whale.arrays import id_codes
-
-        return np.bincount(id_codes(self._training(dataset).pairs.ids))
-
     def _prepare_stage(self, stage: Stage, dataset: FoldData) -> None:
         """Resize, freeze and compile for ``stage`` (trained on ``dataset``).
 
@@ -126,13 +96,17 @@ class Trainer:
         started from one trained with the other; ArcFace's classes on another dataset) needs a
         fresh compile to take effect.
         """
-        from whale.models import model_image_size, set_branch_trainable, set_l2, transfer_branch
+        from whale.models import build_branch, model_image_size, set_branch_trainable, set_l2, transfer_branch
+        from whale.training.identitybatches import class_counts
 
         shared = self.cfg.batching == "images" and not self.objective.identities
-        classes = self._classes(dataset)
+        # An identity objective's classes: images per training identity (ArcFace's classes and margins).
+        classes = class_counts(self._training(dataset).pairs.ids) if self.objective.identities else None
         fresh = self.model is None or getattr(self.model, "optimizer", None) is None
         if self.model is None:
-            self.model = self._build_model(stage.image_size, shared, classes)
+            m, size = self.cfg.model, stage.image_size
+            branch = build_branch(m.branch, (size, size, m.channels), weights=m.weights, options=m.branch_options())
+            self.model = self.objective.build(branch, shared=shared, classes=classes)
         if model_image_size(self.model) != stage.image_size:
             branch = transfer_branch(self.model.get_layer("branch"), stage.image_size)
             self.model = self.objective.rebuild(self.model, branch, shared, classes)
@@ -305,9 +279,11 @@ class Trainer:
         return self._result(True, state, log_rows)
 
     def _fit_epoch(self, dataset: FoldData, ep: EpochPlan, negatives: np.ndarray):
-        """One epoch of ``fit``: every pair image once with a positive and once with ``negatives``."""
+        """One epoch of ``fit``: every pair image once with a positive and once with ``negatives``
+        (an identity objective: P x K batches seeded by ``negatives``, :mod:`whale.training.identitybatches`)."""
         from whale.data.augment import build_augmenter
         from whale.mining import mix_random_negatives, positive_pairs
+        from whale.training import identitybatches
         from whale.training.imagebatches import ImageBatchDataset, describe
         from whale.training.pairs import PairDataset, make_epoch_pairs
 
@@ -317,37 +293,22 @@ class Trainer:
         augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
                                      flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
         if self.objective.identities:
-            return self._fit_identities(dataset, ep, negatives, store, augmenter)
-        positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
-        if cfg.negatives_mix > 0:
-            negatives = mix_random_negatives(negatives, dataset.pairs.ids, cfg.negatives_mix,
-                                             _rng(cfg.seed, _MIX, ep.epoch))
-        pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
-        kind = ImageBatchDataset if cfg.batching == "images" else PairDataset
-        data = kind(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
-                    batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
+            data, what = identitybatches.epoch_data(store, dataset, cfg, stage.image_size, ep.epoch, negatives, augmenter,
+                                                    _rng(cfg.seed, _PAIRS, ep.epoch))
+            what += f", objective {self.objective.name}"
+        else:
+            positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
+            if cfg.negatives_mix > 0:
+                negatives = mix_random_negatives(negatives, dataset.pairs.ids, cfg.negatives_mix,
+                                                 _rng(cfg.seed, _MIX, ep.epoch))
+            pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
+            kind = ImageBatchDataset if cfg.batching == "images" else PairDataset
+            data = kind(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
+                        batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
+            what = describe(data.packed) if kind is ImageBatchDataset else f"{len(pairs)} pairs"
         self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
                  f"{stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
-                 f"{', branch frozen' if stage.freeze_branch else ''}): "
-                 + (describe(data.packed) if kind is ImageBatchDataset else f"{len(pairs)} pairs"))
-        return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
-
-    def _fit_identities(self, dataset: FoldData, ep: EpochPlan, negatives: np.ndarray, store, augmenter):
-        """One epoch of P x K identity batches, seeded by the mined ``negatives`` (:mod:`whale.training.identitybatches`)."""
-        from whale.arrays import id_codes
-        from whale.training.identitybatches import IdentityBatchDataset, describe, identity_batches
-
-        cfg, stage = self.cfg, ep.stage
-        ids = dataset.pairs.ids
-        batches = identity_batches(ids, cfg.batch.ids, cfg.batch.per_id, _rng(cfg.seed, _PAIRS, ep.epoch), negatives)
-        codes = np.zeros(len(store), np.int32)
-        codes[dataset.pairs_in_gallery] = id_codes(ids)
-        data = IdentityBatchDataset(store, dataset.pairs_in_gallery[batches], codes, stage.image_size, augmenter,
-                                    seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
-        self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
-                 f"{stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
-                 f"{', branch frozen' if stage.freeze_branch else ''}, objective {self.objective.name}): "
-                 + describe(batches, len(ids)))
+                 f"{', branch frozen' if stage.freeze_branch else ''}): {what}")
         return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
 
     def _playground(self) -> FoldData:

@@ -1,0 +1,99 @@
+"""The ``objective`` and ``batch`` keys of a run config: which objective trains, with which parameters.
+
+:data:`OBJECTIVE_PARAMS` is the one table of every objective's parameters (kind, bounds, default) that
+the config's validation, :mod:`whale.objectives` and the configs reference (:mod:`whale.configdoc`) read.
+Loading a config never imports Keras: the objectives themselves are :mod:`whale.objectives`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from whale.checker import Checker
+
+OBJECTIVES = ("head", "contrastive", "triplet", "global", "tgloss", "arcface")
+"""Training objectives (``objective``; :mod:`whale.objectives`): the paper's head first, the default."""
+# Each objective's parameters with their defaults, bounds and meaning (the one table the config, the
+# objectives and the docs read). (kind, lo, hi, default): kind int/float/bool; None = unbounded.
+OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
+    "head": {},
+    # DrLIM on the embeddings' Euclidean distance (seed 000's and seed 002's baseline).
+    "contrastive": {"embedding": (int, 1, None, 256), "normalize": (bool, None, None, False),
+                    "margin": (float, 0.0, None, 1.0)},
+    # Seed 002: a linear Dense(256), not normalised; FaceNet semi-hard rule, squared distances, margin 0.5.
+    "triplet": {"embedding": (int, 1, None, 256), "normalize": (bool, None, None, False),
+                "margin": (float, 0.0, None, 0.5)},
+    # Seed 001 (section 5.2): unit-norm embeddings; t = 0.4, lambda = 0.8; TGLoss adds gamma * ratio triplet (m).
+    "global": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8)},
+    "tgloss": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8),
+               "gamma": (float, 0.0, None, 1.0), "m": (float, 0.0, None, 0.01)},
+    # Sub-center ArcFace with per-identity margins m = a * n^p + c (n images of the identity), scale s.
+    "arcface": {"embedding": (int, 1, None, 512), "subcenters": (int, 1, None, 3), "scale": (float, 0.0, None, 30.0),
+                "margin_a": (float, 0.0, None, 0.5), "margin_p": (float, None, 0.0, -0.25),
+                "margin_c": (float, 0.0, None, 0.05)},
+}
+IDENTITY_OBJECTIVES = ("triplet", "global", "tgloss", "arcface")
+"""Objectives whose loss reads a whole batch of identities (P x K batches, ``batch``), not labelled pairs."""
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """What the model learns (:mod:`whale.objectives`): ``name`` (:data:`OBJECTIVES`) and its parameters.
+
+    ``params`` holds every parameter of :data:`OBJECTIVE_PARAMS` ``[name]`` as ``(key, value)``
+    pairs (defaults filled in), so a run folder's config says exactly what trained.
+    """
+
+    name: str = "head"
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def __getitem__(self, key: str):
+        for k, v in self.params:
+            if k == key:
+                return v
+        raise KeyError(f"objective {self.name!r} has no parameter {key!r}")
+
+    @property
+    def identities(self) -> bool:
+        """True when batches are P x K identities (:data:`IDENTITY_OBJECTIVES`), False for labelled pairs."""
+        return self.name in IDENTITY_OBJECTIVES
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """P x K batches of the identity objectives: ``ids`` identities, ``per_id`` images of each."""
+
+    ids: int = 8
+    per_id: int = 4
+
+
+def parse_objective(c: Checker, raw: Any) -> ObjectiveConfig:
+    """``objective: NAME`` or ``objective: {name: NAME, PARAM: VALUE, ...}`` -> :class:`ObjectiveConfig`."""
+    if raw is None or isinstance(raw, str):
+        raw = {"name": "head" if raw is None else raw}
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise c.fail("objective", "a name (" + ", ".join(OBJECTIVES) + ") or a mapping with a 'name'", raw)
+    name = c.choice(raw["name"], "objective.name", OBJECTIVES)
+    table = OBJECTIVE_PARAMS[name]
+    raw = c.mapping(raw, "objective", ("name", *table), ("name",))
+    params = []
+    for key, (kind, lo, hi, default) in table.items():
+        value = raw.get(key, default)
+        if kind is bool:
+            value = c.boolean(value, f"objective.{key}")
+        else:
+            value = c.number(value, f"objective.{key}", kind, lo, hi, lo_open=lo == 0.0 and kind is float)
+        params.append((key, value))
+    return ObjectiveConfig(name, tuple(params))
+
+
+def parse_batch(c: Checker, raw: Any, objective: ObjectiveConfig, batch_size: int) -> BatchConfig | None:
+    """``batch: {ids: P, per_id: K}`` of an identity objective (default: K = 4, P = batch_size // 4)."""
+    if not objective.identities:
+        if raw is not None:
+            raise c.fail("batch", f"no batch for objective {objective.name} (it trains on labelled pairs; "
+                         f"P x K batches are for {', '.join(IDENTITY_OBJECTIVES)})", raw)
+        return None
+    raw = c.mapping({} if raw is None else raw, "batch", ("ids", "per_id"), ())
+    per_id = c.number(raw.get("per_id", 4), "batch.per_id", int, 1)
+    ids = c.number(raw.get("ids", max(2, batch_size // per_id)), "batch.ids", int, 2)
+    return BatchConfig(ids=ids, per_id=per_id)
