@@ -116,3 +116,21 @@ def test_the_resolver_tells_real_references_from_moved_ones():
     assert not resolves("func", "whale.train.train_fold", None)
     assert not resolves("func", "whale.files.no_such_function", None)
     assert resolves("func", "atomic_write", "whale.files") and not resolves("func", "nothing_here", "whale.files")
+
+
+def test_every_test_named_in_the_bad_inputs_catalogue_exists():
+    """docs/bad-inputs.md: each ``file.py::name`` (and a bare ``name`` after it, same file) is a test."""
+    missing = []
+    for line in (ROOT / "docs" / "bad-inputs.md").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|"):
+            continue
+        current = None
+        for token in re.findall(r"`([^`]+)`", line.rsplit("|", 2)[-2]):
+            file, _, name = token.rpartition("::") if "::" in token else (None, "", token)
+            if file:
+                current = ROOT / "tests" / Path(file).name
+            if not re.fullmatch(r"test_\w+", name or "") or current is None:
+                continue
+            if not current.is_file() or not re.search(rf"^def {name}\(", current.read_text(), re.M):
+                missing.append(f"{current.name}::{name}")
+    assert missing == []
