@@ -211,7 +211,7 @@ def test_a_write_error_is_one_line_even_where_no_tmpfs_can_be_mounted(tmp_path, 
     # An OSError the user's environment explains, raised outside atomic_write, is one line too.
     assert run_cli(lambda argv: (_ for _ in ()).throw(OSError(errno.EROFS, "Read-only file system", "/x")), [],
                    "cmd") == 2
-    assert "/x: cannot write (Read-only file system)" in capsys.readouterr().err
+    assert "error: /x: Read-only file system" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- Ctrl-C and the smaller items

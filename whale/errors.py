@@ -57,8 +57,8 @@ def run_cli(main, argv=None, prog: str | None = None, interrupted=None) -> int:
     """Run a command's ``main(argv)``; a :class:`WhaleError` becomes one line and exit status 2.
 
     Every user-facing command calls this, so bad input reads ``PROG: error: MESSAGE`` on
-    stderr instead of a traceback. An ``OSError`` of writing (``errno`` in
-    :data:`WRITE_ERRNOS`: a full disk, a read-only folder) is bad input too. Ctrl-C
+    stderr instead of a traceback. An ``OSError`` the machine explains (``errno`` in
+    :data:`WRITE_ERRNOS`: a full disk, a read-only folder, no permission) is one line too. Ctrl-C
     (``KeyboardInterrupt``) prints ``PROG: MESSAGE`` and returns :data:`INTERRUPTED_STATUS`;
     the message is the interrupt's own (``raise KeyboardInterrupt(MESSAGE)``), else
     ``interrupted()`` (no arguments, returns str), else ``interrupted``.
@@ -83,8 +83,8 @@ def run_cli(main, argv=None, prog: str | None = None, interrupted=None) -> int:
     except OSError as err:
         if debug or err.errno not in WRITE_ERRNOS:
             raise
-        where = err.filename if err.filename is not None else "output"
-        print(f"{prog}: error: {describe_write_error(where, err)} (--debug shows the traceback)", file=sys.stderr)
+        where = err.filename if err.filename is not None else "a file"
+        print(f"{prog}: error: {where}: {err.strerror or err} (--debug shows the traceback)", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
         if debug:
