@@ -173,6 +173,13 @@ def test_allow_changes_prints_and_records_each_change(comps, config, tmp_path):
     assert printed == [f"--allow-changes: {changes[0]}"]
     history = json.loads((run / "run.json").read_text())["history"]
     assert history[-1]["resumed_with_changes"] == changes
+    # A run written before fingerprints existed: the data cannot be checked, and that is said.
+    meta = json.loads((run / "run.json").read_text())
+    del meta["data_fingerprint"]
+    (run / "run.json").write_text(json.dumps(meta))
+    printed.clear()
+    assert check_resume(run, load_config(config), comps[1], allow_changes=False, log=printed.append) == []
+    assert len(printed) == 1 and "records no data fingerprint" in printed[0]
 
 
 def test_a_run_that_fails_before_its_first_epoch_leaves_the_folder_as_it_found_it(tmp_path):

@@ -22,7 +22,7 @@ from whale import NEW_WHALE
 from whale.config import RunConfig
 from whale.errors import ConfigError, DataError
 from whale.files import atomic_write
-from whale.training.runlog import read_log, record_resume_changes, resume_changes
+from whale.training.runlog import read_log, read_run_json, record_resume_changes, resume_changes
 
 N_FOLDS = 4
 """Folds of the paper's rules (:func:`whale.data.fold_data`'s default)."""
@@ -70,6 +70,10 @@ def check_resume(out_dir: Path, cfg: RunConfig, data_dir: Path, allow_changes: b
         ConfigError: naming ``run.json`` / ``config.yaml`` and the first differences.
     """
     changes = resume_changes(out_dir, cfg, data_dir)
+    meta = read_run_json(out_dir)
+    if meta is not None and "data_fingerprint" not in meta:
+        log(f"--resume: {Path(out_dir) / 'run.json'} records no data fingerprint (an older run): "
+            "the data is not checked against the paused run's; from now on it is")
     if not changes:
         return []
     if not allow_changes:
