@@ -1,4 +1,4 @@
-"""Ensemble runs' score files into a Kaggle submission (see ``whale/ensemble.py`` for the method).
+"""Ensemble runs' score files into a Kaggle submission (the method: :mod:`whale.ensemble.cli`).
 
     python ensemble.py RUN_DIR [RUN_DIR ...] [--weights W ...]
         (--threshold T | --new-whale-fraction F | --tune) [--calibrate]

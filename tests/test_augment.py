@@ -1,4 +1,4 @@
-"""Tests for whale.augment: shapes, dtypes, determinism for 1- and 3-channel images."""
+"""Tests for whale.data.augment: shapes, dtypes, determinism for 1- and 3-channel images."""
 import pickle
 import threading
 

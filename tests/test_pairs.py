@@ -1,4 +1,4 @@
-"""Tests for whale.pairs: cached crops, epoch pairs, and the Keras batch sequences."""
+"""Tests for whale.training.pairs: cached crops, epoch pairs, and the Keras batch sequences."""
 from concurrent.futures import ThreadPoolExecutor
 
 import cv2

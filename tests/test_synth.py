@@ -1,4 +1,4 @@
-"""Tests for whale.synth: file layout, boxes, shares, determinism, long tail, CLI."""
+"""Tests for whale.data.synth: file layout, boxes, shares, determinism, long tail, CLI."""
 import re
 
 import cv2

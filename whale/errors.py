@@ -1,6 +1,19 @@
-"""Error types raised on bad user input (files, configs). All are ``ValueError``s."""
+"""Error types raised on bad user input (files, configs, outputs). All are ``ValueError``s.
+
+:func:`run_cli` is the one wrapper every command's ``main`` uses: bad input, an output that
+cannot be written (read-only folder, full disk) and Ctrl-C each end in one line on stderr.
+"""
 
 from __future__ import annotations
+
+import errno
+
+WRITE_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EISDIR", "ENOTDIR", "EFBIG", "EEXIST", "ENAMETOOLONG")
+    if hasattr(errno, name))
+"""``errno`` values of an output that cannot be written (not a bug): one line, exit status 2."""
+INTERRUPTED_STATUS = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
 class WhaleError(ValueError):
@@ -23,13 +36,34 @@ class CheckpointError(DataError):
     """A checkpoint, its state file or a run's mined pairs are missing, truncated or inconsistent."""
 
 
-def run_cli(main, argv=None, prog: str | None = None) -> int:
+class OutputError(WhaleError, OSError):
+    """A file or folder the user named cannot be written (a folder where a file is meant, a
+    read-only folder, a full disk); the message names it. Also an ``OSError``."""
+
+
+def describe_write_error(path, exc: OSError) -> str:
+    """``PATH: cannot write (REASON); HINT`` for an ``OSError`` of writing ``path``."""
+    reason = exc.strerror or str(exc)
+    hint = {errno.ENOSPC: "free some space or choose another --out",
+            errno.EROFS: "the file system is read-only: choose another --out",
+            errno.EACCES: "no permission to write there: choose another --out",
+            errno.EPERM: "no permission to write there: choose another --out",
+            errno.EISDIR: "a folder is in the way: name a file",
+            errno.ENOTDIR: "a file is in the way of the folder"}.get(exc.errno, "choose another --out")
+    return f"{path}: cannot write ({reason}); {hint}"
+
+
+def run_cli(main, argv=None, prog: str | None = None, interrupted=None) -> int:
     """Run a command's ``main(argv)``; a :class:`WhaleError` becomes one line and exit status 2.
 
     Every user-facing command calls this, so bad input reads ``PROG: error: MESSAGE`` on
-    stderr instead of a traceback. ``--debug`` anywhere in ``argv`` (default
-    ``sys.argv[1:]``) is removed before ``main`` sees it and lets the traceback through.
-    Returns ``main``'s exit status (``None`` counts as 0).
+    stderr instead of a traceback. An ``OSError`` the machine explains (``errno`` in
+    :data:`WRITE_ERRNOS`: a full disk, a read-only folder, no permission) is one line too. Ctrl-C
+    (``KeyboardInterrupt``) prints ``PROG: MESSAGE`` and returns :data:`INTERRUPTED_STATUS`;
+    the message is the interrupt's own (``raise KeyboardInterrupt(MESSAGE)``), else
+    ``interrupted()`` (no arguments, returns str), else ``interrupted``.
+    ``--debug`` anywhere in ``argv`` (default ``sys.argv[1:]``) is removed before ``main``
+    sees it and lets the traceback through. Returns ``main``'s exit status (``None`` counts as 0).
     """
     import os
     import sys
@@ -46,4 +80,19 @@ def run_cli(main, argv=None, prog: str | None = None) -> int:
         message = " ".join(str(err).split("\n")[:1]) if str(err) else type(err).__name__
         print(f"{prog}: error: {message} (--debug shows the traceback)", file=sys.stderr)
         return 2
+    except OSError as err:
+        if debug or err.errno not in WRITE_ERRNOS:
+            raise
+        where = err.filename if err.filename is not None else "a file"
+        print(f"{prog}: error: {where}: {err.strerror or err} (--debug shows the traceback)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as err:
+        if debug:
+            raise
+        try:
+            message = str(err) or (interrupted() if interrupted is not None else "interrupted")
+        except Exception:  # the message is a courtesy: never a traceback after Ctrl-C
+            message = "interrupted"
+        print(f"\n{prog}: {message}", file=sys.stderr)
+        return INTERRUPTED_STATUS
     return 0 if status is None else int(status)

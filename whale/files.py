@@ -5,17 +5,27 @@ plots, submissions, JSON state) goes through :func:`atomic_write`: it is written
 temporary file in the same folder and moved over the target with ``os.replace``, so a reader
 (or a resumed run after ``kill -9``) sees either the old file or the new one, never half of
 one. The temporary file keeps the target's suffix because writers such as ``np.savez``,
-``keras.Model.save`` and ``matplotlib`` choose the format from it.
+``keras.Model.save`` and ``matplotlib`` choose the format from it. A writer that writes
+somewhere else (``np.savez`` given a path appends ``.npz`` to a name without it) is caught:
+its file is removed and the write refused, so no hidden file is left behind.
+
+A write the file system refuses (a full disk, a read-only folder, a folder where the file
+should be) raises :class:`whale.errors.OutputError` naming the file; :func:`check_output`
+refuses such an output before a command does any work.
 """
 
 from __future__ import annotations
 
+import errno
+import glob
 import json
 import os
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Callable
+
+from whale.errors import WRITE_ERRNOS, OutputError, describe_write_error
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], fsync: bool = False) -> Path:
@@ -28,20 +38,72 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], fsync
     user hands in, such as submissions, survive a power cut too).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
-        write(Path(tmp))
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "a folder of that name exists", str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
+        os.close(fd)
+        tmp = Path(tmp)
+        write(tmp)
+        strays = [p for p in path.parent.glob(glob.escape(tmp.name) + "?*")]
+        if strays:
+            raise OutputError(f"{path}: the writer wrote {strays[0].name} instead of the file named "
+                              f"(it changed the name); nothing written")
         if fsync:
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            for leftover in [tmp, *tmp.parent.glob(glob.escape(tmp.name) + "?*")]:
+                leftover.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError) and exc.errno in WRITE_ERRNOS:
+            raise OutputError(describe_write_error(path, exc)) from exc
         raise
     return path
+
+
+def check_output(path: str | os.PathLike, what: str = "--out", folder: bool = False) -> Path:
+    """Refuse an output ``path`` that cannot be written, before any work; returns ``path``.
+
+    ``folder=False``: ``path`` names a file (an existing folder of that name is refused);
+    ``folder=True``: ``path`` names a folder (an existing file is refused). Either way a file in
+    the way of its parent folders, or a nearest existing folder that is read-only (permissions
+    or a read-only file system), is refused. Nothing is created.
+
+    Raises:
+        OutputError: naming ``what`` (the flag) and the path, and what was expected.
+    """
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise OutputError(f"{what} {path}: expected a folder, found a file")
+    if not folder and path.is_dir():
+        raise OutputError(f"{what} {path}: expected a file name, found a folder "
+                          f"(name the file, e.g. {path / 'NAME'}{'' if path.suffix else '.EXT'})")
+    if not folder and path.name in ("", ".", ".."):
+        raise OutputError(f"{what} {path}: expected a file name")
+    ancestor = path if folder and path.is_dir() else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise OutputError(f"{what} {path}: {ancestor} is a file, expected a folder there")
+    if not _writable(ancestor):
+        raise OutputError(f"{what} {path}: {ancestor} is read-only (expected a folder the toolkit can write "
+                          "into): choose another place")
+    return path
+
+
+def _writable(folder: Path) -> bool:
+    """Whether files can be created in ``folder``: permissions (root passes those) and a read-only mount."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        return not os.statvfs(folder).f_flag & os.ST_RDONLY
+    except (OSError, AttributeError):  # no statvfs (Windows): permissions only
+        return True
 
 
 def _umask() -> int:

@@ -13,7 +13,7 @@ Mapping onto albumentations 2.0.8 (``build_augmenter``), in the order applied:
 
 - random crop: ``RandomResizedCrop`` keeping 76-100% of the area (aspect 0.9-1.1) and resizing to
   ``image_size``. The inputs are box crops of side ``crop_size = round(1.15 * image_size)``
-  (see :func:`whale.pairs.crop_size_for`); ``1 / 1.15**2 = 0.756``, so even the smallest crop
+  (see :func:`whale.data.store.crop_size_for`); ``1 / 1.15**2 = 0.756``, so even the smallest crop
   still has at least ``image_size`` pixels a side and is never upsampled.
 - shear / rotation / skew: ``Affine`` with rotation within +-15 degrees, shear within
   +-20 degrees (the paper's "skew within 20 degrees") and scale 0.9-1.1;

@@ -189,7 +189,7 @@ def _read_train(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
 def read_solution(root: str | Path, images: list[str] | None = None) -> dict[str, str]:
     """True ids of a competition's test images, from ``root/test_solution.csv``.
 
-    The synthetic competition (:mod:`whale.synth`) and the benchmarks' mini-competitions write
+    The synthetic competition (:mod:`whale.data.synth`) and the benchmarks' mini-competitions write
     that file (Kaggle's data has none); it has ``train.csv``'s format and checks.
 
     Args:

@@ -22,12 +22,19 @@ CLI: ``python -m whale.data.folds --data DIR [--seed S] [--folds N]`` prints :fu
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from whale import NEW_WHALE
+
+# ``python -m whale.data.folds``: the package ``whale.data`` imports this module before runpy
+# runs it as ``__main__``, and runpy warns about exactly that on every call. The second copy is
+# harmless (the CLI only prints), so that one warning, and no other, is silenced here.
+warnings.filterwarnings("ignore", message=r"'whale\.data\.folds' found in sys\.modules after import of package",
+                        category=RuntimeWarning)
 from whale.data.competition import ORIGIN
 from whale.errors import DataError
 

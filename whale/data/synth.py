@@ -36,6 +36,7 @@ listed in ``planted_duplicates.csv`` (``Image,Of,Kind``) to test :mod:`whale.dup
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from whale import NEW_WHALE
-from whale.errors import WhaleError, run_cli
+from whale.errors import WRITE_ERRNOS, OutputError, WhaleError, describe_write_error, run_cli
+from whale.files import check_output
 
 # Real Kaggle 2019 train.csv: number of images per known id -> number of ids with that many
 # (5,004 ids, 15,697 images; new_whale excluded).
@@ -595,9 +597,31 @@ def run(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out folder")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     args = parser.parse_args(argv)
-    generate(args.out, n_ids=args.ids, seed=args.seed, size=args.size, force=args.force,
-             progress=not args.quiet, duplicates=args.duplicates)
+    check_output(args.out, folder=True)
+    fresh = not args.out.exists()
+    try:
+        generate(args.out, n_ids=args.ids, seed=args.seed, size=args.size, force=args.force,
+                 progress=not args.quiet, duplicates=args.duplicates)
+    except (OSError, KeyboardInterrupt) as exc:
+        _remove_partial(args.out, fresh)  # nothing half-written: a folder that was not there is gone again
+        if isinstance(exc, OSError) and not isinstance(exc, WhaleError) and exc.errno in WRITE_ERRNOS:
+            raise OutputError(describe_write_error(exc.filename or args.out, exc)) from exc
+        raise
     return 0
+
+
+def _remove_partial(out: Path, fresh: bool) -> None:
+    """After a failed :func:`generate`: remove ``out`` if it was created, else the files it writes."""
+    if fresh:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for name in _OUTPUT_FILES:
+        (out / name).unlink(missing_ok=True)
+    for sub in ("train", "test"):
+        for f in (out / sub).glob("*.jpg") if (out / sub).is_dir() else ():
+            f.unlink(missing_ok=True)
+        if (out / sub).is_dir() and not any((out / sub).iterdir()):
+            (out / sub).rmdir()
 
 
 if __name__ == "__main__":

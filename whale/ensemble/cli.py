@@ -28,6 +28,7 @@ from whale.ensemble.identity import check_inputs, check_no_leak, identity_table,
 from whale.ensemble.recipe import load_recipe
 from whale.ensemble.report import plot_thresholds, write_threshold_csv
 from whale.errors import ConfigError, DataError
+from whale.files import check_output
 from whale.inference.scorefile import first_names, score_path
 from whale.ranking.calibrate import Calibrator, cross_validate
 from whale.ranking.newwhale import (map_for_thresholds, new_whale_shares, predict_for_fraction,
@@ -174,6 +175,10 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
         raise ConfigError(f"--threshold must be a number, got {args.threshold}")
     runs = list(args.runs)
     weights = normalise_weights(args.weights, len(runs))
+    out = check_output(args.out)  # before any work: a folder or a read-only place is refused now
+    if args.tune:
+        for extra in (_sibling(out, ".threshold.csv"), _sibling(out, ".threshold.png")):
+            check_output(extra, "--tune's file")
 
     log("runs and weights:")
     for run, w in zip(runs, weights):
@@ -212,7 +217,6 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
     else:
         log("validation scores: not every run has scores/val.npz; no validation estimate")
 
-    out = Path(args.out)
     t = None
     expected = {}
     threshold_predictions = None

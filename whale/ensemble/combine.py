@@ -45,9 +45,9 @@ def normalise_weights(weights: Sequence[float] | None, n_runs: int) -> np.ndarra
         return np.full(n_runs, 1.0 / n_runs)
     w = np.asarray(list(weights), dtype=np.float64)
     if w.shape != (n_runs,):
-        raise ConfigError(f"expected one weight per run ({n_runs} runs), got {w.size} weights: {list(w)}")
+        raise ConfigError(f"expected one weight per run ({n_runs} runs), got {w.size} weights: {w.tolist()}")
     if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-        raise ConfigError(f"weights must be finite, >= 0 and not all zero, got {list(w)}")
+        raise ConfigError(f"weights must be finite, >= 0 and not all zero, got {w.tolist()}")
     return w / w.sum()
 
 

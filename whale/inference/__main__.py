@@ -26,9 +26,12 @@ def run(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m whale.inference", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="run folder written by run_fold.py")
     p.add_argument("--data", required=True, help="Kaggle-format folder to score")
-    p.add_argument("--out", required=True, help="output .npz score file")
+    p.add_argument("--out", required=True, help="output score file (the .npz format; written under exactly this name)")
     p.add_argument("--checkpoint", default="best", help="best, last, or a path to a .keras file")
     args = p.parse_args(argv)
+    from whale.files import check_output
+
+    check_output(args.out)  # before the model loads: a folder or a read-only place is refused now
     from whale.inference.runs import score_folder
 
     path = score_folder(Path(args.run), Path(args.data), Path(args.out), args.checkpoint)

@@ -120,7 +120,7 @@ def run_identity(run_dir, cfg, checkpoint: str, state: dict, split: str) -> dict
 def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None, identity: dict | None = None) -> Path:
     """Score file ``out``: the competition's test images vs every known-id training image.
 
-    ``known`` (:class:`whale.train.ImageSet`) and its features ``f_known`` may be passed when
+    ``known`` (:class:`whale.data.ImageSet`) and its features ``f_known`` may be passed when
     the caller already has them.
     """
     known = ImageSet.known(comp) if known is None else known

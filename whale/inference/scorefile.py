@@ -107,10 +107,14 @@ def _check_unique(names: np.ndarray, what: str, path: Path) -> None:
 def _open_npz(path: Path):
     if not path.is_file():
         hint = ""
-        if path.parent.name == "scores" and path.stem in SPLITS:
-            run = path.parent.parent
+        run = path.parent.parent
+        if path.parent.name == "scores" and path.stem in SPLITS and (run / "train.csv").is_file():
+            hint = (f" ({run} is a competition folder, not a run folder: give run folders written by "
+                    "run_fold.py, or score folders holding test.npz)")
+        elif path.parent.name == "scores" and path.stem in SPLITS:
+            config = run / "config.yaml" if (run / "config.yaml").is_file() else "CONFIG.yaml"
             hint = (f" (a run that stopped early, e.g. with --max-epochs or --time-budget, has none yet: "
-                    f"write them with `run_fold.py --config {run / 'config.yaml'} --fold FOLD --data DATA "
+                    f"write them with `run_fold.py --config {config} --fold FOLD --data DATA "
                     f"--out {run} --score-only --checkpoint last`, or resume the run to its end)")
         raise ScoreFileError(f"{path}: score file not found{hint}")
     try:
@@ -229,4 +233,8 @@ def write_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_id
         arrays["identity"] = np.asarray([json.dumps(identity, sort_keys=True)], dtype=str)
     if trained_on is not None:
         arrays["trained_on"] = np.asarray(list(trained_on), dtype=str)
-    return atomic_write(path, lambda tmp: np.savez(tmp, **arrays))
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:  # a file object: np.savez appends .npz to a path without it
+            np.savez(fh, **arrays)
+
+    return atomic_write(path, write)

@@ -21,7 +21,7 @@ def topk_stream(scorer, fq, fg, gallery_ids, k_ids: int = 20, block: int = 256,
     """Top ``k_ids`` ids per query by per-id maximum probability, streamed over the gallery.
 
     Args:
-        scorer: :class:`HeadScorer`.
+        scorer: :class:`whale.models.scorer.HeadScorer`.
         fq: ``[nq, d]`` float query features; fg: ``[ng, d]`` float gallery features.
         gallery_ids: ``[ng]`` str labels; ``new_whale`` images are dropped (never returned).
         k_ids: ids kept per query (``min(k_ids, n_ids)``).
@@ -37,7 +37,7 @@ def topk_stream(scorer, fq, fg, gallery_ids, k_ids: int = 20, block: int = 256,
         ``(id_names, id_scores)``: ``[nq, k]`` str and ``[nq, k]`` float32, descending per row
         (ties by id name). With ``prune``, a query whose ``P`` images hold fewer than ``k``
         distinct ids is padded with other ids at probability 0.0 (the sigmoid's floor). Feed
-        them to :func:`topk_to_predictions` (or row-wise to ``rank_from_id_scores``).
+        them to :func:`whale.ranking.newwhale.topk_to_predictions` (or row-wise to ``rank_from_id_scores``).
     """
     fq = as_features(fq, "fq", scorer.d)
     fg = as_features(fg, "fg", scorer.d)

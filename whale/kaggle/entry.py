@@ -13,7 +13,7 @@ Newer Kaggle images may mount sources one level deeper (``input/datasets/<owner>
 ``input/competitions/<slug>``, ``input/notebooks/<owner>/<slug>``); those places are searched too.
 
 One session: copy the previous version's run folder into ``working/run`` (checkpoints, log,
-config, mined negatives), train with :func:`whale.train.train_fold` (``resume=True``) until
+config, mined negatives), train with :func:`whale.training.trainer.train_fold` (``resume=True``) until
 ``started + budget - score margin``, and write ``working/run/STATUS``: ``running`` while it
 trains, then ``paused`` (push a new version to go on), ``finished`` (``scores/val.npz`` and
 ``scores/test.npz`` written) or ``failed``. ``working/run/kaggle_run.json`` records the kernel

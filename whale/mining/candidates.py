@@ -1,6 +1,6 @@
 """Candidate partners for pruned mining: a cheap proxy similarity, top-m per image, random partners.
 
-Pruned mining (:func:`candidates`, :func:`mine_pruned`). Algorithm 1 picks, per image, a
+Pruned mining (:func:`candidates`, :func:`whale.mining.miners.mine_pruned`). Algorithm 1 picks, per image, a
 partner of another id with a high score plus ``K * U(0, 1)`` noise. With ``K`` below the score
 range only high-scoring pairs can win, so the head needs to score only each image's top ``m``
 partners by a cheap proxy (a matrix product of branch features) and ``lap.lapmod`` solves the
@@ -10,7 +10,7 @@ when the noise dominates (rule in :func:`candidate_counts`).
 Proxy similarity (``similarity=``): ``"cosine"`` (L2-normalised features, inner product; the
 default for mining candidates), ``"dot"`` (raw inner product), ``"euclidean"`` (minus the squared
 distance, up to a per-row constant) or ``"head"`` (the head's own logit, factorised to rank 4:
-:meth:`HeadScorer.proxy_features`; the default, ``"auto"``, of :func:`topk_stream` for a hidden=0
+:meth:`HeadScorer.proxy_features`; the default, ``"auto"``, of :func:`whale.inference.topk.topk_stream` for a hidden=0
 head). Cosine over raw features because the branch ends in a global max pooling of ReLU
 activations: vectors are non-negative with norms that vary with contrast and size, while identity
 lives in the direction. Measured by the ``proxy`` phase of ``python benchmarks/bench_scoring.py``

@@ -130,7 +130,7 @@ def assemble_branch(name: str, backbone: keras.Model, options: dict | None = Non
 
 
 def branch_spec(branch: keras.Model) -> tuple[str, int]:
-    """``(registry name, channels)`` of a branch built by :func:`build_branch` (or loaded)."""
+    """``(registry name, channels)`` of a branch built by :func:`whale.models.factory.build_branch` (or loaded)."""
     try:
         layer = branch.get_layer("preprocess")
     except ValueError:

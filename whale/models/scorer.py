@@ -1,7 +1,7 @@
 """The head as a compiled scorer: exact head scores of many feature pairs, block by block.
 
 The siamese model splits into a branch (image -> feature ``[d]``) and a head (two features ->
-match probability). Branch features are computed once per image (:func:`compute_features`);
+match probability). Branch features are computed once per image (:func:`whale.inference.features.compute_features`);
 everything else here is head work on feature pairs.
 
 Exact head scoring (:class:`HeadScorer`). The head of :func:`whale.models.build_head` is one

@@ -3,7 +3,7 @@
 The paper's inference rule (section "Inference", Table 2):
 
 1. per id, the probability of a query is the maximum over that id's gallery images
-   (:func:`per_id_scores`: gallery columns sorted by id, then ``np.maximum.reduceat``);
+   (:func:`whale.ranking.topids.per_id_scores`: gallery columns sorted by id, then ``np.maximum.reduceat``);
    gallery images labelled ``new_whale`` are dropped, so ``new_whale`` is never predicted
    as an id;
 2. the five ids of highest probability are taken, ties broken by id name (ascending);

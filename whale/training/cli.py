@@ -15,7 +15,14 @@ minings) of the fold and, with ``--rates``, the hours it takes, the Kaggle kerne
 the weeks of Kaggle's weekly GPU quota (:mod:`whale.training.plan`).
 
 Exit status: 0 when the schedule is done, 3 when the run stopped early (``--time-budget``,
-``--max-epochs``) and can be resumed with ``--resume``.
+``--max-epochs``) and can be resumed with ``--resume``, 2 on bad input (one line), 130 after
+Ctrl-C (one line: the epochs kept and that ``--resume`` continues).
+
+Before the backend loads, :mod:`whale.training.preflight` refuses what the files alone show
+wrong: the fold's range, training ids without a positive pair or that a submission cannot
+carry, and a ``--resume`` onto other data or under another config (``--allow-changes`` accepts
+the changes, printed and recorded in ``run.json``). A run that fails before its first epoch
+leaves the run folder as it found it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+
+from whale.files import check_output
+from whale.training.preflight import FolderGuard, check_fold, check_resume, check_training_ids, interrupted_message
 
 
 def parse_args(argv=None):
@@ -32,6 +42,9 @@ def parse_args(argv=None):
     p.add_argument("--data", help="Kaggle-format competition folder")
     p.add_argument("--out", help="run folder (checkpoints, logs, scores); not needed with --plan")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    p.add_argument("--allow-changes", action="store_true",
+                   help="--resume even when the data (train.csv, image lists) or the resolved config differ "
+                        "from the paused run's: each change is printed and recorded in run.json")
     p.add_argument("--overwrite", action="store_true",
                    help="clear a non-empty run folder first (without --resume or --overwrite it is an error)")
     p.add_argument("--playground", help="Kaggle-format folder for 'dataset: playground' stages")
@@ -77,6 +90,34 @@ def parse_args(argv=None):
     return args
 
 
+def preflight(args, cfg) -> None:
+    """The checks of :mod:`whale.training.preflight`, before the backend loads.
+
+    The competition is read (as training will read it again) to check the fold's training ids;
+    with ``--resume`` the config is sized as the trainer sizes it and compared with the run's.
+    """
+    from whale.data import fold_data, load_competition, playground_data
+    from whale.training.pretrain import pretrain_config
+    from whale.training.schedule import sized_config
+
+    if args.pretrain:
+        pg_comp = load_competition(args.playground)
+        pg = playground_data(pg_comp)
+        check_training_ids(pg_comp, pg.pairs, "the PlayGround folder")
+        cfg = pretrain_config(cfg, args.config)
+        sized, data_dir = sized_config(cfg, {"playground": len(pg.pairs)}), Path(args.playground)
+    else:
+        check_fold(args.fold)
+        comp = load_competition(args.data)
+        data = fold_data(comp, args.fold, cfg.seed, val_new_whale=cfg.val_new_whale)
+        check_training_ids(comp, data.pairs, f"fold {args.fold}")
+        pg = playground_data(load_competition(args.playground)) if args.playground else None
+        sized = sized_config(cfg, {"main": len(data.pairs), "playground": len(pg.pairs) if pg else None})
+        data_dir = Path(args.data)
+    if args.resume:
+        check_resume(Path(args.out), sized, data_dir, args.allow_changes)
+
+
 def plan(args, cfg) -> int:
     """``--plan``: print the stages, pairs per epoch, minings and (with rates) hours of one fold."""
     from whale.data import fold_data, load_competition, playground_data
@@ -100,7 +141,7 @@ def plan(args, cfg) -> int:
 
 
 def main(argv=None) -> int:
-    """``run_fold.py``; 2 on bad input (:func:`whale.errors.run_cli`), else :func:`run`'s status."""
+    """``run_fold.py``; 2 on bad input, 130 after Ctrl-C (:func:`whale.errors.run_cli`), else :func:`run`'s status."""
     from whale.errors import run_cli
 
     return run_cli(run, argv, "run_fold.py")
@@ -117,23 +158,33 @@ def run(argv=None) -> int:
     verbose = "auto" if args.verbose is None else args.verbose
     if args.plan:
         return plan(args, cfg)
+    if args.out:
+        check_output(args.out, "--out", folder=True)
     if args.out and not (args.score_only or args.resume or args.overwrite):
         from whale.training.runlog import claim_run_dir
 
         # A used run folder is refused before the backend loads (seconds, and its import-time log lines).
         claim_run_dir(Path(args.out), args.fold, cfg.seed)  # without --resume, fold and seed are not read
-    from whale.training.trainer import score_fold, train_fold, train_pretrain
+    if not args.score_only:
+        preflight(args, cfg)
+    elif args.fold is not None:
+        check_fold(args.fold)
+    try:
+        with FolderGuard(Path(args.out), cleared=args.overwrite):
+            from whale.training.trainer import score_fold, train_fold, train_pretrain
 
-    if args.score_only:
-        score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)
-        return 0
-    deadline = time.time() + args.time_budget if args.time_budget else None
-    common = dict(resume=args.resume, overwrite=args.overwrite, deadline=deadline, max_epochs=args.max_epochs,
-                  verbose=verbose)
-    if args.pretrain:
-        result = train_pretrain(cfg, args.playground, args.out, source=args.config, **common)
-    else:
-        result = train_fold(cfg, args.data, args.fold, args.out, playground=args.playground, **common)
+            if args.score_only:
+                score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)
+                return 0
+            deadline = time.time() + args.time_budget if args.time_budget else None
+            common = dict(resume=args.resume, overwrite=args.overwrite, deadline=deadline,
+                          max_epochs=args.max_epochs, verbose=verbose)
+            if args.pretrain:
+                result = train_pretrain(cfg, args.playground, args.out, source=args.config, **common)
+            else:
+                result = train_fold(cfg, args.data, args.fold, args.out, playground=args.playground, **common)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(interrupted_message(Path(args.out))) from None
     state = "finished" if result.finished else "paused (run again with --resume)"
     best = "n/a" if result.best_val_map5 is None else f"{result.best_val_map5:.4f}"
     print(f"run_fold: {state} after {result.epochs_done} epochs; best validation MAP@5 {best}; "

@@ -106,11 +106,11 @@ class PairDataset(keras.utils.PyDataset):
     """Batches of image pairs for ``model.fit``: ``((a, b), y)``.
 
     Args:
-        store: :class:`ImageStore` (or any sequence of ``uint8 [H, W, C]`` images).
+        store: :class:`whale.data.ImageStore` (or any sequence of ``uint8 [H, W, C]`` images).
         pairs: ``(m, 2)`` int indices into ``store``.
         labels: ``(m,)`` float (1 = same id, 0 = different ids).
         image_size: model input side S.
-        augmenter: ``aug(uint8 image, rng) -> uint8 [S, S, C]`` (see :mod:`whale.augment`), or
+        augmenter: ``aug(uint8 image, rng) -> uint8 [S, S, C]`` (see :mod:`whale.data.augment`), or
             None for resize only. The two images of a pair are augmented independently.
         batch_size: pairs per batch. The last batch is topped up with the first pairs of the
             epoch's order, so every batch is full: BatchNorm never sees a batch of one, and

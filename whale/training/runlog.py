@@ -6,19 +6,23 @@ fold, seed, code revision, data folder, config hash and a ``run_id`` drawn once 
 created (score files carry it, so ``ensemble.py`` can tell runs apart), with every invocation
 appended to its history. :func:`claim_run_dir` keeps runs from mixing: a folder that already
 holds a run is only entered with ``--resume`` (same fold and seed) or cleared with ``--overwrite``.
+``run.json`` also records a fingerprint of the data (:func:`data_fingerprint`), so
+:func:`resume_changes` can tell a resume onto other data, or under another config, from the paused run.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import os
 import shutil
 import sys
 import time
 import uuid
 from pathlib import Path
 
-from whale.config import RunConfig, config_hash
+from whale.config import RunConfig, config_hash, load_config
 from whale.errors import ConfigError
 from whale.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
 
@@ -139,7 +143,7 @@ def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int | str, data_dir:
     write_text_atomic(out_dir / "config.yaml", cfg.to_yaml())
     old = read_run_json(out_dir) or {}
     meta = {"fold": fold, "seed": cfg.seed, "git_revision": git_revision(), "data": str(data_dir),
-            "config_hash": config_hash(cfg),
+            "data_fingerprint": data_fingerprint(data_dir), "config_hash": config_hash(cfg),
             "playground": str(playground) if playground else None, "init_from": init_from, "argv": sys.argv,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     run_id = old.get("run_id") or uuid.uuid4().hex[:12]
@@ -187,3 +191,79 @@ class TensorBoardLog:
         if self._writer:
             self._writer[0].close()
         self._writer = None
+
+
+def data_fingerprint(data_dir: Path) -> str:
+    """A short hash (16 hex digits) of a competition folder: ``train.csv``'s bytes and the image lists.
+
+    The names of the files in ``train/`` and ``test/`` count, not their bytes (reading 25,000
+    images at every resume would cost minutes): a folder with another ``train.csv`` or other
+    images is another competition. ``'none'`` when there is no ``train.csv``.
+    """
+    data_dir = Path(data_dir)
+    csv_path = data_dir / "train.csv"
+    if not csv_path.is_file():
+        return "none"
+    digest = hashlib.sha256(csv_path.read_bytes())
+    for sub in ("train", "test"):
+        folder = data_dir / sub
+        names = sorted(os.listdir(folder)) if folder.is_dir() else []
+        digest.update(f"\0{sub}\0{len(names)}\0".encode() + "\0".join(names).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:16]
+
+
+def config_differences(before, after, path: str = "") -> list[str]:
+    """``'KEY.PATH: OLD -> NEW'`` for every leaf where two plain configs (dicts, lists) differ."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out = []
+        for key in list(before) + [k for k in after if k not in before]:
+            where = f"{path}.{key}" if path else str(key)
+            if key not in after:
+                out.append(f"{where}: {before[key]!r} -> (removed)")
+            elif key not in before:
+                out.append(f"{where}: (absent) -> {after[key]!r}")
+            else:
+                out += config_differences(before[key], after[key], where)
+        return out
+    if isinstance(before, list) and isinstance(after, list) and all(isinstance(v, dict) for v in before + after):
+        out = [d for i, (b, a) in enumerate(zip(before, after)) for d in config_differences(b, a, f"{path}[{i}]")]
+        if len(before) != len(after):
+            out.append(f"{path}: {len(before)} entries -> {len(after)}")
+        return out
+    return [] if before == after else [f"{path}: {before!r} -> {after!r}"]
+
+
+def resume_changes(out_dir: Path, cfg: RunConfig, data_dir: Path) -> list[str]:
+    """What differs between the paused run in ``out_dir`` and a resume of it with ``cfg`` on ``data_dir``.
+
+    The data: the fingerprint in ``run.json`` (:func:`data_fingerprint`) against ``data_dir``'s.
+    The config: the resolved config in the run's ``config.yaml`` (read through the current code, so
+    keys added since then take their defaults) against ``cfg`` (resolved as the trainer would
+    record it, e.g. sized), key by key: every key the config has is compared. Returns one line per
+    difference, ``[]`` when the resume continues the same run (or ``out_dir`` holds no run yet).
+    """
+    out_dir = Path(out_dir)
+    meta = read_run_json(out_dir)
+    if meta is None:
+        return []
+    changes = []
+    recorded = meta.get("data_fingerprint")
+    if recorded is not None and recorded != data_fingerprint(data_dir):
+        changes.append(f"data: {meta.get('data')} (fingerprint {recorded}) -> {data_dir} "
+                       f"(fingerprint {data_fingerprint(data_dir)}): another train.csv or other images")
+    yaml_path = out_dir / "config.yaml"
+    if yaml_path.is_file():
+        try:
+            before = load_config(yaml_path).to_dict()
+        except (OSError, ValueError) as err:
+            changes.append(f"config: {yaml_path} no longer reads as a config ({str(err).splitlines()[0]})")
+        else:
+            changes += [f"config {d}" for d in config_differences(before, cfg.to_dict())]
+    return changes
+
+
+def record_resume_changes(out_dir: Path, changes: list[str]) -> None:
+    """Append the changes a resume accepted (``--allow-changes``) to ``run.json``'s history."""
+    meta = read_run_json(out_dir) or {}
+    entry = {"resumed_with_changes": list(changes), "argv": sys.argv, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    write_json_atomic(Path(out_dir) / "run.json", {**meta, "history": meta.get("history", []) + [entry]})
