@@ -108,7 +108,7 @@ def test_arcface_layer_and_margin_logits_follow_the_formula(backend):
     import keras
 
     from whale.objectives import SubCenterArcFace
-    from whale.objectives.objective import arcface_margin_logits
+    from whale.objectives.losses import arcface_margin_logits, subcenter_arcface_logits
 
     rng = np.random.default_rng(2)
     layer = SubCenterArcFace(5, subcenters=3)
@@ -126,6 +126,10 @@ def test_arcface_layer_and_margin_logits_follow_the_formula(backend):
         theta, m = np.arccos(np.clip(cos[i, y], -1 + 1e-7, 1 - 1e-7)), margins[y]
         want[i, y] = s * (np.cos(theta + m) if theta + m < np.pi else cos[i, y] - m * np.sin(m))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # The layer + the loss's margin give the logits of the one-function form on the same centres.
+    whole = subcenter_arcface_logits(keras.ops.convert_to_tensor(e), keras.ops.convert_to_tensor(w),
+                                     keras.ops.convert_to_tensor(labels), margins, s)
+    np.testing.assert_allclose(got, np.asarray(whole), rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------------------------------ training

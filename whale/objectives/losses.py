@@ -324,6 +324,21 @@ def subcenter_arcface_logits(emb, centers, labels, margins, scale: float = 30.0)
     n_ids, k, dim = centers.shape
     flat = ops.reshape(centers, (-1, dim))                                   # [n_ids * k, D]
     cos = ops.max(ops.reshape(ops.matmul(emb, ops.transpose(flat)), (-1, n_ids, k)), axis=2)  # [B, n_ids]
+    return arcface_margin_logits(cos, labels, margins, scale)
+
+
+def arcface_margin_logits(cos, labels, margins, scale: float = 30.0):
+    """The margin and scale of :func:`subcenter_arcface_logits` on given cosines.
+
+    Args:
+        cos: ``[B, n_ids]`` float cosines to each id (its nearest sub-centre; the ``arcface`` layer's output).
+        labels: ``[B]`` int ids; margins: ``[n_ids]`` float radians; scale: ``s``.
+
+    Returns:
+        ``[B, n_ids]`` float32 logits (the rule is :func:`subcenter_arcface_logits`'s).
+    """
+    cos = ops.cast(cos, "float32")
+    n_ids = ops.shape(cos)[1]
     y = ops.cast(_flat_labels(labels), "int32")
     m = ops.take(ops.cast(ops.convert_to_tensor(margins), "float32"), y)     # [B]
     m = ops.expand_dims(m, 1)

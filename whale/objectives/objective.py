@@ -25,8 +25,6 @@ Example:
 """
 from __future__ import annotations
 
-import math
-
 import keras
 import numpy as np
 from keras import ops
@@ -36,7 +34,7 @@ from whale.objectives import losses
 from whale.objectives.layers import Embedding, PairDistance, SubCenterArcFace
 
 __all__ = ["Objective", "HeadObjective", "PairObjective", "IdentityObjective", "build_objective",
-           "ContrastiveLoss", "TripletLoss", "GlobalLoss", "TGLoss", "ArcFaceLoss", "arcface_margin_logits"]
+           "ContrastiveLoss", "TripletLoss", "GlobalLoss", "TGLoss", "ArcFaceLoss"]
 
 
 # ---------------------------------------------------------------------------------------------- losses
@@ -107,23 +105,6 @@ class TGLoss(keras.losses.Loss):
         return {**super().get_config(), "gamma": self.gamma, "t": self.t, "lam": self.lam, "m": self.m}
 
 
-def arcface_margin_logits(cos, labels, margins, scale):
-    """``cos`` ``[b, n]`` (nearest sub-centre), ``labels`` ``[b]`` int, ``margins`` ``[n]`` -> ``[b, n]`` logits.
-
-    The true class's angle gets its identity's additive margin: ``cos(theta + m_y)``; where
-    ``theta + m_y`` would pass pi (``cos <= cos(pi - m)``) the usual linear continuation
-    ``cos - m sin m`` keeps the logit monotone in the angle (ArcFace's ``easy_margin = False``).
-    Every logit is multiplied by ``scale``.
-    """
-    cos = ops.clip(ops.cast(cos, "float32"), -1.0 + 1e-7, 1.0 - 1e-7)
-    m = ops.take(ops.convert_to_tensor(margins, "float32"), labels)[:, None]
-    sin = ops.sqrt(ops.maximum(1.0 - cos * cos, 0.0))
-    phi = cos * ops.cos(m) - sin * ops.sin(m)
-    phi = ops.where(cos > ops.cos(math.pi - m), phi, cos - m * ops.sin(m))
-    onehot = ops.one_hot(labels, ops.shape(cos)[1], dtype="float32")
-    return scale * (onehot * phi + (1.0 - onehot) * cos)
-
-
 @keras.saving.register_keras_serializable(package="whale")
 class ArcFaceLoss(keras.losses.Loss):
     """``y_true`` ``[b]`` class codes, ``y_pred`` ``[b, n]`` sub-centre cosines -> softmax CE of the margin logits."""
@@ -135,7 +116,7 @@ class ArcFaceLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         labels = _labels(y_true)
-        return losses.arcface_loss(labels, arcface_margin_logits(y_pred, labels, self.margins, self.scale))
+        return losses.arcface_loss(labels, losses.arcface_margin_logits(y_pred, labels, self.margins, self.scale))
 
     def get_config(self):
         return {**super().get_config(), "margins": self.margins, "scale": self.scale}
