@@ -228,7 +228,8 @@ def main(argv=None) -> int:
           f"{epochs} full-batch SGD steps, {n_grid}x{n_grid} grid, seeds {seeds}, backend {keras.backend.backend()}")
     rows, maps = run(losses, seeds, epochs, n_grid)
     print()
-    print(f"Grid accuracy of 1-NN in the embedding against the clean (Bayes) boundary{' (--quick)' if args.quick else ''}")
+    quick = " (--quick)" if args.quick else ""
+    print(f"Grid accuracy of 1-NN in the embedding against the clean (Bayes) boundary{quick}")
     print(table(rows, seeds))
     print(PAPER)
     if args.plot:

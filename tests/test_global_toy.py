@@ -60,4 +60,5 @@ def test_quick_command_prints_the_table_and_the_json_line(backend, capsys, tmp_p
 def test_unknown_loss_is_refused(capsys):
     with pytest.raises(SystemExit):
         global_toy.main(["--quick", "--losses", "hinge"])
-    assert "expected names from triplet,tgloss,global,semihard,contrastive, received ['hinge']" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "expected names from triplet,tgloss,global,semihard,contrastive, received ['hinge']" in err
