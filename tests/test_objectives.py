@@ -190,3 +190,12 @@ def test_an_ensemble_of_the_head_and_an_embedding_objective_makes_a_valid_submis
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert check_submission(sub, competition / "sample_submission.csv") == []
+
+
+def test_arcface_defaults_are_the_happywhale_2022_winners():
+    from whale.objectiveconfig import OBJECTIVE_PARAMS
+    from whale.objectives.losses import HAPPYWHALE_2022_MARGINS
+
+    table = {key: spec[3] for key, spec in OBJECTIVE_PARAMS["arcface"].items()}
+    assert (table["margin_a"], table["margin_p"], table["margin_c"]) == tuple(HAPPYWHALE_2022_MARGINS.values())
+    assert (table["subcenters"], table["scale"]) == (2, 20.96)

@@ -27,9 +27,11 @@ OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
     "global": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8)},
     "tgloss": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8),
                "gamma": (float, 0.0, None, 1.0), "m": (float, 0.0, None, 0.01)},
-    # Sub-center ArcFace with per-identity margins m = a * n^p + c (n images of the identity), scale s.
-    "arcface": {"embedding": (int, 1, None, 512), "subcenters": (int, 1, None, 3), "scale": (float, 0.0, None, 30.0),
-                "margin_a": (float, 0.0, None, 0.5), "margin_p": (float, None, 0.0, -0.25),
+    # Sub-center ArcFace with per-identity margins m = a * n^p + c (n images of the identity), scale s: the
+    # Happywhale 2022 1st place's tuned values (knshnb/kaggle-happywhale-1st-place, config/default.yaml;
+    # whale.objectives.losses.HAPPYWHALE_2022_MARGINS).
+    "arcface": {"embedding": (int, 1, None, 512), "subcenters": (int, 1, None, 2), "scale": (float, 0.0, None, 20.96),
+                "margin_a": (float, 0.0, None, 0.27126), "margin_p": (float, None, 0.0, -0.364399),
                 "margin_c": (float, 0.0, None, 0.05)},
 }
 IDENTITY_OBJECTIVES = ("triplet", "global", "tgloss", "arcface")
