@@ -1,4 +1,8 @@
-"""Command-line overrides of a raw config: ``--set stages[2].lr=1e-4`` sets a value at a key path."""
+"""Command-line overrides of a raw config: ``--set stages[2].lr=1e-4`` sets a value at a key path.
+
+:func:`overrides` reads the ``--set KEY=VALUE`` flags (each value as YAML), :func:`apply_override` puts one
+into the raw config before it is validated, so an overridden value is checked like the file's.
+"""
 from __future__ import annotations
 
 import re
@@ -43,3 +47,16 @@ def apply_override(raw: dict, dotted: str, value: Any, source: str) -> None:
             apply_override(node, f"{last}.{k}", v, source)
     else:
         node[last] = value
+
+
+def overrides(pairs) -> dict:
+    """``["KEY=VALUE", ...]`` (``--set``) -> ``{KEY: YAML value}`` (``objective={name: triplet}`` is a mapping)."""
+    import yaml
+
+    out = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = yaml.safe_load(value)
+    return out

@@ -17,22 +17,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from whale.errors import ConfigError, run_cli
+from whale.errors import run_cli
+from whale.overrides import overrides
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def overrides(pairs) -> dict:
-    """``["KEY=VALUE", ...]`` (``--set``) -> ``{KEY: YAML value}``."""
-    import yaml
-
-    out = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
 
 
 def _train(args) -> int:

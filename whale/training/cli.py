@@ -55,6 +55,8 @@ def parse_args(argv=None):
                    help="start from that run's model (checkpoint 'last' by default) after the stages it trained, "
                         "e.g. a --pretrain run; overrides the config's init_from")
     p.add_argument("--seed", type=int, help="override the config's seed")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override any config key (YAML value), e.g. --set objective=triplet --set stages[0].lr=1e-4")
     p.add_argument("--precision", help="override the config's precision (float32, mixed_float16, mixed_bfloat16): "
                                        "it depends on the GPU")
     p.add_argument("--time-budget", type=float, help="stop cleanly before this many seconds (resume later)")
@@ -152,8 +154,10 @@ def run(argv=None) -> int:
     args = parse_args(argv)
     from whale.config import load_config
 
-    overrides = {key: getattr(args, key) for key in ("seed", "precision", "init_from")
-                 if getattr(args, key) is not None}
+    from whale.overrides import overrides as set_flags
+
+    overrides = {**set_flags(args.set), **{key: getattr(args, key) for key in ("seed", "precision", "init_from")
+                                           if getattr(args, key) is not None}}
     cfg = load_config(args.config, overrides=overrides or None)
     verbose = "auto" if args.verbose is None else args.verbose
     if args.plan:
