@@ -359,3 +359,42 @@ def similarity_matrix(kind: str, A: np.ndarray, B: np.ndarray, alpha=None,
                 blk += t
             _g_numpy(kind, blk, beta, delta)
     return out
+
+
+def _time_matrix(argv=None) -> None:
+    """``python -m whale.objectives.similarity [--n 15697] [--rows 1024]``: the timing in docs/orl.md.
+
+    :func:`similarity_matrix` on ``rows`` query rows against ``n`` gallery rows, for D = 20 and
+    256, one squared kind (Cauchy) and one L1 kind (Laplacian), each beside the plain NumPy broadcast
+    of its distance, ``(alpha * (A[:, None] - B[None]) ** 2).sum(-1)`` (``abs`` for L1), on ``rows / 16`` rows (its ``[rows, n, D]``
+    temporary is the reason for blocks); every time is extrapolated to ``n x n`` by row count.
+    """
+    import argparse
+    import time
+
+    p = argparse.ArgumentParser(description=_time_matrix.__doc__)
+    p.add_argument("--n", type=int, default=15697)
+    p.add_argument("--rows", type=int, default=1024)
+    args = p.parse_args(argv)
+    rng = np.random.default_rng(0)
+    print(f"similarity_matrix, {args.rows} x {args.n} block, times extrapolated to {args.n} x {args.n}")
+    for D in (20, 256):
+        A = rng.normal(size=(args.rows, D)).astype(np.float32)
+        B = rng.normal(size=(args.n, D)).astype(np.float32)
+        alpha = rng.uniform(0.5, 2, D).astype(np.float32)
+        scale = args.n / args.rows
+        small = max(args.rows // 16, 1)
+        for kind, per_dim in (("cauchy", np.square), ("laplacian", np.abs)):
+            t0 = time.perf_counter()
+            for i in range(0, small, 8):
+                (alpha * per_dim(A[i:i + 8, None] - B[None])).sum(-1)
+            base = (time.perf_counter() - t0) * args.n / small
+            t0 = time.perf_counter()
+            similarity_matrix(kind, A, B, alpha)
+            ours = (time.perf_counter() - t0) * scale
+            print(f"  D={D:3d} {kind:9s}: blocked {ours:7.1f} s   NumPy broadcast {base:7.1f} s"
+                  f"   ratio {base / ours:5.1f}x")
+
+
+if __name__ == "__main__":
+    _time_matrix()
