@@ -316,7 +316,7 @@ def similarity_matrix(kind: str, A: np.ndarray, B: np.ndarray, alpha=None,
         kind: one of :data:`KINDS`.
         A: ``[n, D]``, B: ``[m, D]`` float (computed in float32).
         alpha: ``[D]`` positive, None for ones.
-        block: rows of ``A`` per block.
+        block: rows of ``A`` per block (L1 kinds: fewer, ~1M elements a block).
 
     Returns:
         ``[n, m]`` float32 in (0, 1], higher = more alike.
@@ -346,10 +346,12 @@ def similarity_matrix(kind: str, A: np.ndarray, B: np.ndarray, alpha=None,
             _g_numpy(kind, blk, beta, delta)
     else:
         Bt = np.ascontiguousarray(B.T)
-        tmp = np.empty((min(block, A.shape[0]), B.shape[0]), dtype=np.float32)
-        for i in range(0, A.shape[0], block):
-            Ab = A[i:i + block]
-            blk = out[i:i + block]
+        # D passes over each block: rows kept to ~1M elements so the block stays in cache
+        rows = max(1, min(block, 2 ** 20 // max(B.shape[0], 1)))
+        tmp = np.empty((min(rows, A.shape[0]), B.shape[0]), dtype=np.float32)
+        for i in range(0, A.shape[0], rows):
+            Ab = A[i:i + rows]
+            blk = out[i:i + rows]
             blk[...] = 0.0
             t = tmp[:len(Ab)]
             for k in range(D):
