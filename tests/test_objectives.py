@@ -104,6 +104,41 @@ def test_embedding_scorer_equals_the_model_on_every_pair(backend, normalize, sco
     np.testing.assert_allclose(scorer.matrix(fa, progress=False), scorer.matrix(fa, fa, progress=False))
 
 
+@pytest.mark.parametrize("kind", ["cauchy", "laplacian", "prob_clipped_l1"])
+def test_probabilistic_scorer_equals_the_similarity_model_on_every_pair(backend, kind):
+    import keras
+
+    from whale.objectives import build_objective
+    from whale.objectives.scorer import EmbeddingScorer, make_scorer
+    from whale.objectives.similarity import SimilarityModel
+
+    cfg = _cfg(objective={"name": "probabilistic", "similarity": kind, "embedding": 5}).objective
+    x = keras.Input((6, 6, 3))
+    branch = keras.Model(x, keras.layers.GlobalMaxPooling2D()(keras.layers.Conv2D(7, 3)(x)), name="branch")
+    model = build_objective(cfg).build(branch)
+    sim = model.get_layer("similarity")
+    sim.log_alpha.assign(np.log(np.linspace(0.5, 2.0, 5)).astype(np.float32))  # not all ones
+    rng = np.random.default_rng(1)
+    fa, fb = rng.normal(size=(4, 7)).astype(np.float32), rng.normal(size=(6, 7)).astype(np.float32)
+    emb = keras.Model(model.get_layer("embedding").input, model.get_layer("embedding").output)
+    ea, eb = (np.asarray(emb.predict(f, verbose=0)) for f in (fa, fb))
+    prob = SimilarityModel(kind, dim=5, beta=sim.beta, delta=sim.delta)
+    prob.build([(None, 5), (None, 5)])
+    prob.log_alpha.assign(sim.log_alpha)
+    want = np.array([[float(np.asarray(prob([ea[i:i + 1], eb[j:j + 1]]))[0, 0]) for j in range(6)] for i in range(4)])
+    scorer = make_scorer(model)
+    assert isinstance(scorer, EmbeddingScorer) and scorer.similarity[0] == kind
+    np.testing.assert_allclose(scorer.matrix(fa, fb, progress=False), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(scorer.pairs_index(fa, fb, [0, 3], [5, 2]), want[[0, 3], [5, 2]], rtol=1e-4)
+
+
+def test_the_config_knows_every_similarity_model():
+    from whale.objectiveconfig import SIMILARITY_MODELS
+    from whale.objectives.similarity import SIMILARITIES
+
+    assert SIMILARITY_MODELS == SIMILARITIES
+
+
 def test_arcface_layer_and_margin_logits_follow_the_formula(backend):
     import keras
 
@@ -153,7 +188,8 @@ def _config_file(tmp_path, objective: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("objective", ["contrastive", pytest.param("triplet", marks=pytest.mark.slow),
+@pytest.mark.parametrize("objective", ["probabilistic", pytest.param("contrastive", marks=pytest.mark.slow),
+                                       pytest.param("triplet", marks=pytest.mark.slow),
                                        pytest.param("arcface", marks=pytest.mark.slow),  # resumes in test_faults
                                        pytest.param("global", marks=pytest.mark.slow),
                                        pytest.param("tgloss", marks=pytest.mark.slow)])

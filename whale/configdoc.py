@@ -152,7 +152,24 @@ PARAM_MEANINGS: dict[str, str] = {
     "margin_a": "a of the per-identity margin a * n^p + c (n = the identity's training images)",
     "margin_p": "p (<= 0: identities with few images get larger margins)",
     "margin_c": "c, the margin's floor",
+    "similarity": "seed 004's similarity model g(h1, h2; alpha) (Table 3.1; the thesis picks cauchy)",
+    "beta": "the flattened Gaussian's flatness",
+    "delta": "the probabilistic clipped L1's threshold",
 }
+
+
+def _bounds(kind: type, lo, hi) -> str:
+    """What an objective parameter accepts, in the words of the config's other errors."""
+    if kind is bool:
+        return "true or false"
+    if kind is str:
+        return "one of " + ", ".join(lo)
+    parts = ["an integer" if kind is int else "a number"]
+    if lo is not None:
+        parts.append(f">= {lo}" if kind is int else f"> {lo}")
+    if hi is not None:
+        parts.append(f"<= {hi}")
+    return " ".join(parts)
 
 
 def _objective_table() -> list[str]:
@@ -161,11 +178,9 @@ def _objective_table() -> list[str]:
         if not table:
             rows.append(f"| `{name}` | (none) | | | the paper's head: `model.head_mid`, `model.head_hidden` |")
         for key, (kind, lo, hi, default) in table.items():
-            bounds = "true or false" if kind is bool else " ".join(filter(None, [
-                "an integer" if kind is int else "a number", f">= {lo}" if lo is not None and kind is int else
-                (f"> {lo}" if lo is not None else ""), f"<= {hi}" if hi is not None else ""]))
             value = str(default).lower() if kind is bool else default
-            rows.append(f"| `{name}` | `{key}` | `{value}` | {bounds} | {PARAM_MEANINGS.get(key, UNDESCRIBED)} |")
+            rows.append(f"| `{name}` | `{key}` | `{value}` | {_bounds(kind, lo, hi)} | "
+                        f"{PARAM_MEANINGS.get(key, UNDESCRIBED)} |")
     return rows
 
 

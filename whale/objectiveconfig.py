@@ -11,8 +11,10 @@ from typing import Any
 
 from whale.checker import Checker
 
-OBJECTIVES = ("head", "contrastive", "triplet", "global", "tgloss", "arcface")
+OBJECTIVES = ("head", "contrastive", "triplet", "global", "tgloss", "arcface", "probabilistic")
 """Training objectives (``objective``; :mod:`whale.objectives`): the paper's head first, the default."""
+SIMILARITY_MODELS = ("gaussian", "flattened_gaussian", "laplacian", "prob_clipped_l1", "cauchy")
+"""Seed 004's similarity models (Table 3.1) of ``objective: probabilistic`` (:mod:`whale.objectives.similarity`)."""
 # Each objective's parameters with their defaults, bounds and meaning (the one table the config, the
 # objectives and the docs read). (kind, lo, hi, default): kind int/float/bool; None = unbounded.
 OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
@@ -33,6 +35,10 @@ OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
     "arcface": {"embedding": (int, 1, None, 512), "subcenters": (int, 1, None, 2), "scale": (float, 0.0, None, 20.96),
                 "margin_a": (float, 0.0, None, 0.27126), "margin_p": (float, None, 0.0, -0.364399),
                 "margin_c": (float, 0.0, None, 0.05)},
+    # Seed 004: g(h1, h2; alpha) in (0, 1] on a weighted norm of h1 - h2, binary cross-entropy of the pair
+    # labels; a 20-d embedding as in the thesis' ORL network; Cauchy is the thesis' pick. (str: the choices.)
+    "probabilistic": {"embedding": (int, 1, None, 20), "similarity": (str, SIMILARITY_MODELS, None, "cauchy"),
+                      "beta": (float, 0.0, None, 1.0), "delta": (float, 0.0, None, 2.0)},
 }
 IDENTITY_OBJECTIVES = ("triplet", "global", "tgloss", "arcface")
 """Objectives whose loss reads a whole batch of identities (P x K batches, ``batch``), not labelled pairs."""
@@ -82,6 +88,8 @@ def parse_objective(c: Checker, raw: Any) -> ObjectiveConfig:
         value = raw.get(key, default)
         if kind is bool:
             value = c.boolean(value, f"objective.{key}")
+        elif kind is str:
+            value = c.choice(value, f"objective.{key}", lo)
         else:
             value = c.number(value, f"objective.{key}", kind, lo, hi, lo_open=lo == 0.0 and kind is float)
         params.append((key, value))

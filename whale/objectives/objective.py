@@ -7,6 +7,7 @@ objective     batches            on the branch                   loss
 ============  =================  ==============================  ===========================================
 head          labelled pairs     the paper's head                binary cross-entropy (seed 003)
 contrastive   labelled pairs     Embedding -> PairDistance       DrLIM, margin m (seed 000/002's baseline)
+probabilistic labelled pairs     Embedding -> SimilarityModel    cross-entropy of g(h1, h2; alpha) (seed 004)
 triplet       P x K identities   Embedding (linear, 256)         semi-hard triplet, margin 0.5 (seed 002)
 global        P x K identities   Embedding (unit norm)           global loss, t, lambda (seed 001)
 tgloss        P x K identities   Embedding (unit norm)           ratio triplet + global loss (seed 001)
@@ -206,15 +207,31 @@ def _copy_weights(new: keras.Model, old: keras.Model, names) -> keras.Model:
 
 
 class PairObjective(Objective):
-    """An embedding trained on labelled pairs: the siamese form, a distance for the loss (contrastive)."""
+    """An embedding trained on labelled pairs, in the siamese form: contrastive (the pair's squared distance
+    is the output its loss reads) or probabilistic (seed 004: the log-odds of ``g(h1, h2; alpha)``, layer
+    ``"similarity"``, which the scorer also reads)."""
+
+    def __init__(self, cfg: ObjectiveConfig):
+        super().__init__(cfg)
+        self.metric = "acc" if self.name == "probabilistic" else None
 
     def _embedding(self):
-        return Embedding(self.cfg["embedding"], normalize=self.cfg["normalize"], score="cauchy", name="embedding")
+        return Embedding(self.cfg["embedding"], normalize=self.name == "contrastive" and self.cfg["normalize"],
+                         score="cauchy", name="embedding")
+
+    def _top(self):
+        if self.name == "contrastive":
+            return PairDistance(name="distance")
+        from whale.objectives.similarity import SimilarityModel
+
+        c = self.cfg
+        return SimilarityModel(c["similarity"], dim=c["embedding"], beta=c["beta"], delta=c["delta"],
+                               returns="logit", name="similarity")
 
     def build(self, branch, shared=False, classes=None):
         from whale.models.siamese import PairGather
 
-        embed, distance = self._embedding(), PairDistance(name="distance")
+        embed, distance = self._embedding(), self._top()
         shape = tuple(branch.input_shape[1:])
         if shared:
             images = keras.Input(shape, name="images")
@@ -225,13 +242,26 @@ class PairObjective(Objective):
         return keras.Model([img_a, img_b], distance([embed(branch(img_a)), embed(branch(img_b))]), name="siamese")
 
     def rebuild(self, model, branch, shared=False, classes=None):
-        return _copy_weights(self.build(branch, shared), model, ["embedding"])
+        new = self.build(branch, shared)
+        return _copy_weights(new, model, [layer.name for layer in new.layers if layer.name in ("embedding", "similarity")])
 
     def needs_rebuild(self, model, shared, classes=None):
         return any(layer.name == "pair_gather" for layer in model.layers) != shared
 
     def loss(self, classes=None):
-        return ContrastiveLoss(self.cfg["margin"])
+        if self.name == "contrastive":
+            return ContrastiveLoss(self.cfg["margin"])
+        return keras.losses.BinaryCrossentropy(from_logits=True)
+
+    def compile(self, model, lr, l2=0.0, classes=None):
+        if self.name == "contrastive":
+            return super().compile(model, lr, l2, classes)
+        from whale.models.siamese import set_l2
+
+        set_l2(model, l2)  # the log-odds: accuracy at probability 0.5 is at log-odds 0
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss=self.loss(),
+                      metrics=[keras.metrics.BinaryAccuracy(name="acc", threshold=0.0)])
+        return model
 
 
 class IdentityObjective(Objective):
@@ -280,7 +310,7 @@ def build_objective(cfg: ObjectiveConfig, head_mid: int = 32, head_hidden: int =
     """The :class:`Objective` of a config's ``objective`` (``head_*``: the paper's head sizes, ``model.head_*``)."""
     if cfg.name == "head":
         return HeadObjective(cfg, head_mid, head_hidden)
-    if cfg.name == "contrastive":
+    if cfg.name in ("contrastive", "probabilistic"):
         return PairObjective(cfg)
     if cfg.identities:
         return IdentityObjective(cfg)

@@ -33,7 +33,8 @@ def make_scorer(model, **head_options):
 
         return HeadScorer(model.get_layer("head"), **head_options)
     if "embedding" in names:
-        return EmbeddingScorer(model.get_layer("embedding"))
+        similarity = model.get_layer("similarity") if "similarity" in names else None
+        return EmbeddingScorer(model.get_layer("embedding"), similarity=similarity)
     raise ValueError(f"model {model.name!r} has neither a 'head' nor an 'embedding' layer: layers {sorted(names)}")
 
 
@@ -44,17 +45,23 @@ class EmbeddingScorer:
         >>> scorer = EmbeddingScorer(model.get_layer("embedding"))   # doctest: +SKIP
         >>> s = scorer.matrix(f_query, f_gallery)   # [n_q, n_g] float32 in [0, 1]
 
-    ``score == "cauchy"``: ``1 / (1 + ||a - b||^2)``; ``"cosine"``: ``(1 + a.b) / 2`` on unit embeddings.
-    The embedding is computed in NumPy from the layer's weights (float32), the matrix in row blocks of
-    ``block`` queries so memory stays ``block x n_g``.
+    ``score == "cauchy"``: ``1 / (1 + ||a - b||^2)``; ``"cosine"``: ``(1 + a.b) / 2`` on unit embeddings;
+    with a ``similarity`` layer (:class:`whale.objectives.similarity.SimilarityModel`, ``objective:
+    probabilistic``) its ``g(a, b; alpha)`` (:func:`whale.objectives.similarity.similarity_matrix`: one
+    matrix product per block for the squared models). The embedding is computed in NumPy from the layer's
+    weights (float32), the matrix in row blocks of ``block`` queries so memory stays ``block x n_g``.
     """
 
     has_head_proxy = False
 
-    def __init__(self, layer, block: int = 2048):
+    def __init__(self, layer, block: int = 2048, similarity=None):
         kernel, bias = (np.asarray(w, np.float32) for w in layer.dense.get_weights())
         self.kernel, self.bias = kernel, bias
         self.normalize, self.score = bool(layer.normalize), layer.score
+        self.similarity = None
+        if similarity is not None:  # (kind, alpha [E], beta, delta) of seed 004's model
+            alpha = np.exp(np.asarray(similarity.log_alpha, np.float32))
+            self.similarity = (similarity.kind, alpha, similarity.beta, similarity.delta)
         self.d, self.dim, self.block = int(kernel.shape[0]), int(kernel.shape[1]), int(block)
         self.pairs_computed = 0
 
@@ -67,6 +74,12 @@ class EmbeddingScorer:
 
     def _scores(self, ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
         """Scores of embedding blocks ``[a, E] x [b, E] -> [a, b]`` float32."""
+        if self.similarity is not None:
+            from whale.objectives.similarity import similarity_matrix
+
+            kind, alpha, beta, delta = self.similarity
+            self.pairs_computed += len(ea) * len(eb)
+            return similarity_matrix(kind, ea, eb, alpha, beta, delta)
         dot = ea @ eb.T
         self.pairs_computed += dot.size
         if self.score == "cosine":
@@ -77,6 +90,13 @@ class EmbeddingScorer:
     def _row_scores(self, ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
         """Scores of row pairs ``(ea[i], eb[i])`` -> ``[n]`` float32."""
         self.pairs_computed += len(ea)
+        if self.similarity is not None:
+            from whale.objectives.similarity import SQUARED, _g_numpy
+
+            kind, alpha, beta, delta = self.similarity
+            diff = ea - eb
+            d = ((diff * diff if kind in SQUARED else np.abs(diff)) * alpha).sum(1).astype(np.float32)
+            return _g_numpy(kind, d, beta, delta)
         if self.score == "cosine":
             return np.clip((1.0 + (ea * eb).sum(1)) * 0.5, 0.0, 1.0)
         return 1.0 / (1.0 + ((ea - eb) ** 2).sum(1))
