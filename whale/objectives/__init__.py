@@ -8,12 +8,14 @@ Whatever the objective, a score is "higher = more alike", float32, in [0, 1].
 Modules: :mod:`~whale.objectives.objective` (one class per family, :func:`build_objective`, the Keras
 losses), :mod:`~whale.objectives.losses` (the loss mathematics, checked against NumPy loops),
 :mod:`~whale.objectives.layers` (what sits on the branch, saved in ``.keras`` files),
-:mod:`~whale.objectives.scorer` (:func:`make_scorer`: one scorer interface for every objective).
+:mod:`~whale.objectives.scorer` (:func:`make_scorer`: one scorer interface for every objective),
+:mod:`~whale.objectives.similarity` (seed 004's similarity models of ``objective: probabilistic``).
 Importing the package registers the layers and losses, so checkpoints of every objective load.
 """
 from whale.objectives.layers import Embedding, PairDistance, SubCenterArcFace
 from whale.objectives.objective import Objective, build_objective
 from whale.objectives.scorer import EmbeddingScorer, make_scorer
+from whale.objectives.similarity import SimilarityModel
 
-__all__ = ["Embedding", "EmbeddingScorer", "Objective", "PairDistance", "SubCenterArcFace", "build_objective",
-           "make_scorer"]
+__all__ = ["Embedding", "EmbeddingScorer", "Objective", "PairDistance", "SimilarityModel", "SubCenterArcFace",
+           "build_objective", "make_scorer"]

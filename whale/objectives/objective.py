@@ -33,6 +33,7 @@ from keras import ops
 from whale.config import ObjectiveConfig
 from whale.objectives import losses
 from whale.objectives.layers import Embedding, PairDistance, SubCenterArcFace
+from whale.objectives.similarity import SimilarityModel
 
 __all__ = ["Objective", "HeadObjective", "PairObjective", "IdentityObjective", "build_objective",
            "ContrastiveLoss", "TripletLoss", "GlobalLoss", "TGLoss", "ArcFaceLoss"]
@@ -222,8 +223,6 @@ class PairObjective(Objective):
     def _top(self):
         if self.name == "contrastive":
             return PairDistance(name="distance")
-        from whale.objectives.similarity import SimilarityModel
-
         c = self.cfg
         return SimilarityModel(c["similarity"], dim=c["embedding"], beta=c["beta"], delta=c["delta"],
                                returns="logit", name="similarity")
