@@ -132,7 +132,7 @@ STEPS = (
     Step("objectives", "scoring rates of whale.objectives' objectives", "step_objectives", 60, 2),
     # One seed a step, both methods at once (two processes sharing the GPU): ~7 minutes each.
     *(Step(f"omniglot_seed{s}", f"Omniglot one-shot, configs/omniglot_gpu.yaml, seed {s}, random and adversarial",
-           "step_omniglot", 450, 75, dict(seed=s), dict(quick=True)) for s in (0, 1, 2)),
+           "step_omniglot", 450, 150, dict(seed=s), dict(quick=True)) for s in (0, 1, 2)),
 )
 """The suite, in order of value."""
 
@@ -330,6 +330,9 @@ class Suite:
         print(line, flush=True)
         with open(self.out / "suite.log", "a") as f:
             f.write(line + "\n")
+        if self.args.mirror:
+            Path(self.args.mirror).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.out / "suite.log", Path(self.args.mirror) / "suite.log")
 
     def record(self, name: str, row: dict, spent_now: float) -> None:
         self.data["steps"][name] = row
@@ -370,11 +373,11 @@ def run_suite(args, steps=None, runner=None, clock=time.perf_counter) -> dict:
     """
     suite = Suite(args)
     steps = list(selected(args) if steps is None else steps)
-    runner = runner or (_run_here if args.in_process else _run_isolated)
     t0 = clock()
     info = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv[1:]}
-    if args.in_process:
+    if runner is None and args.in_process:
         info.update(device())
+    runner = runner or (_run_here if args.in_process else _run_isolated)
     suite.data["calls"].append(info)
     suite.log(f"gpu_suite: {len(steps)} steps, budget {args.budget_minutes:g} min "
               f"({suite.spent_before / 60:.1f} spent before), this call {args.call_minutes:g} min, out {suite.out}")
@@ -429,7 +432,7 @@ def _run_isolated(step: Step, timeout_s: float):
     result = Path(args.out) / ".step.json"
     result.unlink(missing_ok=True)
     cmd = [sys.executable, "-u", str(Path(__file__).resolve()), "--step", step.name, "--step-result", str(result),
-           "--out", str(args.out), "--workers", str(args.workers)] + (["--quick"] if args.quick else [])
+           "--out", str(args.out), "--workers", str(args.workers)] + (["--quick", "--isolate"] if args.quick else [])
     with open(Path(args.out) / "suite.log", "a") as log:
         try:
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=max(timeout_s, 1))
@@ -579,6 +582,7 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=4, help="threads building batches in the rate steps")
     p.add_argument("--in-process", action="store_true",
                    help="run the steps in this process (default with --quick; on a GPU each step gets its own)")
+    p.add_argument("--isolate", action="store_true", help="each step in its own process, also with --quick")
     p.add_argument("--list", action="store_true", help="print the steps and their estimates, then stop")
     p.add_argument("--print-setup", action="store_true", help="print the two device calls, then stop")
     p.add_argument("--step", help=argparse.SUPPRESS)
@@ -586,8 +590,10 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.call_minutes is None:
         args.call_minutes = args.budget_minutes
-    if args.quick and "--in-process" not in (argv if argv is not None else sys.argv[1:]):
+    if args.quick and not args.isolate:
         args.in_process = True
+    if args.isolate and args.in_process:
+        p.error("--isolate and --in-process exclude each other")
     return args
 
 
