@@ -483,7 +483,8 @@ def markdown(data: dict) -> str:
              f"{len(data['calls'])} call(s), {data['spent_s'] / 60:.1f} of {data['budget_s'] / 60:.1f} minutes spent.",
              "", "## Steps", ""]
     lines += _table(["step", "status", "seconds", "estimate s", "what / why not"],
-                    [[r["name"], r["status"], r.get("seconds"), r.get("estimate_s"),
+                    [[r["name"], r["status"], None if r.get("seconds") is None else f"{r['seconds']:.0f}",
+                      f"{r['estimate_s']:.0f}",
                       r.get("reason") or r.get("error") or r["title"]] for r in steps])
     rates = [f["rate"] for f in done.values() if "rate" in f]
     if rates:

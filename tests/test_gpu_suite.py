@@ -197,9 +197,19 @@ def test_quick_measures_and_skips_what_does_not_fit(tmp_path):
 
 
 @pytest.mark.slow
-def test_quick_runs_every_step_each_in_its_own_process(tmp_path):
-    """The whole --quick, each step in a child process as on the GPU (--isolate)."""
-    data = _quick(tmp_path, "--isolate", timeout=1500)
+def test_quick_isolated_steps_run_in_child_processes(tmp_path):
+    """As on the GPU (--isolate): each step in its own process, which reports its device."""
+    data = _quick(tmp_path, "--isolate", "--only", "head_matrix,objectives", timeout=600)
+    assert [data["steps"][n]["status"] for n in ("head_matrix", "objectives")] == ["done", "skipped"]
+    assert data["steps"]["head_matrix"]["figures"]["n"] == 600
+    assert data["calls"][-1]["device"] == "CPU" or data["calls"][-1]["backend"] == "jax"
+    assert not (tmp_path / "out" / ".step.json").exists()
+
+
+@pytest.mark.slow
+def test_quick_runs_every_step(tmp_path):
+    """The whole --quick (9-13 minutes on the loaded 2-core machine, Omniglot most of it)."""
+    data = _quick(tmp_path, "--budget-minutes", "60", timeout=3000)
     steps = data["steps"]
     assert list(steps) == [s.name for s in gpu_suite.STEPS]
     for name, row in steps.items():
