@@ -210,7 +210,7 @@ def test_quick_isolated_steps_run_in_child_processes(tmp_path):
 
 @pytest.mark.slow
 def test_quick_runs_every_step(tmp_path):
-    """The whole --quick (9-13 minutes on the loaded 2-core machine, Omniglot most of it)."""
+    """The whole --quick (8-13 minutes on the loaded 2-core machine, Omniglot most of it)."""
     data = _quick(tmp_path, "--budget-minutes", "60", timeout=3000)
     steps = data["steps"]
     assert sorted(steps) == sorted(s.name for s in gpu_suite.STEPS)
