@@ -39,10 +39,6 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -66,10 +62,11 @@ centre is its partner's plus ``twin_gap * N(0, 1)^d``; an image is
 ``relu(s * (c + noise * N(0, 1)^d))``, ``s ~ U(0.6, 1.4)``."""
 
 
-def world(n_ids: int, n_test: int, seed: int = 0, kind: str = "hard"):
-    """``(f_train [n, D], ids [n] str, f_test [n_test, D], test_ids [n_test] str)``, float32.
+def world(n_ids: int, n_test: int, seed: int = 0, kind: str = "hard", d: int = D):
+    """``(f_train [n, d], ids [n] str, f_test [n_test, d], test_ids [n_test] str)``, float32.
 
-    ``kind``: a key of :data:`WORLDS`. Training images are grouped by id (id order).
+    ``kind``: a key of :data:`WORLDS`; ``d``: feature length (default :data:`D`; DenseNet121's
+    branch has 1024). Training images are grouped by id (id order).
     """
     w = WORLDS[kind]
     rng = np.random.default_rng(seed)
@@ -82,11 +79,11 @@ def world(n_ids: int, n_test: int, seed: int = 0, kind: str = "hard"):
         pick = rng.choice(pool, min(abs(diff), len(pool)), replace=False)
         sizes[pick] += 1 if diff > 0 else -1
     n_new = int(round(0.28 * n_test))
-    centres_all = _centres(n_ids + n_new, w, rng)
+    centres_all = _centres(n_ids + n_new, w, rng, d)
 
     def images(owner):
         scale = rng.uniform(0.6, 1.4, size=(len(owner), 1)).astype(np.float32)
-        noise = rng.standard_normal((len(owner), D), dtype=np.float32)
+        noise = rng.standard_normal((len(owner), d), dtype=np.float32)
         return np.maximum(scale * (centres_all[owner] + w["noise"] * noise), 0).astype(np.float32)
 
     owner = np.repeat(np.arange(n_ids), sizes)
@@ -97,14 +94,14 @@ def world(n_ids: int, n_test: int, seed: int = 0, kind: str = "hard"):
     return f_train, np.array([name(o) for o in owner]), f_test, np.array([name(o) for o in q_owner])
 
 
-def _centres(n: int, w: dict, rng: np.random.Generator) -> np.ndarray:
-    """``[n, D] float32`` id centres of world ``w`` (families, twins)."""
+def _centres(n: int, w: dict, rng: np.random.Generator, d: int = D) -> np.ndarray:
+    """``[n, d] float32`` id centres of world ``w`` (families, twins)."""
     if not w["families"]:
-        return rng.standard_normal((n, D), dtype=np.float32)
-    fam = rng.standard_normal((w["families"], D), dtype=np.float32)
-    c = fam[rng.integers(0, w["families"], n)] + w["family_spread"] * rng.standard_normal((n, D), dtype=np.float32)
+        return rng.standard_normal((n, d), dtype=np.float32)
+    fam = rng.standard_normal((w["families"], d), dtype=np.float32)
+    c = fam[rng.integers(0, w["families"], n)] + w["family_spread"] * rng.standard_normal((n, d), dtype=np.float32)
     twins = rng.permutation(n)[: 2 * int(w["twins"] / 2 * n)].reshape(-1, 2)
-    c[twins[:, 1]] = c[twins[:, 0]] + w["twin_gap"] * rng.standard_normal((len(twins), D), dtype=np.float32)
+    c[twins[:, 1]] = c[twins[:, 0]] + w["twin_gap"] * rng.standard_normal((len(twins), d), dtype=np.float32)
     return c.astype(np.float32)
 
 
@@ -121,10 +118,31 @@ def nn_same_id_rate(S: np.ndarray, ids: np.ndarray) -> float:
 
 
 def _tf():
+    """TensorFlow's thread setting, under the TensorFlow backend only (JAX on the GPU machine has none)."""
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+        return None
     import tensorflow as tf
 
     tf.config.threading.set_inter_op_parallelism_threads(2)
     return tf
+
+
+def time_exact_matrix(scorer, f) -> dict:
+    """Seconds and pairs/s of ``scorer.matrix(f)`` (train-vs-train, upper triangle), compiled first.
+
+    ``scorer``: a :class:`whale.models.HeadScorer`; ``f``: ``[n, d]`` float32 features. The
+    compilation (the scorer's fixed block shape, on ``f[:64]``) is timed apart: ``compile_s``.
+    Returns ``{"n", "d", "compile_s", "exact_matrix_s", "exact_pairs_per_s"}``.
+    """
+    t = time.perf_counter()
+    scorer.matrix(f[:64], progress=False)
+    compile_s = time.perf_counter() - t
+    scorer.pairs_computed = 0
+    t = time.perf_counter()
+    S = scorer.matrix(f, progress=False)
+    dt = time.perf_counter() - t
+    return {"n": int(len(f)), "d": int(f.shape[1]), "compile_s": compile_s, "exact_matrix_s": dt,
+            "exact_pairs_per_s": scorer.pairs_computed / max(dt, 1e-9), "matrix": S}
 
 
 def _rss_mb() -> float:
@@ -184,13 +202,8 @@ def phase_speed(a):
     t = time.perf_counter()
     base = head.predict([f[ia], f[ib]], batch_size=2048, verbose=0)[:, 0]
     base_pps = a.baseline_pairs / (time.perf_counter() - t)
-    scorer = HeadScorer(head)
-    scorer.matrix(f[:64], progress=False)  # compile
-    scorer.pairs_computed = 0
-    t = time.perf_counter()
-    S = scorer.matrix(f, progress=False)
-    dt = time.perf_counter() - t
-    exact_pps = scorer.pairs_computed / dt
+    timed = time_exact_matrix(HeadScorer(head), f)
+    S, dt, exact_pps = timed["matrix"], timed["exact_matrix_s"], timed["exact_pairs_per_s"]
     err = float(np.abs(S[ia, ib] - base).max())
     return {"baseline_pairs_per_s": base_pps, "exact_pairs_per_s": exact_pps,
             "exact_speedup": exact_pps / base_pps, "exact_matrix_s": dt, "exact_max_abs_err": err}
@@ -294,6 +307,9 @@ PHASES = {"train": phase_train, "speed": phase_speed, "quality": phase_quality,
 
 
 def main():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # this benchmark measures the CPU
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small version (~1 min)")
     p.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)

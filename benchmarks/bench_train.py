@@ -73,9 +73,14 @@ def _rate(pairs: int, seconds: float) -> float:
 
 
 def model_only(branch: str, size: int, channels: int, batch: int, steps: int, stem: str | None = None,
-               batching: str = "pairs") -> float:
+               batching: str = "pairs", timings: dict | None = None, inference_steps: int = 0) -> float:
     """(a) pairs/s of ``train_on_batch`` on in-memory float32 ``[batch, size, size, channels]`` arrays
-    (two per batch; ``batching="images"``: one, and ``batch`` pairs indexing into it)."""
+    (two per batch; ``batching="images"``: one, and ``batch`` pairs indexing into it).
+
+    ``timings`` (a dict, optional) receives ``compile_s``: the first step's seconds (tracing and
+    compilation); with ``inference_steps`` > 0 also ``inference_images_s``: images/s of the branch's
+    ``predict_on_batch`` on ``[2 * batch, size, size, channels]`` (the mining's feature pass) and
+    ``inference_compile_s``."""
     from whale.models import build_branch, build_head, build_siamese, compile_siamese
 
     b = build_branch(branch, (size, size, channels), options={"stem": stem} if stem else None)
@@ -85,12 +90,27 @@ def model_only(branch: str, size: int, channels: int, batch: int, steps: int, st
     xa, xb = (rng.uniform(0, 255, (batch, size, size, channels)).astype(np.float32) for _ in range(2))
     y = (rng.uniform(size=(batch, 1)) > 0.5).astype(np.float32)
     x = [xa, rng.integers(0, batch, (batch, 2)).astype(np.int32)] if batching == "images" else [xa, xb]
-    model.train_on_batch(x, y)  # tracing and compilation
+    t0 = time.perf_counter()
+    np.asarray(model.train_on_batch(x, y))  # tracing and compilation
+    compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     for _ in range(steps):
         loss = model.train_on_batch(x, y)
     np.asarray(loss)  # wait for the last step (asynchronous dispatch)
-    return _rate(steps * batch, time.perf_counter() - t0)
+    rate = _rate(steps * batch, time.perf_counter() - t0)
+    if timings is not None:
+        timings["compile_s"] = compile_s
+        if inference_steps > 0:
+            images = np.concatenate([xa, xb])
+            t0 = time.perf_counter()
+            np.asarray(b.predict_on_batch(images))
+            timings["inference_compile_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for _ in range(inference_steps):
+                out = b.predict_on_batch(images)
+            np.asarray(out)
+            timings["inference_images_s"] = _rate(inference_steps * len(images), time.perf_counter() - t0)
+    return rate
 
 
 def pipeline_only(data, size: int, channels: int, batch: int, steps: int, workers: int,
@@ -124,8 +144,12 @@ def pipeline_only(data, size: int, channels: int, batch: int, steps: int, worker
 
 
 def end_to_end(branch: str, size: int, channels: int, precision: str, args, data_dir: Path,
-               stem: str | None = None, batching: str = "pairs") -> float:
-    """(c) pairs/s of the trainer's ``fit`` epochs over one mining interval (first epoch left out)."""
+               stem: str | None = None, batching: str = "pairs", timings: dict | None = None) -> float:
+    """(c) pairs/s of the trainer's ``fit`` epochs over one mining interval (first epoch left out).
+
+    ``args``: anything with ``batch_size``, ``workers`` and ``interval`` (epochs timed). ``timings``
+    (a dict, optional) receives ``first_epoch_s`` (the epoch left out: tracing and compilation) and
+    ``run_s`` (the whole trainer run: model building, mining, compilation, epochs)."""
     from whale.config import config_from_dict
     from whale.data import fold_data, load_competition
     from whale.training.trainer import Trainer
@@ -146,8 +170,11 @@ def end_to_end(branch: str, size: int, channels: int, precision: str, args, data
             return hist
 
     data = fold_data(load_competition(data_dir), -1, 0)
+    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
         TimedTrainer(cfg, data, Path(out), verbose=0, log=lambda *_: None).run()
+    if timings is not None:
+        timings.update(first_epoch_s=timed[0][1], run_s=time.perf_counter() - t0)
     pairs = sum(p for p, _ in timed[1:])
     return _rate(pairs, sum(s for _, s in timed[1:]))
 

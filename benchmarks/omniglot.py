@@ -190,6 +190,8 @@ def main(argv=None) -> int:
     p.add_argument("--config", default=None,
                    help="default configs/omniglot.yaml, or configs/omniglot_gpu.yaml with --gpu")
     p.add_argument("--data", default=None, help="folder of the two zips (default ../shared/data/omniglot)")
+    p.add_argument("--characters", type=int, default=0,
+                   help="train on the first N characters of small1 only (0 = all 136; smoke runs)")
     p.add_argument("--budget", type=float, default=None,
                    help="wall-clock seconds for the whole benchmark; both trainings share what the "
                         "data preparation and evaluation leave (0 = no limit; default 1170, none with --gpu)")
@@ -218,6 +220,9 @@ def main(argv=None) -> int:
     if args.quick:  # 12 drawers per character: 3 validate, 9 train
         keep = {f"{d:02d}" for d in range(1, 13)}
         train_rows = [r for r in train_rows if r["drawer"] in keep]
+    if args.characters:
+        keep = sorted({r["id"] for r in train_rows})[: args.characters]
+        train_rows = [r for r in train_rows if r["id"] in keep]
     train_dir = common.build_competition(out / "train_small1", [(r["path"], r["id"]) for r in train_rows])
     eval_dir = eval_competition(eval_rows, out / "eval_small2", args.seed)
     print(f"training set: {len(train_rows)} images of {len({r['id'] for r in train_rows})} characters "
