@@ -94,6 +94,7 @@ class Scale:
     fc: int = 256
     batch: int = 32
     lr: float = 1e-3
+    curriculum: tuple[tuple[float, float], ...] = CURRICULUM
     eager: bool = False  # tiny runs: tracing the graphs would cost more than running them
 
     @property
@@ -117,7 +118,7 @@ class Split:
     """Seed patterns and per-stage homographies of one split (train, validation or test)."""
 
     def __init__(self, rng: np.random.Generator, scale: Scale, n_patterns: int, n_homographies: int,
-                 stages=CURRICULUM):
+                 stages: tuple[tuple[float, float], ...]):
         self.patterns = np.stack([hg.draw_pattern(rng, scale.size, scale.square, hg.DISKS, scale.diameter)[0]
                                   for _ in range(n_patterns)])
         self.homographies = [np.stack([hg.random_homography(rng, scale.radius(R), phi, scale.size, scale.square)
@@ -253,9 +254,9 @@ def run_seed(seed: int, scale: Scale, rows: dict, log=print) -> dict:
 
     t0 = time.time()
     n_val = max(4, scale.patterns // 10)
-    train = Split(np.random.default_rng([seed, 0]), scale, scale.patterns, scale.patterns)
-    val = Split(np.random.default_rng([seed, 1]), scale, n_val, n_val)
-    test = Split(np.random.default_rng([seed, 2]), scale, scale.patterns, scale.patterns, stages=CURRICULUM[1:])
+    train = Split(np.random.default_rng([seed, 0]), scale, scale.patterns, scale.patterns, scale.curriculum)
+    val = Split(np.random.default_rng([seed, 1]), scale, n_val, n_val, scale.curriculum)
+    test = Split(np.random.default_rng([seed, 2]), scale, scale.patterns, scale.patterns, scale.curriculum[-1:])
     log(f"seed {seed}: {scale.patterns} + {n_val} + {scale.patterns} patterns at {scale.size} px drawn "
         f"({time.time() - t0:.1f} s)")
     cache: dict = {}
@@ -280,7 +281,7 @@ def run_seed(seed: int, scale: Scale, rows: dict, log=print) -> dict:
             xv, yv = data(val, "val", architecture, stage, max(scale.images_per_stage // 10, 6), equivalence)
             for epoch in range(epochs):
                 loss_value = fit_epoch(model, x, y, np.random.default_rng([seed, 4, r, stage, epoch]), scale.batch)
-            stages.append({"stage": stage, "R": CURRICULUM[stage][0], "phi_max": CURRICULUM[stage][1],
+            stages.append({"stage": stage, "R": scale.curriculum[stage][0], "phi_max": scale.curriculum[stage][1],
                            "train_items": len(x), "epochs": epochs, "last_loss": loss_value,
                            "val_accuracy": accuracy(predict(model, xv), yv)})
         xt, yt = data(test, "test", architecture, 0, scale.test_images, equivalence)
@@ -320,7 +321,9 @@ def parse_args(argv=None):
     p.add_argument("--images-per-stage", type=int, help="K images per training stage (default 48000: "
                                                         "24000 pairs or 16000 triplets)")
     p.add_argument("--test-images", type=int, help="test images (default 30000: 15000 pairs, 10000 triplets)")
-    p.add_argument("--epochs-per-stage", help="N or N1,N2 (default 20,10)")
+    p.add_argument("--epochs-per-stage", help="N or one N per stage (default 20,10)")
+    p.add_argument("--curriculum", help="R:PHI per stage, R in px on the 100 px square (default 15:90,25:180; "
+                                        "the test set has the last stage's difficulty)")
     p.add_argument("--widths", help="the five conv layers' filters (default 32,64,64,128,128)")
     p.add_argument("--fc", type=int, help="width of the first FC layer (default 256)")
     p.add_argument("--batch", type=int, help="batch size (default 32)")
@@ -336,15 +339,20 @@ def scale_from(args) -> Scale:
                                                 ("images_per_stage", "images_per_stage"),
                                                 ("test_images", "test_images"), ("fc", "fc"), ("batch", "batch"))
                if getattr(args, a) is not None}
+    if args.curriculum:
+        changes["curriculum"] = tuple(tuple(float(v) for v in st.split(":")) for st in args.curriculum.split(","))
+    stages = len(changes.get("curriculum", scale.curriculum))
     if args.epochs_per_stage:
         e = tuple(int(v) for v in args.epochs_per_stage.split(","))
-        changes["epochs"] = e * len(CURRICULUM) if len(e) == 1 else e
+        changes["epochs"] = e * stages if len(e) == 1 else e
+    elif stages != len(scale.epochs):
+        changes["epochs"] = scale.epochs[:1] * stages
     if args.widths:
         changes["widths"] = tuple(int(v) for v in args.widths.split(","))
     scale = replace(scale, **changes)
-    if len(scale.epochs) != len(CURRICULUM) or len(scale.widths) != 5:
-        raise ValueError(f"--epochs-per-stage: expected 1 or {len(CURRICULUM)} values, --widths 5, received "
-                         f"{scale.epochs} and {scale.widths}")
+    if len(scale.epochs) != stages or len(scale.widths) != 5 or any(len(st) != 2 for st in scale.curriculum):
+        raise ValueError(f"--epochs-per-stage: expected 1 or {stages} values, --widths 5, --curriculum R:PHI pairs; "
+                         f"received {scale.epochs}, {scale.widths} and {scale.curriculum}")
     if scale.size < 2 ** 5 or scale.patterns < 2:
         raise ValueError(f"--size >= 32 (five 2x2 poolings) and --patterns >= 2 expected, received "
                          f"{scale.size} and {scale.patterns}")
@@ -365,7 +373,7 @@ def main(argv=None) -> dict:
         rows.update(VARIANT_ROWS)
     seeds = [int(s) for s in str(args.seeds).split(",")]
     log(f"scale: {asdict(scale)}; square {scale.square} px, disks {scale.diameter} px, "
-        f"R = {[round(scale.radius(R), 2) for R, _ in CURRICULUM]} px; seeds {seeds}")
+        f"R = {[round(scale.radius(R), 2) for R, _ in scale.curriculum]} px; seeds {seeds}")
     per_seed = [run_seed(seed, scale, rows, log) for seed in seeds]
     text, summary = table(per_seed, rows)
     seconds = time.time() - t0
