@@ -95,6 +95,7 @@ class Scale:
     batch: int = 32
     lr: float = 1e-3
     curriculum: tuple[tuple[float, float], ...] = CURRICULUM
+    bn_momentum: float = 0.9  # Keras' 0.99 leaves the inference statistics at their start after a few hundred steps
     eager: bool = False  # tiny runs: tracing the graphs would cost more than running them
 
     @property
@@ -141,11 +142,11 @@ def build_branch(scale: Scale):
     from keras import layers
 
     inp = keras.Input((scale.size, scale.size, 1))
-    x = layers.BatchNormalization()(inp)
+    x = layers.BatchNormalization(momentum=scale.bn_momentum)(inp)
     for w in scale.widths:
         x = layers.Conv2D(w, 5, padding="same", kernel_initializer="glorot_uniform",
                           bias_initializer="glorot_uniform")(x)
-        x = layers.BatchNormalization()(x)
+        x = layers.BatchNormalization(momentum=scale.bn_momentum)(x)
         x = layers.Activation("relu")(x)
         x = layers.MaxPooling2D(2)(x)
     x = layers.Flatten()(x)
@@ -327,6 +328,7 @@ def parse_args(argv=None):
     p.add_argument("--widths", help="the five conv layers' filters (default 32,64,64,128,128)")
     p.add_argument("--fc", type=int, help="width of the first FC layer (default 256)")
     p.add_argument("--batch", type=int, help="batch size (default 32)")
+    p.add_argument("--bn-momentum", type=float, help="BatchNorm's moving-average momentum (default 0.9)")
     p.add_argument("--rows", help=f"comma-separated subset of {','.join(ROWS)} (default all)")
     p.add_argument("--variant", action="store_true", help="also the transformation-equivalence rows")
     p.add_argument("--quiet", action="store_true")
@@ -337,7 +339,8 @@ def scale_from(args) -> Scale:
     scale = QUICK if args.quick else Scale()
     changes = {k: getattr(args, a) for k, a in (("size", "size"), ("patterns", "patterns"),
                                                 ("images_per_stage", "images_per_stage"),
-                                                ("test_images", "test_images"), ("fc", "fc"), ("batch", "batch"))
+                                                ("test_images", "test_images"), ("fc", "fc"), ("batch", "batch"),
+                                                ("bn_momentum", "bn_momentum"))
                if getattr(args, a) is not None}
     if args.curriculum:
         changes["curriculum"] = tuple(tuple(float(v) for v in st.split(":")) for st in args.curriculum.split(","))
