@@ -1,8 +1,8 @@
 """Seed 000 (Moskvyak & Maire 2017): learning homographic equivalence of disk patterns, Table I. Not a test.
 
     python benchmarks/homography.py --out runs/homography [--quick] [--seeds 0,1,2]
-    python benchmarks/homography.py --out runs/homography64 --size 64 --patterns 400 \\
-        --images-per-stage 1800 --test-images 1800 --epochs-per-stage 2,2 --widths 8,16,16,32,32 --fc 64
+    python benchmarks/homography.py --out runs/homography48 --size 48 --patterns 300 --images-per-stage 2400 \\
+        --test-images 1200 --epochs-per-stage 2,2 --widths 8,16,16,32,32 --fc 64   # ~12 min, 2 cores (docs/homography.md)
     KERAS_BACKEND=jax python benchmarks/homography.py --out runs/homography_full   # the paper's scale (GPU)
 
 Data (section IV-B, :mod:`whale.data.homography`): seed patterns of 10 black disks on a white
@@ -16,8 +16,8 @@ triplets for the triplet rows, drawn once per seed and shared by the rows of one
 ("saved datasets ... allow fair comparison"). Test: ``--test-images 30,000`` images = 15,000
 pairs and 10,000 triplets (Table I's counts).
 
-Network (section III-C, Fig. 5): BatchNorm, then 5 x [conv 5x5, BatchNorm, ReLU, max-pool 2x2],
-flatten, FC + ReLU, FC -> ``d = 128``; Xavier-uniform convolutions, FC layers with L2 0.01 and
+Network (section III-C, Fig. 5): BatchNorm (momentum 0.9, ``--bn-momentum``: the text gives
+none), then 5 x [conv 5x5, BatchNorm, ReLU, max-pool 2x2], flatten, FC + ReLU, FC -> ``d = 128``; Xavier-uniform convolutions, FC layers with L2 0.01 and
 zero biases; Adam. The text gives neither the filter counts nor the first FC's width: they are
 ``--widths`` (default 32,64,64,128,128) and ``--fc`` (default 256). The paper's images have 3
 colour channels; the patterns are gray, so the input has 1.
@@ -48,7 +48,6 @@ The last stdout line is ``{"benchmark": "homography", "metrics": {...}, "seconds
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -221,7 +220,7 @@ def accuracy(distances: np.ndarray, labels: np.ndarray, threshold: float = THRES
 
 
 def _inputs(x: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
-    """The model's inputs for items ``idx`` of ``x`` ``[n, k, s, s]`` uint8: k arrays ``[b, s, s, 1]`` float32 in [0, 1]."""
+    """The inputs for items ``idx`` of ``x`` ``[n, k, s, s]`` uint8: k arrays ``[b, s, s, 1]`` float32 in [0, 1]."""
     return [x[idx, j, ..., None].astype(np.float32) / 255.0 for j in range(x.shape[1])]
 
 
@@ -329,7 +328,8 @@ def parse_args(argv=None):
     p.add_argument("--fc", type=int, help="width of the first FC layer (default 256)")
     p.add_argument("--batch", type=int, help="batch size (default 32)")
     p.add_argument("--bn-momentum", type=float, help="BatchNorm's moving-average momentum (default 0.9)")
-    p.add_argument("--rows", help=f"comma-separated subset of {','.join(ROWS)} (default all)")
+    p.add_argument("--rows", help=f"comma-separated subset of {','.join({**ROWS, **VARIANT_ROWS})} "
+                                  "(default the four of Table I)")
     p.add_argument("--variant", action="store_true", help="also the transformation-equivalence rows")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
@@ -368,10 +368,11 @@ def main(argv=None) -> dict:
     t0 = time.time()
     log = (lambda *a, **k: None) if args.quiet else (lambda *a, **k: print(*a, **k, flush=True))
     scale = scale_from(args)
-    rows = {k: ROWS[k] for k in (args.rows.split(",") if args.rows else ROWS)} if not args.rows or all(
-        k in ROWS for k in args.rows.split(",")) else None
-    if rows is None:
-        raise ValueError(f"--rows: expected names from {sorted(ROWS)}, received {args.rows!r}")
+    every = {**ROWS, **VARIANT_ROWS}
+    names = args.rows.split(",") if args.rows else list(ROWS)
+    if any(k not in every for k in names):
+        raise ValueError(f"--rows: expected names from {sorted(every)}, received {args.rows!r}")
+    rows = {k: every[k] for k in names}
     if args.variant:
         rows.update(VARIANT_ROWS)
     seeds = [int(s) for s in str(args.seeds).split(",")]
