@@ -18,9 +18,10 @@ pairs and 10,000 triplets (Table I's counts).
 
 Network (section III-C, Fig. 5): BatchNorm (momentum 0.9, ``--bn-momentum``: the text gives
 none), then 5 x [conv 5x5, BatchNorm, ReLU, max-pool 2x2], flatten, FC + ReLU, FC -> ``d = 128``;
-Xavier-uniform convolutions, FC layers with L2 0.01 and zero biases; Adam. The text gives neither the filter counts nor the first FC's width: they are
-``--widths`` (default 32,64,64,128,128) and ``--fc`` (default 256). The paper's images have 3
-colour channels; the patterns are gray, so the input has 1.
+Xavier-uniform convolutions, FC layers with L2 0.01 and zero biases; Adam. The text gives
+neither the filter counts nor the first FC's width: they are ``--widths`` (default
+32,64,64,128,128) and ``--fc`` (default 256). The paper's images have 3 colour channels; the
+patterns are gray, so the input has 1.
 
 Rows (Table I) and the two readings the text forces (docs/homography.md):
 
