@@ -2,7 +2,7 @@
 
     python benchmarks/homography.py --out runs/homography [--quick] [--seeds 0,1,2]
     python benchmarks/homography.py --out runs/homography48 --size 48 --patterns 300 --images-per-stage 2400 \\
-        --test-images 1200 --epochs-per-stage 2,2 --widths 8,16,16,32,32 --fc 64   # ~12 min, 2 cores (docs/homography.md)
+        --test-images 1200 --epochs-per-stage 2,2 --widths 8,16,16,32,32 --fc 64  # ~12 min, 2 cores
     KERAS_BACKEND=jax python benchmarks/homography.py --out runs/homography_full   # the paper's scale (GPU)
 
 Data (section IV-B, :mod:`whale.data.homography`): seed patterns of 10 black disks on a white
