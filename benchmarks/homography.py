@@ -220,6 +220,14 @@ def accuracy(distances: np.ndarray, labels: np.ndarray, threshold: float = THRES
     return float(right.all(axis=1).mean())
 
 
+def order_accuracy(distances: np.ndarray, labels: np.ndarray) -> float | None:
+    """Triplets ``[n, 2]``: share with the positive's distance below the negative's (threshold-free); None for pairs."""
+    d, y = np.asarray(distances, np.float64), np.asarray(labels)
+    if d.ndim != 2 or d.shape[1] != 2:
+        return None
+    return float((np.where(y[:, 0] == 0, d[:, 0], d[:, 1]) < np.where(y[:, 0] == 0, d[:, 1], d[:, 0])).mean())
+
+
 def _inputs(x: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
     """The inputs for items ``idx`` of ``x`` ``[n, k, s, s]`` uint8: k arrays ``[b, s, s, 1]`` float32 in [0, 1]."""
     return [x[idx, j, ..., None].astype(np.float32) / 255.0 for j in range(x.shape[1])]
@@ -287,11 +295,16 @@ def run_seed(seed: int, scale: Scale, rows: dict, log=print) -> dict:
                            "val_accuracy": accuracy(predict(model, xv), yv)})
         xt, yt = data(test, "test", architecture, 0, scale.test_images, equivalence)
         dt = predict(model, xt)
-        results[name] = {"test_accuracy": accuracy(dt, yt), "test_items": len(xt), "stages": stages,
+        results[name] = {"test_accuracy": accuracy(dt, yt), "test_order_accuracy": order_accuracy(dt, yt),
+                         "test_median_distance": {"positive": float(np.median(dt[yt.reshape(dt.shape) == 0])),
+                                                  "negative": float(np.median(dt[yt.reshape(dt.shape) == 1]))},
+                         "test_items": len(xt), "stages": stages,
                          "seconds": time.time() - t1}
-        log(f"seed {seed} {name}: test accuracy {results[name]['test_accuracy']:.4f} on {len(xt)} "
-            f"{architecture == 'siamese' and 'pairs' or 'triplets'}; validation after each stage "
-            f"{[round(s['val_accuracy'], 3) for s in stages]} ({results[name]['seconds']:.0f} s)")
+        res = results[name]
+        log(f"seed {seed} {name}: test accuracy {res['test_accuracy']:.4f} on {len(xt)} "
+            f"{'pairs' if architecture == 'siamese' else 'triplets'} (order {res['test_order_accuracy']}, "
+            f"median distances {res['test_median_distance']}); validation after each stage "
+            f"{[round(s['val_accuracy'], 3) for s in stages]} ({res['seconds']:.0f} s)")
         keras.backend.clear_session()
     return results
 

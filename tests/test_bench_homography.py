@@ -77,3 +77,11 @@ def test_bad_flags_say_what_was_expected(tmp_path):
         bench.main(["--out", str(tmp_path), "--quick", "--rows", "siamese_focal"])
     with pytest.raises(ValueError, match="--epochs-per-stage"):
         bench.main(["--out", str(tmp_path), "--quick", "--epochs-per-stage", "1,2,3"])
+
+
+def test_order_accuracy_ignores_the_threshold():
+    d = np.array([[1.0, 3.0], [2.0, 1.5], [4.0, 0.7]])
+    y = np.array([[0, 1], [0, 1], [1, 0]])
+    assert bench.order_accuracy(d, y) == pytest.approx(2 / 3)  # accuracy at 0.5 would be 0
+    assert bench.accuracy(d, y) == 0.0
+    assert bench.order_accuracy(np.array([[0.2], [0.7]]), np.array([0, 1])) is None
