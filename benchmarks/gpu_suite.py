@@ -17,8 +17,8 @@ Steps, in the order they run (see :data:`STEPS`; ``--list`` prints them with the
 3. ``mining_pruned`` / ``mining_exact``: the trainer's miners (``mining: pruned`` and ``exact``)
    on 15,697 images, d = 1024, K = 0.25; the report sets them against one mining interval of
    the 512 px stage (target: mining, features included, <= 10% of it).
-4. ``objectives``: the scoring rates of ``whale.objectives``' objectives (skipped while the
-   package defines none).
+4. ``objectives``: the exact score matrix of each embedding objective at 15,697 images (the
+   projection once per image, one matrix product per block; seed 004's weighted norms).
 5. ``omniglot_seed0``, ``omniglot_seed1``, ``omniglot_seed2``: ``benchmarks/omniglot.py --gpu``
    (``configs/omniglot_gpu.yaml``), random and adversarial negatives side by side, one seed a
    step: the adversarial one-shot accuracy on unseen characters (target >= 0.92) and the
@@ -129,7 +129,8 @@ STEPS = (
     Step("mining_exact", "exact mining (mining: exact), 15,697 images, d = 1024, K = 0.25, 1 epoch",
          "step_mining", 240, 10, dict(mode="exact", n=KAGGLE_TRAIN_IMAGES, d=1024, epochs=1),
          dict(n=300, d=64, epochs=1)),
-    Step("objectives", "scoring rates of whale.objectives' objectives", "step_objectives", 60, 2),
+    Step("objectives", "exact score matrix of each embedding objective, 15,697 images, d = 1024", "step_objectives",
+         120, 20, dict(n=KAGGLE_TRAIN_IMAGES, d=1024), dict(n=600, d=64)),
     # One seed a step, both methods at once (two processes sharing the GPU): ~7 minutes each.
     *(Step(f"omniglot_seed{s}", f"Omniglot one-shot, configs/omniglot_gpu.yaml, seed {s}, random and adversarial",
            "step_omniglot", 450, 150, dict(seed=s), dict(quick=True)) for s in (0, 1, 2)),
@@ -231,14 +232,32 @@ def step_mining(ctx, mode: str, n: int, d: int, epochs: int, k: float = 0.25) ->
             "compile_s": round(compile_s, 2)}
 
 
-def step_objectives(ctx) -> dict:
-    """Scoring rates of the objectives in :mod:`whale.objectives` (skipped while it defines none)."""
-    import whale.objectives as objectives
+def step_objectives(ctx, n: int, d: int) -> dict:
+    """Seconds of each embedding objective's exact train-vs-train score matrix at ``n`` images (branch
+    features ``[n, d]``), as the miner and validation compute it (:func:`whale.objectives.make_scorer`):
+    the projection once per image, then one matrix product per block (seed 004's models: weighted norms)."""
+    import keras
 
-    names = [n for n in getattr(objectives, "__all__", []) if not n.startswith("_")]
-    if not names:
-        return {"skipped": "whale.objectives defines no objective yet: nothing to time"}
-    return {"skipped": f"whale.objectives defines {names}; the suite has no scoring-rate step for them yet"}
+    from benchmarks.bench_scoring import time_exact_matrix
+    from whale.objectives import Embedding, EmbeddingScorer, SimilarityModel
+
+    f, _ = _features(n, d)
+    out = {"n": n, "d": d}
+    kinds = [("triplet/contrastive", 256, "cauchy", None), ("global/tgloss", 256, "cosine", None),
+             ("arcface", 512, "cosine", None), ("probabilistic cauchy", 20, "cauchy", "cauchy"),
+             ("probabilistic laplacian", 20, "cauchy", "laplacian")]
+    for label, dim, score, similarity in kinds:
+        keras.utils.set_random_seed(0)
+        layer = Embedding(dim, normalize=score == "cosine", score=score)
+        layer.build((None, d))
+        sim = None
+        if similarity:
+            sim = SimilarityModel(similarity, dim=dim)
+            sim.build([(None, dim), (None, dim)])
+        res = time_exact_matrix(EmbeddingScorer(layer, similarity=sim), f)
+        out[label] = {"embedding": dim, "exact_matrix_s": round(res["exact_matrix_s"], 3),
+                      "pairs_per_s": round(res["exact_pairs_per_s"])}
+    return out
 
 
 def step_omniglot(ctx, seed: int, quick: bool = False) -> dict:
