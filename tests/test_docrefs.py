@@ -67,7 +67,7 @@ def resolves(kind: str, target: str, context: str | None) -> bool:
     """Whether ``target`` names a module (``kind == "mod"``) or a name in the tree; ``context``:
     the dotted module the reference sits in (unqualified names are looked up there)."""
     parts = target.split(".")
-    if parts[0] != "whale":
+    if parts[0] not in ("whale", "benchmarks"):  # the toolkit and its benchmarks are in the tree
         if context is None or len(parts) > 2:
             return True  # outside the toolkit
         path = _module_file(context)
