@@ -28,6 +28,7 @@ import numpy as np
 
 from whale.arrays import id_codes
 from whale.data.augment import build_plain
+from whale.training.imagebatches import load_images
 
 _PURPOSE_AUGMENT_IDS = 104
 
@@ -158,12 +159,8 @@ class IdentityBatchDataset(keras.utils.PyDataset):
         if not 0 <= idx < len(self):
             raise IndexError(f"batch {idx} out of range for {len(self)} batches")
         rows = self.batches[idx]
-        s, c = self.image_size, self.channels
-        x = np.empty((len(rows), s, s, c), np.float32)
-        for j, r in enumerate(rows):
-            img = self.store[int(r)]
-            x[j] = self._plain(img) if self.augmenter is None else self.augmenter(
-                img, np.random.default_rng([self.seed, self.epoch, _PURPOSE_AUGMENT_IDS, int(idx), j]))
+        x = load_images(self.store, rows, self.image_size, self.channels, self._plain, self.augmenter,
+                        (self.seed, self.epoch, _PURPOSE_AUGMENT_IDS, int(idx)))
         return x, self.codes[rows].copy()
 
 

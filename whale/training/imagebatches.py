@@ -110,6 +110,17 @@ def pack_pairs(pairs: np.ndarray, labels: np.ndarray, batch_size: int,
     return out
 
 
+def load_images(store, rows, image_size: int, channels: int, plain: Callable, augmenter: Callable | None,
+                keys: tuple[int, ...]) -> np.ndarray:
+    """``float32 [len(rows), S, S, C]`` (0..255): the crops ``store[rows]``, resized by ``plain`` or augmented
+    with the generator of ``(*keys, slot)`` (keys: seed, epoch, purpose, batch), whatever worker builds them."""
+    x = np.empty((len(rows), image_size, image_size, channels), np.float32)
+    for j, r in enumerate(rows):
+        img = store[int(r)]
+        x[j] = plain(img) if augmenter is None else augmenter(img, np.random.default_rng([*keys, j]))
+    return x
+
+
 class ImageBatchDataset(keras.utils.PyDataset):
     """Batches ``((images, pair_index), y, weight)`` for the ``shared`` siamese model's ``fit``.
 
@@ -143,12 +154,9 @@ class ImageBatchDataset(keras.utils.PyDataset):
     def __getitem__(self, idx: int):
         if not 0 <= idx < len(self):
             raise IndexError(f"batch {idx} out of range for {len(self)} batches")
-        p, s = self.packed, self.image_size
-        x = np.empty((p.images.shape[1], s, s, self.channels), np.float32)
-        for j, g in enumerate(p.images[idx]):
-            img = self.store[int(g)]
-            x[j] = self._plain(img) if self.augmenter is None else self.augmenter(
-                img, np.random.default_rng([self.seed, self.epoch, _PURPOSE_AUGMENT_IMAGES, int(idx), j]))
+        p = self.packed
+        x = load_images(self.store, p.images[idx], self.image_size, self.channels, self._plain, self.augmenter,
+                        (self.seed, self.epoch, _PURPOSE_AUGMENT_IMAGES, int(idx)))
         return (x, p.index[idx].copy()), p.labels[idx].reshape(-1, 1).copy(), p.weights[idx].copy()
 
 
