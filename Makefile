@@ -13,12 +13,13 @@ KSTAMP := $(KVENV)/.installed
 PIP_INSTALL := -m pip install --quiet --disable-pip-version-check
 PYTEST := -m pytest -q -p no:cacheprovider
 # What a Kaggle kernel runs, under Kaggle's versions: the fake-/kaggle round trip, run_fold.py and
-# ensemble.py end to end, the miner (on scipy: lap is absent), no network, the pins, the documented CLIs.
+# ensemble.py end to end, the miner (on scipy: lap is absent), no network, the pins, the documented CLIs,
+# the objectives' losses under Kaggle's Keras.
 KAGGLE_TESTS := tests/test_kernels.py::test_round_trip_pauses_resumes_and_finishes \
 	tests/test_train.py::test_run_fold_script_writes_scores_and_a_valid_submission_input \
 	tests/test_train.py::test_end_to_end_run_fold_then_ensemble \
 	tests/test_miner.py tests/test_solvers.py tests/test_offline.py tests/test_requirements.py \
-	tests/test_docs_kaggle.py
+	tests/test_docs_kaggle.py tests/test_losses.py
 
 .PHONY: install kaggle-env demo test test-slow test-kaggle clean
 
