@@ -235,3 +235,14 @@ def test_arcface_defaults_are_the_happywhale_2022_winners():
     table = {key: spec[3] for key, spec in OBJECTIVE_PARAMS["arcface"].items()}
     assert (table["margin_a"], table["margin_p"], table["margin_c"]) == tuple(HAPPYWHALE_2022_MARGINS.values())
     assert (table["subcenters"], table["scale"]) == (2, 20.96)
+
+
+def test_a_run_never_starts_from_a_run_of_another_objective():
+    from whale.errors import ConfigError
+    from whale.training.pretrain import check_same_start
+
+    stages = [{"epochs": 1, "k": 1.0, "lr": 1e-3, "image_size": 32}] * 2
+    head, triplet = _cfg(stages=stages), _cfg(stages=stages, objective="triplet")
+    check_same_start(head, head, 1, "x")
+    with pytest.raises(ConfigError, match="objective"):
+        check_same_start(triplet, head, 1, "x")

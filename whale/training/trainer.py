@@ -62,7 +62,6 @@ class Trainer:
                  playground: FoldData | None = None, verbose: int | str = "auto", log=print,
                  init: InitSource | None = None):
         from whale.mining import make_miner
-        from whale.objectives import build_objective
 
         # Stages given in steps or pairs get their epochs from this fold's training set.
         cfg = sized_config(cfg, {"main": len(data.pairs), "playground": len(playground.pairs) if playground else None})
@@ -73,7 +72,7 @@ class Trainer:
         self.stores = CropStores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
         self.schedule = Schedule.from_config(cfg)
         self.miner = make_miner(cfg.mining, cfg.candidates, progress=verbose != 0)
-        self.objective = build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
+        self.objective = whale.objectives.build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
         self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", log=log)
         self.model = None
         self._mirrored: dict[int, FoldData] = {}
