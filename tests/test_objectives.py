@@ -246,3 +246,13 @@ def test_a_run_never_starts_from_a_run_of_another_objective():
     check_same_start(head, head, 1, "x")
     with pytest.raises(ConfigError, match="objective"):
         check_same_start(triplet, head, 1, "x")
+
+
+def test_stages_in_steps_give_identity_objectives_the_same_optimiser_steps():
+    from whale.training.schedule import sized_config
+
+    stages = [{"steps": 1000, "k": 1.0, "lr": 1e-3, "image_size": 32}]
+    head, triplet = _cfg(stages=stages, batch_size=32), _cfg(stages=stages, batch_size=32, objective="triplet")
+    # 200 images: a pair epoch is 400 pairs = 13 steps, a P x K epoch about 200 images = 7 steps.
+    assert sized_config(head, {"main": 200}).stages[0].epochs == 77
+    assert sized_config(triplet, {"main": 200}).stages[0].epochs == 143

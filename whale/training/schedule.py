@@ -155,13 +155,16 @@ def is_mining_epoch(epoch_in_stage: int, mining_interval: int) -> bool:
 
 
 
-def epochs_for(stage: Stage, pair_images: int, batch_size: int) -> int:
+def epochs_for(stage: Stage, pair_images: int, batch_size: int, per_image: int = 2) -> int:
     """Whole epochs that give ``stage`` its ``steps`` or ``pairs`` (its ``epochs`` when given).
 
     Args:
         stage: one stage of a config.
         pair_images: training images with a partner of the same id (``FoldData.pairs``), > 0.
-        batch_size: pairs per optimiser step, > 0.
+        batch_size: pairs (or images) per optimiser step, > 0.
+        per_image: batch rows an epoch holds per training image: 2 for the pair objectives (a positive
+            and a negative pair each), 1 for the identity objectives' P x K batches (``pairs:`` then
+            counts images seen).
 
     Example:
         >>> from whale.config import Stage
@@ -172,7 +175,7 @@ def epochs_for(stage: Stage, pair_images: int, batch_size: int) -> int:
         return int(stage.epochs)
     if pair_images < 1 or batch_size < 1:
         raise ValueError(f"expected pair_images >= 1 and batch_size >= 1, received {pair_images}, {batch_size}")
-    pairs_per_epoch = 2 * int(pair_images)
+    pairs_per_epoch = int(per_image) * int(pair_images)
     if stage.steps is not None:
         return max(1, math.ceil(stage.steps / math.ceil(pairs_per_epoch / batch_size)))
     return max(1, math.ceil(stage.pairs / pairs_per_epoch))
@@ -195,5 +198,7 @@ def sized_config(cfg: RunConfig, pair_images: Mapping[str, int | None]) -> RunCo
         if not s.sized and not n:
             raise ConfigError(f"{cfg.name}: stages[{i}] is given in {'steps' if s.steps else 'pairs'} but "
                               f"dataset {s.dataset!r} has no training images with a partner to size it by")
-        stages.append(dataclasses.replace(s, epochs=epochs_for(s, n or 0, cfg.batch_size), steps=None, pairs=None))
+        per_image = 1 if cfg.objective.identities else 2
+        stages.append(dataclasses.replace(s, epochs=epochs_for(s, n or 0, cfg.batch_size, per_image),
+                                          steps=None, pairs=None))
     return dataclasses.replace(cfg, stages=tuple(stages))
