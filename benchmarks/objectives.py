@@ -2,6 +2,7 @@
 
     python benchmarks/objectives.py --out runs/bench_objectives [--sets synthetic,omniglot,lions]
         [--objectives head,contrastive,triplet,global,tgloss,arcface] [--seeds 0,1,2] [--epochs-scale F] [--quick]
+        [--sampler mined|random]
 
 Every objective (``objective:`` of :mod:`whale.objectives`, its own defaults, nothing tuned on a test set)
 trains with the same branch, image size, augmentation, schedule and number of optimiser steps as the
@@ -20,6 +21,11 @@ run. Sets:
 * ``lions``: seed 002's protocol (:func:`whale.metrics.retrieval_protocol`): the lions with >= 3 photos
   split 5 ways by identity, one fifth (``seed % 5``) never trained on; gallery = the training photos +
   2 photos of each test lion, 10 redraws; top-1/5/10, TPR at FAR 0.01, ROC AUC. ``configs/lions.yaml``.
+
+``--sampler``: ``mined`` (default) trains each config's schedule, its adversarial miner seeding the
+pairs or the P x K batches; ``random`` trains the same stages with K = 1000 (random negatives, for the
+identity objectives the seed's random P x K sampler), rows labelled ``OBJECTIVE (random)``: the two
+side by side measure which sampler an objective should use.
 
 Results are appended to ``OUT/results.json`` as each run ends (a killed benchmark resumes where it
 stopped: finished rows are kept, run folders resume); the last lines print one table of mean +- sd over
@@ -182,15 +188,22 @@ def run_one(set_name: str, objective: str, seed: int, args, sets: dict, log) -> 
         row = {"train_s": 0.0, "epochs": "-"}
     else:
         cfg = objective_config(common.repo_root() / "configs" / CONFIGS[set_name], objective, seed, args.epochs_scale)
-        (variant,) = common.train_variants(cfg, data.train_dir, out / objective, methods=("adversarial",),
+        method_name = "adversarial" if args.sampler == "mined" else "random"
+        (variant,) = common.train_variants(cfg, data.train_dir, out / objective, methods=(method_name,),
                                            log=lambda m: None)
         method = common.SiameseMethod(variant.run_dir, objective)
         row = {"train_s": round(variant.seconds, 1), "epochs": f"{variant.epochs_done}/{variant.epochs_total}"}
     row.update({k: float(v) for k, v in data.evaluate(method).items() if k in METRICS[set_name]})
-    row.update(set=set_name, objective=objective, seed=seed, seconds=round(time.time() - t0, 1))
-    log(f"{set_name} seed {seed} {objective}: " + ", ".join(f"{k} {row[k]:.3f}" for k in METRICS[set_name]
+    row.update(set=set_name, objective=label(objective, args.sampler), seed=seed,
+               seconds=round(time.time() - t0, 1))
+    log(f"{set_name} seed {seed} {row['objective']}: " + ", ".join(f"{k} {row[k]:.3f}" for k in METRICS[set_name]
                                                              if k in row) + f" ({row['seconds']:.0f} s)")
     return row
+
+
+def label(objective: str, sampler: str) -> str:
+    """A row's name: the objective, with ``(random)`` when trained on random negatives (``--sampler random``)."""
+    return objective if sampler == "mined" or objective == "pixels" else f"{objective} (random)"
 
 
 def summary(rows: list[dict]) -> tuple[str, dict]:
@@ -227,6 +240,8 @@ def main(argv=None) -> int:
     p.add_argument("--epochs-scale", type=float, default=1.0, help="every stage's length x F for every objective")
     p.add_argument("--ids", type=int, default=200, help="identities of the synthetic competition")
     p.add_argument("--size", type=int, default=256, help="image side of the synthetic competition")
+    p.add_argument("--sampler", choices=("mined", "random"), default="mined",
+                   help="mined: the configs' schedules (adversarial miner); random: K = 1000 in every stage")
     p.add_argument("--quick", action="store_true", help="small sets and 0.1 of the epochs (minutes, for tests)")
     args = p.parse_args(argv)
     t0 = time.time()
@@ -248,7 +263,7 @@ def main(argv=None) -> int:
     for seed in [int(s) for s in args.seeds.split(",") if s]:
         for set_name in sets_wanted:
             for objective in ["pixels", *objectives]:
-                if (set_name, objective, seed) in done:
+                if (set_name, label(objective, args.sampler), seed) in done:
                     continue
                 try:
                     rows.append(run_one(set_name, objective, seed, args, sets, print))

@@ -40,6 +40,18 @@ def test_summary_gives_mean_and_sd_per_set_and_objective():
     assert stats["synthetic/head"]["map5"]["mean"] == pytest.approx(0.6) and stats["synthetic/head"]["seeds"] == [0, 1]
 
 
+def test_random_sampler_rows_are_named_apart_and_pixels_shared():
+    from benchmarks.objectives import label, summary
+
+    assert label("triplet", "mined") == "triplet" and label("triplet", "random") == "triplet (random)"
+    assert label("pixels", "random") == "pixels"  # one pixel baseline per seed, whatever the sampler
+    rows = [{"set": "lions", "objective": label("arcface", s), "seed": 0, "top1": t, "top5": t, "top10": t,
+             "tpr_at_far": t, "auc": t, "val_map5": t, "train_s": 1.0} for s, t in (("mined", 0.2), ("random", 0.1))]
+    table, stats = summary(rows)
+    assert stats["lions/arcface"]["top10"]["mean"] == pytest.approx(0.2)
+    assert stats["lions/arcface (random)"]["top10"]["mean"] == pytest.approx(0.1)
+
+
 @pytest.mark.slow
 def test_quick_run_trains_scores_and_resumes_from_its_results(tmp_path):
     cmd = [sys.executable, str(ROOT / "benchmarks" / "objectives.py"), "--out", str(tmp_path), "--quick",
