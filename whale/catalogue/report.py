@@ -78,10 +78,6 @@ class Proposals:
     threshold: float
     photos: tuple[Photo, ...]
 
-    def find(self, photo: str) -> Photo | None:
-        """The photo the proposals spell ``photo``, or None."""
-        return next((p for p in self.photos if p.photo == photo), None)
-
 
 @dataclass(frozen=True)
 class Decision:
@@ -108,8 +104,9 @@ def _get(obj, key: str, kind, where: str, path: Path):
 def load_proposals(path) -> Proposals:
     """Read and check ``proposals.json``; every error names the file and the key (``photos[2].candidates[0].score``).
 
-    Keys beyond the documented ones are ignored. A candidate individual listed twice for one
-    photo keeps its best-scored image (the page shows the best image per individual).
+    Keys beyond the documented ones are ignored. A relative ``image`` is read, like ``photo``,
+    relative to the file's folder. A candidate individual listed twice for one photo keeps its
+    best-scored image (the page shows the best image per individual).
     """
     path = Path(path)
     try:
@@ -135,7 +132,7 @@ def load_proposals(path) -> Proposals:
         for j, c in enumerate(_get(p, "candidates", list, where, path)):
             cw = f"{where}.candidates[{j}]"
             cand = Candidate(_get(c, "individual", str, cw, path), float(_get(c, "score", (int, float), cw, path)),
-                             _get(c, "image", str, cw, path))
+                             str(path.parent / _get(c, "image", str, cw, path)))
             if not cand.individual.strip() or not math.isfinite(cand.score):
                 raise DataError(f"{path}: {cw}: expected a named individual and a finite score, received "
                                 f"{cand.individual!r}, {cand.score!r}")
@@ -354,7 +351,7 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
     if not rows or tuple(rows[0][1]) != HEADER:
         raise DataError(f"{path} row 1: expected the header {','.join(HEADER)}, received "
                         f"{','.join(rows[0][1]) if rows else 'an empty file'}")
-    out, seen = [], {}
+    out, seen, photos = [], {}, {p.photo: p for p in props.photos}
     for n, fields in rows[1:]:
         def bad(message):
             return DataError(f"{path} row {n}: {message}")
@@ -363,7 +360,7 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
         if len(fields) != 3:
             raise bad(f"expected 3 fields ({','.join(HEADER)}), received {len(fields)}")
         name, decision, individual = fields
-        photo = props.find(name)
+        photo = photos.get(name)
         if photo is None:
             raise bad(f"photo {name!r} is not in {props.path}")
         if name in seen:
