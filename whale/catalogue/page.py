@@ -2,8 +2,9 @@
 
 Plain CSS and ES5-era JavaScript with no library, so the page works offline in any browser.
 The script builds the decisions CSV (``photo,decision,individual``; fields quoted as RFC 4180
-says, lines ended by ``\n`` as in the template, so Python's ``csv`` module reads them back) from the form, refuses ``new`` without a name,
-shows the CSV in the page's text box and downloads it as ``decisions.csv`` (a Blob).
+says, lines ended by ``\n`` as in the template, so Python's ``csv`` module reads them back) from
+the form, refuses ``new`` without a name, shows the CSV in the page's text box and downloads it as
+``decisions.csv`` (a Blob).
 """
 
 PAGE_CSS = """

@@ -123,7 +123,8 @@ def load_proposals(path) -> Proposals:
         where = f"photos[{i}]"
         name = _get(p, "photo", str, where, path)
         if not name or name in seen:
-            raise DataError(f"{path}: {where}.photo: {name!r} " + (f"is photos[{seen[name]}] too" if name else "is empty"))
+            what = f"is photos[{seen[name]}] too" if name else "is empty"
+            raise DataError(f"{path}: {where}.photo: {name!r} {what}")
         seen[name] = i
         group = p.get("group") if isinstance(p, dict) else None
         if group is not None and (isinstance(group, bool) or not isinstance(group, int)):
