@@ -1,8 +1,8 @@
 """The review page's style sheet and script, inlined into every page (:mod:`whale.catalogue.report`).
 
-Plain CSS and ES5-era JavaScript with no library, so the page works offline in any browser.
+Plain CSS and JavaScript with no library, so the page works offline in any browser.
 The script builds the decisions CSV (``photo,decision,individual``; fields quoted as RFC 4180
-says, lines ended by ``\n`` as in the template, so Python's ``csv`` module reads them back) from
+says, lines ended by line feeds as in the template, so Python's ``csv`` module reads them back) from
 the form, refuses ``new`` without a name, shows the CSV in the page's text box and downloads it as
 ``decisions.csv`` (a Blob).
 """
