@@ -326,6 +326,7 @@ TINY = {"name": "review-heatmaps", "seed": 1, "batch_size": 32, "mining_interval
         "stages": [{"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main"}]}
 
 
+@pytest.mark.slow  # a tiny run trained first: 20 s on an idle 2-core machine, 55 s under load
 def test_heatmaps_of_a_trained_run_sit_beside_every_image(batch, tmp_path):
     import cv2
 
