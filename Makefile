@@ -21,7 +21,7 @@ KAGGLE_TESTS := tests/test_kernels.py::test_round_trip_pauses_resumes_and_finish
 	tests/test_miner.py tests/test_solvers.py tests/test_offline.py tests/test_requirements.py \
 	tests/test_docs_kaggle.py tests/test_losses.py
 
-.PHONY: install kaggle-env demo test test-slow test-kaggle clean
+.PHONY: install kaggle-env browser demo test test-slow test-kaggle clean
 
 $(STAMP): requirements.txt
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -37,6 +37,20 @@ install: $(STAMP)
 
 kaggle-env: $(KSTAMP)
 
+# The review page's browser test (tests/test_report.py, marker `browser`) drives a headless Chromium of the
+# system's packages over its DevTools pipe: installed here where it can be (root with apt-get: Debian 12's
+# `chromium`, about 40 s and 155 MB of packages), else only a message, and the test is skipped.
+CHROMIUMS := chromium chromium-browser google-chrome google-chrome-stable
+browser:
+	@for b in $(CHROMIUMS); do command -v $$b >/dev/null 2>&1 && exit 0; done; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (apt-get) for the review page's browser test"; \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >/dev/null \
+			|| echo "apt-get could not install chromium: the browser test of tests/test_report.py is skipped"; \
+	else \
+		echo "no chromium, and no apt-get as root to install it: the browser test of tests/test_report.py is skipped"; \
+	fi
+
 demo: $(STAMP)
 	$(VPY) -m whale.demo --data data/synthetic --out runs/demo --submission submissions/demo.csv
 
@@ -49,7 +63,7 @@ demo: $(STAMP)
 JAX_DESELECT := not every_branch_builds and not param_counts_match_published \
 	and not seresnext50_trainable and not adapt_first_conv_densenet
 
-test: $(STAMP) $(KSTAMP)
+test: $(STAMP) $(KSTAMP) browser
 	$(VPY) $(PYTEST) -m "not slow" tests
 	KERAS_BACKEND=jax $(VPY) $(PYTEST) -m "backend and not slow" -k "$(JAX_DESELECT)" tests
 	$(MAKE) --no-print-directory test-kaggle

@@ -31,6 +31,7 @@ LAYERS = {
     "whale.kaggle": 6,
     "whale.demo": 6,
     "whale.pseudo": 6,  # pseudo-label rounds (score files averaged by whale.ensemble)
+    "whale.catalogue": 6,  # a catalogue of individuals: matching new batches, the review page (uses whale.explain)
 }
 
 # Entry points above every layer: `whale SUBCOMMAND` dispatches to each package's command, so

@@ -1,0 +1,384 @@
+"""The review page of a batch's proposals: a static HTML report, and the decisions it exports.
+
+:func:`write_report` turns ``proposals.json`` (what matching a new batch against the catalogue
+proposes) into ``OUT/index.html``: per photo the query and its candidate individuals side by
+side (the best image of each, its score and rank), the "possibly new" flag, the group of photos
+of the batch that match each other, and, with ``heatmaps=True``, the paper's heatmaps
+(:mod:`whale.explain.heatmap`) of the query and of every candidate image. Images are JPEG files
+in ``OUT/thumbs/`` and ``OUT/heatmaps/`` named by their content's hash, linked relatively: the
+folder is self-contained (no ``file://`` link to an original, no inline base64, no CDN), so it
+opens offline in any browser and can be moved or zipped.
+
+The page holds a form (per photo: one candidate = ``match``, ``new`` with a name, or ``skip``)
+whose "Export decisions" button shows the decisions CSV in a text box and downloads it as
+``decisions.csv``; ``OUT/decisions.csv`` is also written as a template (every photo ``skip``)
+for those who prefer editing a file. :func:`read_decisions` reads either back, every row
+checked against the proposals. docs/review.md describes the page and the format.
+
+``proposals.json``::
+
+    {"batch": str, "run": str, "threshold": float,
+     "photos": [{"photo": str (relative to the file's folder, or absolute), "hash": str,
+                 "possibly_new": bool, "group": int | null,
+                 "candidates": [{"individual": str, "score": float, "image": str (absolute)}]}]}
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from whale import NEW_WHALE
+from whale.catalogue.page import PAGE_CSS, PAGE_JS
+from whale.errors import DataError
+
+DECISIONS = ("match", "new", "skip")
+"""What a decisions row may say about its photo."""
+HEADER = ("photo", "decision", "individual")
+"""The decisions CSV's columns."""
+JPEG_QUALITY = 88
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One individual proposed for a photo: its best image (absolute path) and that image's score."""
+
+    individual: str
+    score: float
+    image: str
+
+
+@dataclass(frozen=True)
+class Photo:
+    """One photo of the batch. ``photo`` as the proposals spell it (the decisions' key), ``path``
+    resolved; ``candidates`` one per individual, best score first."""
+
+    photo: str
+    path: Path
+    hash: str
+    possibly_new: bool
+    group: int | None
+    candidates: tuple[Candidate, ...]
+
+
+@dataclass(frozen=True)
+class Proposals:
+    """A checked ``proposals.json`` (:func:`load_proposals`)."""
+
+    path: Path
+    batch: str
+    run: str
+    threshold: float
+    photos: tuple[Photo, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One row of a decisions file: ``individual`` is None for ``skip``; ``row`` counts the header as row 1."""
+
+    photo: str
+    decision: str
+    individual: str | None
+    row: int
+
+
+def _get(obj, key: str, kind, where: str, path: Path):
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}: {where or 'the file'}: expected an object, received {type(obj).__name__}")
+    if key not in obj:
+        raise DataError(f"{path}: {where + '.' if where else ''}{key}: missing")
+    value = obj[key]
+    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):  # True is an int too
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise DataError(f"{path}: {where + '.' if where else ''}{key}: expected {names}, received {value!r}")
+    return value
+
+
+def load_proposals(path) -> Proposals:
+    """Read and check ``proposals.json``; every error names the file and the key (``photos[2].candidates[0].score``).
+
+    Keys beyond the documented ones are ignored. A relative ``image`` is read, like ``photo``,
+    relative to the file's folder. A candidate individual listed twice for one photo keeps its
+    best-scored image (the page shows the best image per individual).
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: proposals file not found") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable JSON file ({exc})") from None
+    batch = _get(raw, "batch", str, "", path)
+    run = _get(raw, "run", str, "", path)
+    threshold = float(_get(raw, "threshold", (int, float), "", path))
+    photos, seen = [], {}
+    for i, p in enumerate(_get(raw, "photos", list, "", path)):
+        where = f"photos[{i}]"
+        name = _get(p, "photo", str, where, path)
+        if not name or name in seen:
+            what = f"is photos[{seen[name]}] too" if name else "is empty"
+            raise DataError(f"{path}: {where}.photo: {name!r} {what}")
+        seen[name] = i
+        group = p.get("group") if isinstance(p, dict) else None
+        if group is not None and (isinstance(group, bool) or not isinstance(group, int)):
+            raise DataError(f"{path}: {where}.group: expected an integer or null, received {group!r}")
+        best: dict[str, Candidate] = {}
+        for j, c in enumerate(_get(p, "candidates", list, where, path)):
+            cw = f"{where}.candidates[{j}]"
+            cand = Candidate(_get(c, "individual", str, cw, path), float(_get(c, "score", (int, float), cw, path)),
+                             str(path.parent / _get(c, "image", str, cw, path)))
+            if not cand.individual.strip() or not math.isfinite(cand.score):
+                raise DataError(f"{path}: {cw}: expected a named individual and a finite score, received "
+                                f"{cand.individual!r}, {cand.score!r}")
+            if cand.individual not in best or cand.score > best[cand.individual].score:
+                best[cand.individual] = cand
+        ranked = tuple(sorted(best.values(), key=lambda c: -c.score))
+        photos.append(Photo(name, path.parent / name, _get(p, "hash", str, where, path),
+                            _get(p, "possibly_new", bool, where, path), group, ranked))
+    return Proposals(path, batch, run, threshold, tuple(photos))
+
+
+class _Images:
+    """Thumbnails (and heatmaps) written once per source image into ``out_dir``; their names relative to it."""
+
+    def __init__(self, out_dir: Path, side: int, explainer=None):
+        self.out_dir, self.side, self.explainer = out_dir, side, explainer
+        self.done: dict[tuple[str, Path], str] = {}
+
+    def _save(self, folder: str, rgb: np.ndarray) -> str:
+        """``uint8 [H, W, 3]`` RGB -> ``folder/<hash>.jpg`` (written unless there), the name returned."""
+        import cv2
+
+        from whale.files import atomic_write
+
+        ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[:, :, ::-1]), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+        if not ok:
+            raise DataError(f"{self.out_dir}: could not encode a {rgb.shape} image as JPEG")
+        data = buf.tobytes()
+        name = f"{folder}/{hashlib.sha256(data).hexdigest()[:20]}.jpg"
+        target = self.out_dir / name
+        if not target.is_file():
+            atomic_write(target, lambda tmp: tmp.write_bytes(data))
+        return name
+
+    def thumb(self, path: Path) -> str:
+        """The thumbnail of ``path``: the whole image, longest side ``side`` (never enlarged)."""
+        import cv2
+
+        from whale.data import load_image
+
+        key = ("thumbs", path)
+        if key not in self.done:
+            img = load_image(path, channels=3)
+            scale = min(1.0, self.side / max(img.shape[:2]))
+            size = (max(1, round(img.shape[1] * scale)), max(1, round(img.shape[0] * scale)))
+            small = cv2.resize(img, size, interpolation=cv2.INTER_AREA) if scale < 1 else img
+            self.done[key] = self._save("thumbs", small)
+        return self.done[key]
+
+    def heatmap(self, path: Path) -> str | None:
+        """The paper's heatmap over ``path`` as the model sees it (a ``side`` square), or None without a run."""
+        if self.explainer is None:
+            return None
+        from whale.explain.heatmap import heatmap, overlay
+
+        key = ("heatmaps", path)
+        if key not in self.done:
+            ex = self.explainer
+            x = ex.crop(path, None, ex.tap.size, ex.tap.channels)[None].astype(np.float32)
+            self.done[key] = self._save("heatmaps", overlay(ex.crop(path, None, self.side, 3), heatmap(ex.tap(x)[0])))
+        return self.done[key]
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _figure(images: _Images, path: Path, caption: str, alt: str, cls: str, control: str = "") -> str:
+    heat = images.heatmap(path)
+    imgs = f'<img src="{_e(images.thumb(path))}" alt="{_e(alt)}">'
+    if heat:
+        imgs += f'<img class="heat" src="{_e(heat)}" alt="{_e("heatmap of " + alt)}">'
+    tag = "label" if control else "div"
+    return (f'<figure class="{cls}"><{tag} class="pick">{imgs}<figcaption>{control}{caption}</figcaption>'
+            f'</{tag}></figure>')
+
+
+def _section(k: int, photo: Photo, images: _Images, groups: dict[int, list[int]]) -> str:
+    query = _figure(images, photo.path, f"query<br><small>{_e(photo.hash)}</small>", f"query {photo.photo}", "query")
+    cands = []
+    for rank, c in enumerate(photo.candidates, 1):
+        radio = (f'<input type="radio" name="d{k}" value="match" data-individual="{_e(c.individual)}" '
+                 f'aria-label="match {_e(c.individual)}">')
+        cands.append(_figure(images, Path(c.image), f'#{rank} <b class="individual">{_e(c.individual)}</b><br>'
+                             f'score <span class="score">{c.score:.3f}</span>', f"#{rank} {c.individual}",
+                             "candidate", radio))
+    flags = '<span class="flag possibly-new">possibly new</span>' if photo.possibly_new else ""
+    if photo.group is not None:
+        others = [f'<a href="#p{j}">#{j}</a>' for j in groups[photo.group] if j != k]
+        flags += (f'<span class="flag group" data-group="{photo.group}">group {photo.group}'
+                  f'{": with " + ", ".join(others) if others else ""}</span>')
+    none = '<p class="none">no candidate above the threshold</p>' if not photo.candidates else ""
+    return f"""<section class="photo" id="p{k}" data-photo="{_e(photo.photo)}">
+<h2>#{k} <span class="name">{_e(photo.photo)}</span> {flags}</h2>
+<div class="row">{query}{''.join(cands)}</div>{none}
+<div class="choice"><label><input type="radio" name="d{k}" value="new"> new individual:</label>
+<input type="text" class="new-name" name="n{k}" placeholder="name" aria-label="name of the new individual">
+<label><input type="radio" name="d{k}" value="skip" checked> skip</label></div>
+</section>"""
+
+
+def render_page(props: Proposals, images: _Images) -> str:
+    """The page's HTML: every text escaped, every image a relative link made by ``images``."""
+    groups: dict[int, list[int]] = {}
+    for k, photo in enumerate(props.photos, 1):
+        if photo.group is not None:
+            groups.setdefault(photo.group, []).append(k)
+    sections = "\n".join(_section(k, p, images, groups) for k, p in enumerate(props.photos, 1))
+    n_new = sum(p.possibly_new for p in props.photos)
+    title = f"Review of batch {props.batch}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>{_e(title)}</title><style>{PAGE_CSS}</style></head>
+<body><header><h1>{_e(title)}</h1>
+<p>Run <code>{_e(props.run)}</code>, threshold {props.threshold:.3f}: {len(props.photos)} photos,
+{n_new} possibly new. Per photo pick the matching candidate, or name a new individual, or skip it;
+then <em>Export decisions</em> (the CSV downloads as <code>decisions.csv</code> and shows below).</p></header>
+<form id="review" onsubmit="return false">
+{sections}
+<footer><button type="button" id="export">Export decisions</button> <span id="export-status" role="status"></span>
+<textarea id="decisions-csv" readonly rows="8" aria-label="decisions CSV"></textarea></footer>
+</form><script>{PAGE_JS}</script></body></html>
+"""
+
+
+def template_csv(props: Proposals) -> str:
+    """The decisions CSV with every photo ``skip``."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(HEADER)
+    writer.writerows([p.photo, "skip", ""] for p in props.photos)
+    return out.getvalue()
+
+
+def write_report(proposals_path, out_dir, heatmaps: bool = False, run_dir=None, thumb: int = 256,
+                 checkpoint: str = "best", verbose: bool = False) -> Path:
+    """Write the review page of ``proposals_path`` into ``out_dir``; returns ``out_dir/index.html``.
+
+    Also writes ``out_dir/thumbs/*.jpg`` (longest side ``thumb`` px), with ``heatmaps`` the
+    heatmaps of run ``run_dir`` (its ``checkpoint``) in ``out_dir/heatmaps/*.jpg`` (``thumb``
+    px squares, the model's view of the whole image), and ``out_dir/decisions.csv``: the
+    template, unless one is there that is no longer the untouched template (a user's edits are
+    never overwritten). Every file is written atomically.
+
+    Raises:
+        DataError: a bad proposals file, or an image that cannot be read (naming the photo's key).
+        OutputError: ``out_dir`` cannot be written.
+    """
+    from whale.files import check_output, write_text_atomic
+    from whale.progress import progress_bar
+
+    if int(thumb) != thumb or thumb < 16:
+        raise ValueError(f"thumb must be an integer of at least 16 pixels, got {thumb!r}")
+    if heatmaps and run_dir is None:
+        raise ValueError("heatmaps=True needs run_dir, the run whose branch draws them")
+    out_dir = check_output(out_dir, "out_dir", folder=True)
+    props = load_proposals(proposals_path)
+    explainer = None
+    if heatmaps:
+        from whale.explain.cli import Explainer
+
+        explainer = Explainer(run_dir, checkpoint)
+    images = _Images(out_dir, int(thumb), explainer)
+    for photo in progress_bar(props.photos, desc="review images", enabled=verbose):
+        for path in [photo.path, *(Path(c.image) for c in photo.candidates)]:
+            try:
+                images.thumb(path)
+                images.heatmap(path)
+            except DataError as exc:
+                raise DataError(f"{props.path}: photo {photo.photo!r}: {exc}") from None
+    page = write_text_atomic(out_dir / "index.html", render_page(props, images))
+    template, existing = template_csv(props), out_dir / "decisions.csv"
+    if not existing.is_file() or _is_template(existing):
+        write_text_atomic(existing, template)
+    return page
+
+
+def _is_template(path: Path) -> bool:
+    """Whether ``path`` holds nothing but ``skip`` rows (a template, of these proposals or others)."""
+    try:
+        rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8-sig"))))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    return bool(rows) and tuple(rows[0]) == HEADER and all(r[1:] in (["skip", ""], ["skip"]) for r in rows[1:] if r)
+
+
+def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decision]:
+    """The decisions CSV ``photo,decision,individual`` at ``path``, checked row by row against ``proposals``.
+
+    ``proposals``: a :class:`Proposals` or the path of ``proposals.json``. Each row names a photo
+    of the proposals (as spelled there; at most one row per photo; photos without a row are left
+    undecided, like ``skip``) and one of :data:`DECISIONS`: ``match`` with one of that photo's
+    candidate individuals (any other name only with ``allow_unlisted=True``: a match the model did
+    not propose; whoever applies it checks that the individual exists), ``new`` with the new
+    individual's name (not ``new_whale``), ``skip`` with the individual empty. Fields are stripped
+    of surrounding spaces; blank lines are ignored; a UTF-8 byte-order mark is accepted.
+
+    Returns:
+        the decisions in file order.
+
+    Raises:
+        DataError: naming the file and the row (the header is row 1) of the first bad row.
+    """
+    path = Path(path)
+    props = proposals if isinstance(proposals, Proposals) else load_proposals(proposals)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise DataError(f"{path}: decisions file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a readable UTF-8 text file ({exc})") from None
+    try:
+        rows = [(n, [f.strip() for f in r]) for n, r in enumerate(csv.reader(io.StringIO(text)), 1) if any(r)]
+    except csv.Error as exc:
+        raise DataError(f"{path}: not a CSV file ({exc})") from None
+    if not rows or tuple(rows[0][1]) != HEADER:
+        raise DataError(f"{path} row 1: expected the header {','.join(HEADER)}, received "
+                        f"{','.join(rows[0][1]) if rows else 'an empty file'}")
+    out, seen, photos = [], {}, {p.photo: p for p in props.photos}
+    for n, fields in rows[1:]:
+        def bad(message):
+            return DataError(f"{path} row {n}: {message}")
+        if len(fields) == 2:
+            fields.append("")
+        if len(fields) != 3:
+            raise bad(f"expected 3 fields ({','.join(HEADER)}), received {len(fields)}")
+        name, decision, individual = fields
+        photo = photos.get(name)
+        if photo is None:
+            raise bad(f"photo {name!r} is not in {props.path}")
+        if name in seen:
+            raise bad(f"photo {name!r} has a decision in row {seen[name]} already")
+        seen[name] = n
+        if decision not in DECISIONS:
+            raise bad(f"decision {decision!r}: expected one of {', '.join(DECISIONS)}")
+        if decision == "skip":
+            if individual:
+                raise bad(f"skip takes no individual, received {individual!r}")
+        elif not individual:
+            raise bad(f"{decision} needs an individual")
+        elif decision == "new" and individual == NEW_WHALE:
+            raise bad(f"{NEW_WHALE!r} is the label of unknown individuals, not a name: choose another")
+        elif decision == "match" and not allow_unlisted and individual not in {c.individual for c in photo.candidates}:
+            listed = ", ".join(c.individual for c in photo.candidates) or "none"
+            raise bad(f"{individual!r} is not a candidate of {name!r} (candidates: {listed}); a match the model "
+                      "did not propose needs allow_unlisted")
+        out.append(Decision(name, decision, individual or None, n))
+    return out
