@@ -196,7 +196,8 @@ class TensorBoardLog:
 def data_fingerprint(data_dir: Path) -> str:
     """A short hash (16 hex digits) of a competition folder: ``train.csv``'s bytes and the image lists.
 
-    The names of the files in ``train/`` and ``test/`` count, not their bytes (reading 25,000
+    The names of the files in ``train/`` and ``test/`` (the format's image folders:
+    :mod:`whale.formats`) count, not their bytes (reading 25,000
     images at every resume would cost minutes): a folder with another ``train.csv`` or other
     images is another competition. ``'none'`` when there is no ``train.csv``.
     """
@@ -204,8 +205,15 @@ def data_fingerprint(data_dir: Path) -> str:
     csv_path = data_dir / "train.csv"
     if not csv_path.is_file():
         return "none"
+    from whale.errors import DataError
+    from whale.formats import DEFAULT, detect_format
+
+    try:
+        fmt = detect_format(data_dir)
+    except DataError:  # a header no format fits: the folder is fingerprinted as 2019's
+        fmt = DEFAULT
     digest = hashlib.sha256(csv_path.read_bytes())
-    for sub in ("train", "test"):
+    for sub in (fmt.train_dir, fmt.test_dir):
         folder = data_dir / sub
         names = sorted(os.listdir(folder)) if folder.is_dir() else []
         digest.update(f"\0{sub}\0{len(names)}\0".encode() + "\0".join(names).encode("utf-8", "surrogateescape"))
