@@ -26,7 +26,7 @@ from pathlib import Path
 
 from whale.errors import DataError, run_cli
 from whale.files import atomic_write
-from whale.formats import DEFAULT, FORMATS, get_format
+from whale.formats import DEFAULT, FORMATS, get_format, read_header
 from whale.metrics import as_labels
 
 __all__ = ["N_LABELS", "read_sample_images", "write_submission", "check_submission", "main"]
@@ -278,6 +278,18 @@ def _compare_with_sample(
     return problems
 
 
+def _columns(path: Path, name: str | None) -> tuple[str, str]:
+    """The submission columns of format ``name``, else of the format whose columns ``path``'s header has."""
+    if name is not None:
+        return get_format(name).submission_columns
+    try:
+        header = tuple(read_header(path))
+    except DataError:  # missing or unreadable: check_submission says so
+        return DEFAULT.submission_columns
+    fits = [f.submission_columns for f in FORMATS.values() if f.submission_columns == header]
+    return fits[0] if fits else DEFAULT.submission_columns
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry: ``check FILE [--sample SAMPLE]``. Returns the exit status."""
     return run_cli(run, argv, "python -m whale.submission")
@@ -290,10 +302,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     check = sub.add_parser("check", help="check a submission CSV")
     check.add_argument("file", type=Path)
     check.add_argument("--sample", type=Path, default=None, help="sample_submission.csv to compare with")
-    check.add_argument("--format", choices=list(FORMATS), default=DEFAULT.name,
-                       help=f"competition format: its submission's columns (default {DEFAULT.name})")
+    check.add_argument("--format", choices=list(FORMATS), default=None,
+                       help="competition format: its submission's columns (default: the one whose columns "
+                            f"FILE's header has, else {DEFAULT.name})")
     args = parser.parse_args(argv)
-    problems = check_submission(args.file, args.sample, get_format(args.format).submission_columns)
+    problems = check_submission(args.file, args.sample, _columns(args.file, args.format))
     if problems:
         for problem in problems[:_MAX_PRINTED]:
             print(problem)
