@@ -5,6 +5,7 @@ with MAP@5 against the synthetic truth; the 2019 format's behaviour is checked b
 """
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -174,6 +175,7 @@ def test_round_trip_synth_run_fold_ensemble_to_a_scored_submission(comp2022, tmp
            "--data", str(comp2022), "--out", str(run), "--verbose", "0"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["format"] == "happywhale2022"  # ensemble.py reads it
     val = np.load(run / "scores" / "val.npz", allow_pickle=False)
     assert NEW in set(val["query_ids"]) and NEW not in set(val["gallery_ids"])
     out = subprocess.run([sys.executable, str(ROOT / "ensemble.py"), str(run), "--tune", "--out", str(sub)],

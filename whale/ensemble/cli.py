@@ -87,24 +87,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def recorded_sample(run_dirs: Sequence[Path]) -> Path | None:
     """``sample_submission.csv`` of the data folder recorded in a run's ``run.json``, if it exists."""
-    for data in recorded_data(run_dirs):
-        if (data / "sample_submission.csv").is_file():
-            return data / "sample_submission.csv"
+    for meta in _run_metas(run_dirs):
+        sample = Path(meta["data"]) / "sample_submission.csv" if meta.get("data") else None
+        if sample is not None and sample.is_file():
+            return sample
     return None
 
 
 def recorded_format(run_dirs: Sequence[Path], name: str | None = None) -> Format:
-    """The competition format: ``name``, else the first recorded data folder's with a ``train.csv``, else 2019's."""
+    """The competition format: ``name``, else the first run's ``run.json`` record (its ``format``, else its
+    data folder's ``train.csv`` header), else 2019's."""
     if name is not None:
         return get_format(name)
-    for data in recorded_data(run_dirs):
-        if (data / "train.csv").is_file():
-            return detect_format(data)
+    for meta in _run_metas(run_dirs):
+        if meta.get("format") in FORMATS:
+            return get_format(meta["format"])
+        if meta.get("data") and (Path(meta["data"]) / "train.csv").is_file():
+            return detect_format(meta["data"])
     return DEFAULT
 
 
-def recorded_data(run_dirs: Sequence[Path]):
-    """Yield the data folders recorded in the runs' ``run.json`` files, in run order."""
+def _run_metas(run_dirs: Sequence[Path]):
+    """Yield the readable ``run.json`` objects of the runs, in run order."""
     for run in run_dirs:
         meta = Path(run) / "run.json"
         if not meta.is_file():  # a snapshot's score folder RUN/scores/384: the run's run.json
@@ -112,11 +116,11 @@ def recorded_data(run_dirs: Sequence[Path]):
         if not meta.is_file():
             continue
         try:
-            data = json.loads(meta.read_text()).get("data")
+            data = json.loads(meta.read_text())
         except (OSError, ValueError):
             continue
-        if data:
-            yield Path(data)
+        if isinstance(data, dict):
+            yield data
 
 
 def apply_recipe(args) -> None:
