@@ -20,18 +20,8 @@ from whale.formats import FORMATS, HAPPYWHALE2022, HUMPBACK2019, detect_format, 
 ROOT = Path(__file__).resolve().parent.parent
 NEW = HAPPYWHALE2022.open_label
 
-QUICK_CONFIG = """
-name: hw2022-test
-seed: 3
-model: {branch: tiny, weights: null, channels: 3, head_mid: 8, head_hidden: 0}
-batch_size: 32
-mining_interval: 2
-mining: exact
-augment: false
-workers: 1
-stages:
-  - {epochs: 2, k: 1000.0, lr: 1.0e-3, image_size: 32, dataset: main}
-"""
+QUICK_STAGES = [{"epochs": 2, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main"}]
+"""The round trip's schedule on conftest's tiny run (:data:`TINY_RUN`): two epochs at 32 px."""
 
 
 @pytest.fixture(scope="module")
@@ -164,13 +154,14 @@ def test_submission_writes_and_checks_image_predictions(tmp_path):
     assert main(["check", str(out), "--sample", str(sample)]) == 0  # the header says which format
 
 
-def test_round_trip_synth_run_fold_ensemble_to_a_scored_submission(comp2022, tmp_path):
+def test_round_trip_synth_run_fold_ensemble_to_a_scored_submission(comp2022, tiny_config, tmp_path):
     """2022 data -> run_fold.py (tiny, 2 epochs) -> ensemble.py --tune -> checked image,predictions + MAP@5."""
     from whale.data import read_solution
     from whale.metrics import map_at_k
     from whale.submission import check_submission
 
-    config, run, sub = _write(tmp_path / "quick.yaml", QUICK_CONFIG), tmp_path / "run", tmp_path / "sub.csv"
+    config = _write(tmp_path / "quick.yaml", tiny_config("hw2022-test", 3, QUICK_STAGES))
+    run, sub = tmp_path / "run", tmp_path / "sub.csv"
     cmd = [sys.executable, str(ROOT / "run_fold.py"), "--config", str(config), "--fold", "1",
            "--data", str(comp2022), "--out", str(run), "--verbose", "0"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
