@@ -1,12 +1,15 @@
 """Writing and checking Kaggle submission files (``Image,Id``; ``Id`` = 5 space-separated labels).
 
+Happywhale 2022 names the columns ``image,predictions`` (``columns``; :mod:`whale.formats`);
+the rules are the same.
+
 :func:`write_submission` validates every row first and writes atomically (a temp file in the
 target folder, then ``os.replace``: :func:`whale.files.atomic_write`), so a crash never leaves a half-written CSV behind.
 :func:`check_submission` reads a file back and lists every problem with its file and line.
 
 Command line::
 
-    python -m whale.submission check FILE [--sample sample_submission.csv]
+    python -m whale.submission check FILE [--sample sample_submission.csv] [--format happywhale2022]
 
 prints ``OK: FILE (N rows)`` and exits 0, or prints the problems and exits 1 (2 when the
 sample itself cannot be read).
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from whale.errors import DataError, run_cli
 from whale.files import atomic_write
+from whale.formats import DEFAULT, FORMATS, get_format, read_header
 from whale.metrics import as_labels
 
 __all__ = ["N_LABELS", "read_sample_images", "write_submission", "check_submission", "main"]
@@ -39,34 +43,34 @@ def _some(names: Sequence[str]) -> str:
     return shown + (f" ... and {more} more" if more > 0 else "")
 
 
-def read_sample_images(sample: str | os.PathLike) -> list[str]:
+def read_sample_images(sample: str | os.PathLike, image_column: str = "Image") -> list[str]:
     """Image names of a ``sample_submission.csv``, in file order.
 
     Args:
-        sample: path to a CSV with an ``Image`` column.
+        sample: path to a CSV with an ``image_column`` column (``Image``; 2022: ``image``).
 
     Returns:
         The image names (str), one per data row.
 
     Raises:
-        DataError: the file is missing, has no ``Image`` column, or repeats an image.
+        DataError: the file is missing, has no image column, or repeats an image.
     """
     sample = Path(sample)
     if not sample.is_file():
         raise DataError(f"{sample}: sample submission not found")
     try:
-        return _read_sample_rows(sample)
+        return _read_sample_rows(sample, image_column)
     except (UnicodeDecodeError, csv.Error) as err:
         raise DataError(f"{sample}: not a UTF-8 CSV file ({err})") from None
 
 
-def _read_sample_rows(sample: Path) -> list[str]:
+def _read_sample_rows(sample: Path, image_column: str) -> list[str]:
     with open(sample, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if not header or "Image" not in header:
-            raise DataError(f"{sample}: line 1: expected a header with an 'Image' column, got {header}")
-        col = header.index("Image")
+        if not header or image_column not in header:
+            raise DataError(f"{sample}: line 1: expected a header with an {image_column!r} column, got {header}")
+        col = header.index(image_column)
         images: list[str] = []
         first_line: dict[str, int] = {}
         for row in reader:
@@ -117,8 +121,9 @@ def write_submission(
     images: Sequence[str],
     predictions: Sequence[Sequence[str] | str],
     sample: str | os.PathLike | None = None,
+    columns: Sequence[str] = HEADER,
 ) -> Path:
-    """Write ``Image,Id`` rows atomically after checking them.
+    """Write ``Image,Id`` rows (``columns``) atomically after checking them.
 
     Args:
         path: output CSV; its folder is created if needed.
@@ -127,6 +132,7 @@ def write_submission(
             space-separated string).
         sample: optional ``sample_submission.csv``; rows are then written in its order and
             its image set must equal ``images`` exactly.
+        columns: the header, image column first (:attr:`whale.formats.Format.submission_columns`).
 
     Returns:
         ``path`` as a ``Path``.
@@ -142,7 +148,7 @@ def write_submission(
     by_image = dict(zip(images, rows))
     order = images
     if sample is not None:
-        order = read_sample_images(sample)
+        order = read_sample_images(sample, columns[0])
         missing = [im for im in order if im not in by_image]
         wanted = set(order)
         extra = [im for im in images if im not in wanted]
@@ -156,7 +162,7 @@ def write_submission(
     def write(tmp: Path) -> None:
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(HEADER)
+            writer.writerow(list(columns))
             for image in order:
                 writer.writerow([image, " ".join(by_image[image])])
 
@@ -164,16 +170,18 @@ def write_submission(
     return path
 
 
-def check_submission(path: str | os.PathLike, sample: str | os.PathLike | None = None) -> list[str]:
+def check_submission(path: str | os.PathLike, sample: str | os.PathLike | None = None,
+                     columns: Sequence[str] = HEADER) -> list[str]:
     """List the problems of a submission file; an empty list means it is valid.
 
-    Checks: the file exists and is readable, header is exactly ``Image,Id``, every row has 2
+    Checks: the file exists and is readable, header is exactly ``Image,Id`` (``columns``), every row has 2
     fields and a non-empty image, images are unique, each ``Id`` holds 5 distinct labels; with
     a sample: same row count, no image outside the sample, none missing, same order.
 
     Args:
         path: the submission CSV.
         sample: optional ``sample_submission.csv``.
+        columns: the expected header, image column first (2022: ``image,predictions``).
 
     Returns:
         Human-readable problems (str), each naming the file and, where there is one, the line.
@@ -182,7 +190,9 @@ def check_submission(path: str | os.PathLike, sample: str | os.PathLike | None =
         DataError: the sample (not the submission) is missing or unreadable.
     """
     path = Path(path)
-    sample_images = read_sample_images(sample) if sample is not None else None
+    columns = list(columns)
+    image_col, labels_col = columns
+    sample_images = read_sample_images(sample, image_col) if sample is not None else None
     if not path.is_file():
         return [f"{path}: file not found"]
     problems: list[str] = []
@@ -192,13 +202,14 @@ def check_submission(path: str | os.PathLike, sample: str | os.PathLike | None =
     except (UnicodeDecodeError, csv.Error) as err:
         return [f"{path}: cannot be read as a UTF-8 CSV: {err}"]
     if not lines:
-        return [f"{path}: empty file; expected the header {','.join(HEADER)} and one row per image"]
+        return [f"{path}: empty file; expected the header {','.join(columns)} and one row per image"]
     header_line, header = lines[0]
-    if header != HEADER:
-        if "Image" not in header or "Id" not in header:
-            return [f"{path}: line {header_line}: expected the header {','.join(HEADER)}, got {','.join(header)!r}"]
-        problems.append(f"{path}: line {header_line}: expected the header {','.join(HEADER)}, got {','.join(header)!r}")
-    i_col, id_col = header.index("Image"), header.index("Id")
+    if header != columns:
+        wrong = f"{path}: line {header_line}: expected the header {','.join(columns)}, got {','.join(header)!r}"
+        if image_col not in header or labels_col not in header:
+            return [wrong]
+        problems.append(wrong)
+    i_col, id_col = header.index(image_col), header.index(labels_col)
 
     first_line: dict[str, int] = {}
     images: list[tuple[int, str]] = []
@@ -267,6 +278,18 @@ def _compare_with_sample(
     return problems
 
 
+def _columns(path: Path, name: str | None) -> tuple[str, str]:
+    """The submission columns of format ``name``, else of the format whose columns ``path``'s header has."""
+    if name is not None:
+        return get_format(name).submission_columns
+    try:
+        header = tuple(read_header(path))
+    except DataError:  # missing or unreadable: check_submission says so
+        return DEFAULT.submission_columns
+    fits = [f.submission_columns for f in FORMATS.values() if f.submission_columns == header]
+    return fits[0] if fits else DEFAULT.submission_columns
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry: ``check FILE [--sample SAMPLE]``. Returns the exit status."""
     return run_cli(run, argv, "python -m whale.submission")
@@ -279,8 +302,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     check = sub.add_parser("check", help="check a submission CSV")
     check.add_argument("file", type=Path)
     check.add_argument("--sample", type=Path, default=None, help="sample_submission.csv to compare with")
+    check.add_argument("--format", choices=list(FORMATS), default=None,
+                       help="competition format: its submission's columns (default: the one whose columns "
+                            f"FILE's header has, else {DEFAULT.name})")
     args = parser.parse_args(argv)
-    problems = check_submission(args.file, args.sample)
+    problems = check_submission(args.file, args.sample, _columns(args.file, args.format))
     if problems:
         for problem in problems[:_MAX_PRINTED]:
             print(problem)

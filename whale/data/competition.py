@@ -1,12 +1,18 @@
-"""Reading a Kaggle-format Humpback Whale folder: train.csv, test listing, boxes, solution.
+"""Reading a Kaggle-format competition folder: train.csv, test listing, boxes, solution.
 
-A competition folder holds::
+A competition folder holds (Humpback Whale Identification 2019; :mod:`whale.formats`)::
 
     train.csv               Image,Id             (required)
     train/                  the training images  (required)
     test/                   the test images      (optional when there is no test set)
     sample_submission.csv   Image,Id             (optional; defines the test order)
     bounding_boxes.csv      Image,x0,y0,x1,y1    (optional; pixels, x1/y1 exclusive)
+
+or, in the Happywhale 2022 format, ``train.csv`` ``image,species,individual_id``, the folders
+``train_images/`` and ``test_images/`` and ``sample_submission.csv`` ``image,predictions``
+(``bounding_boxes.csv`` keeps its columns). The format is read from ``train.csv``'s header
+unless named (``fmt``); either way the loaded table has the columns ``Image``, ``Id`` and, for
+2022, ``species``, so nothing downstream asks which competition it came from.
 
 Everything is checked once, at load time, so that a bad row is reported with its file and
 line before any training starts. Line numbers count the header as line 1, so data row ``r``
@@ -25,6 +31,7 @@ import pandas as pd
 
 from whale.data.images import Box
 from whale.errors import DataError
+from whale.formats import DEFAULT, FORMATS, Format, format_of_header, get_format, read_header
 
 TRAIN_CSV = "train.csv"
 SAMPLE_CSV = "sample_submission.csv"
@@ -34,6 +41,8 @@ ORIGIN = "Origin"
 ORIGINS = ("train", "pseudo", "duplicate")
 """``pseudo``: a test image labelled by :mod:`whale.pseudo`; ``duplicate``: a near-duplicate of another
 training image (:mod:`whale.duplicates`). Both train but are never validated (:mod:`whale.data.folds`)."""
+SPECIES = "species"
+"""Column of :attr:`Competition.train` holding each image's species, for formats that have one."""
 TRAIN_DIR = "train"
 TEST_DIR = "test"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -48,13 +57,14 @@ class Competition:
 
     Attributes:
         root: the competition folder.
-        train: DataFrame with columns ``Image`` and ``Id`` (str), one row per training image,
-            in ``train.csv`` order, index ``0..n-1``.
+        train: DataFrame with columns ``Image`` and ``Id`` (str), plus ``species`` (str) when
+            the format has one, one row per training image, in ``train.csv`` order, index ``0..n-1``.
         test_images: test image names, in ``sample_submission.csv`` order if that file exists,
             else the sorted listing of ``test/``.
         boxes: image name -> ``(x0, y0, x1, y1)`` ints (x1, y1 exclusive); empty without
             ``bounding_boxes.csv``.
         sample_path: path of ``sample_submission.csv``, or None.
+        format: the folder's :class:`whale.formats.Format` (folders, columns, open-set label).
     """
 
     root: Path
@@ -62,14 +72,20 @@ class Competition:
     test_images: list[str]
     boxes: dict[str, Box]
     sample_path: Path | None
+    format: Format = DEFAULT
+
+    @property
+    def open_label(self) -> str:
+        """The label of an individual absent from training (``new_whale``, ``new_individual``)."""
+        return self.format.open_label
 
     def train_path(self, name: str) -> Path:
-        """Path of training image ``name`` (checked to stay inside ``train/``)."""
-        return safe_image_path(self.root / TRAIN_DIR, name)
+        """Path of training image ``name`` (checked to stay inside the training folder)."""
+        return safe_image_path(self.root / self.format.train_dir, name)
 
     def test_path(self, name: str) -> Path:
-        """Path of test image ``name`` (checked to stay inside ``test/``)."""
-        return safe_image_path(self.root / TEST_DIR, name)
+        """Path of test image ``name`` (checked to stay inside the test folder)."""
+        return safe_image_path(self.root / self.format.test_dir, name)
 
     def box(self, name: str) -> Box | None:
         """Box of image ``name``, or None (meaning the whole image) if it has none."""
@@ -86,13 +102,13 @@ def _where(path: Path, lines: np.ndarray, row: int) -> str:
     return f"{path}, {_line(lines, row)}"
 
 
-def _read_csv(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np.ndarray]:
+def _read_csv(path: Path, required: tuple[str, ...], hint: str = "") -> tuple[pd.DataFrame, np.ndarray]:
     """Read a CSV as strings (nothing turned into NaN) and check that columns exist.
 
     Returns:
         the rows (values stripped, blank lines dropped, index ``0..n-1``) and ``[n]`` int64,
         the 1-based line number of each row in the file (header = line 1; exact unless a
-        quoted field spans lines).
+        quoted field spans lines). ``hint`` ends the message of a missing column.
     """
     path = Path(path)
     if not path.is_file():
@@ -110,8 +126,8 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, np.n
     missing = [c for c in required if c not in found]
     if missing:
         raise DataError(
-            f"{path}: missing column(s) {', '.join(missing)}; "
-            f"expected {', '.join(required)}, found {', '.join(found) or 'no columns'}"
+            f"{path}, line 1: missing column(s) {', '.join(missing)}; "
+            f"expected {', '.join(required)}, found {', '.join(found) or 'no columns'}{hint}"
         )
     for col in df.columns:
         df[col] = df[col].str.strip()
@@ -148,49 +164,67 @@ def _check_names(path: Path, lines: np.ndarray, names: pd.Series, what: str = "I
         )
 
 
-def read_train_csv(path: str | Path) -> pd.DataFrame:
+def read_train_csv(path: str | Path, fmt: str | Format | None = None) -> pd.DataFrame:
     """Read and check ``train.csv``.
 
     Args:
-        path: the CSV file, columns ``Image,Id`` and optionally :data:`ORIGIN` (others are ignored).
+        path: the CSV file: columns ``Image,Id`` (2019) or ``image,species,individual_id``
+            (2022), and optionally :data:`ORIGIN` (others are ignored).
+        fmt: the format (:mod:`whale.formats`); None = read from the header.
 
     Returns:
-        DataFrame with the columns ``Image`` and ``Id`` (str), plus ``Origin`` (one of
-        :data:`ORIGINS`) when the file has it, index ``0..n-1``.
+        DataFrame with the columns ``Image`` and ``Id`` (str), ``species`` (str) when the
+        format has one, plus ``Origin`` (one of :data:`ORIGINS`) when the file has it, index ``0..n-1``.
 
     Raises:
-        DataError: missing file or columns, empty Image or Id, duplicate Image (the message
-            names the file and the line).
+        DataError: missing file or columns, empty Image, Id or species, duplicate Image (the
+            message names the file and the line).
     """
-    return _read_train(Path(path))[0]
+    return _read_train(Path(path), fmt)[0]
 
 
-def _read_train(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
+def _header_format(path: Path) -> tuple[Format, str]:
+    """The format ``path``'s header fits (:data:`whale.formats.DEFAULT` if none), and a hint for the error."""
+    try:
+        return format_of_header(read_header(path), str(path)), ""
+    except DataError:
+        others = "; ".join(f"{','.join(f.train_columns)} ({f.name})" for f in FORMATS.values() if f != DEFAULT)
+        return DEFAULT, f" (or {others})"
+
+
+def _read_train(path: Path, fmt: str | Format | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """:func:`read_train_csv` plus the ``[n]`` int64 line number of each row."""
-    df, lines = _read_csv(path, ("Image", "Id"))
-    _check_names(path, lines, df["Image"])
-    empty = np.flatnonzero((df["Id"] == "").to_numpy())
-    if len(empty):
-        row = int(empty[0])
-        raise DataError(
-            f"{_where(path, lines, row)}: empty Id for image {df['Image'].iloc[row]!r} "
-            "(expected a whale id or new_whale)"
-        )
+    fmt, hint = (get_format(fmt), "") if fmt is not None else _header_format(path)
+    df, lines = _read_csv(path, fmt.train_columns, hint)
+    renamed = {fmt.image_column: "Image", fmt.id_column: "Id"}
+    if fmt.species_column is not None:
+        renamed[fmt.species_column] = SPECIES
+    df = df.drop(columns=[c for c in ("Image", "Id", SPECIES) if c in df.columns and c not in renamed])
+    df = df.rename(columns=renamed)
+    _check_names(path, lines, df["Image"], fmt.image_column)
+    for col, what in ((c, name) for name, c in renamed.items() if c != "Image"):
+        empty = np.flatnonzero((df[col] == "").to_numpy())
+        if len(empty):
+            row = int(empty[0])
+            expected = f"an individual's id or {fmt.open_label}" if col == "Id" else "a species name"
+            raise DataError(f"{_where(path, lines, row)}: empty {what} for image {df['Image'].iloc[row]!r} "
+                            f"(expected {expected})")
+    columns = ["Image", "Id"] + ([SPECIES] if fmt.species_column is not None else [])
     if ORIGIN not in df.columns:
-        return df[["Image", "Id"]].copy(), lines
+        return df[columns].copy(), lines
     df[ORIGIN] = df[ORIGIN].replace("", "train")
     bad = np.flatnonzero(~df[ORIGIN].isin(ORIGINS).to_numpy())
     if len(bad):
         raise DataError(f"{_where(path, lines, int(bad[0]))}: {ORIGIN} is {df[ORIGIN].iloc[int(bad[0])]!r}; "
                         f"expected one of {', '.join(ORIGINS)} (or empty)")
-    return df[["Image", "Id", ORIGIN]].copy(), lines
+    return df[columns + [ORIGIN]].copy(), lines
 
 
 def read_solution(root: str | Path, images: list[str] | None = None) -> dict[str, str]:
     """True ids of a competition's test images, from ``root/test_solution.csv``.
 
     The synthetic competition (:mod:`whale.data.synth`) and the benchmarks' mini-competitions write
-    that file (Kaggle's data has none); it has ``train.csv``'s format and checks.
+    that file (Kaggle's data has none); it has ``train.csv``'s format (read from its header) and checks.
 
     Args:
         root: the competition folder. images: test image names that must all be present.
@@ -353,11 +387,15 @@ def _list_test(folder: Path) -> list[str]:
     return names
 
 
-def load_competition(root: str | Path) -> Competition:
+def load_competition(root: str | Path, fmt: str | Format | None = None) -> Competition:
     """Load and check a Kaggle-format competition folder (see the module docstring).
 
     Every image listed in ``train.csv`` (and in ``sample_submission.csv``, if present) must
     exist; boxes are parsed and checked. Images are not decoded here.
+
+    Args:
+        root: the folder. fmt: its format (:mod:`whale.formats`, a name or a
+            :class:`whale.formats.Format`); None = read from ``train.csv``'s header.
 
     Raises:
         DataError: a missing folder or file, a malformed CSV, an unsafe or missing image name;
@@ -366,22 +404,28 @@ def load_competition(root: str | Path) -> Competition:
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"{root}: competition folder not found (expected {TRAIN_CSV} and {TRAIN_DIR}/ inside)")
-    train_dir = root / TRAIN_DIR
+    if fmt is None:
+        fmt = _header_format(root / TRAIN_CSV)[0] if (root / TRAIN_CSV).is_file() else DEFAULT
+    fmt = get_format(fmt)
+    train_dir = root / fmt.train_dir
     if not train_dir.is_dir():
         raise DataError(f"{train_dir}: training image folder not found")
-    train, lines = _read_train(root / TRAIN_CSV)
+    train, lines = _read_train(root / TRAIN_CSV, fmt)
     _check_images_exist(train_dir, train["Image"].tolist(), root / TRAIN_CSV, lines)
 
     sample_path = root / SAMPLE_CSV
+    test_dir = root / fmt.test_dir
     if sample_path.is_file():
-        sample, lines = _read_csv(sample_path, ("Image",))
-        _check_names(sample_path, lines, sample["Image"])
-        test_images = sample["Image"].tolist()
-        _check_images_exist(root / TEST_DIR, test_images, sample_path, lines)
+        image_col = fmt.submission_columns[0]
+        sample, lines = _read_csv(sample_path, (image_col,))
+        _check_names(sample_path, lines, sample[image_col], image_col)
+        test_images = sample[image_col].tolist()
+        _check_images_exist(test_dir, test_images, sample_path, lines)
     else:
         sample_path = None
-        test_images = _list_test(root / TEST_DIR)
+        test_images = _list_test(test_dir)
 
     boxes_path = root / BOXES_CSV
     boxes = read_boxes(boxes_path) if boxes_path.is_file() else {}
-    return Competition(root=root, train=train, test_images=test_images, boxes=boxes, sample_path=sample_path)
+    return Competition(root=root, train=train, test_images=test_images, boxes=boxes, sample_path=sample_path,
+                       format=fmt)

@@ -39,16 +39,16 @@ class ImageSet:
         """``[n] bool``: which images are read mirrored."""
         return np.zeros(len(self.names), bool) if self.flips is None else self.flips
 
-    def with_mirrors(self) -> "ImageSet":
+    def with_mirrors(self, open_label: str = NEW_WHALE) -> "ImageSet":
         """This set followed by its mirror images as new identities (the 1st place's flipped whales).
 
         Image ``i`` keeps position ``i``; its mirror sits at ``n + i``, named ``name#flip``
-        with id ``id_flip`` (``new_whale`` stays ``new_whale``: a mirrored unknown whale is as
-        unknown). Returns a set of ``2n`` images.
+        with id ``id_flip`` (``open_label``, e.g. ``new_whale``, stays: a mirrored unknown whale
+        is as unknown). Returns a set of ``2n`` images.
         """
         if self.flip_flags.any():
             raise ValueError("with_mirrors: this set already holds mirrored images")
-        ids = np.array([i if i == NEW_WHALE else i + FLIP_SUFFIX for i in self.ids], dtype=str)
+        ids = np.array([i if i == open_label else i + FLIP_SUFFIX for i in self.ids], dtype=str)
         return ImageSet(self.names + [n + FLIP_TAG for n in self.names],
                         np.concatenate([self.ids, ids]).astype(str), self.paths + self.paths,
                         self.boxes + self.boxes, np.repeat([False, True], len(self.names)))
@@ -68,9 +68,9 @@ class ImageSet:
 
     @classmethod
     def known(cls, comp: Competition, frame: pd.DataFrame | None = None) -> "ImageSet":
-        """Rows of ``frame`` (default: all of ``comp.train``) with a known id, in order."""
+        """Rows of ``frame`` (default: all of ``comp.train``) with a known id (not ``comp.open_label``), in order."""
         frame = comp.train if frame is None else frame
-        return cls.from_frame(comp, frame[frame["Id"] != NEW_WHALE])
+        return cls.from_frame(comp, frame[frame["Id"] != comp.open_label])
 
     @classmethod
     def test(cls, comp: Competition) -> "ImageSet":
@@ -103,9 +103,10 @@ class FoldData:
 
     ``pairs``: training images of ids with at least two images (they give positive pairs);
     ``gallery``: every training image with a known id; ``val``: validation queries,
-    ``new_whale`` included (empty for fold -1); ``pairs_in_gallery``: ``[len(pairs)] int64``,
+    open-set ones included (empty for fold -1); ``pairs_in_gallery``: ``[len(pairs)] int64``,
     where each pair image sits in ``gallery`` (training reads its crops from the gallery's
-    store, so no image is decoded and cached twice).
+    store, so no image is decoded and cached twice); ``open_label``: the label of the
+    validation queries whose individual the gallery lacks (the competition format's).
     """
 
     pairs: ImageSet
@@ -113,6 +114,7 @@ class FoldData:
     val: ImageSet
     pairs_in_gallery: np.ndarray
     summary: str = ""
+    open_label: str = NEW_WHALE
 
 
     def with_mirrors(self) -> "FoldData":
@@ -121,32 +123,34 @@ class FoldData:
         ``gallery`` becomes :meth:`ImageSet.with_mirrors` of it (the originals keep their
         positions ``0..n-1``); ``val`` is unchanged.
         """
-        return _fold(self.gallery.with_mirrors(), self.val, self.summary)
+        return _fold(self.gallery.with_mirrors(self.open_label), self.val, self.summary, self.open_label)
 
 
-def _fold(gallery: ImageSet, val: ImageSet, summary: str = "") -> FoldData:
+def _fold(gallery: ImageSet, val: ImageSet, summary: str = "", open_label: str = NEW_WHALE) -> FoldData:
     pairs = gallery.with_partners()
-    return FoldData(pairs, gallery, val, gallery.positions(pairs.names), summary)
+    return FoldData(pairs, gallery, val, gallery.positions(pairs.names), summary, open_label)
 
 
 def fold_data(comp: Competition, fold: int, seed: int, n_folds: int = 4,
               val_new_whale: bool = True) -> FoldData:
     """Split a competition by the paper's fold rules; fold -1 trains on everything.
 
-    ``val_new_whale=False`` drops the ``new_whale`` images the rules add to validation.
+    ``val_new_whale=False`` drops the open-set images (``comp.open_label``) the rules add to
+    validation. The rules follow ``comp.format`` (:mod:`whale.data.folds`).
     """
     if not -1 <= fold < n_folds:
         raise ValueError(f"fold must be -1 (train on everything) or 0..{n_folds - 1}, got {fold}")
-    folds = assign_folds(comp.train, n_folds=n_folds, seed=seed)
-    train_part, val_part = split(comp.train, folds, fold)
+    fmt = comp.format
+    folds = assign_folds(comp.train, n_folds=n_folds, seed=seed, fmt=fmt)
+    train_part, val_part = split(comp.train, folds, fold, fmt=fmt)
     if not val_new_whale:
-        val_part = val_part[val_part["Id"] != NEW_WHALE]
+        val_part = val_part[val_part["Id"] != comp.open_label]
     gallery = ImageSet.known(comp, train_part)
     val = ImageSet.from_frame(comp, val_part)
-    return _fold(gallery, val, fold_summary(comp.train, folds))
+    return _fold(gallery, val, fold_summary(comp.train, folds, fmt=fmt), comp.open_label)
 
 
 def playground_data(comp: Competition) -> FoldData:
     """A pre-training dataset: every known image trains, nothing validates."""
     gallery = ImageSet.known(comp)
-    return _fold(gallery, gallery.subset(np.arange(0)))
+    return _fold(gallery, gallery.subset(np.arange(0)), open_label=comp.open_label)

@@ -11,6 +11,10 @@ Every mode prints the implied test share of ``new_whale`` at rank 1 and warns ou
 [0.10, 0.60] (the competition's test set: about 0.28). The inputs' identities are printed
 and bad mixes refused (:mod:`whale.ensemble.identity`). Averaging is :mod:`whale.ensemble.combine`, the rules are
 :mod:`whale.ranking`, the file format :mod:`whale.inference.scorefile`.
+
+The competition format (:mod:`whale.formats`: the open-set label ``new_whale`` or
+``new_individual``, the submission's columns ``Image,Id`` or ``image,predictions``) is
+``--format``, else the one of the data folder recorded in the first run's ``run.json``, else 2019's.
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from whale import NEW_WHALE
 from whale.ensemble.combine import average_score_files, normalise_weights, validation_groups
 from whale.ensemble.identity import check_inputs, check_no_leak, identity_table, read_identities
 from whale.ensemble.recipe import load_recipe
 from whale.ensemble.report import plot_thresholds, write_threshold_csv
 from whale.errors import ConfigError, DataError
 from whale.files import check_output
+from whale.formats import DEFAULT, FORMATS, Format, detect_format, get_format
 from whale.inference.scorefile import first_names, score_path
 from whale.ranking.calibrate import Calibrator, cross_validate
 from whale.ranking.newwhale import (map_for_thresholds, new_whale_shares, predict_for_fraction,
@@ -75,11 +79,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", type=Path, default=None,
                    help="sample_submission.csv giving the row order (default: the one in the data "
                         "folder recorded in the first run's run.json, if any; else the npz query order)")
+    p.add_argument("--format", choices=list(FORMATS), default=None,
+                   help="competition format: open-set label and submission columns (default: the data "
+                        f"folder recorded in the first run's run.json, else {DEFAULT.name})")
     return p
 
 
 def recorded_sample(run_dirs: Sequence[Path]) -> Path | None:
     """``sample_submission.csv`` of the data folder recorded in a run's ``run.json``, if it exists."""
+    for meta in _run_metas(run_dirs):
+        sample = Path(meta["data"]) / "sample_submission.csv" if meta.get("data") else None
+        if sample is not None and sample.is_file():
+            return sample
+    return None
+
+
+def recorded_format(run_dirs: Sequence[Path], name: str | None = None) -> Format:
+    """The competition format: ``name``, else the first run's ``run.json`` record (its ``format``, else its
+    data folder's ``train.csv`` header), else 2019's."""
+    if name is not None:
+        return get_format(name)
+    for meta in _run_metas(run_dirs):
+        if meta.get("format") in FORMATS:
+            return get_format(meta["format"])
+        if meta.get("data") and (Path(meta["data"]) / "train.csv").is_file():
+            return detect_format(meta["data"])
+    return DEFAULT
+
+
+def _run_metas(run_dirs: Sequence[Path]):
+    """Yield the readable ``run.json`` objects of the runs, in run order."""
     for run in run_dirs:
         meta = Path(run) / "run.json"
         if not meta.is_file():  # a snapshot's score folder RUN/scores/384: the run's run.json
@@ -87,14 +116,11 @@ def recorded_sample(run_dirs: Sequence[Path]) -> Path | None:
         if not meta.is_file():
             continue
         try:
-            data = json.loads(meta.read_text()).get("data")
+            data = json.loads(meta.read_text())
         except (OSError, ValueError):
             continue
-        if data:
-            sample = Path(data) / "sample_submission.csv"
-            if sample.is_file():
-                return sample
-    return None
+        if isinstance(data, dict):
+            yield data
 
 
 def apply_recipe(args) -> None:
@@ -139,12 +165,12 @@ def _choose_rule(have_threshold: bool, force: bool, cv) -> tuple[str, str]:
                          "given writes it; --force-calibrated writes the calibrated rule anyway")
 
 
-def _share_sanity(share: float, log) -> None:
-    """Print the implied test share of ``new_whale`` at rank 1; warn outside :data:`SANE_SHARE`."""
+def _share_sanity(share: float, log, label: str = DEFAULT.open_label) -> None:
+    """Print the implied test share of the open-set ``label`` at rank 1; warn outside :data:`SANE_SHARE`."""
     lo, hi = SANE_SHARE
-    log(f"  implied test share of new_whale at rank 1: {share:.4f} (the competition's test set: ~{KAGGLE_SHARE})")
+    log(f"  implied test share of {label} at rank 1: {share:.4f} (the 2019 competition's test set: ~{KAGGLE_SHARE})")
     if not lo <= share <= hi:
-        log(f"warning: {share:.1%} of test images get new_whale first, outside [{lo:.2f}, {hi:.2f}]; the "
+        log(f"warning: {share:.1%} of test images get {label} first, outside [{lo:.2f}, {hi:.2f}]; the "
             f"competition's share is ~{KAGGLE_SHARE}: a threshold this far off usually means short runs, "
             "few validation queries, or a validation set unlike the test set "
             "(consider --new-whale-fraction 0.28)")
@@ -191,7 +217,11 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
     check_inputs(test_paths, test_ids, log=log)
     log("test scores:")
     test = average_score_files(test_paths, weights, log=log)
-    test_top = top_ids(test)
+    fmt = recorded_format(runs, args.format)
+    open_label = fmt.open_label
+    if fmt != DEFAULT:
+        log(f"format: {fmt.name} (open-set label {open_label}, submission columns {','.join(fmt.submission_columns)})")
+    test_top = top_ids(test, open_label=open_label)
     log(f"  {test.n_query} test images x {len(test.gallery)} gallery images")
 
     val_paths = [score_path(r, "val") for r in runs]
@@ -210,10 +240,10 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
         check_no_leak(val_paths)
         log("validation scores (averaged within equal query sets, concatenated across disjoint ones):")
         groups = validation_groups(val_paths, weights, log=log)
-        val_top = concat_top_ids([top_ids(g) for g in groups])
+        val_top = concat_top_ids([top_ids(g, open_label=open_label) for g in groups])
         del groups  # only the top ids are needed from here on
         log(f"  {val_top.n_query} validation queries, "
-            f"{float((val_top.truth == NEW_WHALE).mean()):.3f} of them new_whale")
+            f"{float((val_top.truth == open_label).mean()):.3f} of them {open_label}")
     else:
         log("validation scores: not every run has scores/val.npz; no validation estimate")
 
@@ -234,13 +264,13 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
                                    share_first(val_top, grid), share_first(test_top, grid))
         log(f"threshold grid ({grid.size} values, {grid.min():g}..{grid.max():g}) -> {csv_path}, {png_path}")
         log(f"tuned threshold {t:.6g}: validation MAP@5 {best_map:.5f} (in-sample); "
-            f"test share of new_whale at rank 1: {share_first(test_top, [t])[0]:.4f}")
+            f"test share of {open_label} at rank 1: {share_first(test_top, [t])[0]:.4f}")
     if t is not None and val_top is not None:
         label = f"threshold {t:.6g}" + (" (in-sample: tuned on these queries)" if args.tune else "")
         expected[label] = float(map_for_thresholds(val_top, [t])[0])
 
     if t is not None and threshold_predictions is None:
-        threshold_predictions = predict_top5(test.scores, test.gallery_ids, t)
+        threshold_predictions = predict_top5(test.scores, test.gallery_ids, t, open_label=open_label)
     method = "threshold"
     if args.calibrate:
         cv = cross_validate(val_top, n_splits=args.cv_folds, seed=args.seed)
@@ -262,22 +292,22 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
     sample = args.sample if args.sample is not None else recorded_sample(runs)
     if sample is not None and args.sample is None:
         log(f"row order from {sample} (data folder recorded in run.json)")
-    write_submission(out, test.query.tolist(), predictions, sample=sample)
-    problems = check_submission(out, sample)
+    write_submission(out, test.query.tolist(), predictions, sample=sample, columns=fmt.submission_columns)
+    problems = check_submission(out, sample, fmt.submission_columns)
     if problems:
         raise DataError(f"{out}: the written submission fails its check: " + "; ".join(problems[:10]))
 
-    shares = new_whale_shares(predictions)
+    shares = new_whale_shares(predictions, open_label)
     log("summary:")
     log(f"  runs: {len(runs)}  weights: {', '.join(f'{w:.4f}' for w in weights)}")
     if method == "calibrated":
-        log("  new_whale: calibrated expected-MAP@5 insertion"
+        log(f"  {open_label}: calibrated expected-MAP@5 insertion"
             + (f" (threshold {t:.6g} not used: {why})" if t is not None else ""))
     else:
-        log(f"  new_whale: threshold {t:.6g} ({how}); "
+        log(f"  {open_label}: threshold {t:.6g} ({how}); "
             f"test share with best id < t: {share_first(test_top, [t])[0]:.4f}")
-    log(f"  new_whale share at rank 1..5 on test: {_fmt_shares(shares)} (any: {shares.sum():.3f})")
-    _share_sanity(shares[0], log)
+    log(f"  {open_label} share at rank 1..5 on test: {_fmt_shares(shares)} (any: {shares.sum():.3f})")
+    _share_sanity(shares[0], log, open_label)
     if expected:
         for k, v in expected.items():
             log(f"  expected MAP@5 from validation, {k}: {v:.5f}")

@@ -84,16 +84,18 @@ def _query(args, comp, ex: Explainer) -> str:
     known = ImageSet.known(comp)
     if not len(known):
         raise DataError(f"{comp.root}: no training image with a known id to match against")
-    threshold, source = (args.threshold, "--threshold") if args.threshold is not None else run_threshold(args.run)
+    label = comp.open_label
+    threshold, source = ((args.threshold, "--threshold") if args.threshold is not None
+                         else run_threshold(args.run, label))
     f_known = ex.scorer.features(known.paths, known.boxes)
-    matches, labels = rank_query(ex.scorer, known, f_known, path, box, args.top, threshold)
+    matches, labels = rank_query(ex.scorer, known, f_known, path, box, args.top, threshold, label)
     query = ex.panels(path, box, f"query {path.name}")
     rows = [query]
     for m in matches:
         gallery = ex.panels(m.path, m.box, f"#{m.rank} {m.whale_id}\n{m.name} score {m.score:.3f}")
         rows.append([(f"#{m.rank} query heatmap", query[1][1]), gallery[0], gallery[1]])
-    pos = new_whale_rank(labels)
-    where = f"new_whale at position {pos} of 5" if pos else "new_whale not in the five labels"
+    pos = new_whale_rank(labels, label)
+    where = f"{label} at position {pos} of 5" if pos else f"{label} not in the five labels"
     draw_grid(rows, args.out, title=f"{path.name}: {where} (threshold {threshold:.3f}: {source})\n"
                                     f"submission labels: {' '.join(labels)}")
     lines = [f"wrote {args.out}", f"labels: {' '.join(labels)} ({where}; threshold {threshold:.3f}: {source})"]

@@ -26,7 +26,8 @@ class Match:
     box: tuple | None
 
 
-def rank_query(rs, known, f_known: np.ndarray, query_path, query_box, top: int, threshold: float):
+def rank_query(rs, known, f_known: np.ndarray, query_path, query_box, top: int, threshold: float,
+               open_label: str = NEW_WHALE):
     """Rank the known ids for one query image.
 
     Args:
@@ -35,6 +36,7 @@ def rank_query(rs, known, f_known: np.ndarray, query_path, query_box, top: int, 
             features ``[n, d]`` float32.
         query_path, query_box: the query image and its box (None: whole image).
         top: ids to return. threshold: the new_whale threshold.
+        open_label: the competition's open-set label (``new_whale``, ``new_individual``).
 
     Returns:
         ``(matches, labels)``: ``top`` :class:`Match` es by descending score, and the five
@@ -44,21 +46,21 @@ def rank_query(rs, known, f_known: np.ndarray, query_path, query_box, top: int, 
     from whale.ranking.topids import top_id_scores
 
     scores = rs.matrix(rs.features([query_path], [query_box]), f_known).astype(np.float32)  # [1, n]
-    names, idx, vals = top_id_scores(scores, known.ids, top)
+    names, idx, vals = top_id_scores(scores, known.ids, top, open_label=open_label)
     matches = []
     for r, (i, v) in enumerate(zip(idx[0], vals[0]), start=1):
         cols = np.flatnonzero(known.ids == names[i])
         best = int(cols[np.argmax(scores[0, cols])])
         matches.append(Match(r, str(names[i]), float(v), known.names[best], known.paths[best], known.boxes[best]))
-    return matches, predict_top5(scores, known.ids, threshold)[0]
+    return matches, predict_top5(scores, known.ids, threshold, open_label=open_label)[0]
 
 
-def new_whale_rank(labels) -> int | None:
-    """1-based position of ``new_whale`` in a submission's labels, or None."""
-    return labels.index(NEW_WHALE) + 1 if NEW_WHALE in labels else None
+def new_whale_rank(labels, open_label: str = NEW_WHALE) -> int | None:
+    """1-based position of ``open_label`` (``new_whale``) in a submission's labels, or None."""
+    return labels.index(open_label) + 1 if open_label in labels else None
 
 
-def run_threshold(run_dir) -> tuple[float, str]:
+def run_threshold(run_dir, open_label: str = NEW_WHALE) -> tuple[float, str]:
     """The run's new_whale threshold and where it came from: tuned on its validation scores, else its config."""
     from whale.config import load_config
     from whale.inference.scorefile import load_score_file
@@ -68,7 +70,8 @@ def run_threshold(run_dir) -> tuple[float, str]:
     if val.is_file():
         sf = load_score_file(val)
         if sf.query_ids is not None:
-            t, m, _ = tune_threshold(sf.scores.astype(np.float32), sf.gallery_ids, sf.query_ids)
+            t, m, _ = tune_threshold(sf.scores.astype(np.float32), sf.gallery_ids, sf.query_ids,
+                                     open_label=open_label)
             return float(t), f"tuned on {val} (validation MAP@5 {m:.3f})"
     cfg = load_config(Path(run_dir) / "config.yaml")
     if cfg.threshold is not None:

@@ -17,13 +17,15 @@ from whale.progress import progress_bar
 
 
 def topk_stream(scorer, fq, fg, gallery_ids, k_ids: int = 20, block: int = 256,
-                prune: int | None = None, similarity: str = "auto", progress: bool = True):
+                prune: int | None = None, similarity: str = "auto", progress: bool = True,
+                open_label: str = NEW_WHALE):
     """Top ``k_ids`` ids per query by per-id maximum probability, streamed over the gallery.
 
     Args:
         scorer: :class:`whale.models.scorer.HeadScorer`.
         fq: ``[nq, d]`` float query features; fg: ``[ng, d]`` float gallery features.
-        gallery_ids: ``[ng]`` str labels; ``new_whale`` images are dropped (never returned).
+        gallery_ids: ``[ng]`` str labels; ``open_label`` images (the competition's open-set label,
+            ``new_whale`` by default) are dropped (never returned).
         k_ids: ids kept per query (``min(k_ids, n_ids)``).
         block: queries per step; memory ~ ``block * n_ids * 4`` bytes for the running maximum
             plus one scorer tile (and ``block * ng * 4`` for the proxy when pruning).
@@ -44,12 +46,12 @@ def topk_stream(scorer, fq, fg, gallery_ids, k_ids: int = 20, block: int = 256,
     gids = np.asarray(list(gallery_ids), dtype=str)
     if gids.shape != (len(fg),):
         raise ValueError(f"gallery_ids: expected {len(fg)} labels (one per gallery row), received {gids.shape}")
-    keep = gids != NEW_WHALE
+    keep = gids != open_label
     fg, gids = fg[keep], gids[keep]
     names, codes = np.unique(gids, return_inverse=True)
     n_ids = names.size
     if n_ids == 0:
-        raise ValueError("gallery_ids: expected at least one id other than new_whale")
+        raise ValueError(f"gallery_ids: expected at least one id other than {open_label}")
     kk = min(int(k_ids), n_ids)
     nq = len(fq)
     out_idx = np.empty((nq, kk), np.int64)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whale import NEW_WHALE
 from whale.errors import DataError
 from whale.ranking.newwhale import map_for_thresholds, tune
 from whale.ranking.topids import TopIds
@@ -109,10 +108,10 @@ class Calibrator:
 
         if top.truth is None:
             raise DataError("calibration needs validation queries with true ids (query_ids)")
-        is_new = top.truth == NEW_WHALE
+        is_new = top.truth == top.open_label
         if is_new.all() or not is_new.any():
-            raise DataError(f"calibration needs both new_whale and known-whale validation queries; "
-                            f"got {int(is_new.sum())} new_whale of {len(is_new)}")
+            raise DataError(f"calibration needs both {top.open_label} and known-individual validation queries; "
+                            f"got {int(is_new.sum())} {top.open_label} of {len(is_new)}")
         self.p_new_model = make_pipeline(StandardScaler(), LogisticRegression(C=self.C, max_iter=1000))
         self.p_new_model.fit(query_features(top), is_new.astype(int))
         known = ~is_new
@@ -145,7 +144,7 @@ class Calibrator:
         for names, r in zip(top.names[:, :5].tolist(), ranks.tolist()):
             names = [n for n in names if n]
             if r <= 5:
-                names = names[: r - 1] + [NEW_WHALE] + names[r - 1 :]
+                names = names[: r - 1] + [top.open_label] + names[r - 1 :]
             out.append(names[:5])
         return out
 

@@ -43,18 +43,18 @@ def _insert_positions(top_vals: np.ndarray, threshold: float) -> np.ndarray:
     return (top_vals.astype(np.float64) >= threshold).sum(axis=1).astype(np.int64)
 
 
-def _labels(top_names: np.ndarray, positions: np.ndarray) -> list[list[str]]:
-    """``[n, k]`` str ids + ``[n]`` insertion ranks -> ``n`` lists of at most 5 labels."""
+def _labels(top_names: np.ndarray, positions: np.ndarray, open_label: str = NEW_WHALE) -> list[list[str]]:
+    """``[n, k]`` str ids + ``[n]`` insertion ranks -> ``n`` lists of at most 5 labels (``open_label`` inserted)."""
     out = []
     for row, p in zip(top_names.tolist(), positions.tolist()):
         if p < TOP_K:
-            row = row[:p] + [NEW_WHALE] + row[p:]
+            row = row[:p] + [open_label] + row[p:]
         out.append(row[:TOP_K])
     return out
 
 
 def rank_from_id_scores(
-    id_names: Sequence[str], id_scores: np.ndarray, threshold: float
+    id_names: Sequence[str], id_scores: np.ndarray, threshold: float, open_label: str = NEW_WHALE
 ) -> list[list[str]]:
     """Five labels per query from per-id probabilities, ``new_whale`` inserted by threshold.
 
@@ -62,6 +62,7 @@ def rank_from_id_scores(
         id_names: ``[n_ids]`` distinct str ids (any order; ``new_whale`` not allowed).
         id_scores: ``[n_query, n_ids]`` float probabilities.
         threshold: ``new_whale`` goes at the first rank whose probability is ``< threshold``.
+        open_label: the label inserted (the competition format's: ``new_whale``, ``new_individual``).
 
     Returns:
         ``n_query`` lists of distinct labels, five unless fewer than four ids exist.
@@ -78,8 +79,8 @@ def rank_from_id_scores(
         )
     if not np.issubdtype(id_scores.dtype, np.floating):
         raise ValueError(f"id_scores: expected a float array, got dtype {id_scores.dtype}")
-    if NEW_WHALE in set(names.tolist()):
-        raise ValueError(f"id_names contains {NEW_WHALE!r}; it is inserted by threshold, not ranked")
+    if open_label in set(names.tolist()):
+        raise ValueError(f"id_names contains {open_label!r}; it is inserted by threshold, not ranked")
     t = check_threshold(threshold)
     order = np.argsort(names, kind="stable")
     names = names[order]
@@ -89,11 +90,12 @@ def rank_from_id_scores(
     if not np.array_equal(order, np.arange(order.size)):
         id_scores = id_scores[:, order]  # column order = name order, for the tie rule
     idx, vals = top_k_columns(id_scores, TOP_K)
-    return _labels(names[idx], _insert_positions(vals, t))
+    return _labels(names[idx], _insert_positions(vals, t), open_label)
 
 
 def predict_top5(
-    scores: np.ndarray, gallery_ids: Sequence[str], threshold: float, block: int = DEFAULT_BLOCK
+    scores: np.ndarray, gallery_ids: Sequence[str], threshold: float, block: int = DEFAULT_BLOCK,
+    open_label: str = NEW_WHALE,
 ) -> list[list[str]]:
     """Query-vs-gallery probabilities -> five labels per query (per-id max, top 5, new_whale).
 
@@ -102,13 +104,14 @@ def predict_top5(
         gallery_ids: ``[n_gallery]`` str; ``new_whale`` gallery images are dropped.
         threshold: ``new_whale`` goes at the first rank whose probability is ``< threshold``.
         block: queries per step.
+        open_label: the competition's open-set label, inserted (and dropped from the gallery).
 
     Returns:
         ``n_query`` lists of distinct labels (five unless fewer than four known ids).
     """
     t = check_threshold(threshold)
-    names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, block)
-    return _labels(names[idx], _insert_positions(vals, t))
+    names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, block, open_label)
+    return _labels(names[idx], _insert_positions(vals, t), open_label)
 
 
 def threshold_grid() -> np.ndarray:
@@ -129,6 +132,7 @@ def map_by_threshold(
     top_vals: np.ndarray,
     query_ids: Sequence[str],
     grid: Sequence[float],
+    open_label: str = NEW_WHALE,
 ) -> np.ndarray:
     """MAP@5 for every threshold, from the top ids computed once (see :func:`top_id_scores`).
 
@@ -136,8 +140,9 @@ def map_by_threshold(
         id_names: ``[n_ids]`` str.
         top_idx: ``[n_query, k]`` int64 indices into ``id_names``, ``k <= 5``.
         top_vals: ``[n_query, k]`` float probabilities, descending per row.
-        query_ids: ``[n_query]`` true labels (``new_whale`` included).
+        query_ids: ``[n_query]`` true labels (``open_label`` included).
         grid: ``[n_t]`` thresholds.
+        open_label: the competition's open-set label (``new_whale``).
 
     Returns:
         ``[n_t]`` float64 MAP@5, equal to :func:`whale.metrics.map_at_k` of
@@ -163,7 +168,7 @@ def map_by_threshold(
         return np.zeros(grid.size)
     hit = np.asarray(id_names)[top_idx] == query_ids[:, None]
     true_rank = np.where(hit.any(axis=1), hit.argmax(axis=1), -1)  # 0-based, -1 = absent
-    is_new = query_ids == NEW_WHALE
+    is_new = query_ids == open_label
     known = true_rank >= 0
     maps = np.empty(grid.size)
     for start in range(0, grid.size, 64):
@@ -183,6 +188,7 @@ def tune_threshold(
     query_ids: Sequence[str],
     grid: Sequence[float] | None = None,
     block: int = DEFAULT_BLOCK,
+    open_label: str = NEW_WHALE,
 ) -> tuple[float, float, np.ndarray]:
     """The threshold that maximises validation MAP@5 (with ``new_whale`` queries included).
 
@@ -194,6 +200,7 @@ def tune_threshold(
         query_ids: ``[n_query]`` str true labels of the queries.
         grid: thresholds to try; :func:`threshold_grid` if None.
         block: queries per step for the per-id max.
+        open_label: the competition's open-set label (``new_whale``).
 
     Returns:
         ``(best_t, best_map, maps)``: the first (smallest) grid value reaching the best
@@ -205,8 +212,8 @@ def tune_threshold(
         raise ValueError(
             f"query_ids has {query_ids.size} entries but scores has {scores.shape[0]} query rows"
         )
-    names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, block)
-    best_t, best_map, _, maps = tune(TopIds(names[idx], vals, query_ids), grid)
+    names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, block, open_label)
+    best_t, best_map, _, maps = tune(TopIds(names[idx], vals, query_ids, open_label), grid)
     return best_t, best_map, maps
 
 
@@ -215,7 +222,8 @@ def map_for_thresholds(top: TopIds, grid) -> np.ndarray:
     if top.truth is None:
         raise DataError("validation MAP@5 needs the true ids (query_ids)")
     names, idx, vals = top5_for_ranking(top)
-    return np.asarray(map_by_threshold(names, idx, vals, top.truth, np.asarray(grid, dtype=np.float64)))
+    return np.asarray(map_by_threshold(names, idx, vals, top.truth, np.asarray(grid, dtype=np.float64),
+                                       top.open_label))
 
 
 def tune(top: TopIds, grid=None) -> tuple[float, float, np.ndarray, np.ndarray]:
@@ -336,20 +344,20 @@ def predict_for_fraction(top: TopIds, fraction: float) -> tuple[list[list[str]],
     first[order[:m]] = True
     positions[first] = 0
     positions[~first & (positions == 0)] = 1
-    return _labels(names[idx], positions), t
+    return _labels(names[idx], positions, top.open_label), t
 
 
-def new_whale_shares(predictions: Sequence[Sequence[str]]) -> np.ndarray:
-    """``[5]`` float64: share of queries with ``new_whale`` at rank 1..5."""
+def new_whale_shares(predictions: Sequence[Sequence[str]], open_label: str = NEW_WHALE) -> np.ndarray:
+    """``[5]`` float64: share of queries with ``open_label`` (``new_whale``) at rank 1..5."""
     out = np.zeros(5)
     for labels in predictions:
         labels = list(labels)[:5]
-        if NEW_WHALE in labels:
-            out[labels.index(NEW_WHALE)] += 1
+        if open_label in labels:
+            out[labels.index(open_label)] += 1
     return out / max(1, len(predictions))
 
 
-def topk_to_predictions(id_names, id_scores, threshold: float) -> list[list[str]]:
+def topk_to_predictions(id_names, id_scores, threshold: float, open_label: str = NEW_WHALE) -> list[list[str]]:
     """Per-query top ids (``topk_stream`` output) -> five labels with ``new_whale`` inserted.
 
     ``id_names`` ``[nq, k]`` str, ``id_scores`` ``[nq, k]`` float. Applies
@@ -359,4 +367,4 @@ def topk_to_predictions(id_names, id_scores, threshold: float) -> list[list[str]
     id_scores = np.asarray(id_scores, dtype=np.float32)
     if id_names.shape != id_scores.shape or id_names.ndim != 2:
         raise ValueError(f"id_names, id_scores: expected equal [nq, k] shapes, received {id_names.shape}, {id_scores.shape}")
-    return [rank_from_id_scores(n, s[None, :], threshold)[0] for n, s in zip(id_names, id_scores)]
+    return [rank_from_id_scores(n, s[None, :], threshold, open_label)[0] for n, s in zip(id_names, id_scores)]

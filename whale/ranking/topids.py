@@ -30,7 +30,7 @@ N_TOP = 20
 class _IdIndex:
     """Gallery columns grouped by id: ``columns`` sorted by id, group ``i`` starts at ``starts[i]``."""
 
-    names: np.ndarray  # [n_ids] str, ascending, no new_whale
+    names: np.ndarray  # [n_ids] str, ascending, no open-set label
     columns: np.ndarray | None  # [m] int64 gallery columns sorted by id; None = all, in order
     starts: np.ndarray  # [n_ids] int64 offsets into the sorted columns
 
@@ -81,8 +81,8 @@ def _check_block(block) -> int:
     return int(block)
 
 
-def _id_index(gallery_ids: np.ndarray) -> _IdIndex:
-    keep = np.flatnonzero(gallery_ids != NEW_WHALE)
+def _id_index(gallery_ids: np.ndarray, open_label: str = NEW_WHALE) -> _IdIndex:
+    keep = np.flatnonzero(gallery_ids != open_label)
     kept = gallery_ids[keep]
     order = np.argsort(kept, kind="stable")
     columns = keep[order].astype(np.int64)
@@ -104,15 +104,16 @@ def _block_id_max(block: np.ndarray, index: _IdIndex) -> np.ndarray:
 
 
 def per_id_scores(
-    scores: np.ndarray, gallery_ids: Sequence[str], block: int = DEFAULT_BLOCK
+    scores: np.ndarray, gallery_ids: Sequence[str], block: int = DEFAULT_BLOCK, open_label: str = NEW_WHALE
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-id probability: the maximum over each id's gallery images.
 
     Args:
         scores: ``[n_query, n_gallery]`` float16/float32/float64 probabilities.
         gallery_ids: ``[n_gallery]`` str, the id of each gallery column. Columns labelled
-            ``new_whale`` are dropped.
+            ``open_label`` are dropped.
         block: queries processed per step (bounds the temporary memory).
+        open_label: the competition's open-set label (:mod:`whale.formats`; ``new_whale``).
 
     Returns:
         ``(id_names, id_scores)``: ``id_names`` ``[n_ids]`` str in ascending order (no
@@ -123,7 +124,7 @@ def per_id_scores(
     """
     scores, gallery_ids = check_scores(scores, gallery_ids)
     block = _check_block(block)
-    index = _id_index(gallery_ids)
+    index = _id_index(gallery_ids, open_label)
     out = np.empty((scores.shape[0], index.names.size), dtype=np.float32)
     for start in range(0, scores.shape[0], block):
         out[start : start + block] = _block_id_max(scores[start : start + block], index)
@@ -173,15 +174,17 @@ def top_k_columns(id_scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
 
 
 def top_id_scores(
-    scores: np.ndarray, gallery_ids: Sequence[str], k: int = TOP_K, block: int = DEFAULT_BLOCK
+    scores: np.ndarray, gallery_ids: Sequence[str], k: int = TOP_K, block: int = DEFAULT_BLOCK,
+    open_label: str = NEW_WHALE,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Top ``k`` ids per query by per-id max, in blocks of queries (never the whole per-id matrix).
 
     Args:
         scores: ``[n_query, n_gallery]`` float probabilities (float16 is fine).
-        gallery_ids: ``[n_gallery]`` str; ``new_whale`` columns are dropped.
+        gallery_ids: ``[n_gallery]`` str; ``open_label`` columns are dropped.
         k: ids kept per query.
         block: queries per step.
+        open_label: the competition's open-set label (``new_whale``, ``new_individual``).
 
     Returns:
         ``(id_names, top_idx, top_vals)``: ``id_names`` ``[n_ids]`` str ascending,
@@ -193,7 +196,7 @@ def top_id_scores(
     """
     scores, gallery_ids = check_scores(scores, gallery_ids)
     block = _check_block(block)
-    index = _id_index(gallery_ids)
+    index = _id_index(gallery_ids, open_label)
     kk = min(k, index.names.size)
     top_idx = np.empty((scores.shape[0], kk), dtype=np.int64)
     top_vals = np.empty((scores.shape[0], kk), dtype=np.float32)
@@ -216,11 +219,14 @@ class TopIds:
         names: ``[n_query, k]`` str ids (``""`` pads rows of a gallery with fewer than k ids).
         scores: ``[n_query, k]`` float32 per-id scores (NaN where padded).
         truth: ``[n_query]`` str true ids or None.
+        open_label: the label of a query whose individual the gallery lacks (``new_whale``);
+            the rules of :mod:`whale.ranking` insert and check this one.
     """
 
     names: np.ndarray
     scores: np.ndarray
     truth: np.ndarray | None = None
+    open_label: str = NEW_WHALE
 
     @property
     def n_query(self) -> int:
@@ -228,23 +234,30 @@ class TopIds:
 
     def take(self, rows: np.ndarray) -> "TopIds":
         """The queries ``rows`` (int indices)."""
-        return TopIds(self.names[rows], self.scores[rows], None if self.truth is None else self.truth[rows])
+        return TopIds(self.names[rows], self.scores[rows], None if self.truth is None else self.truth[rows],
+                      self.open_label)
 
 
-def top_ids(sf, k: int = N_TOP) -> TopIds:
-    """The ``k`` best ids of every query of a score file ``sf`` (:class:`whale.inference.ScoreFile`) by per-id max."""
+def top_ids(sf, k: int = N_TOP, open_label: str = NEW_WHALE) -> TopIds:
+    """The ``k`` best ids of every query of a score file ``sf`` (:class:`whale.inference.ScoreFile`) by per-id max.
 
-    ids, idx, vals = top_id_scores(sf.scores, sf.gallery_ids, k)
+    ``open_label``: the competition's open-set label (gallery columns with it are dropped).
+    """
+
+    ids, idx, vals = top_id_scores(sf.scores, sf.gallery_ids, k, open_label=open_label)
     n = sf.n_query
     names = np.full((n, k), "", dtype=ids.dtype if ids.size else "<U1")
     scores = np.full((n, k), np.nan, dtype=np.float32)
     names[:, : idx.shape[1]] = ids[idx]
     scores[:, : idx.shape[1]] = vals
-    return TopIds(names, scores, sf.query_ids)
+    return TopIds(names, scores, sf.query_ids, open_label)
 
 
 def concat_top_ids(parts: Sequence[TopIds]) -> TopIds:
-    """Queries of several groups stacked (rows in the order of ``parts``)."""
+    """Queries of several groups stacked (rows in the order of ``parts``, which share one open-set label)."""
+    labels = {p.open_label for p in parts}
+    if len(labels) > 1:
+        raise ValueError(f"concat_top_ids: the parts have different open-set labels {sorted(labels)}")
     truth = None if any(p.truth is None for p in parts) else np.concatenate([p.truth for p in parts])
     width = max(p.names.shape[1] for p in parts)
 
@@ -253,7 +266,7 @@ def concat_top_ids(parts: Sequence[TopIds]) -> TopIds:
 
     names = np.concatenate([pad(p.names.astype(str), "") for p in parts])
     scores = np.concatenate([pad(p.scores, np.nan) for p in parts]).astype(np.float32)
-    return TopIds(names, scores, truth)
+    return TopIds(names, scores, truth, parts[0].open_label)
 
 
 def top5_for_ranking(top: TopIds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -18,7 +18,6 @@ import json
 import shutil
 from pathlib import Path
 
-from whale import NEW_WHALE
 from whale.config import RunConfig
 from whale.errors import ConfigError, DataError
 from whale.files import atomic_write
@@ -54,9 +53,9 @@ def check_training_ids(comp, pairs, what: str) -> None:
             raise DataError(f"{csv_path}: line {i + 2}: id {label!r}: expected an id without spaces, commas "
                             "or quotes (a submission's labels are space-separated, so it could not carry it)")
     if len(pairs) == 0:
-        n_new = sum(label == NEW_WHALE for label in ids)
+        n_new = sum(label == comp.open_label for label in ids)
         raise DataError(f"{csv_path}: no id has two training images in {what} ({len(ids)} rows, {n_new} of "
-                        f"them {NEW_WHALE}): siamese training needs at least one id with two images "
+                        f"them {comp.open_label}): siamese training needs at least one id with two images "
                         "(positive pairs); expected known ids with two or more images each")
 
 

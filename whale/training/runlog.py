@@ -135,6 +135,9 @@ def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int | str, data_dir:
                        playground: Path | None, init_from: dict | None = None) -> None:
     """The resolved config, seed, fold, config hash, run id and git revision, next to the run's outputs.
 
+    ``run.json`` also names the data folder, its fingerprint and its competition format
+    (:mod:`whale.formats`), which ``ensemble.py`` reads when no ``--format`` is given.
+
     ``init_from``: what the run started from (:meth:`whale.training.pretrain.InitSource.record`:
     its folder, checkpoint, ``run_id``, config hash, epoch), or None.
     """
@@ -143,7 +146,8 @@ def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int | str, data_dir:
     write_text_atomic(out_dir / "config.yaml", cfg.to_yaml())
     old = read_run_json(out_dir) or {}
     meta = {"fold": fold, "seed": cfg.seed, "git_revision": git_revision(), "data": str(data_dir),
-            "data_fingerprint": data_fingerprint(data_dir), "config_hash": config_hash(cfg),
+            "data_fingerprint": data_fingerprint(data_dir), "format": data_format(data_dir).name,
+            "config_hash": config_hash(cfg),
             "playground": str(playground) if playground else None, "init_from": init_from, "argv": sys.argv,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     run_id = old.get("run_id") or uuid.uuid4().hex[:12]
@@ -193,10 +197,22 @@ class TensorBoardLog:
         self._writer = None
 
 
+def data_format(data_dir: Path):
+    """The :class:`whale.formats.Format` of a competition folder; 2019's when ``train.csv`` is missing or fits none."""
+    from whale.errors import DataError
+    from whale.formats import DEFAULT, detect_format
+
+    try:
+        return detect_format(data_dir)
+    except DataError:  # loading the folder reports the bad header; here it only names folders
+        return DEFAULT
+
+
 def data_fingerprint(data_dir: Path) -> str:
     """A short hash (16 hex digits) of a competition folder: ``train.csv``'s bytes and the image lists.
 
-    The names of the files in ``train/`` and ``test/`` count, not their bytes (reading 25,000
+    The names of the files in ``train/`` and ``test/`` (the format's image folders:
+    :mod:`whale.formats`) count, not their bytes (reading 25,000
     images at every resume would cost minutes): a folder with another ``train.csv`` or other
     images is another competition. ``'none'`` when there is no ``train.csv``.
     """
@@ -204,8 +220,9 @@ def data_fingerprint(data_dir: Path) -> str:
     csv_path = data_dir / "train.csv"
     if not csv_path.is_file():
         return "none"
+    fmt = data_format(data_dir)
     digest = hashlib.sha256(csv_path.read_bytes())
-    for sub in ("train", "test"):
+    for sub in (fmt.train_dir, fmt.test_dir):
         folder = data_dir / sub
         names = sorted(os.listdir(folder)) if folder.is_dir() else []
         digest.update(f"\0{sub}\0{len(names)}\0".encode() + "\0".join(names).encode("utf-8", "surrogateescape"))

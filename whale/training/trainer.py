@@ -163,7 +163,8 @@ class Trainer:
 
         scores = self.val_scores(image_size)
         grid = None if self.cfg.threshold is None else np.array([self.cfg.threshold])
-        t, best, _ = tune_threshold(scores, self.data.gallery.ids, self.data.val.ids, grid=grid)
+        t, best, _ = tune_threshold(scores, self.data.gallery.ids, self.data.val.ids, grid=grid,
+                                    open_label=self.data.open_label)
         return float(best), float(t)
 
     def val_scores(self, image_size: int) -> np.ndarray:
