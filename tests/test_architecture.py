@@ -29,6 +29,7 @@ LAYERS = {
     "whale.ensemble": 5,
     "whale.explain": 5,
     "whale.kaggle": 6,
+    "whale.catalogue": 6,  # a researcher's photo-ID catalogue (uses whale.inference, whale.explain)
     "whale.demo": 6,
     "whale.pseudo": 6,  # pseudo-label rounds (score files averaged by whale.ensemble)
 }

@@ -1,0 +1,8 @@
+"""A researcher's photo-ID catalogue: identified individuals and their photos, matched against new batches.
+
+:mod:`~whale.catalogue.db` (SQLite schema, transactions), :mod:`~whale.catalogue.ingest` (``add``),
+:mod:`~whale.catalogue.features` (``index``: features of a run, incremental),
+:mod:`~whale.catalogue.match` (``match``), :mod:`~whale.catalogue.proposals` (the proposals file the
+review page reads), :mod:`~whale.catalogue.decisions` (``accept``, ``export``),
+:mod:`~whale.catalogue.cli` (``whale catalogue``). docs/catalogue.md tells the story.
+"""
