@@ -4,7 +4,8 @@
 
 1. Data: ``whale synth`` (``--ids`` individuals, ``--seed``) unless ``--data`` names a Kaggle-format
    folder with ``test_solution.csv``.
-2. Run: ``configs/demo.yaml`` trained on fold 0 (resumed if ``OUT/run`` exists) unless ``--run``.
+2. Run: ``configs/demo.yaml`` with each stage's epochs x ``--epochs-scale`` (default 0.25, CPU minutes)
+   trained on fold 0 (resumed if ``OUT/run`` exists) unless ``--run``.
 3. ``whale catalogue add`` of ``train.csv`` (known ids; boxes from ``bounding_boxes.csv``), then
    ``match`` of ``test/`` (``--top 10``), timed (the first match scores the catalogue: index + query;
    the second reuses the stored features). Against ``test_solution.csv``: top-1/5/10 of the proposals
@@ -143,6 +144,8 @@ def main(argv=None) -> int:
     p.add_argument("--data", help="Kaggle-format folder with test_solution.csv (default: whale synth)")
     p.add_argument("--run", help="trained run (default: configs/demo.yaml trained on fold 0)")
     p.add_argument("--config", default=str(common.repo_root() / "configs" / "demo.yaml"))
+    p.add_argument("--epochs-scale", type=float, default=0.25,
+                   help="each stage's epochs x this (0.25: the demo schedule in a quarter of its epochs)")
     p.add_argument("--sizes", default="1000,10000,100000")
     p.add_argument("--dim", type=int, default=128, help="embedding size of the scale phase")
     p.add_argument("--queries", type=int, default=100)
@@ -163,7 +166,9 @@ def main(argv=None) -> int:
         from whale.training.trainer import train_fold
 
         t0 = time.time()
-        res = train_fold(load_config(args.config, overrides={"seed": args.seed}), data, 0, run, resume=True,
+        cfg = load_config(args.config, overrides={"seed": args.seed})
+        cfg = cfg if args.epochs_scale == 1 else common.quick_config(cfg, args.epochs_scale, "catalogue benchmark")
+        res = train_fold(cfg, data, 0, run, resume=True,
                          verbose=0, log=lambda m: None)
         print(f"run {run}: {res.epochs_done} epochs, best validation MAP@5 {res.best_val_map5} "
               f"({time.time() - t0:.0f} s)", flush=True)

@@ -17,7 +17,7 @@ import csv
 from pathlib import Path
 
 from whale.catalogue.db import Catalogue, now, user
-from whale.catalogue.ingest import store_photo
+from whale.catalogue.ingest import flush, store_photo
 from whale.catalogue.proposals import read_proposals
 from whale.errors import DataError
 from whale.files import atomic_write
@@ -109,6 +109,7 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
             if not path.is_file():
                 raise DataError(f"{where}: {path}: the photo is gone (it must stay until accepted)")
             stored[digest] = store_photo(cat, path, digest)
+    flush()
     counts = dict.fromkeys(("matched", "new", "skipped", "unchanged"), 0)
     with cat.transaction() as db:
         for where, path, digest, decision, ind in plan:

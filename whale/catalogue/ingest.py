@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from whale import NEW_WHALE
-from whale.catalogue.db import Catalogue, file_hash, fsync_dir, now, user
+from whale.catalogue.db import Catalogue, file_hash, now, user
 from whale.errors import DataError
 from whale.files import atomic_write
 from whale.progress import progress_bar
@@ -93,13 +93,21 @@ def read_labels(csv_path, photos_dir, boxes_csv=None) -> tuple[list[LabelledPhot
 
 
 def store_photo(cat: Catalogue, path: Path, digest: str) -> str:
-    """Copy ``path`` into the catalogue under its hash (durable on return); returns its relative file name."""
+    """Copy ``path`` into the catalogue under its hash (atomically); returns its relative file name.
+
+    Not yet flushed to disk: :func:`flush` once after the last photo, before the transaction
+    that records them (one ``sync`` instead of one per photo).
+    """
     rel = Path("images") / digest[:2] / f"{digest}{path.suffix.lower()}"
     dest = cat.root / rel
     if not dest.is_file() or dest.stat().st_size != path.stat().st_size:
-        atomic_write(dest, lambda tmp: shutil.copyfile(path, tmp), fsync=True)
-        fsync_dir(dest.parent)
+        atomic_write(dest, lambda tmp: shutil.copyfile(path, tmp))
     return rel.as_posix()
+
+
+def flush() -> None:
+    """Flush every written file and folder entry to disk (``sync``): photos are durable before any row names them."""
+    os.sync()
 
 
 def box_text(box) -> str | None:
@@ -120,6 +128,7 @@ def add_photos(cat: Catalogue, csv_path, photos_dir, boxes_csv=None, by: str | N
     for r in progress_bar(rows, total=len(rows), desc="copying photos", enabled=progress):
         digest = file_hash(r.path)
         staged.append((r, digest, store_photo(cat, r.path, digest)))
+    flush()
     added = dup = 0
     with cat.transaction() as db:
         known = cat.individuals()
