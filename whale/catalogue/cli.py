@@ -114,7 +114,7 @@ def _status(args) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="whale catalogue", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m whale.catalogue", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -168,7 +168,7 @@ def run(argv=None) -> int:
 
 def main(argv=None) -> int:
     """``whale catalogue``; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    return run_cli(run, argv, "whale catalogue")
+    return run_cli(run, argv, "python -m whale.catalogue")
 
 
 if __name__ == "__main__":
