@@ -57,6 +57,8 @@ COMMANDS: tuple[Command, ...] = (
             "one pseudo-label round: confident test images join train.csv"),
     Command("explain", "whale.explain.cli", "python -m whale.explain",
             "the paper's heatmaps and match sheets"),
+    Command("catalogue", "whale.catalogue.cli", "python -m whale.catalogue",
+            "a photo-ID catalogue: add identified photos, match new ones, review, accept"),
     Command("kernels", "whale.kaggle.kernels", "python -m whale.kaggle.kernels",
             "Kaggle kernels: the code dataset, one kernel per fold, checks"),
     Command("demo", "whale.demo", "python -m whale.demo",

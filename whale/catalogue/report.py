@@ -28,8 +28,6 @@ import csv
 import hashlib
 import html
 import io
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import numpy as np
 
 from whale import NEW_WHALE
 from whale.catalogue.page import PAGE_CSS, PAGE_JS
+from whale.catalogue.proposals import Candidate, read_proposals
 from whale.errors import DataError
 
 DECISIONS = ("match", "new", "skip")
@@ -47,18 +46,9 @@ JPEG_QUALITY = 88
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One individual proposed for a photo: its best image (absolute path) and that image's score."""
-
-    individual: str
-    score: float
-    image: str
-
-
-@dataclass(frozen=True)
 class Photo:
     """One photo of the batch. ``photo`` as the proposals spell it (the decisions' key), ``path``
-    resolved; ``candidates`` one per individual, best score first."""
+    resolved; ``candidates`` one per individual (its best image, resolved), best score first."""
 
     photo: str
     path: Path
@@ -89,60 +79,23 @@ class Decision:
     row: int
 
 
-def _get(obj, key: str, kind, where: str, path: Path):
-    if not isinstance(obj, dict):
-        raise DataError(f"{path}: {where or 'the file'}: expected an object, received {type(obj).__name__}")
-    if key not in obj:
-        raise DataError(f"{path}: {where + '.' if where else ''}{key}: missing")
-    value = obj[key]
-    if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):  # True is an int too
-        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise DataError(f"{path}: {where + '.' if where else ''}{key}: expected {names}, received {value!r}")
-    return value
-
-
 def load_proposals(path) -> Proposals:
-    """Read and check ``proposals.json``; every error names the file and the key (``photos[2].candidates[0].score``).
-
-    Keys beyond the documented ones are ignored. A relative ``image`` is read, like ``photo``,
-    relative to the file's folder. A candidate individual listed twice for one photo keeps its
-    best-scored image (the page shows the best image per individual).
+    """Read and check ``proposals.json`` (:func:`whale.catalogue.proposals.read_proposals`: every
+    error names the file and the key, ``photos[2].candidates[0].score``), paths resolved relative
+    to the file's folder. A candidate individual listed twice for one photo keeps its best-scored
+    image (the page shows the best image per individual).
     """
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{path}: proposals file not found") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable JSON file ({exc})") from None
-    batch = _get(raw, "batch", str, "", path)
-    run = _get(raw, "run", str, "", path)
-    threshold = float(_get(raw, "threshold", (int, float), "", path))
-    photos, seen = [], {}
-    for i, p in enumerate(_get(raw, "photos", list, "", path)):
-        where = f"photos[{i}]"
-        name = _get(p, "photo", str, where, path)
-        if not name or name in seen:
-            what = f"is photos[{seen[name]}] too" if name else "is empty"
-            raise DataError(f"{path}: {where}.photo: {name!r} {what}")
-        seen[name] = i
-        group = p.get("group") if isinstance(p, dict) else None
-        if group is not None and (isinstance(group, bool) or not isinstance(group, int)):
-            raise DataError(f"{path}: {where}.group: expected an integer or null, received {group!r}")
+    raw = read_proposals(path)
+    photos = []
+    for p in raw.photos:
         best: dict[str, Candidate] = {}
-        for j, c in enumerate(_get(p, "candidates", list, where, path)):
-            cw = f"{where}.candidates[{j}]"
-            cand = Candidate(_get(c, "individual", str, cw, path), float(_get(c, "score", (int, float), cw, path)),
-                             str(path.parent / _get(c, "image", str, cw, path)))
-            if not cand.individual.strip() or not math.isfinite(cand.score):
-                raise DataError(f"{path}: {cw}: expected a named individual and a finite score, received "
-                                f"{cand.individual!r}, {cand.score!r}")
-            if cand.individual not in best or cand.score > best[cand.individual].score:
-                best[cand.individual] = cand
+        for c in p.candidates:
+            if c.individual not in best or c.score > best[c.individual].score:
+                best[c.individual] = Candidate(c.individual, c.score, str(path.parent / c.image))
         ranked = tuple(sorted(best.values(), key=lambda c: -c.score))
-        photos.append(Photo(name, path.parent / name, _get(p, "hash", str, where, path),
-                            _get(p, "possibly_new", bool, where, path), group, ranked))
-    return Proposals(path, batch, run, threshold, tuple(photos))
+        photos.append(Photo(p.photo, path.parent / p.photo, p.hash, p.possibly_new, p.group, ranked))
+    return Proposals(path, raw.batch, raw.run, raw.threshold, tuple(photos))
 
 
 class _Images:

@@ -1,0 +1,174 @@
+"""``whale catalogue``: keep a photo-ID catalogue, match new photos against it, record decisions.
+
+    whale catalogue add CAT --photos DIR --labels LABELS.csv [--boxes BOXES.csv]
+    whale catalogue match CAT --run RUN --photos NEW_DIR [--top 10] [--batch NAME]
+    whale catalogue review CAT --batch NAME [--heatmaps]      # HTML report; exports decisions.csv
+    whale catalogue accept CAT --batch NAME --decisions decisions.csv
+
+``init`` creates an empty catalogue (``add`` creates one too), ``index`` scores the catalogue's
+photos with a run (``match`` does it first; only new photos are scored), ``export`` writes
+sightings, individuals and decisions as CSV, ``status`` counts rows. docs/catalogue.md: the
+database, what a killed command leaves, measured figures.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from whale.errors import DataError, run_cli
+
+
+def _open(args, create: bool = False):
+    from whale.catalogue.db import Catalogue
+
+    return Catalogue.create(args.catalogue, exist_ok=True) if create else Catalogue.open(args.catalogue)
+
+
+def _run_of(args, cat):
+    from whale.catalogue.features import RunFeatures
+
+    run = args.run or cat.meta("run")
+    if run is None:
+        raise DataError(f"{args.catalogue}: no run indexed yet; give --run RUN")
+    checkpoint = args.checkpoint or (cat.meta("checkpoint") if not args.run else None) or "best"
+    return RunFeatures(Path(run), checkpoint, verbose=not args.quiet)
+
+
+def _init(args) -> str:
+    from whale.catalogue.db import Catalogue
+
+    Catalogue.create(args.catalogue).close()
+    return f"created catalogue {args.catalogue}"
+
+
+def _add(args) -> str:
+    from whale.catalogue.ingest import add_photos
+
+    with _open(args, create=True) as cat:
+        n = add_photos(cat, args.labels, args.photos, args.boxes, by=args.by, progress=not args.quiet)
+        total = cat.counts()
+    return (f"added {n['added']} photos ({n['new_individuals']} new individuals, {n['duplicates']} already held, "
+            f"{n['skipped_new_whale']} new_whale rows skipped); catalogue: {total['images']} photos of "
+            f"{total['individuals']} individuals")
+
+
+def _index(args) -> str:
+    from whale.catalogue.features import update_index
+
+    with _open(args) as cat:
+        run = _run_of(args, cat)
+        n = update_index(cat, run)
+    return (f"indexed with {run.run_dir} ({run.checkpoint}, fingerprint {run.fingerprint}): {n['scored']} photos "
+            f"scored, {n['kept']} kept, {n['dropped']} features of another run dropped")
+
+
+def _match(args) -> str:
+    from whale.catalogue.match import match_batch
+
+    with _open(args) as cat:
+        proposals, path = match_batch(cat, _run_of(args, cat), args.photos, args.batch, args.top, args.method,
+                                      args.threshold, args.boxes, args.pool)
+    n_new = sum(p.possibly_new for p in proposals.photos)
+    groups = {p.group for p in proposals.photos if p.group is not None}
+    return (f"wrote {path}: {len(proposals.photos)} photos, {n_new} possibly new (threshold "
+            f"{proposals.threshold:.3f}), {len(groups)} groups of photos matching each other")
+
+
+def _review(args) -> str:
+    from whale.catalogue.proposals import PROPOSALS_NAME, read_proposals
+    from whale.catalogue.report import write_report
+
+    path = Path(args.catalogue) / "batches" / args.batch / PROPOSALS_NAME
+    if not path.is_file():
+        raise DataError(f"{path}: no proposals for batch {args.batch!r}; run `whale catalogue match` first")
+    out = Path(args.out) if args.out else path.parent / "review"
+    # The heatmaps are drawn by the run that matched the batch (recorded in its proposals).
+    written = write_report(path, out, args.heatmaps, run_dir=read_proposals(path).run if args.heatmaps else None,
+                           verbose=not args.quiet)
+    return f"wrote {written}: open it in a browser; fill in the form, export decisions.csv, then `accept`"
+
+
+def _accept(args) -> str:
+    from whale.catalogue.decisions import accept
+
+    with _open(args) as cat:
+        n = accept(cat, args.batch, args.decisions, by=args.by, redecide=args.redecide)
+    return (f"recorded batch {args.batch}: {n['matched']} matched, {n['new']} new individuals' photos, "
+            f"{n['skipped']} skipped, {n['unchanged']} already decided so")
+
+
+def _export(args) -> str:
+    from whale.catalogue.decisions import export
+
+    with _open(args) as cat:
+        return "wrote " + ", ".join(str(p) for p in export(cat, args.out))
+
+
+def _status(args) -> str:
+    with _open(args) as cat:
+        counts = cat.counts()
+        run = cat.meta("run")
+    return " ".join(f"{k}={v}" for k, v in counts.items()) + (f" run={run}" if run else "")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m whale.catalogue", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def command(name, fn, help):
+        s = sub.add_parser(name, help=help)
+        s.add_argument("catalogue", help="catalogue folder")
+        s.add_argument("--quiet", action="store_true", help="no progress bars")
+        s.set_defaults(fn=fn)
+        return s
+
+    command("init", _init, "create an empty catalogue")
+    s = command("add", _add, "add identified photos (creates the catalogue if needed)")
+    s.add_argument("--photos", required=True, help="folder of the photos")
+    s.add_argument("--labels", required=True, help="CSV image,individual[,date,location,encounter] or Kaggle train.csv")
+    s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 (default: whole photos)")
+    s.add_argument("--by", help="who adds them (default: $USER)")
+    for name, fn, help in (("index", _index, "score the catalogue's new photos with a run"),
+                           ("match", _match, "propose individuals for a folder of new photos")):
+        s = command(name, fn, help)
+        s.add_argument("--run", help="trained run folder (default: the run indexed last)")
+        s.add_argument("--checkpoint", help="best, last, snapshot-<size> or a .keras file (default: best)")
+    s.add_argument("--photos", required=True, help="folder of new photos")
+    s.add_argument("--batch", help="batch name (default: the folder's name)")
+    s.add_argument("--top", type=int, default=10, help="individuals proposed per photo")
+    s.add_argument("--method", default="auto", choices=("auto", "exact", "prune", "faiss"),
+                   help="how the catalogue is searched (docs/catalogue.md)")
+    s.add_argument("--pool", type=int, default=300, help="images re-scored per photo by prune/faiss")
+    s.add_argument("--threshold", type=float, help="possibly-new threshold (default: the run's)")
+    s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 of the new photos (default: whole photos)")
+    s = command("review", _review, "write the batch's HTML review page")
+    s.add_argument("--batch", required=True)
+    s.add_argument("--out", help="folder (default: CAT/batches/BATCH/review)")
+    s.add_argument("--heatmaps", action="store_true", help="draw the paper's heatmaps beside the photos")
+    s = command("accept", _accept, "record a reviewer's decisions")
+    s.add_argument("--batch", required=True)
+    s.add_argument("--decisions", required=True, help="CSV photo,decision,individual (match / new / skip)")
+    s.add_argument("--by", help="who decided (default: $USER)")
+    s.add_argument("--redecide", action="store_true", help="record a decision that differs from an earlier one")
+    s = command("export", _export, "write sightings.csv, individuals.csv, decisions.csv")
+    s.add_argument("--out", required=True, help="folder")
+    command("status", _status, "rows per table")
+    return p
+
+
+def run(argv=None) -> int:
+    """What :func:`main` runs."""
+    args = parser().parse_args(argv)
+    print(args.fn(args))
+    return 0
+
+
+def main(argv=None) -> int:
+    """``whale catalogue``; 2 on bad input (:func:`whale.errors.run_cli`)."""
+    return run_cli(run, argv, "python -m whale.catalogue")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""``index``: the branch features of every catalogue image under one trained run, kept up to date.
+
+Features are keyed by (image content hash, run fingerprint). The fingerprint
+(:func:`run_fingerprint`) is a hash of the checkpoint's model file and the run's config, so
+retraining a run, or pointing at another checkpoint, invalidates every stored feature; adding
+photos scores only the new ones. Each ``index`` writes its new rows as one ``.npy`` file
+(``[G, V, n, d] float32``, the layout of :meth:`whale.inference.runs.RunScorer.features`) under
+``features/<fingerprint>/``, flushed to disk, and only then records them in one transaction (with
+the removal of the rows of any other fingerprint). Files no row references (a killed ``index``,
+an old fingerprint) are deleted after the commit.
+"""
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from whale.catalogue.db import Catalogue, fsync_dir, now
+from whale.catalogue.ingest import image_path
+from whale.errors import DataError
+from whale.files import atomic_write
+
+
+def _parse_box(text: str | None):
+    return None if text is None else tuple(int(v) for v in text.split(","))
+
+
+def run_fingerprint(run_dir, checkpoint: str = "best") -> str:
+    """16 hex digits naming the weights and preprocessing a run's features come from.
+
+    sha256 over the checkpoint's model file (``checkpoints/<tag>.json`` names it; or a ``.keras``
+    path) and the run's ``config.yaml``.
+    """
+    from whale.models.checkpoint import read_state
+
+    run_dir = Path(run_dir)
+    if checkpoint.endswith(".keras"):
+        model_file = Path(checkpoint)
+    else:
+        state = read_state(run_dir / "checkpoints", checkpoint)
+        if state is None:
+            raise DataError(f"{run_dir / 'checkpoints'}: no checkpoint {checkpoint!r} (expected {checkpoint}.json)")
+        model_file = run_dir / "checkpoints" / state["model_file"]
+    h = hashlib.sha256()
+    for part in (model_file, run_dir / "config.yaml"):
+        if not part.is_file():
+            raise DataError(f"{part}: missing (a run folder holds config.yaml and its checkpoints)")
+        with open(part, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    h.update(checkpoint.encode())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class RunFeatures:
+    """A run as the catalogue uses it: fingerprint, and its scorer loaded on first use."""
+
+    run_dir: Path
+    checkpoint: str = "best"
+    verbose: bool = True
+    fingerprint: str = field(init=False)
+    _scorer: object = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        self.run_dir = Path(self.run_dir)
+        self.fingerprint = run_fingerprint(self.run_dir, self.checkpoint)
+
+    @property
+    def scorer(self):
+        """:class:`whale.inference.runs.RunScorer` of the run (loads the model once)."""
+        if self._scorer is None:
+            from whale.inference.runs import RunScorer, load_run_model
+
+            model, cfg = load_run_model(self.run_dir, self.checkpoint)
+            self._scorer = RunScorer.for_config(model, cfg, verbose=self.verbose)
+        return self._scorer
+
+    def features(self, paths, boxes) -> np.ndarray:
+        """``[G, V, n, d] float32`` features of images (see :meth:`RunScorer.features`)."""
+        return self.scorer.features(list(paths), list(boxes))
+
+
+def update_index(cat: Catalogue, run: RunFeatures) -> dict[str, int]:
+    """Score the catalogue images that have no features under ``run``; drop other fingerprints' rows.
+
+    Returns ``{"scored": n new, "kept": n reused, "dropped": n rows of other fingerprints}``.
+    """
+    fp = run.fingerprint
+    todo = cat.query("SELECT hash, file, box FROM images WHERE hash NOT IN "
+                     "(SELECT hash FROM features WHERE fingerprint = ?) ORDER BY hash", (fp,))
+    kept = cat.query("SELECT COUNT(*) FROM features WHERE fingerprint = ?", (fp,))[0][0]
+    stale = cat.query("SELECT COUNT(*) FROM features WHERE fingerprint != ?", (fp,))[0][0]
+    rel = None
+    if todo:
+        feats = run.features([image_path(cat, f) for _, f, _ in todo], [_parse_box(b) for _, _, b in todo])
+        rel = (Path("features") / fp / f"{uuid.uuid4().hex}.npy").as_posix()
+        atomic_write(cat.root / rel, lambda tmp: np.save(tmp, feats), fsync=True)
+        fsync_dir((cat.root / rel).parent)
+    if todo or stale or cat.meta("fingerprint") != fp:
+        with cat.transaction() as db:
+            db.execute("DELETE FROM features WHERE fingerprint != ?", (fp,))
+            db.executemany("INSERT INTO features VALUES (?, ?, ?, ?)",
+                           [(h, fp, rel, i) for i, (h, _, _) in enumerate(todo)])
+            for key, value in (("run", str(run.run_dir.resolve())), ("checkpoint", run.checkpoint),
+                               ("fingerprint", fp), ("indexed_at", now())):
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+    remove_unreferenced(cat)
+    return {"scored": len(todo), "kept": int(kept), "dropped": int(stale)}
+
+
+def remove_unreferenced(cat: Catalogue) -> int:
+    """Delete feature files no row references (left by a killed ``index`` or an old run); returns how many."""
+    folder = cat.root / "features"
+    if not folder.is_dir():
+        return 0
+    used = {r[0] for r in cat.query("SELECT DISTINCT file FROM features")}
+    gone = 0
+    for path in sorted(folder.rglob("*.npy")):
+        if path.relative_to(cat.root).as_posix() not in used:
+            path.unlink(missing_ok=True)
+            gone += 1
+    for sub in folder.iterdir():
+        if sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()
+    return gone
+
+
+@dataclass(frozen=True)
+class Gallery:
+    """The catalogue's images with their features under one fingerprint.
+
+    ``hashes``, ``individuals``, ``paths``: ``[n]``; ``features``: ``[G, V, n, d] float32``.
+    """
+
+    hashes: list[str]
+    individuals: np.ndarray
+    paths: list[Path]
+    features: np.ndarray
+
+
+def load_gallery(cat: Catalogue, fingerprint: str) -> Gallery:
+    """Every catalogue image with its stored features under ``fingerprint``.
+
+    Raises:
+        DataError: an image has no features under it (run ``index`` first), or the catalogue is empty.
+    """
+    rows = cat.query("SELECT i.hash, i.individual, i.file, f.file, f.row FROM images i LEFT JOIN features f "
+                     "ON f.hash = i.hash AND f.fingerprint = ? ORDER BY i.hash", (fingerprint,))
+    if not rows:
+        raise DataError(f"{cat.root}: the catalogue holds no photos (add some with `whale catalogue add`)")
+    missing = [r[0] for r in rows if r[3] is None]
+    if missing:
+        raise DataError(f"{cat.root}: {len(missing)} photos have no features of run fingerprint {fingerprint} "
+                        f"(run `whale catalogue index {cat.root} --run RUN`)")
+    arrays = {f: np.load(cat.root / f, allow_pickle=False) for f in sorted({r[3] for r in rows})}
+    feats = np.stack([arrays[r[3]][:, :, r[4]] for r in rows], axis=2)
+    return Gallery([r[0] for r in rows], np.array([r[1] for r in rows], dtype=str),
+                   [image_path(cat, r[2]) for r in rows], feats.astype(np.float32, copy=False))

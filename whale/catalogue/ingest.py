@@ -1,0 +1,158 @@
+"""``add``: a folder of identified photos into the catalogue, in one transaction.
+
+The labels CSV is either the catalogue's own ``image,individual[,date,location,encounter]`` or
+a Kaggle ``train.csv`` (``Image,Id``; its ``new_whale`` rows name no individual and are
+skipped). ``image`` is a file name relative to the photos folder. An optional boxes CSV
+(``Image,x0,y0,x1,y1``, the layout of Kaggle's ``bounding_boxes.csv``) gives crops; without one a
+photo is used whole.
+
+Photos are copied into the catalogue under their content hash (:func:`whale.catalogue.db.file_hash`)
+and flushed to disk first; one transaction then records individuals, images and sightings. A
+photo whose bytes the catalogue already holds is recognised: under the same individual it is
+skipped (counted as a duplicate), under another one the whole ``add`` is refused, naming the row.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from whale import NEW_WHALE
+from whale.catalogue.db import Catalogue, file_hash, now, user
+from whale.errors import DataError
+from whale.files import atomic_write
+from whale.progress import progress_bar
+
+OWN_COLUMNS = ("image", "individual")
+OPTIONAL_COLUMNS = ("date", "location", "encounter")
+KAGGLE_COLUMNS = ("Image", "Id")
+
+
+@dataclass(frozen=True)
+class LabelledPhoto:
+    """One row of a labels CSV: the photo's path, its individual, where the row is, and its sighting columns."""
+
+    path: Path
+    individual: str
+    where: str
+    date: str | None = None
+    location: str | None = None
+    encounter: str | None = None
+    box: tuple[int, int, int, int] | None = None
+
+
+def read_labels(csv_path, photos_dir, boxes_csv=None) -> tuple[list[LabelledPhoto], int]:
+    """``(rows, skipped new_whale rows)`` of a labels CSV, every photo checked to exist.
+
+    Raises:
+        DataError: a missing column, an empty image or individual, a photo that does not exist
+            (each naming the file and line).
+    """
+    from whale.data.competition import read_boxes, safe_image_path
+
+    csv_path, photos_dir = Path(csv_path), Path(photos_dir)
+    if not photos_dir.is_dir():
+        raise DataError(f"{photos_dir}: no such folder of photos")
+    try:
+        with open(csv_path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            rows = list(reader)
+    except OSError as exc:
+        raise DataError(f"{csv_path}: cannot read ({exc.strerror or exc})") from None
+    if set(KAGGLE_COLUMNS) <= set(header):
+        image_col, id_col = KAGGLE_COLUMNS
+    elif set(OWN_COLUMNS) <= set(header):
+        image_col, id_col = OWN_COLUMNS
+    else:
+        raise DataError(f"{csv_path}: expected columns image,individual[,{','.join(OPTIONAL_COLUMNS)}] or "
+                        f"Kaggle's Image,Id; received {','.join(header) or 'no header'}")
+    boxes = read_boxes(boxes_csv) if boxes_csv is not None else {}
+    out, skipped = [], 0
+    for i, row in enumerate(rows):
+        where = f"{csv_path}, line {i + 2}"
+        name, individual = (row.get(image_col) or "").strip(), (row.get(id_col) or "").strip()
+        if not name or not individual:
+            raise DataError(f"{where}: empty {image_col if not name else id_col}")
+        if individual == NEW_WHALE:
+            skipped += 1
+            continue
+        if individual.startswith("new:"):
+            raise DataError(f"{where}: individual {individual!r}: the prefix 'new:' is reserved")
+        try:
+            path = safe_image_path(photos_dir, name)
+        except DataError as exc:
+            raise DataError(f"{where}: {exc}") from None
+        if not path.is_file():
+            raise DataError(f"{where}: {path}: no such photo")
+        extra = {c: (row.get(c) or "").strip() or None for c in OPTIONAL_COLUMNS}
+        out.append(LabelledPhoto(path, individual, where, box=boxes.get(name), **extra))
+    return out, skipped
+
+
+def store_photo(cat: Catalogue, path: Path, digest: str) -> str:
+    """Copy ``path`` into the catalogue under its hash (atomically); returns its relative file name.
+
+    Not yet flushed to disk: :func:`flush` once after the last photo, before the transaction
+    that records them (one ``sync`` instead of one per photo).
+    """
+    rel = Path("images") / digest[:2] / f"{digest}{path.suffix.lower()}"
+    dest = cat.root / rel
+    if not dest.is_file() or dest.stat().st_size != path.stat().st_size:
+        atomic_write(dest, lambda tmp: shutil.copyfile(path, tmp))
+    return rel.as_posix()
+
+
+def flush() -> None:
+    """Flush every written file and folder entry to disk (``sync``): photos are durable before any row names them."""
+    os.sync()
+
+
+def box_text(box) -> str | None:
+    return None if box is None else ",".join(str(int(v)) for v in box)
+
+
+def add_photos(cat: Catalogue, csv_path, photos_dir, boxes_csv=None, by: str | None = None,
+               progress: bool = True) -> dict[str, int]:
+    """Add the photos of a labels CSV; returns counts ``{added, duplicates, new_individuals, skipped_new_whale}``.
+
+    Raises:
+        DataError: a bad row (:func:`read_labels`), or a photo whose bytes the catalogue (or an
+            earlier row) holds under another individual; nothing is recorded then.
+    """
+    rows, skipped = read_labels(csv_path, photos_dir, boxes_csv)
+    by = by or user()
+    staged = []
+    for r in progress_bar(rows, total=len(rows), desc="copying photos", enabled=progress):
+        digest = file_hash(r.path)
+        staged.append((r, digest, store_photo(cat, r.path, digest)))
+    flush()
+    added = dup = 0
+    with cat.transaction() as db:
+        known = cat.individuals()
+        before = set(known)
+        for r, digest, rel in staged:
+            row = db.execute("SELECT individual, source FROM images WHERE hash = ?", (digest,)).fetchone()
+            if row is not None:
+                if row[0] != r.individual:
+                    raise DataError(f"{r.where}: {r.path} has the same bytes as {row[1]}, already in the "
+                                    f"catalogue as {row[0]!r}, not {r.individual!r}; nothing added")
+                dup += 1
+                continue
+            if r.individual not in known:
+                db.execute("INSERT INTO individuals VALUES (?, ?, ?)", (r.individual, now(), by))
+                known.add(r.individual)
+            db.execute("INSERT INTO images VALUES (?, ?, ?, ?, ?, ?)",
+                       (digest, rel, str(r.path.resolve()), r.individual, box_text(r.box), now()))
+            db.execute("INSERT INTO sightings (image, individual, date, location, encounter) VALUES (?, ?, ?, ?, ?)",
+                       (digest, r.individual, r.date, r.location, r.encounter))
+            added += 1
+    return {"added": added, "duplicates": dup, "new_individuals": len(known - before),
+            "skipped_new_whale": skipped}
+
+
+def image_path(cat: Catalogue, rel: str) -> Path:
+    """Absolute path of a catalogue image from its ``images.file``."""
+    return Path(os.path.abspath(cat.root / rel))

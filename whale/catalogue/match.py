@@ -1,0 +1,233 @@
+"""``match``: a folder of new photos scored against the whole catalogue; top individuals per photo.
+
+Per photo, the candidates are the catalogue's individuals ranked by their best image's score (the
+per-id maximum of :mod:`whale.ranking`), each with that best image; a photo whose best score is
+below the run's ``new_whale`` threshold (:func:`whale.explain.match.run_threshold`) is flagged
+``possibly_new``. Photos of the batch whose scores with each other reach the threshold are put in
+one group (connected components): the same unknown animal photographed twice.
+
+How the gallery is searched (``method``), always through the run's own scorer
+(:func:`whale.objectives.make_scorer`):
+
+* ``exact``: every catalogue image scored (:meth:`RunScorer.matrix`, blocks of queries): one matrix
+  product for an embedding objective, every pair through the head for the paper's model.
+* ``prune`` (paper's head): the head's proxy picks each photo's top ``pool`` images, only those are
+  re-scored exactly by the head (:func:`whale.inference.topk.topk_stream`, as mining does).
+* ``faiss`` (embedding objectives): a FAISS HNSW index over the embeddings picks each photo's top
+  ``pool`` images, re-scored exactly (``pip install faiss-cpu``; optional).
+* ``auto``: ``exact``, except ``prune`` for the head from :data:`AUTO_FROM` catalogue images; FAISS
+  only when asked: built per match, its index never beat the exact product up to 100,000 images
+  (``benchmarks/catalogue.py``, docs/catalogue.md).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from whale.catalogue.db import Catalogue, file_hash, now
+from whale.catalogue.features import RunFeatures, load_gallery, update_index
+from whale.catalogue.proposals import PROPOSALS_NAME, Candidate, PhotoProposal, Proposals, write_proposals
+from whale.errors import DataError
+
+PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+METHODS = ("auto", "exact", "prune", "faiss")
+AUTO_FROM = 50_000
+"""Catalogue size (images) from which ``auto`` takes ``prune`` for the paper's head (docs/catalogue.md)."""
+DEFAULT_POOL = 300
+"""Catalogue images re-scored exactly per photo by ``prune`` / ``faiss``."""
+
+
+def list_photos(folder) -> list[Path]:
+    """Photo files directly in ``folder`` (by suffix, case-insensitive), sorted by name."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: no such folder of photos")
+    photos = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in PHOTO_SUFFIXES)
+    if not photos:
+        raise DataError(f"{folder}: no photos ({', '.join(PHOTO_SUFFIXES)}) in this folder")
+    return photos
+
+
+def _exact(rs, fq, fg, codes, k, block=64):
+    """Per query the ``k`` best ids by per-id maximum and each one's best column: ``[nq, k]`` int64 x2, float32."""
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    heads = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    ends = np.r_[heads[1:], len(sc)]
+    n_ids = len(heads)
+    k = min(k, n_ids)
+    nq = fq.shape[2]
+    ids, cols, vals = (np.empty((nq, k), np.int64), np.empty((nq, k), np.int64), np.empty((nq, k), np.float32))
+    for q0 in range(0, nq, block):
+        s = rs.matrix(fq[:, :, q0:q0 + block], fg).astype(np.float32)[:, order]  # [b, ng] by id
+        per_id = np.maximum.reduceat(s, heads, axis=1)  # [b, n_ids]
+        top = np.argsort(-per_id, axis=1, kind="stable")[:, :k]
+        for b in range(len(s)):
+            for j, i in enumerate(top[b]):
+                seg = s[b, heads[i]:ends[i]]
+                cols[q0 + b, j] = order[heads[i] + int(np.argmax(seg))]
+                vals[q0 + b, j] = per_id[b, i]
+            ids[q0 + b] = sc[heads[top[b]]]
+    return ids, cols, vals
+
+
+def _best_per_id(q_idx, g_idx, scores, codes, nq, k):
+    """From scored (query, gallery column) pairs, per query the ``k`` best ids and their best columns."""
+    ids = np.full((nq, k), -1, np.int64)
+    cols = np.full((nq, k), -1, np.int64)
+    vals = np.zeros((nq, k), np.float32)
+    for q in range(nq):
+        sel = np.flatnonzero(q_idx == q)
+        o = sel[np.lexsort((g_idx[sel], -scores[sel].astype(np.float64)))]
+        _, first = np.unique(codes[g_idx[o]], return_index=True)
+        pick = o[np.sort(first)[:k]]
+        n = len(pick)
+        ids[q, :n], cols[q, :n], vals[q, :n] = codes[g_idx[pick]], g_idx[pick], scores[pick]
+    return ids, cols, vals
+
+
+def faiss_candidates(eq: np.ndarray, eg: np.ndarray, pool: int, metric: str = "ip", m: int = 32,
+                     ef_search: int = 128):
+    """``[nq, pool]`` int64 gallery rows nearest to each query embedding by a FAISS HNSW index.
+
+    ``eq`` ``[nq, E]``, ``eg`` ``[ng, E]`` float32; ``metric`` ``"ip"`` (unit embeddings, cosine)
+    or ``"l2"``. Raises :class:`whale.errors.DataError` when faiss is not installed.
+    """
+    try:
+        import faiss
+    except ImportError:
+        raise DataError("method 'faiss' needs the faiss-cpu package (pip install faiss-cpu); "
+                        "--method exact needs nothing") from None
+    kind = faiss.METRIC_INNER_PRODUCT if metric == "ip" else faiss.METRIC_L2
+    index = faiss.IndexHNSWFlat(eg.shape[1], m, kind)
+    index.add(np.ascontiguousarray(eg, np.float32))
+    index.hnsw.efSearch = max(ef_search, pool)
+    _, found = index.search(np.ascontiguousarray(eq, np.float32), min(pool, len(eg)))
+    return found.astype(np.int64)
+
+
+def propose(rs, fq: np.ndarray, fg: np.ndarray, gallery_ids, top: int, method: str = "auto",
+            pool: int = DEFAULT_POOL):
+    """Each query's ``top`` individuals by per-id maximum score, with the best gallery image of each.
+
+    Args:
+        rs: :class:`whale.inference.runs.RunScorer` of the run.
+        fq: ``[G, V, nq, d]`` float32 query features; fg: ``[G, V, ng, d]`` gallery features.
+        gallery_ids: ``[ng]`` str individuals.
+        top: individuals per query. method: one of :data:`METHODS`. pool: images re-scored
+            exactly per query by ``prune`` / ``faiss``.
+
+    Returns:
+        ``(names [nq, k] str, best [nq, k] int64 gallery columns, scores [nq, k] float32)``,
+        descending per row; ``k = min(top, n individuals)``.
+    """
+    if method not in METHODS:
+        raise DataError(f"method: expected one of {', '.join(METHODS)}, received {method!r}")
+    names, codes = np.unique(np.asarray(gallery_ids, dtype=str), return_inverse=True)
+    ng, nq, k = fg.shape[2], fq.shape[2], min(int(top), len(names))
+    single = fq.shape[:2] == (1, 1)
+    embedding = hasattr(rs.scorer, "embed")
+    if method == "auto":
+        method = "prune" if ng >= AUTO_FROM and single and not embedding else "exact"
+    if method != "exact" and not single:
+        raise DataError(f"method {method!r} scores one view; this run uses test-time views or mirrors: use exact")
+    if method == "prune" and embedding:
+        raise DataError("method 'prune' is the paper's head's proxy; an embedding run takes exact or faiss")
+    if method == "faiss" and not embedding:
+        raise DataError("method 'faiss' indexes embeddings; the paper's head takes exact or prune")
+    if method == "exact" or ng <= pool:
+        ids, cols, vals = _exact(rs, fq, fg, codes, k)
+        return names[ids], cols, vals
+    q, g = fq[0, 0], fg[0, 0]
+    if method == "prune":
+        from whale.inference.topk import topk_stream
+
+        top_names, _ = topk_stream(rs.scorer, q, g, names[codes], k_ids=k, prune=pool, progress=False)
+        # the best image of each proposed id, scored exactly by the head
+        q_idx, g_idx = [], []
+        for i, row in enumerate(top_names):
+            c = np.flatnonzero(np.isin(codes, np.searchsorted(names, row)))
+            q_idx.append(np.full(len(c), i)), g_idx.append(c)
+        q_idx, g_idx = np.concatenate(q_idx), np.concatenate(g_idx)
+    else:
+        eg, eq = rs.scorer.embed(g), rs.scorer.embed(q)
+        metric = "ip" if rs.scorer.score == "cosine" and rs.scorer.similarity is None else "l2"
+        found = faiss_candidates(eq, eg, pool, metric)
+        q_idx = np.repeat(np.arange(nq), found.shape[1])
+        g_idx = found.reshape(-1)
+        ok = g_idx >= 0
+        q_idx, g_idx = q_idx[ok], g_idx[ok]
+    scores = rs.scorer.pairs_index(q, g, q_idx, g_idx)
+    ids, cols, vals = _best_per_id(q_idx, g_idx, scores, codes, nq, k)
+    return np.where(ids >= 0, names[np.maximum(ids, 0)], ""), cols, vals
+
+
+def batch_groups(rs, fq: np.ndarray, threshold: float) -> list[int | None]:
+    """Per photo its group (photos whose mutual score reaches ``threshold``, linked transitively), None alone."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    s = rs.matrix(fq, fq).astype(np.float32)
+    s = np.maximum(s, s.T)
+    np.fill_diagonal(s, 0.0)
+    _, labels = connected_components(csr_matrix(s >= threshold), directed=False)
+    sizes = np.bincount(labels)
+    renum, out = {}, []
+    for lab in labels:
+        if sizes[lab] < 2:
+            out.append(None)
+        else:
+            out.append(renum.setdefault(int(lab), len(renum)))
+    return out
+
+
+def check_batch_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name or ""):
+        raise DataError(f"batch name {name!r}: expected letters, digits, '.', '_' or '-' (at most 100)")
+    return name
+
+
+def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None = None, top: int = 10,
+                method: str = "auto", threshold: float | None = None, boxes_csv=None,
+                pool: int = DEFAULT_POOL) -> tuple[Proposals, Path]:
+    """Propose individuals for every photo of ``photos_dir``; write ``batches/<batch>/proposals.json``
+    and the proposals table (one transaction, after the JSON is on disk). Returns ``(proposals, path)``."""
+    from whale.explain.match import run_threshold
+
+    photos_dir = Path(photos_dir)
+    batch = check_batch_name(batch or photos_dir.resolve().name)
+    if int(top) < 1:
+        raise DataError(f"--top {top}: expected at least 1")
+    photos = list_photos(photos_dir)
+    boxes = {}
+    if boxes_csv is not None:
+        from whale.data.competition import read_boxes
+
+        boxes = read_boxes(boxes_csv)
+    update_index(cat, run)
+    gallery = load_gallery(cat, run.fingerprint)
+    threshold = float(run_threshold(run.run_dir)[0] if threshold is None else threshold)
+    fq = run.features(photos, [boxes.get(p.name) for p in photos])
+    names, cols, vals = propose(run.scorer, fq, gallery.features, gallery.individuals, top, method, pool)
+    groups = batch_groups(run.scorer, fq, threshold)
+    hashes = [file_hash(p) for p in photos]
+    out = []
+    for i, p in enumerate(photos):
+        cands = tuple(Candidate(str(names[i, j]), round(float(vals[i, j]), 6), str(gallery.paths[cols[i, j]]))
+                      for j in range(names.shape[1]) if cols[i, j] >= 0)
+        possibly_new = not cands or cands[0].score < threshold
+        out.append(PhotoProposal(str(p.resolve()), hashes[i], possibly_new, groups[i], cands))
+    proposals = Proposals(batch, str(run.run_dir.resolve()), threshold, tuple(out))
+    path = write_proposals(cat.root / "batches" / batch / PROPOSALS_NAME, proposals)
+    by_path = {str(p): h for p, h in zip(gallery.paths, gallery.hashes)}
+    with cat.transaction() as db:
+        db.execute("DELETE FROM proposals WHERE batch = ?", (batch,))
+        db.execute("INSERT OR REPLACE INTO batches VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (batch, str(photos_dir.resolve()), str(run.run_dir.resolve()), run.fingerprint, threshold,
+                    path.relative_to(cat.root).as_posix(), now()))
+        db.executemany("INSERT INTO proposals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       [(batch, ph.photo, ph.hash, r, c.individual, c.score, by_path[c.image], int(ph.possibly_new),
+                         ph.group) for ph in out for r, c in enumerate(ph.candidates, start=1)])
+    return proposals, path
