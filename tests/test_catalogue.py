@@ -115,12 +115,12 @@ def test_accept_appends_decisions_creates_individuals_and_exports(tmp_path):
         again = accept(cat, "b1", tmp_path / "d.csv")
         assert again["unchanged"] == 4 and cat.counts()["decisions"] == 4
         other = _csv(tmp_path / "o.csv", ["photo", "decision", "individual"], [[new[0].name, "match", "w7"]])
-        with pytest.raises(DataError, match=r"o.csv, line 2: p000.png was decided 'w0' before"):
+        with pytest.raises(DataError, match=r"o.csv row 2: p000.png was decided 'w0' before"):
             accept(cat, "b1", other)
         assert accept(cat, "b1", other, redecide=True)["matched"] == 1
         assert cat.counts()["decisions"] == 5  # appended: the first decision is kept
         assert cat.query("SELECT individual FROM images WHERE hash = ?", (file_hash(new[0]),)) == [("w7",)]
-        for bad, message in ((["x.png", "match", "w0"], "photo 'x.png' is not in batch"),
+        for bad, message in ((["x.png", "match", "w0"], r"photo 'x.png' is not in .*proposals.json"),
                              ([new[3].name, "match", "w5"], "'w5' is not in the catalogue"),
                              ([new[3].name, "new", "w0"], "'w0' exists already"),
                              ([new[3].name, "maybe", "w0"], "decision 'maybe'")):
@@ -236,12 +236,23 @@ def test_add_index_match_accept_through_the_command(trained, tmp_path, capsys):
         assert [c.score for c in ph.candidates] == sorted((c.score for c in ph.candidates), reverse=True)
         assert ph.possibly_new == (ph.candidates[0].score < props.threshold)
         assert all(c.image.startswith(str(cat.resolve())) for c in ph.candidates)
-    first = props.photos[0]
-    dec = _csv(tmp_path / "d.csv", ["photo", "decision", "individual"],
-               [[first.photo.rsplit("/", 1)[1], "match", first.candidates[0].individual]])
+    # review: the page and its decisions template; the reviewer edits two rows; accept records them
+    assert main(["catalogue", "review", str(cat), "--batch", "t1", *common]) == 0
+    page = cat / "batches" / "t1" / "review"
+    assert (page / "index.html").is_file() and len(list((page / "thumbs").glob("*.jpg"))) >= len(props.photos)
+    rows = list(csv.reader((page / "decisions.csv").open()))
+    assert rows[0] == ["photo", "decision", "individual"] and [r[1] for r in rows[1:]] == ["skip"] * len(props.photos)
+    first, second = props.photos[0], props.photos[1]
+    rows[1][1:] = ["match", first.candidates[0].individual]
+    rows[2][1:] = ["new", "w_field_1"]
+    dec = _csv(tmp_path / "d.csv", rows[0], rows[1:])
     assert main(["catalogue", "accept", str(cat), "--batch", "t1", "--decisions", str(dec), *common]) == 0
     assert main(["catalogue", "status", str(cat)]) == 0
-    assert "decisions=1" in capsys.readouterr().out
+    assert f"decisions={len(props.photos)}" in capsys.readouterr().out
+    with Catalogue.open(cat) as c:
+        assert "w_field_1" in c.individuals()
+        decided = dict(c.query("SELECT photo_hash, decided FROM decisions"))
+    assert decided[first.hash] == first.candidates[0].individual and decided[second.hash] == "new:w_field_1"
     assert main(["catalogue", "match", str(cat), "--photos", str(tmp_path / "none")]) == 2
     assert "no such folder of photos" in capsys.readouterr().err
 

@@ -4,7 +4,8 @@ The decisions file is a CSV ``photo,decision,individual`` (what the review page 
 ``match`` (``individual`` = an individual of the catalogue, or one a ``new`` row above creates),
 ``new`` (``individual`` = the id to create; several photos may name the same new id), ``skip``
 (``individual`` empty). ``photo`` is a photo of the batch as ``proposals.json`` names it (its
-path, or just its file name when that is unique in the batch).
+path, or just its file name when that is unique in the batch). The rows are read and checked by
+:func:`whale.catalogue.report.read_decisions` (one reader for the page's export and for ``accept``).
 
 ``accept`` checks every row first, copies the matched photos into the catalogue (durable), then
 records everything in one transaction: the decisions (appended, never deleted), new individuals,
@@ -18,50 +19,9 @@ from pathlib import Path
 
 from whale.catalogue.db import Catalogue, now, user
 from whale.catalogue.ingest import flush, store_photo
-from whale.catalogue.proposals import read_proposals
+from whale.catalogue.report import load_proposals, read_decisions
 from whale.errors import DataError
 from whale.files import atomic_write
-
-DECISIONS = ("match", "new", "skip")
-DECISION_COLUMNS = ("photo", "decision", "individual")
-
-
-def read_decisions(path) -> list[tuple[str, str, str, str]]:
-    """``[(where, photo, decision, individual)]`` of a decisions CSV, each row's form checked."""
-    path = Path(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            rows = list(reader)
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not set(DECISION_COLUMNS) <= set(header):
-        raise DataError(f"{path}: expected columns {','.join(DECISION_COLUMNS)}; received {','.join(header) or 'none'}")
-    out = []
-    for i, row in enumerate(rows):
-        where = f"{path}, line {i + 2}"
-        photo, decision, ind = ((row.get(c) or "").strip() for c in DECISION_COLUMNS)
-        if decision not in DECISIONS:
-            raise DataError(f"{where}: decision {decision!r}; expected one of {', '.join(DECISIONS)}")
-        if not photo:
-            raise DataError(f"{where}: empty photo")
-        if decision != "skip" and not ind:
-            raise DataError(f"{where}: decision {decision!r} needs an individual")
-        if ind.startswith("new:"):
-            raise DataError(f"{where}: individual {ind!r}: the prefix 'new:' is reserved")
-        out.append((where, photo, decision, ind))
-    return out
-
-
-def _photo_lookup(proposals) -> dict[str, tuple[str, str]]:
-    """``{name or path: (absolute path, hash)}``; a file name shared by two photos maps to nothing."""
-    out, names = {}, {}
-    for p in proposals.photos:
-        out[p.photo] = (p.photo, p.hash)
-        names.setdefault(Path(p.photo).name, []).append((p.photo, p.hash))
-    out.update({n: v[0] for n, v in names.items() if len(v) == 1 and n not in out})
-    return out
 
 
 def _last_decision(cat: Catalogue, digest: str) -> str | None:
@@ -84,25 +44,25 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
     if not row:
         known = ", ".join(r[0] for r in cat.query("SELECT name FROM batches ORDER BY name")) or "none"
         raise DataError(f"{cat.root}: no batch {batch!r} (batches: {known}); run `whale catalogue match` first")
-    lookup = _photo_lookup(read_proposals(cat.root / row[0][0]))
+    proposals = load_proposals(cat.root / row[0][0])
+    photos = {p.photo: p for p in proposals.photos}
     by = by or user()
     existing = cat.individuals()
     created: dict[str, str] = {}
     plan = []
     decided_as = {"match": lambda i: i, "new": lambda i: f"new:{i}", "skip": lambda i: "skip"}
-    for where, photo, decision, ind in read_decisions(decisions_csv):
-        if photo not in lookup:
-            raise DataError(f"{where}: photo {photo!r} is not in batch {batch!r}")
-        path, digest = lookup[photo]
-        if _last_decision(cat, digest) == decided_as[decision](ind):
+    # A match the model did not propose is allowed (the reviewer knows the animal): it must exist.
+    for d in read_decisions(decisions_csv, proposals, allow_unlisted=True):
+        where, ind, photo = f"{decisions_csv} row {d.row}", d.individual or "", photos[d.photo]
+        if _last_decision(cat, photo.hash) == decided_as[d.decision](ind):
             pass  # recorded already: accepting the same file twice changes nothing
-        elif decision == "new":
+        elif d.decision == "new":
             if ind in existing:
                 raise DataError(f"{where}: new individual {ind!r} exists already in the catalogue; use 'match'")
             created.setdefault(ind, where)
-        elif decision == "match" and ind not in existing and ind not in created:
+        elif d.decision == "match" and ind not in existing and ind not in created:
             raise DataError(f"{where}: individual {ind!r} is not in the catalogue (nor created above with 'new')")
-        plan.append((where, Path(path), digest, decision, ind))
+        plan.append((where, photo.path, photo.hash, d.decision, ind))
     stored = {}
     for where, path, digest, decision, ind in plan:
         if decision != "skip":

@@ -305,7 +305,13 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
     if not rows or tuple(rows[0][1]) != HEADER:
         raise DataError(f"{path} row 1: expected the header {','.join(HEADER)}, received "
                         f"{','.join(rows[0][1]) if rows else 'an empty file'}")
-    out, seen, photos = [], {}, {p.photo: p for p in props.photos}
+    photos = {p.photo: p for p in props.photos}
+    by_name: dict[str, list] = {}
+    for p in props.photos:
+        by_name.setdefault(Path(p.photo).name, []).append(p)
+    # A photo may also be named by its file name alone where that is unique in the batch.
+    photos.update({n: ps[0] for n, ps in by_name.items() if len(ps) == 1 and n not in photos})
+    out, seen = [], {}
     for n, fields in rows[1:]:
         def bad(message):
             return DataError(f"{path} row {n}: {message}")
@@ -317,6 +323,7 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
         photo = photos.get(name)
         if photo is None:
             raise bad(f"photo {name!r} is not in {props.path}")
+        name = photo.photo
         if name in seen:
             raise bad(f"photo {name!r} has a decision in row {seen[name]} already")
         seen[name] = n
@@ -327,6 +334,8 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
                 raise bad(f"skip takes no individual, received {individual!r}")
         elif not individual:
             raise bad(f"{decision} needs an individual")
+        elif individual.startswith("new:"):
+            raise bad(f"individual {individual!r}: the prefix 'new:' is reserved (the catalogue records new ones so)")
         elif decision == "new" and individual == NEW_WHALE:
             raise bad(f"{NEW_WHALE!r} is the label of unknown individuals, not a name: choose another")
         elif decision == "match" and not allow_unlisted and individual not in {c.individual for c in photo.candidates}:
