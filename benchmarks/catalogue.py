@@ -1,9 +1,12 @@
 """The catalogue on the synthetic competition: train = catalogue, test = new photos. Not a test.
 
     python benchmarks/catalogue.py --out runs/bench_catalogue [--ids 200] [--seed 0] [--run RUN --data DIR]
+    python benchmarks/catalogue.py --out runs/bench_catalogue_lions --lions --config configs/lions.yaml --objective triplet
 
 1. Data: ``whale synth`` (``--ids`` individuals, ``--seed``) unless ``--data`` names a Kaggle-format
-   folder with ``test_solution.csv``.
+   folder with ``test_solution.csv``; ``--lions``: the lions' mini-competition of ``benchmarks/lions.py``
+   (``../shared/data/lions``, split by ``--seed``: known lions' photos split train/test, half of the
+   other lions ``new_whale`` in train, half new in test).
 2. Run: ``configs/demo.yaml`` with each stage's epochs x ``--epochs-scale`` (default 0.25, CPU minutes)
    trained on fold 0 (resumed if ``OUT/run`` exists) unless ``--run``.
 3. ``whale catalogue add`` of ``train.csv`` (known ids; boxes from ``bounding_boxes.csv``), then
@@ -142,6 +145,8 @@ def main(argv=None) -> int:
     p.add_argument("--ids", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", help="Kaggle-format folder with test_solution.csv (default: whale synth)")
+    p.add_argument("--lions", action="store_true", help="the lions' mini-competition (benchmarks/lions.py) as data")
+    p.add_argument("--objective", help="the config's objective replaced by this one (whale.objectives)")
     p.add_argument("--run", help="trained run (default: configs/demo.yaml trained on fold 0)")
     p.add_argument("--config", default=str(common.repo_root() / "configs" / "demo.yaml"))
     p.add_argument("--epochs-scale", type=float, default=0.25,
@@ -156,7 +161,14 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = Path(args.data) if args.data else out / "data"
-    if not args.data and not (data / "train.csv").is_file():
+    if args.lions and not (data / "train.csv").is_file():
+        from benchmarks import lions
+
+        src = common.shared_data("lions", "Lion_Data_Zero")
+        if src is None:
+            p.error("--lions: ../shared/data/lions/Lion_Data_Zero not found")
+        data, _ = lions.lion_competition(lions.index_lions(src), data, args.seed)
+    elif not args.data and not (data / "train.csv").is_file():
         from whale.data.synth import generate
 
         generate(data, n_ids=args.ids, seed=args.seed, size=256, progress=False)
@@ -166,7 +178,8 @@ def main(argv=None) -> int:
         from whale.training.trainer import train_fold
 
         t0 = time.time()
-        cfg = load_config(args.config, overrides={"seed": args.seed})
+        overrides = {"seed": args.seed, **({"objective": args.objective} if args.objective else {})}
+        cfg = load_config(args.config, overrides=overrides)
         cfg = cfg if args.epochs_scale == 1 else common.quick_config(cfg, args.epochs_scale, "catalogue benchmark")
         res = train_fold(cfg, data, 0, run, resume=True,
                          verbose=0, log=lambda m: None)
