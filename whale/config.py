@@ -30,7 +30,10 @@ KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "conv
                   "tiny")
 """Branch names a config may use (kept here so loading a config never imports TensorFlow)."""
 
-DATASETS = ("main", "playground")
+DATASETS = ("main", "playground", "homography")
+"""What a stage trains on (``stages[].dataset``); ``homography``: :mod:`whale.data.unlabelled`."""
+HOMOGRAPHY_K = 1000.0
+"""K recorded for a ``dataset: homography`` stage: its negatives are random (no identities to mine)."""
 STRATEGIES = ("auto", "mirrored", "default")
 """Device strategies (``strategy``; :mod:`whale.training.distribute`)."""
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -79,12 +82,31 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class HomographyConfig:
+    """The unlabelled photos of ``dataset: homography`` stages and the strength of their homographies.
+
+    ``photos``: folders of photos (every ``.jpg``, ``.jpeg``, ``.png`` below them, whole images, no
+    labels read); empty (the default) = the competition's test images and its training images
+    labelled ``new_whale`` outside the fold's validation: the images the labelled stages cannot use.
+    ``R``: each corner of an image moves within ``R`` times its shorter side; ``phi``: then the
+    quadrangle turns by at most ``phi`` degrees (the paper's first curriculum stage: R = 15 on its
+    100 px square, phi 90; :func:`whale.data.homography.frame_homography`).
+    """
+
+    photos: tuple[str, ...] = ()
+    R: float = 0.15
+    phi: float = 90.0
+
+
+@dataclass(frozen=True)
 class Stage:
     """One row of the schedule.
 
     ``k`` is the noise scale K of Algorithm 1 (large = random negatives, small = hard ones);
     with ``k_end`` set, K moves linearly from ``k`` to ``k_end`` over the stage's minings.
-    ``dataset`` is ``"main"`` (the competition) or ``"playground"`` (pre-training data).
+    ``dataset`` is ``"main"`` (the competition), ``"playground"`` (pre-training data) or
+    ``"homography"`` (self-supervised pairs of unlabelled photos: two random homographies of one
+    photo against two different photos, :mod:`whale.data.unlabelled`; random negatives, K unused).
     ``freeze_branch`` trains the head only (done after every image-size increase).
     ``l2`` is the weight-decay coefficient of the branch's kernels (0 = none).
     ``snapshot`` keeps the model as it is at the end of this stage (checkpoint
@@ -181,6 +203,7 @@ class RunConfig:
     query's score against the mirrored gallery. ``tta``: extra deterministic views of every
     scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
     or their head ``scores`` (one pass per view). All off by default.
+    ``homography``: the photos and strength of ``dataset: homography`` stages (:class:`HomographyConfig`).
     """
 
     name: str
@@ -208,6 +231,7 @@ class RunConfig:
     tta_mode: str = "features"
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     batch: BatchConfig | None = None  # P x K; set (defaults filled) exactly when the objective needs it
+    homography: HomographyConfig = field(default_factory=HomographyConfig)
 
     @property
     def total_epochs(self) -> int:
@@ -230,6 +254,7 @@ class RunConfig:
                    if (key not in LENGTH_KEYS or s[key] is not None) and (key != "snapshot" or s[key])}
                   for s in d.pop("stages")]
         d["tta"] = list(d["tta"])
+        d["homography"]["photos"] = list(d["homography"]["photos"])
         d["objective"] = {"name": self.objective.name, **dict(self.objective.params)}
         if d["objective"] == {"name": "head"}:
             d["objective"] = "head"
@@ -251,7 +276,8 @@ class RunConfig:
 
 _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0, "batching": "pairs",
                 "flip_ids": False, "tta": [], "tta_mode": "features",
-                "objective": "head", "batch": None}
+                "objective": "head", "batch": None,
+                "homography": {"photos": [], "R": HomographyConfig.R, "phi": HomographyConfig.phi}}
 # ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
 
@@ -296,7 +322,18 @@ def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
 
 def _stage(c: Checker, raw: Any, path: str) -> Stage:
     allowed, required = dataclass_fields(Stage)
-    raw = c.mapping(raw, path, allowed, tuple(r for r in required if r not in LENGTH_KEYS))
+    homography = isinstance(raw, dict) and raw.get("dataset") == "homography"
+    raw = c.mapping(raw, path, allowed, tuple(r for r in required if r not in LENGTH_KEYS
+                                              and not (homography and r == "k")))
+    if homography:
+        # No identities: Algorithm 1 has nothing to mine; the negatives are random other photos.
+        asked = [key for key in ("k", "k_end") if raw.get(key) is not None and (
+            key == "k_end" or c.number(raw[key], f"{path}.k", float, 0.0) != HOMOGRAPHY_K)]
+        if asked:
+            raise c.fail(f"{path}.{asked[0]}", f"no {asked[0]} on a 'dataset: homography' stage (Algorithm 1 "
+                         "cannot mine photos without identities: its negatives are random other photos; leave "
+                         f"{asked[0]} out)", raw[asked[0]])
+        raw = {**raw, "k": HOMOGRAPHY_K}
     given = [key for key in LENGTH_KEYS if raw.get(key) is not None]
     if len(given) != 1:
         raise ConfigError(f"{c.source}: {path}: expected exactly one of {', '.join(LENGTH_KEYS)} "
@@ -342,6 +379,10 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     # An identity objective packs its own P x K batches: `batching` (how pairs are packed) does not apply.
     batching = c.choice(get("batching"), "batching", BATCHINGS)
     batch = parse_batch(c, raw.get("batch"), objective, c.number(get("batch_size"), "batch_size", int, 1))
+    for i, s in enumerate(stages):
+        if s.dataset == "homography" and objective.identities:
+            raise c.fail(f"stages[{i}].dataset", f"a pair objective for 'dataset: homography' (its photos have "
+                         f"no identities; objective {objective.name!r} trains on identities)", s.dataset)
     return RunConfig(
         name=c.string(raw["name"], "name"),
         stages=stages,
@@ -369,6 +410,23 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         tta_mode=c.choice(get("tta_mode"), "tta_mode", TTA_MODES),
         objective=objective,
         batch=batch,
+        homography=_homography(c, raw.get("homography"), "homography"),
+    )
+
+
+def _homography(c: Checker, raw: Any, path: str) -> HomographyConfig:
+    allowed, required = dataclass_fields(HomographyConfig)
+    raw = c.mapping({} if raw is None else raw, path, allowed, required)
+    d = HomographyConfig()
+    photos = raw.get("photos", d.photos)
+    if isinstance(photos, str):
+        photos = [photos]
+    if not isinstance(photos, (list, tuple)):
+        raise c.fail(f"{path}.photos", "a list of folders", photos)
+    return HomographyConfig(
+        photos=tuple(c.string(p, f"{path}.photos[{i}]") for i, p in enumerate(photos)),
+        R=c.number(raw.get("R", d.R), f"{path}.R", float, 0.0, 1.0),
+        phi=c.number(raw.get("phi", d.phi), f"{path}.phi", float, 0.0, 180.0),
     )
 
 

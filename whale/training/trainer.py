@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.config import RunConfig, Stage
-from whale.data import FoldData, ImageSet, crop_size_for, fold_data, load_competition, playground_data
+from whale.data import FoldData, ImageSet, crop_size_for, fold_data, load_competition, playground_data, unlabelled
 from whale.files import write_json_atomic
 from whale.errors import CheckpointError, ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
@@ -60,12 +60,13 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, data: FoldData, out_dir: Path,
                  playground: FoldData | None = None, verbose: int | str = "auto", log=print,
-                 init: InitSource | None = None):
+                 init: InitSource | None = None, homography: FoldData | None = None):
         from whale.mining import make_miner
 
         # Stages given in steps or pairs get their epochs from this fold's training set.
-        cfg = sized_config(cfg, {"main": len(data.pairs), "playground": len(playground.pairs) if playground else None})
+        cfg = sized_config(cfg, _pair_images(data, playground, homography))
         self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
+        self.homography = homography  # the views of dataset: homography stages (whale.data.unlabelled)
         self.init = init  # the run this one starts from, after its first stages (init_from)
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
@@ -80,7 +81,7 @@ class Trainer:
     def _training(self, dataset: FoldData) -> FoldData:
         """What ``dataset`` trains and mines on: itself, or with ``flip_ids`` its mirrored copy
         (the gallery's first ``n`` images stay the originals, so validation reads the same store)."""
-        if not self.cfg.flip_ids:
+        if not self.cfg.flip_ids or dataset is self.homography:  # a photo's mirror is no other photo
             return dataset
         if id(dataset) not in self._mirrored:
             self._mirrored[id(dataset)] = dataset.with_mirrors()
@@ -144,6 +145,12 @@ class Trainer:
     # ---------------------------------------------------------------- mining
     def _mine(self, dataset: FoldData, ep: EpochPlan) -> list[np.ndarray]:
         """Negatives for the epochs of ``ep``'s mining block: Algorithm 1 on the current model."""
+        if ep.stage.dataset == "homography":
+            # No identities to mine: one random other photo per view and epoch (whale.data.unlabelled).
+            self.log(f"random negatives of epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs} "
+                     f"(dataset: homography, {len(dataset.pairs) // 2} photos)")
+            return [unlabelled.random_negatives(len(dataset.pairs), _rng(self.cfg.seed, _MINING, ep.block_start, e))
+                    for e in range(ep.block_epochs)]
         self.log(f"mining the negatives of epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs} "
                  f"(K={ep.k:g})")
         dataset = self._training(dataset)
@@ -220,7 +227,7 @@ class Trainer:
                 self.log(f"time budget reached before epoch {ep.epoch + 1}; checkpoint kept, resume to go on")
                 return self._result(False, state, log_rows)
             stage = ep.stage
-            dataset = self.data if stage.dataset == "main" else self._playground()
+            dataset = self._dataset(stage.dataset)
             if prepared_stage != ep.stage_index:
                 self._prepare_stage(stage, dataset)
                 prepared_stage = ep.stage_index
@@ -280,24 +287,30 @@ class Trainer:
     def _fit_epoch(self, dataset: FoldData, ep: EpochPlan, negatives: np.ndarray):
         """One epoch of ``fit``: every pair image once with a positive and once with ``negatives``
         (an identity objective: P x K batches seeded by ``negatives``, :mod:`whale.training.identitybatches`)."""
-        from whale.data.augment import build_augmenter
+        from whale.data.augment import build_augmenter, build_plain
         from whale.mining import mix_random_negatives, positive_pairs
         from whale.training import identitybatches
         from whale.training.imagebatches import ImageBatchDataset, describe
         from whale.training.pairs import PairDataset, make_epoch_pairs
 
         cfg, stage, dataset = self.cfg, ep.stage, self._training(dataset)
-        store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
+        homography = stage.dataset == "homography"
+        gallery = unlabelled.first_views(dataset) if homography else dataset.gallery
+        store = self.stores.get(stage.dataset, gallery, crop_size_for(stage.image_size))
         # With flip_ids a mirror image is another whale: no random flips inside an id.
         augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
                                      flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
+        if homography:  # each slot: its own random homography of its photo, then the usual augmentation
+            store = unlabelled.TwoViews(store)
+            augmenter = unlabelled.HomographyWarp(cfg.homography.R, cfg.homography.phi,
+                                                  augmenter or build_plain(stage.image_size, cfg.model.channels))
         if self.objective.identities:
             data, what = identitybatches.epoch_data(store, dataset, cfg, stage.image_size, ep.epoch, negatives, augmenter,
                                                     _rng(cfg.seed, _PAIRS, ep.epoch))
             what += f", objective {self.objective.name}"
         else:
             positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
-            if cfg.negatives_mix > 0:
+            if cfg.negatives_mix > 0 and not homography:
                 negatives = mix_random_negatives(negatives, dataset.pairs.ids, cfg.negatives_mix,
                                                  _rng(cfg.seed, _MIX, ep.epoch))
             pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
@@ -310,7 +323,15 @@ class Trainer:
                  f"{', branch frozen' if stage.freeze_branch else ''}): {what}")
         return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
 
-    def _playground(self) -> FoldData:
+    def _dataset(self, name: str) -> FoldData:
+        """What a stage of ``dataset: name`` trains on."""
+        if name == "main":
+            return self.data
+        if name == "homography":
+            if self.homography is None:
+                raise ConfigError("the schedule has a 'dataset: homography' stage but no unlabelled photos were "
+                                  "given (train_fold builds them from homography.photos)")
+            return self.homography
         if self.playground is None:
             raise ConfigError("the schedule has a 'dataset: playground' stage but no --playground "
                              "folder was given")
@@ -319,6 +340,12 @@ class Trainer:
     def _result(self, finished: bool, state: dict, log_rows: list[dict]) -> TrainResult:
         return TrainResult(finished, state["epochs_done"], state["best_val_map5"],
                            state["best_threshold"], self.out_dir, log_rows, self.schedule.total_epochs)
+
+
+def _pair_images(data: FoldData, playground: FoldData | None, homography: FoldData | None) -> dict:
+    """Training images per dataset, what stages in steps or pairs are sized by."""
+    return {"main": len(data.pairs), "playground": len(playground.pairs) if playground else None,
+            "homography": len(homography.pairs) if homography else None}
 
 
 def _summary(state: dict) -> dict:
@@ -352,7 +379,8 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
-    sized = sized_config(cfg, {"main": len(data.pairs), "playground": len(pg.pairs) if pg else None})
+    views = unlabelled.homography_views(cfg, comp, data.val.names, log)
+    sized = sized_config(cfg, _pair_images(data, pg, views))
     if sized is not cfg:
         log("schedule sized to the training set: " + ", ".join(
             f"stage {i + 1} {s.steps or s.pairs} {'steps' if s.steps else 'pairs'} -> {z.epochs} epochs"
@@ -372,7 +400,7 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
                 log(f"scoring the {stage.image_size} px snapshot into {out_dir / 'scores' / stage.snapshot_name}")
                 score_run(out_dir, comp, data, checkpoint=tag, log=log, progress=verbose != 0)
 
-    return _train(sized, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, scores)
+    return _train(sized, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, scores, views)
 
 
 def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, deadline: float | None = None,
@@ -394,7 +422,8 @@ def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, de
     return _train(cfg, pg, pg, out_dir, resume, deadline, max_epochs, verbose, log, None, lambda result: None)
 
 
-def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, then) -> TrainResult:
+def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, then,
+           homography=None) -> TrainResult:
     """Train under the config's device strategy, then call ``then(result)`` inside it."""
     from whale.training.distribute import describe, strategy_scope
 
@@ -405,7 +434,7 @@ def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, i
             raise ConfigError(f"{cfg.name}: batching: images needs one device (its pairs index the whole "
                               f"batch's images), but strategy {cfg.strategy!r} gives "
                               f"{strategy.num_replicas_in_sync} replicas: set strategy: default")
-        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log, init=init)
+        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log, init=init, homography=homography)
         result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
         then(result)
     return result
