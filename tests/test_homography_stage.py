@@ -161,5 +161,5 @@ def test_a_homography_stage_trains_and_resumes_exactly(backend, comp_dir, tmp_pa
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     # The Trainer alone refuses a homography stage without photos.
     trainer = Trainer(load_config(path), fold_data(load_competition(comp_dir), 0, 4), tmp_path / "none", **QUIET)
-    with pytest.raises(ConfigError, match="dataset: homography' stage but no unlabelled photos"):
+    with pytest.raises(ConfigError, match="dataset: homography' stage but no unlabelled photos \\(homography.photos\\)"):
         trainer.run()

@@ -23,6 +23,7 @@ from whale.checker import Checker
 from whale.errors import ConfigError
 from whale.files import write_text_atomic
 from whale.overrides import apply_override
+from whale.homographyconfig import HOMOGRAPHY_K, HomographyConfig, homography_stage, parse_homography  # noqa: F401
 from whale.objectiveconfig import (IDENTITY_OBJECTIVES, OBJECTIVE_PARAMS, OBJECTIVES, BatchConfig,  # noqa: F401
                                    ObjectiveConfig, parse_batch, parse_objective)
 
@@ -32,8 +33,6 @@ KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "conv
 
 DATASETS = ("main", "playground", "homography")
 """What a stage trains on (``stages[].dataset``); ``homography``: :mod:`whale.data.unlabelled`."""
-HOMOGRAPHY_K = 1000.0
-"""K recorded for a ``dataset: homography`` stage: its negatives are random (no identities to mine)."""
 STRATEGIES = ("auto", "mirrored", "default")
 """Device strategies (``strategy``; :mod:`whale.training.distribute`)."""
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -79,23 +78,6 @@ class ModelConfig:
     def branch_options(self) -> dict[str, str]:
         """Build options for :func:`whale.models.build_branch` (``{}`` = the defaults)."""
         return {"stem": self.stem} if self.stem else {}
-
-
-@dataclass(frozen=True)
-class HomographyConfig:
-    """The unlabelled photos of ``dataset: homography`` stages and the strength of their homographies.
-
-    ``photos``: folders of photos (every ``.jpg``, ``.jpeg``, ``.png`` below them, whole images, no
-    labels read); empty (the default) = the competition's test images and its training images
-    labelled ``new_whale`` outside the fold's validation: the images the labelled stages cannot use.
-    ``R``: each corner of an image moves within ``R`` times its shorter side; ``phi``: then the
-    quadrangle turns by at most ``phi`` degrees (the paper's first curriculum stage: R = 15 on its
-    100 px square, phi 90; :func:`whale.data.homography.frame_homography`).
-    """
-
-    photos: tuple[str, ...] = ()
-    R: float = 0.15
-    phi: float = 90.0
 
 
 @dataclass(frozen=True)
@@ -326,14 +308,7 @@ def _stage(c: Checker, raw: Any, path: str) -> Stage:
     raw = c.mapping(raw, path, allowed, tuple(r for r in required if r not in LENGTH_KEYS
                                               and not (homography and r == "k")))
     if homography:
-        # No identities: Algorithm 1 has nothing to mine; the negatives are random other photos.
-        asked = [key for key in ("k", "k_end") if raw.get(key) is not None and (
-            key == "k_end" or c.number(raw[key], f"{path}.k", float, 0.0) != HOMOGRAPHY_K)]
-        if asked:
-            raise c.fail(f"{path}.{asked[0]}", f"no {asked[0]} on a 'dataset: homography' stage (Algorithm 1 "
-                         "cannot mine photos without identities: its negatives are random other photos; leave "
-                         f"{asked[0]} out)", raw[asked[0]])
-        raw = {**raw, "k": HOMOGRAPHY_K}
+        raw = homography_stage(c, raw, path)
     given = [key for key in LENGTH_KEYS if raw.get(key) is not None]
     if len(given) != 1:
         raise ConfigError(f"{c.source}: {path}: expected exactly one of {', '.join(LENGTH_KEYS)} "
@@ -410,23 +385,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         tta_mode=c.choice(get("tta_mode"), "tta_mode", TTA_MODES),
         objective=objective,
         batch=batch,
-        homography=_homography(c, raw.get("homography"), "homography"),
-    )
-
-
-def _homography(c: Checker, raw: Any, path: str) -> HomographyConfig:
-    allowed, required = dataclass_fields(HomographyConfig)
-    raw = c.mapping({} if raw is None else raw, path, allowed, required)
-    d = HomographyConfig()
-    photos = raw.get("photos", d.photos)
-    if isinstance(photos, str):
-        photos = [photos]
-    if not isinstance(photos, (list, tuple)):
-        raise c.fail(f"{path}.photos", "a list of folders", photos)
-    return HomographyConfig(
-        photos=tuple(c.string(p, f"{path}.photos[{i}]") for i, p in enumerate(photos)),
-        R=c.number(raw.get("R", d.R), f"{path}.R", float, 0.0, 1.0),
-        phi=c.number(raw.get("phi", d.phi), f"{path}.phi", float, 0.0, 180.0),
+        homography=parse_homography(c, raw.get("homography"), "homography"),
     )
 
 

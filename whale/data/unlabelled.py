@@ -24,7 +24,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from whale import NEW_WHALE
-from whale.config import RunConfig
+from whale.config import HomographyConfig, RunConfig
+from whale.data.augment import build_plain
 from whale.data.competition import Competition
 from whale.data.homography import frame_homography, warp
 from whale.data.imagesets import FoldData, ImageSet
@@ -145,6 +146,14 @@ def random_negatives(n_views: int, rng: np.random.Generator) -> np.ndarray:
     first = np.arange(n_views, dtype=np.int64)
     other = (first % n + rng.integers(1, n, n_views)) % n
     return np.stack([first, other + n * rng.integers(0, 2, n_views)], axis=1)
+
+
+def view_inputs(store, augmenter: Callable | None, homography: HomographyConfig, image_size: int):
+    """``(store, augmenter)`` of a homography epoch: the photos' store read as two views
+    (:class:`TwoViews`), and each image warped by its own homography before ``augmenter``
+    (None: plain resize)."""
+    then = augmenter or build_plain(image_size, store.channels)
+    return TwoViews(store), HomographyWarp(homography.R, homography.phi, then)
 
 
 class HomographyWarp:

@@ -29,7 +29,7 @@ from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read
                                    write_run_metadata)
 from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
 from whale.training.minedfiles import load_mined, save_mined
-from whale.training.schedule import EpochPlan, Schedule, sized_config
+from whale.training.schedule import EpochPlan, Schedule, pair_images, sized_config
 from whale.training.stores import CropStores
 
 
@@ -64,7 +64,7 @@ class Trainer:
         from whale.mining import make_miner
 
         # Stages given in steps or pairs get their epochs from this fold's training set.
-        cfg = sized_config(cfg, _pair_images(data, playground, homography))
+        cfg = sized_config(cfg, pair_images(data, playground, homography))
         self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
         self.homography = homography  # the views of dataset: homography stages (whale.data.unlabelled)
         self.init = init  # the run this one starts from, after its first stages (init_from)
@@ -145,14 +145,12 @@ class Trainer:
     # ---------------------------------------------------------------- mining
     def _mine(self, dataset: FoldData, ep: EpochPlan) -> list[np.ndarray]:
         """Negatives for the epochs of ``ep``'s mining block: Algorithm 1 on the current model."""
-        if ep.stage.dataset == "homography":
-            # No identities to mine: one random other photo per view and epoch (whale.data.unlabelled).
-            self.log(f"random negatives of epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs} "
-                     f"(dataset: homography, {len(dataset.pairs) // 2} photos)")
-            return [unlabelled.random_negatives(len(dataset.pairs), _rng(self.cfg.seed, _MINING, ep.block_start, e))
-                    for e in range(ep.block_epochs)]
-        self.log(f"mining the negatives of epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs} "
-                 f"(K={ep.k:g})")
+        what = f"epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs}"
+        if ep.stage.dataset == "homography":  # no identities to mine: random other photos (whale.data.unlabelled)
+            self.log(f"random negatives of {what} (dataset: homography, {len(dataset.pairs) // 2} photos)")
+            rngs = [_rng(self.cfg.seed, _MINING, ep.block_start, e) for e in range(ep.block_epochs)]
+            return [unlabelled.random_negatives(len(dataset.pairs), rng) for rng in rngs]
+        self.log(f"mining the negatives of {what} (K={ep.k:g})")
         dataset = self._training(dataset)
         feats = self._features(ep.stage.dataset, dataset.gallery, ep.stage.image_size, dataset.pairs_in_gallery)
         mined = self.miner.mine(self._scorer(), feats, dataset.pairs.ids, ep.k, ep.block_epochs,
@@ -287,30 +285,27 @@ class Trainer:
     def _fit_epoch(self, dataset: FoldData, ep: EpochPlan, negatives: np.ndarray):
         """One epoch of ``fit``: every pair image once with a positive and once with ``negatives``
         (an identity objective: P x K batches seeded by ``negatives``, :mod:`whale.training.identitybatches`)."""
-        from whale.data.augment import build_augmenter, build_plain
+        from whale.data.augment import build_augmenter
         from whale.mining import mix_random_negatives, positive_pairs
         from whale.training import identitybatches
         from whale.training.imagebatches import ImageBatchDataset, describe
         from whale.training.pairs import PairDataset, make_epoch_pairs
 
         cfg, stage, dataset = self.cfg, ep.stage, self._training(dataset)
-        homography = stage.dataset == "homography"
-        gallery = unlabelled.first_views(dataset) if homography else dataset.gallery
+        gallery = unlabelled.first_views(dataset) if stage.dataset == "homography" else dataset.gallery
         store = self.stores.get(stage.dataset, gallery, crop_size_for(stage.image_size))
         # With flip_ids a mirror image is another whale: no random flips inside an id.
         augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
                                      flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
-        if homography:  # each slot: its own random homography of its photo, then the usual augmentation
-            store = unlabelled.TwoViews(store)
-            augmenter = unlabelled.HomographyWarp(cfg.homography.R, cfg.homography.phi,
-                                                  augmenter or build_plain(stage.image_size, cfg.model.channels))
+        if stage.dataset == "homography":  # two views of each photo, each slot warped by its own homography first
+            store, augmenter = unlabelled.view_inputs(store, augmenter, cfg.homography, stage.image_size)
         if self.objective.identities:
             data, what = identitybatches.epoch_data(store, dataset, cfg, stage.image_size, ep.epoch, negatives, augmenter,
                                                     _rng(cfg.seed, _PAIRS, ep.epoch))
             what += f", objective {self.objective.name}"
         else:
             positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
-            if cfg.negatives_mix > 0 and not homography:
+            if cfg.negatives_mix > 0 and stage.dataset != "homography":
                 negatives = mix_random_negatives(negatives, dataset.pairs.ids, cfg.negatives_mix,
                                                  _rng(cfg.seed, _MIX, ep.epoch))
             pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
@@ -325,27 +320,15 @@ class Trainer:
 
     def _dataset(self, name: str) -> FoldData:
         """What a stage of ``dataset: name`` trains on."""
-        if name == "main":
-            return self.data
-        if name == "homography":
-            if self.homography is None:
-                raise ConfigError("the schedule has a 'dataset: homography' stage but no unlabelled photos were "
-                                  "given (train_fold builds them from homography.photos)")
-            return self.homography
-        if self.playground is None:
-            raise ConfigError("the schedule has a 'dataset: playground' stage but no --playground "
-                             "folder was given")
-        return self.playground
+        data = {"main": self.data, "homography": self.homography, "playground": self.playground}[name]
+        if data is None:
+            raise ConfigError(f"the schedule has a 'dataset: {name}' stage but no " + (
+                "unlabelled photos (homography.photos)" if name == "homography" else "--playground folder was given"))
+        return data
 
     def _result(self, finished: bool, state: dict, log_rows: list[dict]) -> TrainResult:
         return TrainResult(finished, state["epochs_done"], state["best_val_map5"],
                            state["best_threshold"], self.out_dir, log_rows, self.schedule.total_epochs)
-
-
-def _pair_images(data: FoldData, playground: FoldData | None, homography: FoldData | None) -> dict:
-    """Training images per dataset, what stages in steps or pairs are sized by."""
-    return {"main": len(data.pairs), "playground": len(playground.pairs) if playground else None,
-            "homography": len(homography.pairs) if homography else None}
 
 
 def _summary(state: dict) -> dict:
@@ -380,7 +363,7 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
     views = unlabelled.homography_views(cfg, comp, data.val.names, log)
-    sized = sized_config(cfg, _pair_images(data, pg, views))
+    sized = sized_config(cfg, pair_images(data, pg, views))
     if sized is not cfg:
         log("schedule sized to the training set: " + ", ".join(
             f"stage {i + 1} {s.steps or s.pairs} {'steps' if s.steps else 'pairs'} -> {z.epochs} epochs"
