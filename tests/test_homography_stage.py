@@ -163,3 +163,18 @@ def test_a_homography_stage_trains_and_resumes_exactly(backend, comp_dir, tmp_pa
     trainer = Trainer(load_config(path), fold_data(load_competition(comp_dir), 0, 4), tmp_path / "none", **QUIET)
     with pytest.raises(ConfigError, match="dataset: homography' stage but no unlabelled photos \\(homography.photos\\)"):
         trainer.run()
+
+
+def test_benchmark_moves_steps_from_the_first_stage_to_a_homography_stage():
+    from benchmarks.homography_pretrain import steps_per_epoch, with_homography
+    from whale.config import config_from_dict
+
+    cfg = config_from_dict({"name": "b", "batch_size": 32, "stages": STAGES[1:]})
+    cfg = config_from_dict({**cfg.to_dict(), "stages": [{**STAGES[1], "epochs": 4}, STAGES[2]]})
+    moved = with_homography(cfg, 0.5, 100, ["pics"])
+    assert steps_per_epoch(100, 32) == 7
+    assert [s.dataset for s in moved.stages] == ["homography", "main", "main"]
+    assert moved.stages[0].steps == 2 * 7 and moved.stages[1].epochs == 2 and moved.homography.photos == ("pics",)
+    assert moved.stages[0].lr == cfg.stages[0].lr and moved.stages[0].image_size == cfg.stages[0].image_size
+    with pytest.raises(ValueError, match="too few"):
+        with_homography(config_from_dict({"name": "c", "stages": [STAGES[1]]}), 0.5, 100, None)
