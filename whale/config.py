@@ -23,6 +23,7 @@ from whale.checker import Checker
 from whale.errors import ConfigError
 from whale.files import write_text_atomic
 from whale.overrides import apply_override
+from whale.homographyconfig import HOMOGRAPHY_K, HomographyConfig, homography_stage, parse_homography  # noqa: F401
 from whale.objectiveconfig import (IDENTITY_OBJECTIVES, OBJECTIVE_PARAMS, OBJECTIVES, BatchConfig,  # noqa: F401
                                    ObjectiveConfig, parse_batch, parse_objective)
 
@@ -30,7 +31,8 @@ KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "conv
                   "tiny")
 """Branch names a config may use (kept here so loading a config never imports TensorFlow)."""
 
-DATASETS = ("main", "playground")
+DATASETS = ("main", "playground", "homography")
+"""What a stage trains on (``stages[].dataset``); ``homography``: :mod:`whale.data.unlabelled`."""
 STRATEGIES = ("auto", "mirrored", "default")
 """Device strategies (``strategy``; :mod:`whale.training.distribute`)."""
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -84,7 +86,9 @@ class Stage:
 
     ``k`` is the noise scale K of Algorithm 1 (large = random negatives, small = hard ones);
     with ``k_end`` set, K moves linearly from ``k`` to ``k_end`` over the stage's minings.
-    ``dataset`` is ``"main"`` (the competition) or ``"playground"`` (pre-training data).
+    ``dataset`` is ``"main"`` (the competition), ``"playground"`` (pre-training data) or
+    ``"homography"`` (self-supervised pairs of unlabelled photos: two random homographies of one
+    photo against two different photos, :mod:`whale.data.unlabelled`; random negatives, K unused).
     ``freeze_branch`` trains the head only (done after every image-size increase).
     ``l2`` is the weight-decay coefficient of the branch's kernels (0 = none).
     ``snapshot`` keeps the model as it is at the end of this stage (checkpoint
@@ -181,6 +185,7 @@ class RunConfig:
     query's score against the mirrored gallery. ``tta``: extra deterministic views of every
     scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
     or their head ``scores`` (one pass per view). All off by default.
+    ``homography``: the photos and strength of ``dataset: homography`` stages (:class:`HomographyConfig`).
     """
 
     name: str
@@ -208,6 +213,7 @@ class RunConfig:
     tta_mode: str = "features"
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     batch: BatchConfig | None = None  # P x K; set (defaults filled) exactly when the objective needs it
+    homography: HomographyConfig = field(default_factory=HomographyConfig)
 
     @property
     def total_epochs(self) -> int:
@@ -230,6 +236,7 @@ class RunConfig:
                    if (key not in LENGTH_KEYS or s[key] is not None) and (key != "snapshot" or s[key])}
                   for s in d.pop("stages")]
         d["tta"] = list(d["tta"])
+        d["homography"]["photos"] = list(d["homography"]["photos"])
         d["objective"] = {"name": self.objective.name, **dict(self.objective.params)}
         if d["objective"] == {"name": "head"}:
             d["objective"] = "head"
@@ -251,7 +258,8 @@ class RunConfig:
 
 _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0, "batching": "pairs",
                 "flip_ids": False, "tta": [], "tta_mode": "features",
-                "objective": "head", "batch": None}
+                "objective": "head", "batch": None,
+                "homography": {"photos": [], "R": HomographyConfig.R, "phi": HomographyConfig.phi}}
 # ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
 
@@ -296,7 +304,11 @@ def _model(c: Checker, raw: Any, path: str) -> ModelConfig:
 
 def _stage(c: Checker, raw: Any, path: str) -> Stage:
     allowed, required = dataclass_fields(Stage)
-    raw = c.mapping(raw, path, allowed, tuple(r for r in required if r not in LENGTH_KEYS))
+    homography = isinstance(raw, dict) and raw.get("dataset") == "homography"
+    raw = c.mapping(raw, path, allowed, tuple(r for r in required if r not in LENGTH_KEYS
+                                              and not (homography and r == "k")))
+    if homography:
+        raw = homography_stage(c, raw, path)
     given = [key for key in LENGTH_KEYS if raw.get(key) is not None]
     if len(given) != 1:
         raise ConfigError(f"{c.source}: {path}: expected exactly one of {', '.join(LENGTH_KEYS)} "
@@ -342,6 +354,10 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     # An identity objective packs its own P x K batches: `batching` (how pairs are packed) does not apply.
     batching = c.choice(get("batching"), "batching", BATCHINGS)
     batch = parse_batch(c, raw.get("batch"), objective, c.number(get("batch_size"), "batch_size", int, 1))
+    for i, s in enumerate(stages):
+        if s.dataset == "homography" and objective.identities:
+            raise c.fail(f"stages[{i}].dataset", f"a pair objective for 'dataset: homography' (its photos have "
+                         f"no identities; objective {objective.name!r} trains on identities)", s.dataset)
     return RunConfig(
         name=c.string(raw["name"], "name"),
         stages=stages,
@@ -369,6 +385,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         tta_mode=c.choice(get("tta_mode"), "tta_mode", TTA_MODES),
         objective=objective,
         batch=batch,
+        homography=parse_homography(c, raw.get("homography"), "homography"),
     )
 
 

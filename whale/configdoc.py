@@ -59,6 +59,11 @@ MEANINGS: dict[str, str] = {
                  "(section below; docs/objectives.md)",
     "batch": "P x K batches of the identity objectives: `{ids: P, per_id: K}` (default K 4, P batch_size / 4); "
              "`batch_size` becomes P x K",
+    "homography": "the unlabelled photos and homography strength of `dataset: homography` stages (table below)",
+    "homography.photos": "folders of photos (all .jpg/.jpeg/.png below); `[]` = the competition's test images "
+                         "and its new_whale images outside the fold's validation",
+    "homography.R": "each corner moves within R x the image's shorter side (the paper's R = 15 on 100 px: 0.15)",
+    "homography.phi": "then the image turns by at most phi degrees (the paper's first stage: 90)",
     "model.branch": "the branch (backbone) from the registry",
     "model.weights": "null (random init), `imagenet`, or a weights file (`python -m whale.models.convert` for "
                      "seresnext50)",
@@ -71,7 +76,8 @@ MEANINGS: dict[str, str] = {
     "stages[].lr": "learning rate",
     "stages[].image_size": "crop size in pixels",
     "stages[].k_end": "K moves linearly from `k` to `k_end` over the stage's minings",
-    "stages[].dataset": "`main` (the competition) or `playground` (pre-training data)",
+    "stages[].dataset": "`main` (the competition), `playground` (pre-training data) or `homography` "
+                        "(self-supervised pairs of `homography.photos`: no k, random negatives; pair objectives)",
     "stages[].freeze_branch": "train the head only",
     "stages[].l2": "weight decay of the branch's kernels",
     "stages[].steps": "the stage's length in optimiser steps (turned into whole epochs when the run starts)",

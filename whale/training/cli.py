@@ -99,6 +99,7 @@ def preflight(args, cfg) -> None:
     with ``--resume`` the config is sized as the trainer sizes it and compared with the run's.
     """
     from whale.data import fold_data, load_competition, playground_data
+    from whale.data.unlabelled import homography_views
     from whale.training.pretrain import pretrain_config
     from whale.training.schedule import sized_config
 
@@ -114,7 +115,9 @@ def preflight(args, cfg) -> None:
         data = fold_data(comp, args.fold, cfg.seed, val_new_whale=cfg.val_new_whale)
         check_training_ids(comp, data.pairs, f"fold {args.fold}")
         pg = playground_data(load_competition(args.playground)) if args.playground else None
-        sized = sized_config(cfg, {"main": len(data.pairs), "playground": len(pg.pairs) if pg else None})
+        views = homography_views(cfg, comp, data.val.names, log=lambda _: None)
+        sized = sized_config(cfg, {"main": len(data.pairs), "playground": len(pg.pairs) if pg else None,
+                                   "homography": len(views.pairs) if views else None})
         data_dir = Path(args.data)
     if args.resume:
         check_resume(Path(args.out), sized, data_dir, args.allow_changes)
@@ -123,14 +126,18 @@ def preflight(args, cfg) -> None:
 def plan(args, cfg) -> int:
     """``--plan``: print the stages, pairs per epoch, minings and (with rates) hours of one fold."""
     from whale.data import fold_data, load_competition, playground_data
+    from whale.data.unlabelled import homography_views
     from whale.training.plan import KERNEL_HOURS_PER_VERSION, format_plan, load_rates, plan_fold
 
     if args.pair_images is not None:
         images = {"main": args.pair_images}
     else:
-        fold = 0 if args.fold is None else args.fold
-        images = {"main": len(fold_data(load_competition(args.data), fold, cfg.seed,
-                                        val_new_whale=cfg.val_new_whale).pairs)}
+        comp = load_competition(args.data)
+        data = fold_data(comp, 0 if args.fold is None else args.fold, cfg.seed, val_new_whale=cfg.val_new_whale)
+        images = {"main": len(data.pairs)}
+        views = homography_views(cfg, comp, data.val.names, log=lambda _: None)
+        if views is not None:
+            images["homography"] = len(views.pairs)
     if args.playground_images is not None or args.pair_images is not None:
         images["playground"] = args.playground_images or args.pair_images
     elif args.playground:

@@ -148,7 +148,8 @@ def plan_fold(cfg: RunConfig, pair_images: dict[str, int], rates: list[dict] | N
     for index, stage in enumerate(cfg.stages):
         minings = sum(ep.mines for ep in schedule if ep.stage_index == index)
         if stage.dataset not in pair_images:
-            raise ConfigError(f"stages[{index}].dataset: {stage.dataset!r} has no data (give --playground)")
+            raise ConfigError(f"stages[{index}].dataset: {stage.dataset!r} has no data (give --playground; "
+                              "a homography stage needs --data or homography.photos)")
         pairs = 2 * int(pair_images[stage.dataset])
         rate, source = (_rate(rates, cfg.model.branch, cfg.precision, stage.image_size, cfg.model.stem, cfg.batching)
                         if rates else (None, ""))

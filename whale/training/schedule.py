@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from whale.config import RunConfig, Stage
 from whale.errors import ConfigError
 
-__all__ = ["EpochPlan", "Schedule", "epochs_for", "is_mining_epoch", "schedule_epochs", "sized_config"]
+__all__ = ["EpochPlan", "Schedule", "epochs_for", "is_mining_epoch", "pair_images", "schedule_epochs", "sized_config"]
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,12 @@ def epochs_for(stage: Stage, pair_images: int, batch_size: int, per_image: int =
     if stage.steps is not None:
         return max(1, math.ceil(stage.steps / math.ceil(pairs_per_epoch / batch_size)))
     return max(1, math.ceil(stage.pairs / pairs_per_epoch))
+
+
+def pair_images(main, playground=None, homography=None) -> dict[str, int | None]:
+    """``{dataset: len(FoldData.pairs)}`` of the fold's data sets (None: absent), what :func:`sized_config` reads."""
+    return {name: len(d.pairs) if d is not None else None
+            for name, d in (("main", main), ("playground", playground), ("homography", homography))}
 
 
 def sized_config(cfg: RunConfig, pair_images: Mapping[str, int | None]) -> RunConfig:

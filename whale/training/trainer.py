@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.config import RunConfig, Stage
-from whale.data import FoldData, ImageSet, crop_size_for, fold_data, load_competition, playground_data
+from whale.data import FoldData, ImageSet, crop_size_for, fold_data, load_competition, playground_data, unlabelled
 from whale.files import write_json_atomic
 from whale.errors import CheckpointError, ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
@@ -29,7 +29,7 @@ from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read
                                    write_run_metadata)
 from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
 from whale.training.minedfiles import load_mined, save_mined
-from whale.training.schedule import EpochPlan, Schedule, sized_config
+from whale.training.schedule import EpochPlan, Schedule, pair_images, sized_config
 from whale.training.stores import CropStores
 
 
@@ -60,12 +60,13 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, data: FoldData, out_dir: Path,
                  playground: FoldData | None = None, verbose: int | str = "auto", log=print,
-                 init: InitSource | None = None):
+                 init: InitSource | None = None, homography: FoldData | None = None):
         from whale.mining import make_miner
 
         # Stages given in steps or pairs get their epochs from this fold's training set.
-        cfg = sized_config(cfg, {"main": len(data.pairs), "playground": len(playground.pairs) if playground else None})
+        cfg = sized_config(cfg, pair_images(data, playground, homography))
         self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
+        self.homography = homography  # the views of dataset: homography stages (whale.data.unlabelled)
         self.init = init  # the run this one starts from, after its first stages (init_from)
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
@@ -80,7 +81,7 @@ class Trainer:
     def _training(self, dataset: FoldData) -> FoldData:
         """What ``dataset`` trains and mines on: itself, or with ``flip_ids`` its mirrored copy
         (the gallery's first ``n`` images stay the originals, so validation reads the same store)."""
-        if not self.cfg.flip_ids:
+        if not self.cfg.flip_ids or dataset is self.homography:  # a photo's mirror is no other photo
             return dataset
         if id(dataset) not in self._mirrored:
             self._mirrored[id(dataset)] = dataset.with_mirrors()
@@ -144,8 +145,12 @@ class Trainer:
     # ---------------------------------------------------------------- mining
     def _mine(self, dataset: FoldData, ep: EpochPlan) -> list[np.ndarray]:
         """Negatives for the epochs of ``ep``'s mining block: Algorithm 1 on the current model."""
-        self.log(f"mining the negatives of epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs} "
-                 f"(K={ep.k:g})")
+        what = f"epochs {ep.block_start + 1}-{ep.block_start + ep.block_epochs}"
+        if ep.stage.dataset == "homography":  # no identities to mine: random other photos (whale.data.unlabelled)
+            self.log(f"random negatives of {what} (dataset: homography, {len(dataset.pairs) // 2} photos)")
+            rngs = [_rng(self.cfg.seed, _MINING, ep.block_start, e) for e in range(ep.block_epochs)]
+            return [unlabelled.random_negatives(len(dataset.pairs), rng) for rng in rngs]
+        self.log(f"mining the negatives of {what} (K={ep.k:g})")
         dataset = self._training(dataset)
         feats = self._features(ep.stage.dataset, dataset.gallery, ep.stage.image_size, dataset.pairs_in_gallery)
         mined = self.miner.mine(self._scorer(), feats, dataset.pairs.ids, ep.k, ep.block_epochs,
@@ -221,7 +226,7 @@ class Trainer:
                 self.log(f"time budget reached before epoch {ep.epoch + 1}; checkpoint kept, resume to go on")
                 return self._result(False, state, log_rows)
             stage = ep.stage
-            dataset = self.data if stage.dataset == "main" else self._playground()
+            dataset = self._dataset(stage.dataset)
             if prepared_stage != ep.stage_index:
                 self._prepare_stage(stage, dataset)
                 prepared_stage = ep.stage_index
@@ -288,17 +293,20 @@ class Trainer:
         from whale.training.pairs import PairDataset, make_epoch_pairs
 
         cfg, stage, dataset = self.cfg, ep.stage, self._training(dataset)
-        store = self.stores.get(stage.dataset, dataset.gallery, crop_size_for(stage.image_size))
+        gallery = unlabelled.first_views(dataset) if stage.dataset == "homography" else dataset.gallery
+        store = self.stores.get(stage.dataset, gallery, crop_size_for(stage.image_size))
         # With flip_ids a mirror image is another whale: no random flips inside an id.
         augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
                                      flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
+        if stage.dataset == "homography":  # two views of each photo, each slot warped by its own homography first
+            store, augmenter = unlabelled.view_inputs(store, augmenter, cfg.homography, stage.image_size)
         if self.objective.identities:
             data, what = identitybatches.epoch_data(store, dataset, cfg, stage.image_size, ep.epoch, negatives, augmenter,
                                                     _rng(cfg.seed, _PAIRS, ep.epoch))
             what += f", objective {self.objective.name}"
         else:
             positives = positive_pairs(dataset.pairs.ids, _rng(cfg.seed, _POSITIVES, ep.epoch))
-            if cfg.negatives_mix > 0:
+            if cfg.negatives_mix > 0 and stage.dataset != "homography":
                 negatives = mix_random_negatives(negatives, dataset.pairs.ids, cfg.negatives_mix,
                                                  _rng(cfg.seed, _MIX, ep.epoch))
             pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
@@ -311,11 +319,13 @@ class Trainer:
                  f"{', branch frozen' if stage.freeze_branch else ''}): {what}")
         return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
 
-    def _playground(self) -> FoldData:
-        if self.playground is None:
-            raise ConfigError("the schedule has a 'dataset: playground' stage but no --playground "
-                             "folder was given")
-        return self.playground
+    def _dataset(self, name: str) -> FoldData:
+        """What a stage of ``dataset: name`` trains on."""
+        data = {"main": self.data, "homography": self.homography, "playground": self.playground}[name]
+        if data is None:
+            raise ConfigError(f"the schedule has a 'dataset: {name}' stage but no " + (
+                "unlabelled photos (homography.photos)" if name == "homography" else "--playground folder was given"))
+        return data
 
     def _result(self, finished: bool, state: dict, log_rows: list[dict]) -> TrainResult:
         return TrainResult(finished, state["epochs_done"], state["best_val_map5"],
@@ -353,7 +363,8 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     log(data.summary)
     pg = playground_data(load_competition(playground)) if playground else None
-    sized = sized_config(cfg, {"main": len(data.pairs), "playground": len(pg.pairs) if pg else None})
+    views = unlabelled.homography_views(cfg, comp, data.val.names, log)
+    sized = sized_config(cfg, pair_images(data, pg, views))
     if sized is not cfg:
         log("schedule sized to the training set: " + ", ".join(
             f"stage {i + 1} {s.steps or s.pairs} {'steps' if s.steps else 'pairs'} -> {z.epochs} epochs"
@@ -373,7 +384,7 @@ def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = Fals
                 log(f"scoring the {stage.image_size} px snapshot into {out_dir / 'scores' / stage.snapshot_name}")
                 score_run(out_dir, comp, data, checkpoint=tag, log=log, progress=verbose != 0)
 
-    return _train(sized, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, scores)
+    return _train(sized, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, scores, views)
 
 
 def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, deadline: float | None = None,
@@ -395,7 +406,8 @@ def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, de
     return _train(cfg, pg, pg, out_dir, resume, deadline, max_epochs, verbose, log, None, lambda result: None)
 
 
-def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, then) -> TrainResult:
+def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, then,
+           homography=None) -> TrainResult:
     """Train under the config's device strategy, then call ``then(result)`` inside it."""
     from whale.training.distribute import describe, strategy_scope
 
@@ -406,7 +418,7 @@ def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, i
             raise ConfigError(f"{cfg.name}: batching: images needs one device (its pairs index the whole "
                               f"batch's images), but strategy {cfg.strategy!r} gives "
                               f"{strategy.num_replicas_in_sync} replicas: set strategy: default")
-        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log, init=init)
+        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log, init=init, homography=homography)
         result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
         then(result)
     return result
