@@ -166,10 +166,8 @@ class Trainer:
         """
         from whale.ranking import tune_threshold
 
-        scores = self.val_scores(image_size)
-        grid = None if self.cfg.threshold is None else np.array([self.cfg.threshold])
-        t, best, _ = tune_threshold(scores, self.data.gallery.ids, self.data.val.ids, grid=grid,
-                                    open_label=self.data.open_label)
+        grid, d = None if self.cfg.threshold is None else np.array([self.cfg.threshold]), self.data
+        t, best, _ = tune_threshold(self.val_scores(image_size), d.gallery.ids, d.val.ids, grid=grid, open_label=d.open_label)
         return float(best), float(t)
 
     def val_scores(self, image_size: int) -> np.ndarray:
