@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # 2-3 minutes: the benchmark's whole --quick run
 def test_box_heads_quick_reports_both_heads_and_the_refiner_on_each_seed(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "box_heads.py"), "--out", str(tmp_path),

@@ -226,6 +226,7 @@ def _models():
     return ("vgg", "retinanet")
 
 
+@pytest.mark.slow  # ~2 minutes; test_a_refined_run_... also trains and predicts through the CLI
 def test_train_then_predict_a_whole_folder(competition, tmp_path, capsys):
     from whale.boxes.cli import main
     from whale.data import read_boxes

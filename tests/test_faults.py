@@ -2,8 +2,8 @@
 
 The work is :mod:`benchmarks.faults` in a fresh interpreter (it forks its attempts from one
 process that imported TensorFlow but ran nothing, which a pytest process that already ran
-TensorFlow cannot do safely). Two chains of kills run side by side: 6 kills in `make test`,
-20 in `make test-slow`.
+TensorFlow cannot do safely). Two chains of kills run side by side: 3 kills per objective (the
+paper's head, ArcFace) in `make test`, 20 in `make test-slow`.
 """
 
 import json
@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("kills,objective", [(6, "head"), (3, "arcface"),
+@pytest.mark.parametrize("kills,objective", [(3, "head"), (3, "arcface"),
                                             pytest.param(20, "head", marks=pytest.mark.slow)])
 def test_kills_leave_nothing_half_written_and_change_nothing(kills, objective, tmp_path):
     """The paper's head, and ArcFace (an embedding objective with its own trained class centres)."""
