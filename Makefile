@@ -60,8 +60,11 @@ demo: $(STAMP)
 # On JAX the full-size backbones (built from keras.applications, ~6 CPU-minutes there) are left out.
 # Cases marked `slow` (each 30 s to 4 min: a training epoch of every Table 4 model, 20 kills,
 # checkpoints across backends, the training benchmark) run in `make test-slow` (~25 minutes).
+# Also left to TensorFlow: the homography stage's and the mixed-objective ensemble's end-to-end runs (the
+# backend-sensitive parts they use, training, resume and every objective's scores, are tested on JAX already).
 JAX_DESELECT := not every_branch_builds and not param_counts_match_published \
-	and not seresnext50_trainable and not adapt_first_conv_densenet
+	and not seresnext50_trainable and not adapt_first_conv_densenet \
+	and not homography_stage_trains_and_resumes and not ensemble_of_the_head_and_an_embedding
 
 test: $(STAMP) $(KSTAMP) browser
 	$(VPY) $(PYTEST) -m "not slow" tests
