@@ -76,3 +76,25 @@ def tiny_config():
         return config_from_dict({"name": name, "seed": seed, **TINY_RUN, "stages": stages}).to_yaml()
 
     return make
+
+
+ONE_EPOCH_RUN = {"seed": 1, "batch_size": 32, "mining_interval": 1, "workers": 1,
+                 "model": {"branch": "tiny", "weights": None, "channels": 3, "head_mid": 8, "head_hidden": 0},
+                 "stages": [{"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main"}]}
+"""The one-epoch tiny run the explain, catalogue and review tests score with."""
+
+
+def train_tiny_run(root, name: str, n_ids: int = 10, seed: int = 4, size: int = 96):
+    """``(data, run)``: a synthetic competition under ``root/data`` and :data:`ONE_EPOCH_RUN` trained
+    on its fold 0 into ``root/run``."""
+    from pathlib import Path
+
+    from whale.config import config_from_dict
+    from whale.data.synth import generate
+    from whale.training.trainer import train_fold
+
+    root = Path(root)
+    data = generate(root / "data", n_ids=n_ids, seed=seed, size=size, progress=False)
+    train_fold(config_from_dict({"name": name, **ONE_EPOCH_RUN}), data, 0, root / "run", overwrite=True,
+               verbose=0, log=lambda m: None)
+    return data, root / "run"

@@ -66,30 +66,11 @@ def test_every_branch_has_its_registry_heatmap_layer(backend, name):
                              "inceptionv3", "seresnext50"}
 
 
-TINY = """
-name: explain-test
-seed: 1
-model: {branch: tiny, weights: null, channels: 3, head_mid: 8, head_hidden: 0}
-batch_size: 32
-mining_interval: 1
-workers: 1
-stages:
-  - {epochs: 1, k: 1000.0, lr: 1.0e-3, image_size: 32, dataset: main}
-"""
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from whale.config import load_config
-    from whale.data.synth import generate
-    from whale.training.trainer import train_fold
+    from conftest import train_tiny_run
 
-    root = tmp_path_factory.mktemp("explain")
-    data = generate(root / "data", n_ids=10, seed=4, size=96)
-    cfg_path = root / "tiny.yaml"
-    cfg_path.write_text(TINY)
-    train_fold(load_config(cfg_path), data, 0, root / "run", overwrite=True, verbose=0)
-    return data, root / "run"
+    return train_tiny_run(tmp_path_factory.mktemp("explain"), "explain-test")
 
 
 def _png(path):

@@ -321,21 +321,13 @@ def test_the_page_renders_loads_every_image_and_exports_decisions_in_chromium(ba
     assert list(csv.reader(filled["csv"].splitlines()))[0] == ["photo", "decision", "individual"]
 
 
-TINY = {"name": "review-heatmaps", "seed": 1, "batch_size": 32, "mining_interval": 1, "workers": 1,
-        "model": {"branch": "tiny", "weights": None, "channels": 3, "head_mid": 8, "head_hidden": 0},
-        "stages": [{"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main"}]}
-
-
 @pytest.mark.slow  # a tiny run trained first: 20 s on an idle 2-core machine, 55 s under load
 def test_heatmaps_of_a_trained_run_sit_beside_every_image(batch, tmp_path):
     import cv2
 
-    from whale.config import config_from_dict
-    from whale.data.synth import generate
-    from whale.training.trainer import train_fold
+    from conftest import train_tiny_run
 
-    data = generate(tmp_path / "data", n_ids=6, seed=3, size=64)
-    train_fold(config_from_dict(TINY), data, 0, tmp_path / "run", overwrite=True, verbose=0)
+    train_tiny_run(tmp_path, "review-heatmaps", n_ids=6, seed=3, size=64)
     page = write_report(batch, tmp_path / "report", heatmaps=True, run_dir=tmp_path / "run", thumb=40)
     text = page.read_text(encoding="utf-8")
     heats = re.findall(r'<img class="heat" src="(heatmaps/[0-9a-f]{20}\.jpg)"', text)
