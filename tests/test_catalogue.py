@@ -128,10 +128,24 @@ def test_accept_appends_decisions_creates_individuals_and_exports(tmp_path):
                 accept(cat, "b1", _csv(tmp_path / "bad.csv", ["photo", "decision", "individual"], [bad]))
         with pytest.raises(DataError, match="no batch 'zz'"):
             accept(cat, "zz", tmp_path / "d.csv")
+        with pytest.raises(DataError, match="sighting weather: expected some of date, location, encounter"):
+            accept(cat, "b1", tmp_path / "d.csv", sighting={"weather": "fog"})
+        # sighting columns: the row's own, else the batch's (accept's), else none
+        later = _photos(tmp_path / "later", 2, seed=2)
+        _batch(cat, later, name="b2")
+        accept(cat, "b2", _csv(tmp_path / "s.csv", ["photo", "decision", "individual", "location"],
+                               [[later[0].name, "match", "w0", "Tonga"], [later[1].name, "match", "w7", ""]]),
+               sighting={"date": "2025-06-14", "location": "Hervey Bay"})
+        got = {r[0]: r[1:] for r in cat.query("SELECT image, date, location, encounter FROM sightings")}
+        assert got[file_hash(later[0])] == ("2025-06-14", "Tonga", None)
+        assert got[file_hash(later[1])] == ("2025-06-14", "Hervey Bay", None)
+        assert got[file_hash(new[1])] == (None, None, None)
         files = export(cat, tmp_path / "out")
     assert [f.name for f in files] == ["sightings.csv", "individuals.csv", "decisions.csv"]
+    with open(tmp_path / "out" / "sightings.csv") as fh:
+        assert {(r["file"].endswith(".png"), r["location"]) for r in csv.DictReader(fh)} >= {(True, "Tonga")}
     with open(tmp_path / "out" / "individuals.csv") as fh:
-        assert {r["individual"]: r["images"] for r in csv.DictReader(fh)} == {"w0": "3", "w7": "3"}  # p000 moved to w7
+        assert {r["individual"]: r["images"] for r in csv.DictReader(fh)} == {"w0": "4", "w7": "4"}  # p000 moved to w7
 
 
 class _DotScorer:
@@ -227,12 +241,14 @@ def test_add_index_match_accept_through_the_command(trained, tmp_path, capsys):
     rows[1][1:] = ["match", first.candidates[0].individual]
     rows[2][1:] = ["new", "w_field_1"]
     dec = _csv(tmp_path / "d.csv", rows[0], rows[1:])
-    assert main(["catalogue", "accept", str(cat), "--batch", "t1", "--decisions", str(dec), *common]) == 0
+    assert main(["catalogue", "accept", str(cat), "--batch", "t1", "--decisions", str(dec), "--date", "2025-06-14",
+                 *common]) == 0
     assert main(["catalogue", "status", str(cat)]) == 0
     assert f"decisions={len(props.photos)}" in capsys.readouterr().out
     with Catalogue.open(cat) as c:
         assert "w_field_1" in c.individuals()
         decided = dict(c.query("SELECT photo_hash, decided FROM decisions"))
+        assert c.query("SELECT date FROM sightings WHERE image = ?", (second.hash,)) == [("2025-06-14",)]
     assert decided[first.hash] == first.candidates[0].individual and decided[second.hash] == "new:w_field_1"
     assert main(["catalogue", "match", str(cat), "--photos", str(tmp_path / "none")]) == 2
     assert "no such folder of photos" in capsys.readouterr().err

@@ -130,12 +130,25 @@ def test_template_lists_every_photo_as_skip_and_edits_are_never_overwritten(batc
     (["photo,decision,individual", "p3.jpg,new,new_whale"], r"row 2: 'new_whale' is the label of unknown"),
     (["photo,decision,individual", "p3.jpg,skip,w_2"], r"row 2: skip takes no individual"),
     (["photo,decision,individual", "p3.jpg,skip,,extra"], r"row 2: expected 3 fields"),
+    (["photo,decision,individual,weather"], r"row 1: expected the header .*followed by any of date,location,encounter"),
+    (["photo,decision,individual,date,date"], r"row 1: expected the header"),
+    (["photo,decision,individual,date", "p3.jpg,skip,"], r"row 2: expected 4 fields \(photo,decision,individual,date\)"),
 ])
 def test_bad_decisions_are_refused_naming_the_file_and_row(batch, tmp_path, rows, message):
     path = tmp_path / "decisions.csv"
     path.write_text("\n".join(rows) + "\n")
     with pytest.raises(DataError, match=re.escape(str(path)) + " " + message):
         read_decisions(path, batch)
+
+
+def test_sighting_columns_may_follow_the_three_in_any_order(batch, tmp_path):
+    path = tmp_path / "decisions.csv"
+    path.write_text("photo,decision,individual,location,date\np3.jpg,new,Nemo, Hervey Bay ,2025-06-14\n"
+                    "p1.jpg,skip,,,\n")
+    nemo, skipped = read_decisions(path, batch)
+    assert nemo == Decision("p3.jpg", "new", "Nemo", 2, date="2025-06-14", location="Hervey Bay")
+    assert nemo.sighting() == {"date": "2025-06-14", "location": "Hervey Bay"}
+    assert skipped.sighting() == {}
 
 
 def test_a_match_outside_the_candidates_needs_allow_unlisted(batch, tmp_path):

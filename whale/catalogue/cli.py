@@ -3,7 +3,7 @@
     whale catalogue add CAT --photos DIR --labels LABELS.csv [--boxes BOXES.csv]
     whale catalogue match CAT --run RUN --photos NEW_DIR [--top 10] [--batch NAME]
     whale catalogue review CAT --batch NAME [--heatmaps]      # HTML report; exports decisions.csv
-    whale catalogue accept CAT --batch NAME --decisions decisions.csv
+    whale catalogue accept CAT --batch NAME --decisions decisions.csv [--date D --location L]
 
 ``init`` creates an empty catalogue (``add`` creates one too), ``index`` scores the catalogue's
 photos with a run (``match`` does it first; only new photos are scored), ``export`` writes
@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from whale.catalogue.db import SIGHTING_COLUMNS
 from whale.errors import DataError, run_cli
 
 
@@ -93,7 +94,8 @@ def _accept(args) -> str:
     from whale.catalogue.decisions import accept
 
     with _open(args) as cat:
-        n = accept(cat, args.batch, args.decisions, by=args.by, redecide=args.redecide)
+        n = accept(cat, args.batch, args.decisions, by=args.by, redecide=args.redecide,
+                   sighting={c: getattr(args, c) for c in SIGHTING_COLUMNS})
     return (f"recorded batch {args.batch}: {n['matched']} matched, {n['new']} new individuals' photos, "
             f"{n['skipped']} skipped, {n['unchanged']} already decided so")
 
@@ -149,7 +151,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--heatmaps", action="store_true", help="draw the paper's heatmaps beside the photos")
     s = command("accept", _accept, "record a reviewer's decisions")
     s.add_argument("--batch", required=True)
-    s.add_argument("--decisions", required=True, help="CSV photo,decision,individual (match / new / skip)")
+    s.add_argument("--decisions", required=True,
+                   help="CSV photo,decision,individual[,date,location,encounter] (match / new / skip)")
+    for column in SIGHTING_COLUMNS:
+        s.add_argument(f"--{column}", help=f"the batch's sighting {column} (a row's own {column} column wins)")
     s.add_argument("--by", help="who decided (default: $USER)")
     s.add_argument("--redecide", action="store_true", help="record a decision that differs from an earlier one")
     s = command("export", _export, "write sightings.csv, individuals.csv, decisions.csv")

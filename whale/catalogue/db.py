@@ -63,6 +63,8 @@ CREATE INDEX images_individual ON images(individual);
 CREATE INDEX sightings_image ON sightings(image);
 """
 
+SIGHTING_COLUMNS = ("date", "location", "encounter")
+"""A sighting's optional columns (free text): in labels CSVs (``add``) and decisions CSVs (``accept``)."""
 TABLES = ("meta", "individuals", "images", "sightings", "features", "batches", "proposals", "decisions")
 
 

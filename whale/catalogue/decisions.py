@@ -1,6 +1,7 @@
 """``accept`` and ``export``: a reviewer's decisions recorded, and the catalogue written out as CSV.
 
-The decisions file is a CSV ``photo,decision,individual`` (what the review page exports):
+The decisions file is a CSV ``photo,decision,individual`` (what the review page exports), optionally
+with sighting columns ``date``, ``location``, ``encounter`` after them (free text, per photo):
 ``match`` (``individual`` = an individual of the catalogue, or one a ``new`` row above creates),
 ``new`` (``individual`` = the id to create; several photos may name the same new id), ``skip``
 (``individual`` empty). ``photo`` is a photo of the batch as ``proposals.json`` names it (its
@@ -9,7 +10,8 @@ path, or just its file name when that is unique in the batch). The rows are read
 
 ``accept`` checks every row first, copies the matched photos into the catalogue (durable), then
 records everything in one transaction: the decisions (appended, never deleted), new individuals,
-images and sightings. A photo already decided keeps its decision; a row deciding it again the same
+images and sightings (each with the row's date, location and encounter, or the batch's given to
+``accept``). A photo already decided keeps its decision; a row deciding it again the same
 way is skipped, a row deciding it otherwise is refused (naming the row) unless ``redecide``.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from whale.catalogue.db import Catalogue, now, user
+from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, now, user
 from whale.catalogue.ingest import flush, store_photo
 from whale.catalogue.report import load_proposals, read_decisions
 from whale.errors import DataError
@@ -31,15 +33,22 @@ def _last_decision(cat: Catalogue, digest: str) -> str | None:
 
 
 def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
-           redecide: bool = False) -> dict[str, int]:
+           redecide: bool = False, sighting: dict[str, str] | None = None) -> dict[str, int]:
     """Record the decisions of ``decisions_csv`` for ``batch``; returns counts per outcome.
 
+    ``sighting``: the batch's ``date`` / ``location`` / ``encounter`` (e.g. one survey day), for
+    every new sighting whose row leaves that column empty.
+
     Raises:
-        DataError: an unknown batch or photo, ``match`` to an unknown individual, ``new`` with an
+        DataError: an unknown sighting column, an unknown batch or photo, ``match`` to an unknown individual, ``new`` with an
             id the catalogue already has, a photo decided otherwise before (without ``redecide``),
             or a photo whose bytes the catalogue holds under another individual. Nothing is
             recorded then.
     """
+    defaults = {k: v for k, v in (sighting or {}).items() if v}
+    unknown = sorted(set(defaults) - set(SIGHTING_COLUMNS))
+    if unknown:
+        raise DataError(f"sighting {', '.join(unknown)}: expected some of {', '.join(SIGHTING_COLUMNS)}")
     row = cat.query("SELECT proposals FROM batches WHERE name = ?", (batch,))
     if not row:
         known = ", ".join(r[0] for r in cat.query("SELECT name FROM batches ORDER BY name")) or "none"
@@ -62,9 +71,9 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
             created.setdefault(ind, where)
         elif d.decision == "match" and ind not in existing and ind not in created:
             raise DataError(f"{where}: individual {ind!r} is not in the catalogue (nor created above with 'new')")
-        plan.append((where, photo.path, photo.hash, d.decision, ind))
+        plan.append((where, photo.path, photo.hash, d.decision, ind, {**defaults, **d.sighting()}))
     stored = {}
-    for where, path, digest, decision, ind in plan:
+    for where, path, digest, decision, ind, _ in plan:
         if decision != "skip":
             if not path.is_file():
                 raise DataError(f"{where}: {path}: the photo is gone (it must stay until accepted)")
@@ -72,7 +81,7 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
     flush()
     counts = dict.fromkeys(("matched", "new", "skipped", "unchanged"), 0)
     with cat.transaction() as db:
-        for where, path, digest, decision, ind in plan:
+        for where, path, digest, decision, ind, seen in plan:
             decided = decided_as[decision](ind)
             last = _last_decision(cat, digest)
             if last == decided:
@@ -98,7 +107,8 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
             elif held is None:
                 db.execute("INSERT INTO images VALUES (?, ?, ?, ?, NULL, ?)",
                            (digest, stored[digest], str(path), ind, now()))
-                db.execute("INSERT INTO sightings (image, individual) VALUES (?, ?)", (digest, ind))
+                db.execute("INSERT INTO sightings (image, individual, date, location, encounter) VALUES (?, ?, ?, ?, ?)",
+                           (digest, ind, *(seen.get(c) for c in SIGHTING_COLUMNS)))
             counts["new" if decision == "new" else "matched"] += 1
     return counts
 

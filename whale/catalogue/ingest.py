@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from whale import NEW_WHALE
-from whale.catalogue.db import Catalogue, file_hash, now, user
+from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, file_hash, now, user
 from whale.errors import DataError
 from whale.files import atomic_write
 from whale.progress import progress_bar
 
 OWN_COLUMNS = ("image", "individual")
-OPTIONAL_COLUMNS = ("date", "location", "encounter")
+OPTIONAL_COLUMNS = SIGHTING_COLUMNS
 KAGGLE_COLUMNS = ("Image", "Id")
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from whale import NEW_WHALE
+from whale.catalogue.db import SIGHTING_COLUMNS
 from whale.catalogue.page import PAGE_CSS, PAGE_JS
 from whale.catalogue.proposals import Candidate, read_proposals
 from whale.errors import DataError
@@ -41,7 +42,7 @@ from whale.errors import DataError
 DECISIONS = ("match", "new", "skip")
 """What a decisions row may say about its photo."""
 HEADER = ("photo", "decision", "individual")
-"""The decisions CSV's columns."""
+"""The decisions CSV's columns; any of :data:`~whale.catalogue.db.SIGHTING_COLUMNS` may follow them."""
 JPEG_QUALITY = 88
 
 
@@ -71,12 +72,20 @@ class Proposals:
 
 @dataclass(frozen=True)
 class Decision:
-    """One row of a decisions file: ``individual`` is None for ``skip``; ``row`` counts the header as row 1."""
+    """One row of a decisions file: ``individual`` is None for ``skip``; ``row`` counts the header as row 1;
+    the sighting's columns None where the file has no such column or leaves it empty."""
 
     photo: str
     decision: str
     individual: str | None
     row: int
+    date: str | None = None
+    location: str | None = None
+    encounter: str | None = None
+
+    def sighting(self) -> dict[str, str]:
+        """The sighting columns this row fills in."""
+        return {c: getattr(self, c) for c in SIGHTING_COLUMNS if getattr(self, c) is not None}
 
 
 def load_proposals(path) -> Proposals:
@@ -274,14 +283,17 @@ def _is_template(path: Path) -> bool:
 
 
 def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decision]:
-    """The decisions CSV ``photo,decision,individual`` at ``path``, checked row by row against ``proposals``.
+    """The decisions CSV ``photo,decision,individual[,date,location,encounter]`` at ``path``, checked
+    row by row against ``proposals``.
 
     ``proposals``: a :class:`Proposals` or the path of ``proposals.json``. Each row names a photo
     of the proposals (as spelled there; at most one row per photo; photos without a row are left
     undecided, like ``skip``) and one of :data:`DECISIONS`: ``match`` with one of that photo's
     candidate individuals (any other name only with ``allow_unlisted=True``: a match the model did
     not propose; whoever applies it checks that the individual exists), ``new`` with the new
-    individual's name (not ``new_whale``), ``skip`` with the individual empty. Fields are stripped
+    individual's name (not ``new_whale``), ``skip`` with the individual empty. Any of the sighting
+    columns (:data:`~whale.catalogue.db.SIGHTING_COLUMNS`, free text, in any order) may follow the
+    three: ``accept`` records them with the photo's sighting. Fields are stripped
     of surrounding spaces; blank lines are ignored; a UTF-8 byte-order mark is accepted.
 
     Returns:
@@ -302,9 +314,12 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
         rows = [(n, [f.strip() for f in r]) for n, r in enumerate(csv.reader(io.StringIO(text)), 1) if any(r)]
     except csv.Error as exc:
         raise DataError(f"{path}: not a CSV file ({exc})") from None
-    if not rows or tuple(rows[0][1]) != HEADER:
-        raise DataError(f"{path} row 1: expected the header {','.join(HEADER)}, received "
-                        f"{','.join(rows[0][1]) if rows else 'an empty file'}")
+    extra = tuple(rows[0][1][len(HEADER):]) if rows else ()
+    if (not rows or tuple(rows[0][1][:len(HEADER)]) != HEADER or len(set(extra)) < len(extra)
+            or not set(extra) <= set(SIGHTING_COLUMNS)):
+        raise DataError(f"{path} row 1: expected the header {','.join(HEADER)}, optionally followed by any of "
+                        f"{','.join(SIGHTING_COLUMNS)}, received {','.join(rows[0][1]) if rows else 'an empty file'}")
+    width = len(HEADER) + len(extra)
     photos = {p.photo: p for p in props.photos}
     by_name: dict[str, list] = {}
     for p in props.photos:
@@ -315,11 +330,12 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
     for n, fields in rows[1:]:
         def bad(message):
             return DataError(f"{path} row {n}: {message}")
-        if len(fields) == 2:
+        if len(fields) == 2 and not extra:
             fields.append("")
-        if len(fields) != 3:
-            raise bad(f"expected 3 fields ({','.join(HEADER)}), received {len(fields)}")
-        name, decision, individual = fields
+        if len(fields) != width:
+            raise bad(f"expected {width} fields ({','.join(HEADER + extra)}), received {len(fields)}")
+        name, decision, individual = fields[:3]
+        sighting = {c: v for c, v in zip(extra, fields[3:]) if v}
         photo = photos.get(name)
         if photo is None:
             raise bad(f"photo {name!r} is not in {props.path}")
@@ -342,5 +358,5 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
             listed = ", ".join(c.individual for c in photo.candidates) or "none"
             raise bad(f"{individual!r} is not a candidate of {name!r} (candidates: {listed}); a match the model "
                       "did not propose needs allow_unlisted")
-        out.append(Decision(name, decision, individual or None, n))
+        out.append(Decision(name, decision, individual or None, n, **sighting))
     return out
