@@ -1,6 +1,6 @@
 """Seed 004's ORL experiment (Chen Liu 2013, Section 4.3, Table 4.1): similarity models compared. Not a test.
 
-    python benchmarks/orl.py --out runs/bench_orl [--quick] [--steps N] [--splits 5] [--seed S]
+    python benchmarks/orl.py --out runs/bench_orl [--quick] [--steps N | --search-steps 300,1000,3000] [--splits 5] [--seed S]
 
 Data: ``../shared/data/orl/att_faces`` beside the checkout (``s1..s40/1..10.pgm``, 92 x 112
 grey; Olivetti Research Laboratory); a missing folder is an error that names it.
@@ -17,15 +17,17 @@ Protocol (the thesis' where it says, ours where it is silent; docs/orl.md lists 
 4. Each step 400 pairs drawn on the fly from the 200 training images, 200 of one person and 200
    of two; loss = mean over the pairs. SGD with Nesterov momentum on a trapezoidal schedule
    (0.5 -> 0.99 over the first 20% of steps, held, down to 0.9 over the last 20%), learning
-   rate ``--lr`` (0.01), ``--steps`` steps (300). The 200 training images go through the branch once per step
+   rate ``--lr`` (0.01), for a number of steps searched per model (300, 1000 or 3000, ``--search-steps``;
+   ``--steps N`` fixes it). The 200 training images go through the branch once per step
    and the pairs index their embeddings: the same loss and gradient as 800 branch passes, 4x cheaper.
 5. An L2-SVM (``LinearSVC(loss="squared_hinge")``, primal, features standardised on the rows it
    fits) on the 20 outputs, ``C`` in 0.01..100 chosen by 5-fold
    validation over the training images (each fold holds out one image per person), refit on
    all 200, scored on the 200 test images.
 6. ``delta`` (clipped L1 models) and DrLIM's ``margin`` searched "using held-out validation
-   data", and (ours) the initial ``alpha`` (1 or 10) of the five probabilistic models: on the
-   first split's training images only, 4 per person train, 1 validates (:data:`SEARCHED`).
+   data", and (ours) the initial ``alpha`` (1 or 10) of the five probabilistic models, then the
+   number of steps: on the first split's training images only, 4 per person train, 1 validates
+   (:data:`SEARCHED`, :data:`STEPS_GRID`).
 7. 5 splits (new split and initialisation each); mean (sd) beside Table 4.1.
 
 Below the table, the same splits through a ranking evaluation: each test image against the 200
@@ -64,6 +66,7 @@ NAMES = {"gaussian": "Gaussian", "flattened_gaussian": "Flattened Gaussian", "la
 MODELS = ("gaussian", "flattened_gaussian", "laplacian", "clipped_l1", "prob_clipped_l1", "cauchy", "drlim")
 QUICK_MODELS = ("gaussian", "clipped_l1", "cauchy")
 ALPHA_GRID = (1.0, 10.0)  # initial alpha of the five probabilistic models (the thesis gives none)
+STEPS_GRID = (300, 1000, 3000)  # SGD steps, searched last for every model (the thesis gives none)
 SEARCHED = {  # searched one after the other on held-out training images, in this order
     "gaussian": (("alpha_init", ALPHA_GRID),), "flattened_gaussian": (("alpha_init", ALPHA_GRID),),
     "laplacian": (("alpha_init", ALPHA_GRID),), "cauchy": (("alpha_init", ALPHA_GRID),),
@@ -292,11 +295,13 @@ def ranking(scores: np.ndarray, gallery_ids, query_ids) -> dict[str, float]:
     return {"top1": top_k_accuracy(top, truth, 1), "map5": map_at_k(top, truth, 5)}
 
 
-def search_constants(kind, pixels, paths, digests, steps, lr, seed, log) -> dict:
-    """``delta`` / ``margin`` / ``alpha_init`` of ``kind`` by held-out validation on split 0's training images.
+def search_constants(kind, pixels, paths, digests, steps, lr, seed, log, steps_grid=()) -> dict:
+    """``delta`` / ``margin`` / ``alpha_init`` of ``kind``, then its ``steps`` (from ``steps_grid``,
+    when given), by held-out validation on split 0's training images.
 
     4 training images per person train, the 5th validates (L2-SVM accuracy); the test images are
-    never seen. Each constant of :data:`SEARCHED` in turn, the ones before it fixed at their best.
+    never seen. Each constant of :data:`SEARCHED` in turn, the ones before it fixed at their best
+    (trained for ``steps``); ``steps`` last, with all of them fixed.
     """
     train_views, test_views = make_split(seed)
     fit_views, val_views = train_views[:, 1:], train_views[:, :1]
@@ -306,13 +311,16 @@ def search_constants(kind, pixels, paths, digests, steps, lr, seed, log) -> dict
     y_fit, y_val = np.repeat(np.arange(PEOPLE), 4), np.arange(PEOPLE)
     folds = np.tile(np.arange(4), PEOPLE)
     chosen, cache = {}, {}
-    for name, grid in SEARCHED[kind]:
+    searched = SEARCHED.get(kind, ()) + ((("steps", steps_grid),) if steps_grid else ())
+    for name, grid in searched:
         scores = {}
         for value in grid:
             trial = {**chosen, name: value}
-            key = tuple(sorted(trial.items()))
+            key = tuple(sorted({"steps": steps, **trial}.items()))  # trained at `steps` unless searching them
             if key not in cache:
-                branch, _, _ = train(kind, fit_img, 4, steps, lr, seed + 1000, progress=False, **trial)
+                kwargs = dict(trial)
+                n = kwargs.pop("steps", steps)
+                branch, _, _ = train(kind, fit_img, 4, n, lr, seed + 1000, progress=False, **kwargs)
                 cache[key], _ = l2_svm(embed(branch, fit_img), y_fit, embed(branch, val_img), y_val, folds)
             scores[value] = cache[key]
         chosen[name] = max(grid, key=lambda v: (scores[v], -v))
@@ -337,8 +345,9 @@ def run_split(split: int, seed: int, models, constants, pixels, paths, digests, 
     out = {"accuracy": {}, "C": {}, "alpha": {}, "loss": {}, "ranking": {}}
     for kind in models:
         t0 = time.time()
-        branch, alpha, loss = train(kind, tr_img, TRAIN_VIEWS, steps, lr, seed * 100 + split, progress=False,
-                                    **constants.get(kind, {}))
+        kwargs = dict(constants.get(kind, {}))
+        n = kwargs.pop("steps", steps)
+        branch, alpha, loss = train(kind, tr_img, TRAIN_VIEWS, n, lr, seed * 100 + split, progress=False, **kwargs)
         f_tr, f_te = embed(branch, tr_img), embed(branch, te_img)
         acc, C = l2_svm(f_tr, y_tr, f_te, y_te, folds)
         out["accuracy"][kind], out["C"][kind], out["loss"][kind] = 100 * acc, C, loss
@@ -354,14 +363,16 @@ def run_split(split: int, seed: int, models, constants, pixels, paths, digests, 
 
 def table(results: dict, models) -> str:
     """Our mean (sd) beside Table 4.1, one row per model."""
-    lines = [f"{'model':26s} {'ours: accuracy % (sd)':>22s} {'thesis Table 4.1':>17s} {'gap / thesis sd':>16s}"]
+    lines = [f"{'model':26s} {'steps':>6s} {'ours: accuracy % (sd)':>22s} {'thesis Table 4.1':>17s} "
+             f"{'gap / thesis sd':>16s}"]
     for kind in models:
         ours = results["summary"][kind]
         pub = PUBLISHED.get(kind)
         pub_s = f"{pub[0]:.2f} ({pub[1]:.2f})" if pub else "-"
         gap = f"{(ours['mean'] - pub[0]) / pub[1]:+.1f}" if pub else "-"
-        lines.append(f"{NAMES[kind]:26s} {ours['mean']:14.2f} ({ours['sd']:.2f}) {pub_s:>17s} {gap:>16s}")
-    lines.append(f"{'CNN on class labels [6]':26s} {'-':>22s} {PUBLISHED_CNN:17.2f} {'-':>16s}")
+        lines.append(f"{NAMES[kind]:26s} {results['steps'][kind]:6d} {ours['mean']:14.2f} ({ours['sd']:.2f}) "
+                     f"{pub_s:>17s} {gap:>16s}")
+    lines.append(f"{'CNN on class labels [6]':26s} {'-':>6s} {'-':>22s} {PUBLISHED_CNN:17.2f} {'-':>16s}")
     return "\n".join(lines)
 
 
@@ -371,7 +382,11 @@ def main(argv=None) -> int:
     p.add_argument("--data", default=None, help="att_faces folder (default ../shared/data/orl/att_faces)")
     p.add_argument("--quick", action="store_true", help="1 split, 40 steps, 3 models, no search")
     p.add_argument("--splits", type=int, default=5)
-    p.add_argument("--steps", type=int, default=None, help="SGD steps per training (default 300; quick 40)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="SGD steps of every training, no steps search (default: searched per model; quick 40)")
+    p.add_argument("--search-steps", default=",".join(map(str, STEPS_GRID)),
+                   help="steps grid searched per model on held-out training images (default %(default)s); "
+                        "the other constants are searched at its first value")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(MODELS))
@@ -386,18 +401,27 @@ def main(argv=None) -> int:
     if unknown:
         raise DataError(f"--models: unknown {', '.join(unknown)}; expected some of {', '.join(MODELS)}")
     splits = 1 if args.quick else args.splits
-    steps = args.steps or (40 if args.quick else 300)
+    try:
+        steps_grid = () if args.steps or args.quick else tuple(int(v) for v in args.search_steps.split(","))
+    except ValueError:
+        raise DataError(f"--search-steps {args.search_steps!r}: expected comma-separated step counts, e.g. 300,1000")
+    if any(n < 1 for n in steps_grid):
+        raise DataError(f"--search-steps {args.search_steps!r}: step counts must be positive")
+    steps = args.steps or (40 if args.quick else steps_grid[0])
     pixels, paths, digests = load_faces(root)
     log = print
-    log(f"orl: {root}, {splits} split(s), {steps} steps of {PAIRS} pairs, lr {args.lr}, models {', '.join(models)}")
+    what = f"steps searched in {', '.join(map(str, steps_grid))}" if steps_grid else f"{steps} steps"
+    log(f"orl: {root}, {splits} split(s), {what} of {PAIRS} pairs, lr {args.lr}, models {', '.join(models)}")
     constants = {}
     for kind in models:
-        if kind in SEARCHED and not args.quick:
-            constants[kind] = search_constants(kind, pixels, paths, digests, steps, args.lr, args.seed, log)
+        if (kind in SEARCHED or steps_grid) and not args.quick:
+            constants[kind] = search_constants(kind, pixels, paths, digests, steps, args.lr, args.seed, log,
+                                               steps_grid)
     per_split = [run_split(s, args.seed, models, constants, pixels, paths, digests, steps, args.lr, log)
                  for s in range(splits)]
     results = {
-        "benchmark": "orl", "splits": splits, "steps": steps, "lr": args.lr, "seed": args.seed,
+        "benchmark": "orl", "splits": splits, "lr": args.lr, "seed": args.seed, "steps_grid": list(steps_grid),
+        "steps": {kind: constants.get(kind, {}).get("steps", steps) for kind in models},
         "constants": constants, "per_split": per_split,
         "summary": {k: mean_sd([r["accuracy"][k] for r in per_split]) for k in models},
         "ranking": {m: {k: mean_sd([r["ranking"][m][k] for r in per_split]) for k in ("top1", "map5")}

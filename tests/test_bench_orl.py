@@ -65,3 +65,30 @@ def test_quick_run_writes_the_table_json(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "94.30 (1.70)" in printed and "Cauchy" in printed
     assert json.loads(printed.strip().splitlines()[-1])["benchmark"] == "orl"
+
+
+@pytest.mark.skipif(not (FACES / "s1" / "1.pgm").is_file(), reason="../shared/data/orl is absent")
+def test_steps_are_searched_per_model_on_held_out_training_images(tmp_path, capsys, monkeypatch):
+    seen = []
+    train = orl.train
+
+    def spy(kind, images, per_person, steps, *args, **kwargs):
+        seen.append((len(images), steps, kwargs.get("alpha_init")))
+        return train(kind, images, per_person, steps, *args, **kwargs)
+
+    monkeypatch.setattr(orl, "train", spy)
+    assert orl.main(["--splits", "1", "--search-steps", "2,3", "--models", "cauchy", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "orl.json").read_text())
+    chosen = result["constants"]["cauchy"]
+    assert result["steps_grid"] == [2, 3] and chosen["steps"] in (2, 3)
+    assert result["steps"] == {"cauchy": chosen["steps"]}
+    # alpha searched at the grid's first step count, then steps with the chosen alpha: all on 160 images
+    assert seen[:3] == [(160, 2, 1.0), (160, 2, 10.0), (160, 3, chosen["alpha_init"])]
+    assert seen[3] == (200, chosen["steps"], chosen["alpha_init"])  # the split trains on its 200 images
+    assert "steps search" in capsys.readouterr().out
+
+
+def test_a_bad_steps_grid_is_an_error_naming_the_flag(tmp_path):
+    for grid in ("300,x", "0,300"):
+        with pytest.raises(DataError, match="--search-steps"):
+            orl.main(["--search-steps", grid, "--models", "cauchy", "--out", str(tmp_path)])
