@@ -2,6 +2,7 @@
 
     python benchmarks/catalogue.py --out runs/bench_catalogue [--ids 200] [--seed 0] [--run RUN --data DIR]
     python benchmarks/catalogue.py --out runs/bench_catalogue_lions --lions --config configs/lions.yaml --objective triplet
+    python benchmarks/catalogue.py --out runs/bench_catalogue_scale --scale-only   # step 4's embeddings only
 
 1. Data: ``whale synth`` (``--ids`` individuals, ``--seed``) unless ``--data`` names a Kaggle-format
    folder with ``test_solution.csv``; ``--lions``: the lions' mini-competition of ``benchmarks/lions.py``
@@ -17,7 +18,8 @@
 4. Scale (``--sizes``): a synthetic catalogue of random clustered unit vectors (``--dim``, the
    embedding size; ``size/5`` individuals, queries = noisy copies of catalogue vectors), exact
    matrix product + per-query top ``pool`` vs a FAISS HNSW index (build, query, recall of the exact
-   top-10 images); and the paper's head of the run on random features of its branch width: exact
+   top-10 images; then stored in ``OUT/index`` and read back + queried, as later matches of a
+   catalogue do); and the paper's head of the run on random features of its branch width: exact
    (every pair through the head) vs proxy + exact re-scoring (:func:`whale.inference.topk.topk_stream`).
 
 The last stdout line is ``{"benchmark": "catalogue", "metrics": {...}, "seconds": ...}``.
@@ -73,8 +75,12 @@ def clustered(n: int, dim: int, rng: np.random.Generator, per_id: int = 5, sprea
     return x / np.linalg.norm(x, axis=1, keepdims=True), ids
 
 
-def scale_embeddings(sizes, dim: int, n_queries: int, pool: int, rng, log=print) -> list[dict]:
-    """Exact matrix product vs FAISS HNSW per catalogue size (seconds, recall of the exact top-10 images)."""
+def scale_embeddings(sizes, dim: int, n_queries: int, pool: int, rng, log=print, index_dir=None) -> list[dict]:
+    """Exact matrix product vs FAISS HNSW per catalogue size (seconds, recall of the exact top-10 images).
+
+    With ``index_dir`` also the match path with a stored index: built and stored once (not timed),
+    then read back and queried (timed), as a catalogue's later matches do.
+    """
     from whale.catalogue.match import faiss_candidates
     from whale.mining.candidates import top_columns
 
@@ -108,10 +114,21 @@ def scale_embeddings(sizes, dim: int, n_queries: int, pool: int, rng, log=print)
         row = {"size": n, "exact_s": t_exact, "faiss_build_s": t_build, "faiss_query_s": t_query,
                "faiss_total_s": t_module, "faiss_recall10": recall,
                "query_ratio": t_exact / max(t_query, 1e-9), "total_ratio": t_exact / max(t_module, 1e-9)}
+        stored = ""
+        if index_dir is not None:
+            first = faiss_candidates(eq, eg, pool, index_dir=index_dir)  # the first match: builds and stores
+            t0 = time.perf_counter()
+            again = faiss_candidates(eq, eg, pool, index_dir=index_dir)  # a later match: reads it back
+            row["faiss_stored_s"] = time.perf_counter() - t0
+            row["stored_ratio"] = t_exact / max(row["faiss_stored_s"], 1e-9)
+            row["faiss_index_mb"] = sum(p.stat().st_size for p in Path(index_dir).glob("*.index")) / 2 ** 20
+            row["stored_same"] = bool(np.array_equal(again, first))
+            stored = (f"; stored index ({row['faiss_index_mb']:.0f} MB) read + query {row['faiss_stored_s']:.3f} s "
+                      f"(exact/that {row['stored_ratio']:.2f}x)")
         rows.append(row)
         log(f"  {n:>7} images: exact {t_exact:.3f} s | faiss build {t_build:.2f} s, query {t_query:.3f} s "
             f"(exact/query {row['query_ratio']:.1f}x, exact/(build+query) {row['total_ratio']:.2f}x), "
-            f"recall of exact top-10 {recall:.3f}")
+            f"recall of exact top-10 {recall:.3f}{stored}")
     return rows
 
 
@@ -155,11 +172,22 @@ def main(argv=None) -> int:
     p.add_argument("--dim", type=int, default=128, help="embedding size of the scale phase")
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--pool", type=int, default=300)
+    p.add_argument("--scale-only", action="store_true",
+                   help="only the embeddings' scale phase (no data, run or matching; the head's scale needs a run)")
     args = p.parse_args(argv)
     t_start = time.time()
-    common.setup_tensorflow()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    rng = np.random.default_rng([args.seed, 1])
+    scale_note = f"scale, embeddings ({args.dim}-d clustered unit vectors, {args.queries} queries, pool {args.pool}):"
+    if args.scale_only:
+        print(scale_note)
+        rows = scale_embeddings(sizes, args.dim, args.queries, args.pool, rng, index_dir=out / "index")
+        (out / "results.json").write_text(json.dumps({"scale_embedding": rows}, indent=1))
+        print(common.final_json("catalogue", {"sizes": sizes}, time.time() - t_start))
+        return 0
+    common.setup_tensorflow()
     data = Path(args.data) if args.data else out / "data"
     if args.lions and not (data / "train.csv").is_file():
         from benchmarks import lions
@@ -223,10 +251,9 @@ def main(argv=None) -> int:
     print(f"time: add {metrics['add_s']:.1f} s; match {metrics['match_first_s']:.1f} s with indexing, "
           f"{metrics['match_again_s']:.1f} s with stored features = {metrics['s_per_photo'] * 1000:.0f} ms per photo "
           f"(model loading included)", flush=True)
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    rng = np.random.default_rng([args.seed, 1])
-    print(f"scale, embeddings ({args.dim}-d clustered unit vectors, {args.queries} queries, pool {args.pool}):")
-    metrics["scale_embedding"] = scale_embeddings(sizes, args.dim, args.queries, args.pool, rng)
+    print(scale_note)
+    metrics["scale_embedding"] = scale_embeddings(sizes, args.dim, args.queries, args.pool, rng,
+                                                  index_dir=out / "index")
     if not hasattr(rf.scorer.scorer, "embed"):
         print(f"scale, the run's head ({rf.scorer.scorer.d}-d random branch features, {args.queries} queries):")
         metrics["scale_head"] = scale_head(rf.scorer, sizes, args.queries, args.pool, rng)

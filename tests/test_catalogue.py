@@ -369,3 +369,30 @@ def test_killed_index_leaves_features_before_or_after(trained, tmp_path):
     landed = _kill_chain(tmp_path / "cat", ["index", "{cat}", "--run", str(run)], (0.5, 0.8, 0.9, 0.95, 0.99),
                          tmp_path / "index")
     assert landed[0] >= 1
+
+
+def test_a_stored_faiss_index_is_reused_while_the_embeddings_are_unchanged(tmp_path, monkeypatch):
+    faiss = pytest.importorskip("faiss")
+    from whale.catalogue.match import faiss_candidates
+
+    rng = np.random.default_rng(0)
+    eg = rng.standard_normal((200, 8)).astype(np.float32)
+    eg /= np.linalg.norm(eg, axis=1, keepdims=True)
+    eq = eg[:5] + 0.01
+    fresh = faiss_candidates(eq, eg, 20)
+    first = faiss_candidates(eq, eg, 20, index_dir=tmp_path / "index")
+    stored = list((tmp_path / "index").iterdir())
+    assert len(stored) == 1 and stored[0].name.startswith("faiss-hnsw-")
+    np.testing.assert_array_equal(first, fresh)
+    np.testing.assert_array_equal(first[:, 0], np.arange(5))  # each query's own image first
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built an index although one was stored for these embeddings")
+
+    monkeypatch.setattr(faiss, "IndexHNSWFlat", no_build)
+    np.testing.assert_array_equal(faiss_candidates(eq, eg, 20, index_dir=tmp_path / "index"), first)
+    monkeypatch.undo()
+    # other embeddings (an image added): a new index, the stale one deleted
+    faiss_candidates(eq, eg[:150], 20, index_dir=tmp_path / "index")
+    now = list((tmp_path / "index").iterdir())
+    assert len(now) == 1 and now[0] != stored[0]

@@ -6,6 +6,7 @@ A catalogue is a folder::
     CATALOGUE/images/ab/abcdef...jpg  the photos, content-addressed (sha256 of their bytes)
     CATALOGUE/features/<fingerprint>/*.npy   branch features of a run, one file per `index`
     CATALOGUE/batches/<batch>/proposals.json  what `match` proposed (:mod:`whale.catalogue.proposals`)
+    CATALOGUE/index/faiss-hnsw-<digest>.index  `match --method faiss`'s index, reused while the embeddings hold
 
 Every write goes through :meth:`Catalogue.transaction` (``BEGIN IMMEDIATE`` ... ``COMMIT``, rollback
 journal with ``synchronous=FULL``): a command killed at any moment leaves the database as it was

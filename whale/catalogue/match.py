@@ -14,13 +14,17 @@ How the gallery is searched (``method``), always through the run's own scorer
 * ``prune`` (paper's head): the head's proxy picks each photo's top ``pool`` images, only those are
   re-scored exactly by the head (:func:`whale.inference.topk.topk_stream`, as mining does).
 * ``faiss`` (embedding objectives): a FAISS HNSW index over the embeddings picks each photo's top
-  ``pool`` images, re-scored exactly (``pip install faiss-cpu``; optional).
+  ``pool`` images, re-scored exactly (``pip install faiss-cpu``; optional). The index is kept in
+  ``CATALOGUE/index/`` and reused by later matches while the catalogue's embeddings are unchanged
+  (its file is named by their digest; a stale one is deleted when the next is written).
 * ``auto``: ``exact``, except ``prune`` for the head from :data:`AUTO_FROM` catalogue images; FAISS
-  only when asked: built per match, its index never beat the exact product up to 100,000 images
-  (``benchmarks/catalogue.py``, docs/catalogue.md).
+  only when asked: its first match builds the index, slower than the exact product at every size
+  measured (up to 100,000 images); later matches load it (``benchmarks/catalogue.py``,
+  docs/catalogue.md).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -37,6 +41,8 @@ AUTO_FROM = 50_000
 """Catalogue size (images) from which ``auto`` takes ``prune`` for the paper's head (docs/catalogue.md)."""
 DEFAULT_POOL = 300
 """Catalogue images re-scored exactly per photo by ``prune`` / ``faiss``."""
+INDEX_DIR = "index"
+"""The catalogue's folder for ``faiss``'s stored index."""
 
 
 def list_photos(folder) -> list[Path]:
@@ -89,27 +95,49 @@ def _best_per_id(q_idx, g_idx, scores, codes, nq, k):
 
 
 def faiss_candidates(eq: np.ndarray, eg: np.ndarray, pool: int, metric: str = "ip", m: int = 32,
-                     ef_search: int = 128):
+                     ef_search: int = 128, index_dir=None):
     """``[nq, pool]`` int64 gallery rows nearest to each query embedding by a FAISS HNSW index.
 
     ``eq`` ``[nq, E]``, ``eg`` ``[ng, E]`` float32; ``metric`` ``"ip"`` (unit embeddings, cosine)
-    or ``"l2"``. Raises :class:`whale.errors.DataError` when faiss is not installed.
+    or ``"l2"``. With ``index_dir`` the index is read from there when one of these embeddings
+    (same bytes, metric and ``m``) was stored, else built and stored (atomically; other stored
+    indexes deleted). Raises :class:`whale.errors.DataError` when faiss is not installed.
     """
     try:
         import faiss
     except ImportError:
         raise DataError("method 'faiss' needs the faiss-cpu package (pip install faiss-cpu); "
                         "--method exact needs nothing") from None
-    kind = faiss.METRIC_INNER_PRODUCT if metric == "ip" else faiss.METRIC_L2
-    index = faiss.IndexHNSWFlat(eg.shape[1], m, kind)
-    index.add(np.ascontiguousarray(eg, np.float32))
+    eg = np.ascontiguousarray(eg, np.float32)
+    path = None
+    if index_dir is not None:
+        key = hashlib.sha1(f"{metric} {m} {eg.shape}".encode() + eg.tobytes()).hexdigest()[:20]
+        path = Path(index_dir) / f"faiss-hnsw-{key}.index"
+    if path is not None and path.is_file():
+        index = faiss.read_index(str(path))
+    else:
+        kind = faiss.METRIC_INNER_PRODUCT if metric == "ip" else faiss.METRIC_L2
+        index = faiss.IndexHNSWFlat(eg.shape[1], m, kind)
+        index.add(eg)
+        if path is not None:
+            _store_index(faiss, index, path)
     index.hnsw.efSearch = max(ef_search, pool)
     _, found = index.search(np.ascontiguousarray(eq, np.float32), min(pool, len(eg)))
     return found.astype(np.int64)
 
 
+def _store_index(faiss, index, path: Path) -> None:
+    """Write ``index`` to ``path`` atomically, then delete the folder's other stored indexes."""
+    from whale.files import atomic_write
+
+    atomic_write(path, lambda tmp: faiss.write_index(index, str(tmp)))
+    for old in path.parent.glob("faiss-hnsw-*.index"):
+        if old != path:
+            old.unlink(missing_ok=True)
+
+
 def propose(rs, fq: np.ndarray, fg: np.ndarray, gallery_ids, top: int, method: str = "auto",
-            pool: int = DEFAULT_POOL):
+            pool: int = DEFAULT_POOL, index_dir=None):
     """Each query's ``top`` individuals by per-id maximum score, with the best gallery image of each.
 
     Args:
@@ -117,7 +145,8 @@ def propose(rs, fq: np.ndarray, fg: np.ndarray, gallery_ids, top: int, method: s
         fq: ``[G, V, nq, d]`` float32 query features; fg: ``[G, V, ng, d]`` gallery features.
         gallery_ids: ``[ng]`` str individuals.
         top: individuals per query. method: one of :data:`METHODS`. pool: images re-scored
-            exactly per query by ``prune`` / ``faiss``.
+            exactly per query by ``prune`` / ``faiss``. index_dir: where ``faiss`` keeps its index
+            between calls (None: built each call).
 
     Returns:
         ``(names [nq, k] str, best [nq, k] int64 gallery columns, scores [nq, k] float32)``,
@@ -154,7 +183,7 @@ def propose(rs, fq: np.ndarray, fg: np.ndarray, gallery_ids, top: int, method: s
     else:
         eg, eq = rs.scorer.embed(g), rs.scorer.embed(q)
         metric = "ip" if rs.scorer.score == "cosine" and rs.scorer.similarity is None else "l2"
-        found = faiss_candidates(eq, eg, pool, metric)
+        found = faiss_candidates(eq, eg, pool, metric, index_dir=index_dir)
         q_idx = np.repeat(np.arange(nq), found.shape[1])
         g_idx = found.reshape(-1)
         ok = g_idx >= 0
@@ -210,7 +239,8 @@ def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None 
     gallery = load_gallery(cat, run.fingerprint)
     threshold = float(run_threshold(run.run_dir)[0] if threshold is None else threshold)
     fq = run.features(photos, [boxes.get(p.name) for p in photos])
-    names, cols, vals = propose(run.scorer, fq, gallery.features, gallery.individuals, top, method, pool)
+    names, cols, vals = propose(run.scorer, fq, gallery.features, gallery.individuals, top, method, pool,
+                                index_dir=cat.root / INDEX_DIR)
     groups = batch_groups(run.scorer, fq, threshold)
     hashes = [file_hash(p) for p in photos]
     out = []
