@@ -392,6 +392,10 @@ def test_a_stored_faiss_index_is_reused_while_the_embeddings_are_unchanged(tmp_p
     monkeypatch.setattr(faiss, "IndexHNSWFlat", no_build)
     np.testing.assert_array_equal(faiss_candidates(eq, eg, 20, index_dir=tmp_path / "index"), first)
     monkeypatch.undo()
+    # an unreadable stored index is rebuilt, not an error
+    stored[0].write_bytes(b"not an index")
+    np.testing.assert_array_equal(faiss_candidates(eq, eg, 20, index_dir=tmp_path / "index"), first)
+    assert stored[0].stat().st_size > 100
     # other embeddings (an image added): a new index, the stale one deleted
     faiss_candidates(eq, eg[:150], 20, index_dir=tmp_path / "index")
     now = list((tmp_path / "index").iterdir())

@@ -40,10 +40,10 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
     every new sighting whose row leaves that column empty.
 
     Raises:
-        DataError: an unknown sighting column, an unknown batch or photo, ``match`` to an unknown individual, ``new`` with an
-            id the catalogue already has, a photo decided otherwise before (without ``redecide``),
-            or a photo whose bytes the catalogue holds under another individual. Nothing is
-            recorded then.
+        DataError: an unknown sighting column, an unknown batch or photo, ``match`` to an unknown
+            individual, ``new`` with an id the catalogue already has, a photo decided otherwise
+            before (without ``redecide``), or a photo whose bytes the catalogue holds under another
+            individual. Nothing is recorded then.
     """
     defaults = {k: v for k, v in (sighting or {}).items() if v}
     unknown = sorted(set(defaults) - set(SIGHTING_COLUMNS))

@@ -113,9 +113,13 @@ def faiss_candidates(eq: np.ndarray, eg: np.ndarray, pool: int, metric: str = "i
     if index_dir is not None:
         key = hashlib.sha1(f"{metric} {m} {eg.shape}".encode() + eg.tobytes()).hexdigest()[:20]
         path = Path(index_dir) / f"faiss-hnsw-{key}.index"
+    index = None
     if path is not None and path.is_file():
-        index = faiss.read_index(str(path))
-    else:
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError:  # unreadable (a damaged disk, another faiss): a cache, so rebuilt below
+            index = None
+    if index is None:
         kind = faiss.METRIC_INNER_PRODUCT if metric == "ip" else faiss.METRIC_L2
         index = faiss.IndexHNSWFlat(eg.shape[1], m, kind)
         index.add(eg)
