@@ -111,7 +111,9 @@ def faiss_candidates(eq: np.ndarray, eg: np.ndarray, pool: int, metric: str = "i
     eg = np.ascontiguousarray(eg, np.float32)
     path = None
     if index_dir is not None:
-        key = hashlib.sha1(f"{metric} {m} {eg.shape}".encode() + eg.tobytes()).hexdigest()[:20]
+        digest = hashlib.sha1(f"{metric} {m} {eg.shape}".encode())
+        digest.update(eg)  # the contiguous array's buffer, not a copy of its bytes
+        key = digest.hexdigest()[:20]
         path = Path(index_dir) / f"faiss-hnsw-{key}.index"
     index = None
     if path is not None and path.is_file():
