@@ -2,7 +2,7 @@
 
     python benchmarks/objectives.py --out runs/bench_objectives [--sets synthetic,omniglot,lions]
         [--objectives head,contrastive,triplet,global,tgloss,arcface] [--seeds 0,1,2] [--epochs-scale F] [--quick]
-        [--sampler mined|random]
+        [--sampler mined|random] [--set KEY=VALUE ...]
 
 Every objective (``objective:`` of :mod:`whale.objectives`, its own defaults, nothing tuned on a test set)
 trains with the same branch, image size, augmentation, schedule and number of optimiser steps as the
@@ -27,6 +27,10 @@ pairs or the P x K batches; ``random`` trains the same stages with K = 1000 (ran
 identity objectives the seed's random P x K sampler), rows labelled ``OBJECTIVE (random)``: the two
 side by side measure which sampler an objective should use.
 
+``--set KEY=VALUE`` (repeatable, as ``run_fold.py``'s) changes every trained run's config, e.g.
+``--set flip_ids=true``; its rows are labelled ``OBJECTIVE [KEY=VALUE, ...]`` and train in their own
+folders, so settings are compared side by side in one results file (chosen on ``val_map5`` only).
+
 Results are appended to ``OUT/results.json`` as each run ends (a killed benchmark resumes where it
 stopped: finished rows are kept, run folders resume); the last lines print one table of mean +- sd over
 the seeds per set and objective, and one JSON object.
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -167,11 +172,12 @@ def make_set(name: str, out: Path, seed: int, args):
 
 
 # ------------------------------------------------------------------------------------------ training
-def objective_config(base_path: Path, objective: str, seed: int, scale: float):
-    """The set's config with ``objective``, ``seed`` and the same optimiser steps as the head (module docstring)."""
+def objective_config(base_path: Path, objective: str, seed: int, scale: float, overrides: dict | None = None):
+    """The set's config with ``objective``, ``seed``, ``overrides`` (``--set``) and the same optimiser steps as
+    the head (module docstring)."""
     from whale.config import load_config
 
-    cfg = load_config(base_path, {"seed": seed, "objective": objective})
+    cfg = load_config(base_path, {**(overrides or {}), "seed": seed, "objective": objective})
     steps_per_image = 2.0 if cfg.objective.identities else 1.0
     factor = scale * steps_per_image
     return cfg if factor == 1.0 else common.quick_config(cfg, factor, label=f"x{factor:g}")
@@ -187,23 +193,36 @@ def run_one(set_name: str, objective: str, seed: int, args, sets: dict, log) -> 
         method = common.PixelMethod(size=32, channels=1)
         row = {"train_s": 0.0, "epochs": "-"}
     else:
-        cfg = objective_config(common.repo_root() / "configs" / CONFIGS[set_name], objective, seed, args.epochs_scale)
+        cfg = objective_config(common.repo_root() / "configs" / CONFIGS[set_name], objective, seed, args.epochs_scale,
+                               overrides(args.set))
         method_name = "adversarial" if args.sampler == "mined" else "random"
-        (variant,) = common.train_variants(cfg, data.train_dir, out / objective, methods=(method_name,),
+        folder = re.sub(r"[^A-Za-z0-9_.=-]", "_", "-".join([objective, *sorted(args.set)]))
+        (variant,) = common.train_variants(cfg, data.train_dir, out / folder, methods=(method_name,),
                                            log=lambda m: None)
         method = common.SiameseMethod(variant.run_dir, objective)
         row = {"train_s": round(variant.seconds, 1), "epochs": f"{variant.epochs_done}/{variant.epochs_total}"}
     row.update({k: float(v) for k, v in data.evaluate(method).items() if k in METRICS[set_name]})
-    row.update(set=set_name, objective=label(objective, args.sampler), seed=seed,
+    row.update(set=set_name, objective=label(objective, args.sampler, args.set), seed=seed,
                seconds=round(time.time() - t0, 1))
     log(f"{set_name} seed {seed} {row['objective']}: " + ", ".join(f"{k} {row[k]:.3f}" for k in METRICS[set_name]
                                                              if k in row) + f" ({row['seconds']:.0f} s)")
     return row
 
 
-def label(objective: str, sampler: str) -> str:
-    """A row's name: the objective, with ``(random)`` when trained on random negatives (``--sampler random``)."""
-    return objective if sampler == "mined" or objective == "pixels" else f"{objective} (random)"
+def label(objective: str, sampler: str, settings: list[str] | None = None) -> str:
+    """A row's name: the objective, with ``(random)`` when trained on random negatives (``--sampler random``)
+    and ``[KEY=VALUE, ...]`` when ``--set`` changed its config; the pixel baseline is one row whatever they are."""
+    if objective == "pixels":
+        return objective
+    name = objective if sampler == "mined" else f"{objective} (random)"
+    return f"{name} [{', '.join(sorted(settings))}]" if settings else name
+
+
+def overrides(settings: list[str] | None) -> dict:
+    """``--set`` flags as config overrides (YAML values), checked as ``run_fold.py`` checks them."""
+    from whale.overrides import overrides as parse
+
+    return parse(settings)
 
 
 def summary(rows: list[dict]) -> tuple[str, dict]:
@@ -243,6 +262,8 @@ def main(argv=None) -> int:
     p.add_argument("--sampler", choices=("mined", "random"), default="mined",
                    help="mined: the configs' schedules (adversarial miner); random: K = 1000 in every stage")
     p.add_argument("--quick", action="store_true", help="small sets and 0.1 of the epochs (minutes, for tests)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value of every trained run (repeatable), e.g. flip_ids=true")
     args = p.parse_args(argv)
     t0 = time.time()
     sets_wanted = [s for s in args.sets.split(",") if s]
@@ -251,6 +272,13 @@ def main(argv=None) -> int:
     if bad:
         p.error(f"unknown set or objective: {', '.join(bad)} (sets: {', '.join(SETS)}; objectives: "
                 f"{', '.join(OBJECTIVES)})")
+    try:  # a bad --set fails here, before any training
+        for set_name in sets_wanted:
+            for objective in objectives:
+                objective_config(common.repo_root() / "configs" / CONFIGS[set_name], objective, 0, 1.0,
+                                 overrides(args.set))
+    except ValueError as err:
+        p.error(str(err))
     if args.quick:
         args.ids, args.size, args.epochs_scale = min(args.ids, 30), min(args.size, 96), args.epochs_scale * 0.1
     common.setup_tensorflow()
@@ -263,7 +291,7 @@ def main(argv=None) -> int:
     for seed in [int(s) for s in args.seeds.split(",") if s]:
         for set_name in sets_wanted:
             for objective in ["pixels", *objectives]:
-                if (set_name, label(objective, args.sampler), seed) in done:
+                if (set_name, label(objective, args.sampler, args.set), seed) in done:
                     continue
                 try:
                     rows.append(run_one(set_name, objective, seed, args, sets, print))

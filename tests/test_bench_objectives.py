@@ -52,6 +52,25 @@ def test_random_sampler_rows_are_named_apart_and_pixels_shared():
     assert stats["lions/arcface (random)"]["top10"]["mean"] == pytest.approx(0.1)
 
 
+def test_set_flags_name_their_rows_and_reach_the_config():
+    from benchmarks.objectives import label, objective_config, overrides
+
+    assert label("tgloss", "mined", ["flip_ids=true"]) == "tgloss [flip_ids=true]"
+    assert label("head", "random", ["b=2", "a=1"]) == "head (random) [a=1, b=2]"
+    assert label("pixels", "mined", ["flip_ids=true"]) == "pixels"
+    cfg = objective_config(ROOT / "configs" / "omniglot.yaml", "tgloss", 2, 1.0,
+                           overrides(["flip_ids=true", "stages[0].image_size=32"]))
+    assert cfg.flip_ids and cfg.stages[0].image_size == 32 and cfg.seed == 2 and cfg.objective.name == "tgloss"
+
+
+def test_a_bad_set_flag_fails_before_training(tmp_path):
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "objectives.py"), "--out", str(tmp_path), "--sets", "synthetic",
+           "--objectives", "triplet", "--set", "flip_ids=maybe"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 2 and "flip_ids" in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "results.json").exists()
+
+
 @pytest.mark.slow
 def test_quick_run_trains_scores_and_resumes_from_its_results(tmp_path):
     cmd = [sys.executable, str(ROOT / "benchmarks" / "objectives.py"), "--out", str(tmp_path), "--quick",
