@@ -2,6 +2,8 @@
 force, and add -> index -> match -> accept with a tiny trained run (incremental index, changed run)."""
 import csv
 import json
+import os
+import time
 
 import numpy as np
 import pytest
@@ -397,6 +399,12 @@ def test_a_stored_faiss_index_is_reused_while_the_embeddings_are_unchanged(tmp_p
     np.testing.assert_array_equal(faiss_candidates(eq, eg, 20, index_dir=tmp_path / "index"), first)
     assert stored[0].stat().st_size > 100
     # other embeddings (an image added): a new index, the stale one deleted
+    # a killed match's partial write (hidden) goes at the next store once old; a recent one may be a live writer
+    stale = tmp_path / "index" / ".faiss-hnsw-x.index.a1.tmp.index"
+    live = tmp_path / "index" / ".faiss-hnsw-y.index.b2.tmp.index"
+    stale.write_bytes(b"partial"), live.write_bytes(b"partial")
+    os.utime(stale, (time.time() - 2 * 3600,) * 2)
     faiss_candidates(eq, eg[:150], 20, index_dir=tmp_path / "index")
-    now = list((tmp_path / "index").iterdir())
-    assert len(now) == 1 and now[0] != stored[0]
+    now = sorted((tmp_path / "index").iterdir())
+    assert [p.name for p in now] == [live.name, now[1].name] and now[1].name.startswith("faiss-hnsw-")
+    assert now[1] != stored[0]

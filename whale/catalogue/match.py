@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -132,14 +133,26 @@ def faiss_candidates(eq: np.ndarray, eg: np.ndarray, pool: int, metric: str = "i
     return found.astype(np.int64)
 
 
+STRAY_AGE_S = 3600.0
+"""A hidden partial index older than this is a killed match's leftover, deleted by the next store (a younger
+one may be another match writing now)."""
+
+
 def _store_index(faiss, index, path: Path) -> None:
-    """Write ``index`` to ``path`` atomically, then delete the folder's other stored indexes."""
+    """Write ``index`` to ``path`` atomically, then delete the folder's other stored indexes and the partial
+    writes that killed matches left (hidden, older than :data:`STRAY_AGE_S`)."""
     from whale.files import atomic_write
 
     atomic_write(path, lambda tmp: faiss.write_index(index, str(tmp)))
     for old in path.parent.glob("faiss-hnsw-*.index"):
         if old != path:
             old.unlink(missing_ok=True)
+    for stray in path.parent.glob(".faiss-hnsw-*.tmp.index"):
+        try:
+            if time.time() - stray.stat().st_mtime > STRAY_AGE_S:
+                stray.unlink()
+        except FileNotFoundError:  # another match cleaned it first
+            pass
 
 
 def propose(rs, fq: np.ndarray, fg: np.ndarray, gallery_ids, top: int, method: str = "auto",
