@@ -23,6 +23,9 @@ Steps, in the order they run (see :data:`STEPS`; ``--list`` prints them with the
    (``configs/omniglot_gpu.yaml``), random and adversarial negatives side by side, one seed a
    step: the adversarial one-shot accuracy on unseen characters (target >= 0.92) and the
    miner's multi-seed table (gap mean +- sd over the seeds done).
+6. ``homography_<row>``: seed 000's Table I at the paper's scale (``benchmarks/homography.py --rows ROW
+   --seeds 0``: 150 px, 48,000 images per curriculum stage, 20 + 10 epochs), one row a step, seed 0:
+   test accuracy at threshold 0.5 beside the paper's, the threshold-free order accuracy of the triplets.
 
 Budget: each step has an estimated cost (H100 seconds, compilation included; ``--quick``: CPU
 seconds). A step whose estimate does not fit what is left of ``--budget-minutes`` (all calls
@@ -74,6 +77,7 @@ E2E_TARGET = 0.90             # end to end over model only
 HEAD_MATRIX_TARGET_S = 5.0
 MINING_SHARE_TARGET = 0.10    # of one mining interval of the 512 px stage
 OMNIGLOT_TARGET = 0.92        # Koch et al.'s one-shot accuracy
+HOMOGRAPHY_ROWS = ("siamese_ce", "siamese_contrastive", "triplet_hinge", "triplet_mse")  # = benchmarks.homography.ROWS
 OUTPUT_FILES = ("suite.json", "suite.md", "rates.json", "suite.log")
 
 
@@ -134,6 +138,9 @@ STEPS = (
     # One seed a step, both methods at once (two processes sharing the GPU): ~7 minutes each.
     *(Step(f"omniglot_seed{s}", f"Omniglot one-shot, configs/omniglot_gpu.yaml, seed {s}, random and adversarial",
            "step_omniglot", 450, 150, dict(seed=s), dict(quick=True)) for s in (0, 1, 2)),
+    # Table I (seed 000) has only run at a 150x smaller scale on CPU (docs/homography.md); ~22,500 steps a row.
+    *(Step(f"homography_{row}", f"Table I row {row}, the paper's scale, seed 0", "step_homography", 240, 20,
+           dict(row=row), dict(quick=True)) for row in HOMOGRAPHY_ROWS),
 )
 """The suite, in order of value."""
 
@@ -283,6 +290,22 @@ def step_omniglot(ctx, seed: int, quick: bool = False) -> dict:
             "map5_pixel", "miner_gap_one_shot", "miner_gap_map5", "val_map5_adversarial", "val_map5_random",
             "train_s_adversarial", "train_s_random", "epochs_adversarial", "epochs_random")
     return {"seed": seed, **{k: m[k] for k in keys if k in m}}
+
+
+def step_homography(ctx, row: str, seed: int = 0, quick: bool = False) -> dict:
+    """``benchmarks/homography.py --rows ROW --seeds SEED`` at the paper's scale (``quick``: its ``--quick``
+    plumbing scale); the row's figures beside Table I's."""
+    from benchmarks import homography
+
+    work = ctx.work / f"homography_{row}"
+    payload = homography.main(["--out", str(work), "--seeds", str(seed), "--rows", row, "--quiet"]
+                              + (["--quick"] if quick else []))
+    res = payload["per_seed"][0][row]
+    return {"row": row, "seed": seed, "paper": homography.ROWS[row][3], "test_accuracy": res["test_accuracy"],
+            "test_order_accuracy": res["test_order_accuracy"], "test_items": res["test_items"],
+            "val_accuracy_per_stage": [st["val_accuracy"] for st in res["stages"]],
+            "scale": {k: payload["scale"][k] for k in ("size", "images_per_stage", "epochs")},
+            "train_s": round(res["seconds"], 1)}
 
 
 def _tiny_omniglot_config(work: Path) -> Path:
@@ -537,6 +560,15 @@ def markdown(data: dict) -> str:
                 s = mean_sd([m[key] for m in seeds if key in m])
                 lines.append(f"\n{key}: {s['mean']:+.3f} +- {s['sd']:.3f} (sd; standard error {s['se']:.3f}, "
                              f"{s['n']} seeds)")
+    table_i = [done[f"homography_{row}"] for row in HOMOGRAPHY_ROWS if f"homography_{row}" in done]
+    if table_i:
+        lines += ["", f"## Seed 000, Table I ({'the tiny --quick scale' if data['quick'] else 'the paper scale'}), "
+                  "seed 0: accuracy at threshold 0.5", ""]
+        lines += _table(["row", "paper", "ours", "order accuracy", "validation after each stage", "test items",
+                         "train s"],
+                        [[h["row"], h["paper"], h["test_accuracy"], h["test_order_accuracy"],
+                          ", ".join(f"{v:.3f}" for v in h["val_accuracy_per_stage"]), h["test_items"], h["train_s"]]
+                         for h in table_i])
     return "\n".join(lines) + "\n"
 
 
