@@ -49,6 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import common  # noqa: E402
+from whale.overrides import overrides  # noqa: E402
 
 SETS = ("synthetic", "omniglot", "lions")
 METRICS = {"synthetic": ("map5", "top1", "top5", "top10", "val_map5"),
@@ -194,7 +195,7 @@ def run_one(set_name: str, objective: str, seed: int, args, sets: dict, log) -> 
         row = {"train_s": 0.0, "epochs": "-"}
     else:
         cfg = objective_config(common.repo_root() / "configs" / CONFIGS[set_name], objective, seed, args.epochs_scale,
-                               overrides(args.set))
+                               args.overrides)
         method_name = "adversarial" if args.sampler == "mined" else "random"
         folder = re.sub(r"[^A-Za-z0-9_.=-]", "_", "-".join([objective, *sorted(args.set)]))
         (variant,) = common.train_variants(cfg, data.train_dir, out / folder, methods=(method_name,),
@@ -216,13 +217,6 @@ def label(objective: str, sampler: str, settings: list[str] | None = None) -> st
         return objective
     name = objective if sampler == "mined" else f"{objective} (random)"
     return f"{name} [{', '.join(sorted(settings))}]" if settings else name
-
-
-def overrides(settings: list[str] | None) -> dict:
-    """``--set`` flags as config overrides (YAML values), checked as ``run_fold.py`` checks them."""
-    from whale.overrides import overrides as parse
-
-    return parse(settings)
 
 
 def summary(rows: list[dict]) -> tuple[str, dict]:
@@ -273,10 +267,10 @@ def main(argv=None) -> int:
         p.error(f"unknown set or objective: {', '.join(bad)} (sets: {', '.join(SETS)}; objectives: "
                 f"{', '.join(OBJECTIVES)})")
     try:  # a bad --set fails here, before any training
+        args.overrides = overrides(args.set)
         for set_name in sets_wanted:
             for objective in objectives:
-                objective_config(common.repo_root() / "configs" / CONFIGS[set_name], objective, 0, 1.0,
-                                 overrides(args.set))
+                objective_config(common.repo_root() / "configs" / CONFIGS[set_name], objective, 0, 1.0, args.overrides)
     except ValueError as err:
         p.error(str(err))
     if args.quick:
