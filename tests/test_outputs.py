@@ -127,6 +127,18 @@ def test_atomic_write_refuses_a_writer_that_renames_its_file_and_leaves_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_partial_writes_finds_what_a_killed_atomic_write_leaves_for_the_names_asked(tmp_path):
+    from whale.files import atomic_write, partial_writes
+
+    names = []
+    atomic_write(tmp_path / "faiss-hnsw-ab.index", lambda tmp: (names.append(tmp.name), tmp.write_bytes(b"x")))
+    left = tmp_path / names[0]  # what a kill between the write and the rename leaves
+    left.write_bytes(b"partial")
+    assert partial_writes(tmp_path, "faiss-hnsw-*.index") == [left]
+    assert partial_writes(tmp_path, "other-*.index") == []
+    assert (tmp_path / "faiss-hnsw-ab.index").read_bytes() == b"x"
+
+
 def test_a_score_file_named_without_extension_is_written_under_that_name(tmp_path, monkeypatch, capsys):
     """``python -m whale.inference --out OUT/noext``: the scores are in ``noext``, nothing else is there."""
     import types

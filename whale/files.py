@@ -66,6 +66,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], fsync
     return path
 
 
+def partial_writes(folder: str | os.PathLike, name_pattern: str) -> list[Path]:
+    """The temporary files :func:`atomic_write` left in ``folder`` (a kill between its write and its rename) for
+    targets whose names match the glob ``name_pattern``: hidden, ``.NAME.<random>.tmp<suffix>``."""
+    return sorted(Path(folder).glob(f".{name_pattern}.*.tmp*"))
+
+
 def check_output(path: str | os.PathLike, what: str = "--out", folder: bool = False) -> Path:
     """Refuse an output ``path`` that cannot be written, before any work; returns ``path``.
 

@@ -141,13 +141,13 @@ one may be another match writing now)."""
 def _store_index(faiss, index, path: Path) -> None:
     """Write ``index`` to ``path`` atomically, then delete the folder's other stored indexes and the partial
     writes that killed matches left (hidden, older than :data:`STRAY_AGE_S`)."""
-    from whale.files import atomic_write
+    from whale.files import atomic_write, partial_writes
 
     atomic_write(path, lambda tmp: faiss.write_index(index, str(tmp)))
     for old in path.parent.glob("faiss-hnsw-*.index"):
         if old != path:
             old.unlink(missing_ok=True)
-    for stray in path.parent.glob(".faiss-hnsw-*.tmp.index"):
+    for stray in partial_writes(path.parent, "faiss-hnsw-*.index"):
         try:
             if time.time() - stray.stat().st_mtime > STRAY_AGE_S:
                 stray.unlink()
