@@ -18,7 +18,6 @@ command of the same kind reuses or removes. Decisions are never deleted: ``accep
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from whale.errors import DataError
+from whale.files import file_hash  # noqa: F401  (the photo identity; callers import it from here too)
 
 SCHEMA_VERSION = 1
 DB_NAME = "catalogue.sqlite"
@@ -77,15 +77,6 @@ def now() -> str:
 def user() -> str:
     """Who runs the command (``decided_by`` / ``created_by`` when not given): $USER, else 'unknown'."""
     return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
-
-
-def file_hash(path: str | os.PathLike) -> str:
-    """sha256 hex digest of a file's bytes: the identity of a photo (a photo added twice is one photo)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
