@@ -25,7 +25,7 @@ LAYERS = {
     "whale.mining": 3,
     "whale.boxes": 3,
     "whale.inference": 4,
-    "whale.keypoints": 4,  # the training-free keypoint matcher (writes score files: uses whale.inference.scorefile)
+    "whale.keypoints": 3.5,  # the training-free keypoint matcher (uses whale.data); its score files: whale.inference.keypoints
     "whale.training": 5,
     "whale.ensemble": 5,
     "whale.explain": 5,

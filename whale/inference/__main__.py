@@ -9,7 +9,7 @@ new photos: put the catalogue in ``train/`` + ``train.csv`` and the new sighting
 ``--matcher keypoints`` scores with no trained run at all: RootSIFT keypoints, LNBNN votes and
 geometric verification (:mod:`whale.keypoints`, settings ``--config configs/keypoints.yaml``). Its
 ``--out`` may be a folder: ``test.npz`` there and, with ``--fold K``, the fold's ``val.npz``, so that
-``whale ensemble OUT --tune`` places ``new_whale`` on validation (:mod:`whale.keypoints.scoring`).
+``whale ensemble OUT --tune`` places ``new_whale`` on validation (:mod:`whale.inference.keypoints`).
 """
 
 from __future__ import annotations
@@ -64,10 +64,10 @@ def run(argv=None) -> int:
 
 
 def _keypoints(args, parser) -> int:
-    """``--matcher keypoints``: :func:`whale.keypoints.scoring.score_competition`."""
+    """``--matcher keypoints``: :func:`whale.inference.keypoints.score_competition`."""
     from whale.files import check_output
     from whale.keypoints import load_keypoint_config
-    from whale.keypoints.scoring import score_competition
+    from whale.inference.keypoints import score_competition
     from whale.overrides import overrides
 
     if args.run is not None:

@@ -3,7 +3,7 @@
 RootSIFT on contrast-normalised photos without their white padding (:mod:`~whale.keypoints.extract`),
 kept per photo content (:mod:`~whale.keypoints.store`), searched over the whole gallery
 (:mod:`~whale.keypoints.index`), LNBNN votes and geometric verification (:mod:`~whale.keypoints.matcher`),
-score files like a trained run's (:mod:`~whale.keypoints.scoring`). Settings: :mod:`~whale.keypoints.config`,
+score files like a trained run's (:mod:`whale.inference.keypoints`). Settings: :mod:`~whale.keypoints.config`,
 ``configs/keypoints.yaml``. No Keras import.
 """
 from whale.keypoints.config import KeypointConfig, load_keypoint_config

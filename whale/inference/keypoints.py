@@ -1,4 +1,4 @@
-"""A Kaggle-format folder scored by the keypoint matcher: the toolkit's score files, no training.
+"""A Kaggle-format folder scored by the keypoint matcher (:mod:`whale.keypoints`): the toolkit's score files, no training.
 
 ``whale score --matcher keypoints --data DIR --out OUT`` runs :func:`score_competition`:
 
