@@ -129,6 +129,31 @@ def load_image(path: str | Path, channels: int = 3) -> np.ndarray:
     return np.ascontiguousarray(out, dtype=np.uint8)
 
 
+WHITE = 245
+"""A pixel whose every channel is at least this bright counts as padding (:func:`content_box`)."""
+PADDING_SHARE = 0.98
+"""A border row or column is padding when at least this share of its pixels is near-white."""
+
+
+def content_box(img: np.ndarray) -> Box:
+    """``(x0, y0, x1, y1)`` of ``img`` without its near-white border rows and columns.
+
+    Photos published letterboxed on white (the 2019 humpback photos: resized to fit 300 x 300, padded
+    with white) keep their subject inside this box. The whole image when (almost) nothing or
+    everything is padding.
+
+    Args:
+        img: ``uint8 [H, W]`` or ``[H, W, C]``.
+    """
+    dark = (img < WHITE) if img.ndim == 2 else (img < WHITE).any(axis=2)
+    h, w = dark.shape
+    rows = np.flatnonzero(dark.mean(axis=1) > 1 - PADDING_SHARE)
+    cols = np.flatnonzero(dark.mean(axis=0) > 1 - PADDING_SHARE)
+    if len(rows) < 8 or len(cols) < 8:
+        return (0, 0, w, h)
+    return (int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1)
+
+
 def crop_to_box(img: np.ndarray, box: Box | None, margin: float = 0.05) -> np.ndarray:
     """Cut a box, widened by a margin, out of an image.
 

@@ -29,7 +29,7 @@ INDEXES = ("auto", "exact", "ivf")
 candidates are re-ranked exactly (``ivf``); ``auto`` takes ``ivf`` from :data:`AUTO_IVF_FROM` descriptors."""
 AUTO_IVF_FROM = 200_000
 """Gallery descriptors from which ``index: auto`` takes the approximate index."""
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 """Bumped when extraction changes in a way the settings do not show (stored descriptors are then redone)."""
 
 

@@ -11,19 +11,14 @@ page draws matches on the photo a person sees.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from whale.errors import DataError
+from whale.data.images import content_box, load_image
 from whale.keypoints.config import FeatureConfig
 
 DESCRIPTOR_SCALE = 512.0
 """RootSIFT values lie in [0, 1] and rarely above 0.5: x 512 keeps them in uint8 at a resolution of 0.002."""
-WHITE = 245
-"""A pixel at least this bright (gray) counts as padding."""
-PADDING_SHARE = 0.98
-"""A border row or column is padding when at least this share of its pixels is near-white."""
 
 
 @dataclass(frozen=True)
@@ -57,28 +52,15 @@ def as_float(desc: np.ndarray) -> np.ndarray:
 
 
 def trim_white(gray: np.ndarray) -> tuple[np.ndarray, int, int]:
-    """``(crop, x0, y0)``: ``gray`` without the near-white border rows and columns (the padding of
-    photos published letterboxed on white); the whole image when nothing or everything is padding."""
-    dark = gray < WHITE
-    rows = np.flatnonzero(dark.mean(axis=1) > 1 - PADDING_SHARE)
-    cols = np.flatnonzero(dark.mean(axis=0) > 1 - PADDING_SHARE)
-    if len(rows) < 8 or len(cols) < 8:
-        return gray, 0, 0
-    return gray[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1], int(cols[0]), int(rows[0])
+    """``(crop, x0, y0)``: ``gray`` inside its :func:`whale.data.images.content_box` (the white padding cut)."""
+    x0, y0, x1, y1 = content_box(gray)
+    return gray[y0:y1, x0:x1], x0, y0
 
 
 def read_gray(path) -> np.ndarray:
-    """``[H, W] uint8`` gray photo; :class:`whale.errors.DataError` naming the file when it cannot be decoded."""
-    import cv2
-
-    path = Path(path)
-    data = np.fromfile(path, dtype=np.uint8) if path.is_file() else None
-    if data is None:
-        raise DataError(f"{path}: photo not found")
-    gray = cv2.imdecode(data, cv2.IMREAD_GRAYSCALE) if data.size else None
-    if gray is None:
-        raise DataError(f"{path}: not a readable image (OpenCV cannot decode it)")
-    return gray
+    """``[H, W] uint8`` gray photo (:func:`whale.data.images.load_image`: decoded by content; a missing,
+    empty or undecodable file raises :class:`whale.errors.DataError` naming it)."""
+    return load_image(path, channels=1)[:, :, 0]
 
 
 def prepare(gray: np.ndarray, cfg: FeatureConfig) -> tuple[np.ndarray, float, int, int]:
