@@ -144,3 +144,215 @@ def build_split(source: Path, out: Path, seed: int, log=print) -> tuple[Path, di
     if clash:
         raise ValueError(f"{comp}: new_whale queries whose individual is in train, e.g. {clash[0]}")
     return comp, truth, individual
+
+
+# ------------------------------------------------------------------------------ measuring
+def read_submission(path: Path) -> dict[str, list[str]]:
+    """``{image: [5 labels]}`` of a 2019-format submission CSV."""
+    df = pd.read_csv(path)
+    return {str(i): str(p).split() for i, p in zip(df["Image"], df["Id"])}
+
+
+def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dict[str, float]:
+    """MAP@5 over all queries, known and ``new_whale`` ones apart, and the ``new_whale`` share at rank 1."""
+    from whale.metrics import map_at_k
+
+    names = sorted(truth)
+    known = [n for n in names if truth[n] != NEW_WHALE]
+    new = [n for n in names if truth[n] == NEW_WHALE]
+    return {"map5": map_at_k([pred[n] for n in names], [truth[n] for n in names]),
+            "map5_known": map_at_k([pred[n] for n in known], [truth[n] for n in known]),
+            "map5_new": map_at_k([pred[n] for n in new], [truth[n] for n in new]) if new else float("nan"),
+            "new_whale_first": float(np.mean([pred[n][0] == NEW_WHALE for n in names]))}
+
+
+def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:
+    """Top-1 / top-5 and the MAP@5 of the known queries by the per-id maximum (``new_whale`` never predicted)."""
+    from whale.ranking import top_id_scores
+
+    known = np.array([truth[str(q)] != NEW_WHALE for q in query])
+    names, idx, _ = top_id_scores(scores[known], gallery_ids, k=5)
+    top = names[idx]
+    actual = np.array([truth[str(q)] for q in query[known]])
+    hit = top == actual[:, None]
+    return {"top1": float(hit[:, 0].mean()), "top5": float(hit.any(axis=1).mean()),
+            "map5_known_no_new": float((hit / np.arange(1, hit.shape[1] + 1)).sum(axis=1).mean())}
+
+
+def whale_command(args: list[str], log_path: Path, log=print) -> float:
+    """Run ``python -m whale ARGS`` (the user's ``whale`` command), its output into ``log_path``; its wall time.
+
+    Raises:
+        RuntimeError: a non-zero exit (the log file named).
+    """
+    cmd = [sys.executable, "-m", "whale", *args]
+    log(f"$ whale {' '.join(args)}")
+    t0 = time.perf_counter()
+    with open(log_path, "w") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=common.repo_root(),
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"whale {args[0]} failed (exit {proc.returncode}); see {log_path}")
+    log(f"  {seconds:.0f} s  (log {log_path})")
+    return seconds
+
+
+def ensemble_and_check(runs: list[Path], sub: Path, comp: Path, work: Path, extra=(), log=print) -> tuple[float, list[str]]:
+    """``whale ensemble RUNS --tune --out SUB`` and ``whale submission check SUB``; seconds and the ensemble's log lines."""
+    t = whale_command(["ensemble", *map(str, runs), "--tune", "--out", str(sub), *extra], work / f"{sub.stem}.ensemble.log", log)
+    t += whale_command(["submission", "check", str(sub), "--sample", str(comp / "sample_submission.csv")],
+                       work / f"{sub.stem}.check.log", log)
+    return t, (work / f"{sub.stem}.ensemble.log").read_text().splitlines()
+
+
+def tuned_weights(lines: list[str], n: int) -> list[float] | None:
+    """The weights an ensemble's ``--tune-weights`` chose, read from its output."""
+    for line in lines:
+        if line.startswith("tuned weights "):
+            return [float(x) for x in line[len("tuned weights "):].split(":")[0].split(",")][:n]
+    return None
+
+
+def method_row(name: str, sub: Path, test_scores, truth: dict[str, str], seconds: dict) -> dict:
+    row = {"method": name, **submission_metrics(read_submission(sub), truth)}
+    if test_scores is not None:
+        row.update(ranking_metrics(test_scores.scores, test_scores.query, test_scores.gallery_ids, truth))
+    row["seconds"] = seconds
+    return row
+
+
+def run_seed(args, seed: int, log=print) -> list[dict]:
+    """Every method of ``args.methods`` on split ``seed``; one result row per method."""
+    from whale.ensemble.combine import average_score_files
+    from whale.inference.scorefile import load_score_file
+
+    work = Path(args.out) / f"seed{seed}"
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    comp, truth, _ = build_split(args.source, work / "data", seed, log)
+    counts = assert_disjoint(comp, truth)
+    log(f"seed {seed}: split in {time.perf_counter() - t0:.0f} s: {counts}")
+    rows, runs = [], {}
+    if "keypoints" in args.methods or "fusion" in args.methods:
+        kp = work / "keypoints"
+        t = whale_command(["score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp), "--fold", "0",
+                           "--config", args.keypoint_config, "--cache", str(args.cache), "--quiet"],
+                          work / "keypoints.score.log", log)
+        runs["keypoints"] = kp
+        if "keypoints" in args.methods:
+            te, _ = ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
+            rows.append(method_row("keypoints", work / "keypoints.csv", load_score_file(kp / "test.npz"), truth,
+                                   {"score": t, "ensemble": te,
+                                    **json.loads((kp / "run.json").read_text())["seconds"]}))
+    if "learned" in args.methods or "fusion" in args.methods:
+        learned = work / "learned"
+        t = whale_command(["train", "--config", args.learned_config, "--fold", "0", "--data", str(comp),
+                           "--out", str(learned), "--verbose", "0"], work / "learned.train.log", log)
+        runs["learned"] = learned
+        if "learned" in args.methods:
+            te, _ = ensemble_and_check([learned], work / "learned.csv", comp, work, log=log)
+            rows.append(method_row("learned", work / "learned.csv", load_score_file(learned / "scores" / "test.npz"),
+                                   truth, {"train": t, "ensemble": te}))
+    if "fusion" in args.methods:
+        paths = [runs["keypoints"], runs["learned"]]
+        te, lines = ensemble_and_check(paths, work / "fusion.csv", comp, work, ["--tune-weights"], log=log)
+        w = tuned_weights(lines, 2)
+        fused = average_score_files([score_path_of(p) for p in paths], w)
+        row = method_row("fusion", work / "fusion.csv", fused, truth, {"ensemble": te})
+        row["weights"] = w
+        rows.append(row)
+    if "pixels" in args.methods:
+        rows.append(pixel_row(comp, truth, log))
+    if "all_new_whale" in args.methods:
+        pred = {n: [NEW_WHALE] for n in truth}
+        rows.append({"method": "all_new_whale", **submission_metrics(pred, truth), "seconds": {}})
+    for r in rows:
+        r["seed"] = seed
+    (work / "results.json").write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+def score_path_of(run: Path) -> Path:
+    from whale.inference.scorefile import score_path
+
+    return score_path(run, "test")
+
+
+def pixel_row(comp: Path, truth: dict[str, str], log=print) -> dict:
+    """Raw pixels (32 px gray, cosine): the threshold tuned on validation fold 0, the same metrics."""
+    from whale.data import ImageSet, fold_data, load_competition
+    from whale.ranking import predict_top5, tune_threshold
+
+    t0 = time.perf_counter()
+    c = load_competition(comp)
+    data = fold_data(c, 0, 0)
+    known = ImageSet.known(c)
+    method = common.PixelMethod(32, 1)
+    f_all = method.features(known.paths)
+    f_gal = f_all[known.positions(data.gallery.names)]
+    t, _, _ = tune_threshold(method.scores(method.features(data.val.paths), f_gal), data.gallery.ids, data.val.ids)
+    test_names = np.array(c.test_images)
+    scores = method.scores(method.features([c.test_path(n) for n in test_names]), f_all)
+    preds = dict(zip(test_names, predict_top5(scores, known.ids, t)))
+    row = {"method": "pixels", **submission_metrics(preds, truth),
+           **ranking_metrics(scores, test_names, known.ids, truth), "seconds": {"all": time.perf_counter() - t0}}
+    log(f"  pixels: {row['seconds']['all']:.0f} s")
+    return row
+
+
+COLUMNS = (("map5", "MAP@5 all"), ("map5_known", "known"), ("map5_new", "new_whale"), ("top1", "top-1"),
+           ("top5", "top-5"), ("new_whale_first", "new_whale first"))
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one line per method, mean +- sd over the seeds of each column."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    lines = ["| method | " + " | ".join(h for _, h in COLUMNS) + " | seeds |", "| --- " * (len(COLUMNS) + 2) + "|"]
+    for m in methods:
+        rs = [r for r in rows if r["method"] == m]
+        cells = []
+        for k, _ in COLUMNS:
+            v = [r[k] for r in rs if k in r and np.isfinite(r[k])]
+            cells.append("" if not v else (f"{np.mean(v):.3f}" if len(v) == 1 else
+                                           f"{np.mean(v):.3f} +- {np.std(v, ddof=1):.3f}"))
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {len(rs)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="working folder (splits, runs, submissions, results)")
+    p.add_argument("--seeds", default="0", help="comma-separated split seeds (default 0)")
+    p.add_argument("--methods", default="keypoints,pixels,all_new_whale",
+                   help=f"comma-separated, of {', '.join(METHODS)} (fusion runs keypoints and learned)")
+    p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
+    p.add_argument("--learned-config", default=LEARNED_CONFIG)
+    p.add_argument("--cache", default=None, help="the keypoint feature store (default OUT/keypoint-store)")
+    args = p.parse_args(argv)
+    args.source = common.shared_data("humpback")
+    if args.source is None:
+        print("no ../shared/data/humpback beside the checkout: nothing to measure")
+        return 0
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in args.methods if m not in METHODS]
+    if bad:
+        p.error(f"unknown methods {bad}; expected some of {', '.join(METHODS)}")
+    args.cache = Path(args.cache) if args.cache else Path(args.out) / "keypoint-store"
+    t0 = time.perf_counter()
+    rows = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        rows += run_seed(args, seed)
+        print(table(rows), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "results.json").write_text(json.dumps(rows, indent=2))
+    print(table(rows))
+    summary = {f"{r['method']}_{k}": [x[k] for x in rows if x["method"] == r["method"] and k in x]
+               for r in rows for k, _ in COLUMNS}
+    metrics = {k: float(np.mean(v)) for k, v in summary.items() if v and np.all(np.isfinite(v))}
+    print(common.final_json("humpback", metrics, time.perf_counter() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -41,7 +41,8 @@ class FeatureConfig:
     that are almost all near-white). ``max_side``: the longer side after trimming, larger photos shrunk
     (0 = as they are). ``clahe``: clip limit of the contrast normalisation (0 = off). ``n_features``:
     the strongest SIFT keypoints kept; ``contrast``: SIFT's contrast threshold (lower = more, weaker
-    keypoints). ``upright``: every keypoint's orientation set to 0 (photos taken the right way up;
+    keypoints). ``sigma``: SIFT's blur of the first octave (larger = fewer fine-scale keypoints, such as
+    ripples of water). ``upright``: every keypoint's orientation set to 0 (photos taken the right way up;
     more distinctive, not rotation invariant).
     """
 
@@ -50,6 +51,7 @@ class FeatureConfig:
     clahe: float = 2.0
     n_features: int = 500
     contrast: float = 0.04
+    sigma: float = 1.6
     upright: bool = False
 
 
@@ -132,6 +134,7 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
         clahe=check.number(f.get("clahe", d.clahe), "features.clahe", float, lo=0),
         n_features=check.number(f.get("n_features", d.n_features), "features.n_features", int, lo=8, hi=20000),
         contrast=check.number(f.get("contrast", d.contrast), "features.contrast", float, lo=0, lo_open=True),
+        sigma=check.number(f.get("sigma", d.sigma), "features.sigma", float, lo=0.5, hi=8),
         upright=check.boolean(f.get("upright", d.upright), "features.upright"))
     d = SearchConfig()
     search = SearchConfig(

@@ -98,7 +98,7 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
         region = original[by:y1, bx:x1]
     image, scale, x0, y0 = prepare(region, cfg)
     x0, y0 = x0 + bx, y0 + by
-    sift = cv2.SIFT_create(nfeatures=cfg.n_features, contrastThreshold=cfg.contrast)
+    sift = cv2.SIFT_create(nfeatures=cfg.n_features, contrastThreshold=cfg.contrast, sigma=cfg.sigma)
     keypoints = sift.detect(image, None)
     if cfg.upright:
         for kp in keypoints:

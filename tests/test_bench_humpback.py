@@ -1,0 +1,89 @@
+"""benchmarks/humpback.py: the split's rules and checks, the metrics, and a whole run on a tiny fake source."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import humpback  # noqa: E402
+from whale import NEW_WHALE  # noqa: E402
+
+
+def fake_source(root: Path, counts=(1, 1, 1, 1, 2, 2, 3, 4), seed=0) -> Path:
+    """A humpback-like folder: ``train.csv`` and distinct small JPEGs, ``counts[i]`` photos of individual i."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    (root / "train").mkdir(parents=True)
+    rows = []
+    for i, n in enumerate(counts):
+        for j in range(n):
+            name = f"{i:03d}{j:02d}.jpg"
+            cv2.imwrite(str(root / "train" / name), rng.integers(0, 255, (24, 40, 3), dtype=np.uint8))
+            rows.append((name, f"w_{i:03d}"))
+    pd.DataFrame(rows, columns=["Image", "Id"]).to_csv(root / "train.csv", index=False)
+    return root
+
+
+def test_split_follows_the_rules(tmp_path):
+    df = humpback.read_source(fake_source(tmp_path / "src"))
+    train, test = humpback.split_flukes(df, seed=0)
+    assert len(train) + len(test) == len(df)
+    test_ids = [i for _, i in test]
+    assert sum(i != NEW_WHALE for i in test_ids) == 4  # one query per individual with >= 2 photos
+    assert test_ids.count(NEW_WHALE) == 2  # half of the 4 one-photo individuals
+    assert [i for _, i in train].count(NEW_WHALE) == 2  # the other half: unidentified training photos
+    known_train = {i for _, i in train if i != NEW_WHALE}
+    assert {i for i in test_ids if i != NEW_WHALE} <= known_train
+    assert humpback.split_flukes(df, 0) == (train, test) and humpback.split_flukes(df, 1) != (train, test)
+
+
+def test_a_query_byte_identical_to_a_train_photo_moves_to_train(tmp_path):
+    src = fake_source(tmp_path / "src")
+    df = humpback.read_source(src)
+    train, test = humpback.split_flukes(df, seed=0)
+    twin = tmp_path / "twin.jpg"
+    twin.write_bytes(Path(test[0][0]).read_bytes())
+    lines = []
+    train2, test2 = humpback.check_disjoint(train + [(twin, "w_x")], test, log=lines.append)
+    assert len(test2) == len(test) - 1 and test[0] in train2 and "moved to train" in lines[0]
+
+
+def test_build_split_writes_a_checked_folder(tmp_path):
+    comp, truth, individual = humpback.build_split(fake_source(tmp_path / "src"), tmp_path / "comp", 0, log=lambda m: None)
+    counts = humpback.assert_disjoint(comp, truth)
+    assert counts["known_queries"] == 4 and counts["new_queries"] == 2 and counts["train"] == 9
+    train_ids = set(pd.read_csv(comp / "train.csv")["Id"])
+    assert all(individual[n] not in train_ids for n, t in truth.items() if t == NEW_WHALE)
+    (comp / "test" / sorted(truth)[0]).write_bytes((comp / "train" / "tr00000.jpg").read_bytes())
+    with pytest.raises(ValueError, match="byte-identical"):
+        humpback.assert_disjoint(comp, truth)
+
+
+def test_metrics_by_hand():
+    truth = {"a": "w1", "b": "w2", "c": NEW_WHALE}
+    pred = {"a": ["w1", NEW_WHALE], "b": [NEW_WHALE, "w3", "w2"], "c": ["w9", NEW_WHALE]}
+    m = humpback.submission_metrics(pred, truth)
+    assert m["map5"] == pytest.approx((1 + 1 / 3 + 1 / 2) / 3)
+    assert m["map5_known"] == pytest.approx((1 + 1 / 3) / 2) and m["map5_new"] == pytest.approx(0.5)
+    assert m["new_whale_first"] == pytest.approx(1 / 3)
+    scores = np.array([[0.9, 0.1, 0.2], [0.1, 0.3, 0.8]], np.float32)
+    r = humpback.ranking_metrics(scores, np.array(["a", "b"]), np.array(["w1", "w2", "w3"]), truth)
+    assert r["top1"] == 0.5 and r["top5"] == 1.0 and r["map5_known_no_new"] == pytest.approx(0.75)
+
+
+@pytest.mark.slow
+def test_whole_benchmark_on_a_fake_source(tmp_path, monkeypatch):
+    src = fake_source(tmp_path / "src", counts=(1,) * 8 + (3,) * 6 + (5,) * 4)
+    monkeypatch.setattr(humpback.common, "shared_data", lambda *a: src)
+    out = tmp_path / "out"
+    assert humpback.main(["--out", str(out), "--methods", "keypoints,pixels,all_new_whale",
+                          "--seeds", "0"]) == 0
+    rows = json.loads((out / "results.json").read_text())
+    assert {r["method"] for r in rows} == {"keypoints", "pixels", "all_new_whale"}
+    kp = next(r for r in rows if r["method"] == "keypoints")
+    assert 0 <= kp["map5"] <= 1 and "features" in kp["seconds"] and (out / "seed0" / "keypoints.csv").is_file()
