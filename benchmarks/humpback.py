@@ -222,6 +222,22 @@ def method_row(name: str, sub: Path, test_scores, truth: dict[str, str], seconds
     return row
 
 
+REFERENCE_PHOTOS = 100
+
+
+def machine_reference(source: Path, config: str) -> float:
+    """Seconds to extract the RootSIFT features of the source's first :data:`REFERENCE_PHOTOS` photos in one
+    process (no store): the machine's speed in the same run, so that times compare across days."""
+    from whale.keypoints import extract, load_keypoint_config
+
+    cfg = load_keypoint_config(config).features
+    paths = sorted((source / "train").glob("*.jpg"))[:REFERENCE_PHOTOS]
+    t0 = time.perf_counter()
+    for p in paths:
+        extract(p, cfg)
+    return time.perf_counter() - t0
+
+
 def run_seed(args, seed: int, log=print) -> list[dict]:
     """Every method of ``args.methods`` on split ``seed``; one result row per method."""
     from whale.ensemble.combine import average_score_files
@@ -320,6 +336,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def times_table(rows: list[dict], reference: float) -> str:
+    """Each method's steps in seconds (mean over seeds) and as multiples of the machine reference."""
+    lines = ["| method | step | seconds | x reference |", "| --- | --- | --- | --- |"]
+    for m in dict.fromkeys(r["method"] for r in rows):
+        steps = {}
+        for r in rows:
+            if r["method"] == m:
+                for k, v in r.get("seconds", {}).items():
+                    steps.setdefault(k, []).append(v)
+        for k, v in steps.items():
+            lines.append(f"| {m} | {k} | {np.mean(v):.0f} | {np.mean(v) / reference:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="working folder (splits, runs, submissions, results)")
@@ -340,16 +370,20 @@ def main(argv=None) -> int:
         p.error(f"unknown methods {bad}; expected some of {', '.join(METHODS)}")
     args.cache = Path(args.cache) if args.cache else Path(args.out) / "keypoint-store"
     t0 = time.perf_counter()
+    reference = machine_reference(args.source, args.keypoint_config)
+    print(f"machine reference: {REFERENCE_PHOTOS} photos' keypoints in {reference:.1f} s, one process", flush=True)
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         rows += run_seed(args, seed)
         print(table(rows), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "results.json").write_text(json.dumps(rows, indent=2))
+    (Path(args.out) / "results.json").write_text(json.dumps({"reference_s": reference, "rows": rows}, indent=2))
     print(table(rows))
+    print(times_table(rows, reference))
     summary = {f"{r['method']}_{k}": [x[k] for x in rows if x["method"] == r["method"] and k in x]
                for r in rows for k, _ in COLUMNS}
     metrics = {k: float(np.mean(v)) for k, v in summary.items() if v and np.all(np.isfinite(v))}
+    metrics["reference_s"] = reference
     print(common.final_json("humpback", metrics, time.perf_counter() - t0))
     return 0
 

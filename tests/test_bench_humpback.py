@@ -83,7 +83,9 @@ def test_whole_benchmark_on_a_fake_source(tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert humpback.main(["--out", str(out), "--methods", "keypoints,pixels,all_new_whale",
                           "--seeds", "0"]) == 0
-    rows = json.loads((out / "results.json").read_text())
+    result = json.loads((out / "results.json").read_text())
+    rows = result["rows"]
+    assert result["reference_s"] > 0
     assert {r["method"] for r in rows} == {"keypoints", "pixels", "all_new_whale"}
     kp = next(r for r in rows if r["method"] == "keypoints")
     assert 0 <= kp["map5"] <= 1 and "features" in kp["seconds"] and (out / "seed0" / "keypoints.csv").is_file()
