@@ -56,3 +56,41 @@ def test_ensemble_cli_tune_weights(tmp_path):
     assert out.is_file() and any(line.startswith("tuned weights 0.00, 1.00") for line in lines)
     assert ensemble_main([*map(str, runs), "--tune-weights", "--weights", "1", "1", "--tune", "--out",
                           str(out)], log=lines.append) == 2
+
+
+def test_open_share_weights_the_mean_like_a_loop():
+    from whale.metrics import map_at_k
+    from whale.ranking.newwhale import map_by_threshold, open_share_weights, predict_top5
+
+    rng = np.random.default_rng(1)
+    ids = np.array(["a", "b", "c", "d", "e", "f"])
+    scores = rng.random((9, 6))
+    truth = np.array(["a", "new_whale", "c", "b", "new_whale", "f", "e", "d", "a"])
+    from whale.ranking import top_id_scores
+
+    names, idx, vals = top_id_scores(scores, ids, 5)
+    grid = [0.2, 0.5, 0.8]
+    got = map_by_threshold(names, idx, vals, truth, grid, open_share=0.6)
+    w = open_share_weights(truth == "new_whale", 0.6)
+    assert w.sum() == pytest.approx(1) and w[truth == "new_whale"].sum() == pytest.approx(0.6)
+    for t, g in zip(grid, got):
+        preds = predict_top5(scores, ids, t)
+        per_query = np.array([map_at_k([p], [a]) for p, a in zip(preds, truth)])
+        assert g == pytest.approx(float(per_query @ w))
+    plain = map_by_threshold(names, idx, vals, truth, grid)
+    assert plain == pytest.approx([map_at_k(predict_top5(scores, ids, t), truth) for t in grid])
+    with pytest.raises(ValueError, match="both kinds"):
+        open_share_weights(np.zeros(4, bool), 0.3)
+
+
+def test_a_larger_open_share_tunes_a_threshold_at_least_as_high(tmp_path):
+    runs = _runs(tmp_path)
+    lines = []
+    for share in (None, 0.8):
+        extra = [] if share is None else ["--tune-new-share", str(share)]
+        assert ensemble_main([str(runs[1]), "--tune", "--out", str(tmp_path / f"s{share}.csv"), *extra],
+                             log=lines.append) == 0
+    tuned = [float(line.split("tuned threshold ")[1].split(":")[0]) for line in lines if line.startswith("tuned threshold")]
+    assert len(tuned) == 2 and tuned[1] >= tuned[0]
+    assert ensemble_main([str(runs[1]), "--threshold", "0.5", "--tune-new-share", "0.3", "--out",
+                          str(tmp_path / "x.csv")], log=lines.append) == 2

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="choose T so a share F of test images get new_whale at rank 1 (~0.276 on Kaggle)")
     mode.add_argument("--tune", action="store_true",
                       help="choose T by validation MAP@5 over a fine grid; writes NAME.threshold.{csv,png}")
+    p.add_argument("--tune-new-share", type=float, default=None, metavar="F",
+                   help="with --tune (and --tune-weights): weigh validation's new_whale queries as a share F of "
+                        "them (e.g. 0.276, the 2019 test set's), when the fold holds fewer or more than the test")
     p.add_argument("--calibrate", action="store_true",
                    help="place new_whale by expected MAP@5 from probabilities calibrated on validation; "
                         "prints its cross-validated MAP@5 beside the tuned threshold's")
@@ -193,7 +196,8 @@ def _tuned_weights(runs: Sequence[Path], args, log) -> np.ndarray:
     check_no_leak(val_paths)
     fmt = recorded_format(runs, args.format)
     log(f"weights tuned on validation (grid step {args.weight_step:g}, threshold tuned at each):")
-    weights, best, _ = tune_weights(val_paths, fmt.open_label, args.weight_step, log=lambda m: log(m))
+    weights, best, _ = tune_weights(val_paths, fmt.open_label, args.weight_step, log=lambda m: log(m),
+                                    open_share=args.tune_new_share)
     log(f"tuned weights {', '.join(f'{w:.2f}' for w in weights)}: validation MAP@5 {best:.5f} (in-sample)")
     return weights
 
@@ -217,6 +221,10 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
         parser.error("give RUN_DIR ... or --recipe FILE")
     if args.threshold is None and args.new_whale_fraction is None and not args.tune and not args.calibrate:
         parser.error("one of --threshold, --new-whale-fraction, --tune (or --calibrate) is required")
+    if args.tune_new_share is not None and not (args.tune or args.tune_weights):
+        raise ConfigError("--tune-new-share weighs the validation queries of --tune / --tune-weights; give one of them")
+    if args.tune_new_share is not None and not 0.0 < args.tune_new_share < 1.0:
+        raise ConfigError(f"--tune-new-share must be in (0, 1), got {args.tune_new_share}")
     if args.new_whale_fraction is not None and not 0.0 <= args.new_whale_fraction <= 1.0:
         raise ConfigError(f"--new-whale-fraction must be in [0, 1], got {args.new_whale_fraction}")
     if args.threshold is not None and not np.isfinite(args.threshold):
@@ -283,7 +291,7 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
         how = (f"new_whale first for exactly round({args.new_whale_fraction:g} x {test_top.n_query}) test "
                "images, lowest best-id score first, ties broken by query order")
     elif args.tune:
-        t, best_map, grid, maps = tune(val_top)
+        t, best_map, grid, maps = tune(val_top, open_share=args.tune_new_share)
         how = "tuned on validation MAP@5"
         csv_path = write_threshold_csv(_sibling(out, ".threshold.csv"), grid, maps)
         png_path = plot_thresholds(_sibling(out, ".threshold.png"), grid, maps, t,
@@ -294,6 +302,9 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
     if t is not None and val_top is not None:
         label = f"threshold {t:.6g}" + (" (in-sample: tuned on these queries)" if args.tune else "")
         expected[label] = float(map_for_thresholds(val_top, [t])[0])
+        if args.tune_new_share is not None:
+            expected[label + f", {open_label} weighted to {args.tune_new_share:g}"] = float(
+                map_for_thresholds(val_top, [t], args.tune_new_share)[0])
 
     if t is not None and threshold_predictions is None:
         threshold_predictions = predict_top5(test.scores, test.gallery_ids, t, open_label=open_label)

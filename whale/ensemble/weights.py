@@ -39,9 +39,10 @@ def simplex_grid(n_runs: int, step: float) -> np.ndarray:
     return np.asarray(sorted(points, reverse=True), dtype=np.float64) / n
 
 
-def tune_weights(val_paths: Sequence[Path], open_label: str, step: float = 0.1,
-                 log=None) -> tuple[np.ndarray, float, list[tuple[np.ndarray, float, float]]]:
-    """The validation-best weights of the runs whose validation files are ``val_paths``.
+def tune_weights(val_paths: Sequence[Path], open_label: str, step: float = 0.1, log=None,
+                 open_share: float | None = None) -> tuple[np.ndarray, float, list[tuple[np.ndarray, float, float]]]:
+    """The validation-best weights of the runs whose validation files are ``val_paths`` (``open_share``: the
+    threshold tuned with the open-set queries weighted to it, :func:`whale.ranking.newwhale.open_share_weights`).
 
     Returns:
         ``(weights [n_runs], best MAP@5, table)``, ``table`` a ``(weights, MAP@5, threshold)`` per grid point.
@@ -50,7 +51,7 @@ def tune_weights(val_paths: Sequence[Path], open_label: str, step: float = 0.1,
     for w in simplex_grid(len(val_paths), step):
         groups = validation_groups(val_paths, w)
         top = concat_top_ids([top_ids(g, open_label=open_label) for g in groups])
-        t, best, _, _ = tune(top)
+        t, best, _, _ = tune(top, open_share=open_share)
         table.append((w, float(best), float(t)))
         if log:
             log(f"  weights {', '.join(f'{x:.2f}' for x in w)}: validation MAP@5 {best:.5f} (threshold {t:.4g})")

@@ -133,6 +133,7 @@ def map_by_threshold(
     query_ids: Sequence[str],
     grid: Sequence[float],
     open_label: str = NEW_WHALE,
+    open_share: float | None = None,
 ) -> np.ndarray:
     """MAP@5 for every threshold, from the top ids computed once (see :func:`top_id_scores`).
 
@@ -143,10 +144,12 @@ def map_by_threshold(
         query_ids: ``[n_query]`` true labels (``open_label`` included).
         grid: ``[n_t]`` thresholds.
         open_label: the competition's open-set label (``new_whale``).
+        open_share: None (every query weighs the same), or the share of open-set queries to weigh
+            the mean as (:func:`open_share_weights`).
 
     Returns:
         ``[n_t]`` float64 MAP@5, equal to :func:`whale.metrics.map_at_k` of
-        :func:`predict_top5` at each threshold.
+        :func:`predict_top5` at each threshold (with ``open_share``: its reweighted mean).
     """
     query_ids = check_labels(query_ids, "query_ids")
     top_idx = np.asarray(top_idx)
@@ -170,6 +173,7 @@ def map_by_threshold(
     true_rank = np.where(hit.any(axis=1), hit.argmax(axis=1), -1)  # 0-based, -1 = absent
     is_new = query_ids == open_label
     known = true_rank >= 0
+    weight = None if open_share is None else open_share_weights(is_new, open_share)
     maps = np.empty(grid.size)
     for start in range(0, grid.size, 64):
         ts = grid[start : start + 64]
@@ -178,8 +182,29 @@ def map_by_threshold(
         pos = np.where(is_new[None, :], pos_new, pos_true)
         valid = (pos < TOP_K) & (is_new | known)[None, :]
         score = np.divide(1.0, pos + 1, out=np.zeros(pos.shape), where=valid)
-        maps[start : start + 64] = score.mean(axis=1)
+        maps[start : start + 64] = score.mean(axis=1) if weight is None else score @ weight
     return maps
+
+
+def open_share_weights(is_open: np.ndarray, open_share: float | None) -> np.ndarray:
+    """``[n]`` float64 query weights summing to 1: equal, or with the open-set queries weighing ``open_share``.
+
+    A validation fold's share of open-set queries may differ from the test set's (the 2019 competition's:
+    about 0.276; a fold of a catalogue with few one-photo individuals: less). The threshold of best MAP@5
+    depends on that share, so it can be tuned as if validation had the test's share.
+
+    Raises:
+        ValueError: ``open_share`` outside (0, 1), or given when one of the two kinds of query is absent.
+    """
+    n = is_open.size
+    if open_share is None:
+        return np.full(n, 1.0 / max(n, 1))
+    if not 0 < open_share < 1:
+        raise ValueError(f"open_share must be in (0, 1), got {open_share}")
+    n_open = int(is_open.sum())
+    if n_open == 0 or n_open == n:
+        raise ValueError(f"open_share needs both kinds of validation query; got {n_open} open-set of {n}")
+    return np.where(is_open, open_share / n_open, (1 - open_share) / (n - n_open))
 
 
 def tune_threshold(
@@ -217,17 +242,19 @@ def tune_threshold(
     return best_t, best_map, maps
 
 
-def map_for_thresholds(top: TopIds, grid) -> np.ndarray:
-    """``[len(grid)]`` float64 MAP@5 of the paper's rule at each threshold (via :func:`map_by_threshold`)."""
+def map_for_thresholds(top: TopIds, grid, open_share: float | None = None) -> np.ndarray:
+    """``[len(grid)]`` float64 MAP@5 of the paper's rule at each threshold (via :func:`map_by_threshold`;
+    ``open_share``: the open-set queries weighted to that share, :func:`open_share_weights`)."""
     if top.truth is None:
         raise DataError("validation MAP@5 needs the true ids (query_ids)")
     names, idx, vals = top5_for_ranking(top)
     return np.asarray(map_by_threshold(names, idx, vals, top.truth, np.asarray(grid, dtype=np.float64),
-                                       top.open_label))
+                                       top.open_label, open_share))
 
 
-def tune(top: TopIds, grid=None) -> tuple[float, float, np.ndarray, np.ndarray]:
-    """The threshold of best validation MAP@5 over the pooled queries of ``top``.
+def tune(top: TopIds, grid=None, open_share: float | None = None) -> tuple[float, float, np.ndarray, np.ndarray]:
+    """The threshold of best validation MAP@5 over the pooled queries of ``top`` (``open_share``: with the
+    open-set queries weighted to that share, :func:`open_share_weights`).
 
     Returns:
         ``(best_t, best_map, grid [g] float64, maps [g] float64)``; the first (smallest) best
@@ -238,7 +265,7 @@ def tune(top: TopIds, grid=None) -> tuple[float, float, np.ndarray, np.ndarray]:
         raise ValueError("grid is empty; expected at least one threshold")
     if top.n_query == 0:
         raise DataError("no validation queries to tune the threshold on")
-    maps = map_for_thresholds(top, grid)
+    maps = map_for_thresholds(top, grid, open_share)
     best = int(np.argmax(maps))
     return float(grid[best]), float(maps[best]), grid, maps
 
