@@ -1,6 +1,7 @@
 """Real humpback flukes: every method through the user's own commands, on Kaggle-like splits. Not a test.
 
     python benchmarks/humpback.py --out runs/humpback [--seeds 0,1,2] [--methods keypoints,learned,fusion]
+    python benchmarks/humpback.py --out runs/humpback --screen '' 'features.upright=true'   # settings, on validation
 
 Data: ``../shared/data/humpback/{train.csv,train/}`` beside the checkout (real 2019 competition photos,
 half of its identified individuals; read in place, copied under ``--out``; the benchmark prints a
@@ -24,7 +25,8 @@ such a query is moved to ``train``).
 Methods, each a user's command line (printed with its wall time), scored from its submission:
 
 * ``keypoints``: ``whale score --matcher keypoints --data D --out K --fold 0`` then
-  ``whale ensemble K --tune --out S.csv`` and ``whale submission check S.csv``;
+  ``whale ensemble K --tune --out S.csv`` and ``whale submission check S.csv``; again with
+  ``--tune-new-share 0.276`` (validation's few open-set queries weighted to the competition's share);
 * ``learned``: ``whale train --config configs/flukes_cpu.yaml --fold 0 --data D --out L`` (it scores its
   fold and the test set when done), then the same ensemble and check;
 * ``fusion``: ``whale ensemble K L --tune --tune-weights --out S.csv``;
@@ -57,6 +59,9 @@ from benchmarks import common  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 METHODS = ("keypoints", "learned", "fusion", "pixels", "all_new_whale")
+KAGGLE_NEW_SHARE = 0.276
+"""The 2019 competition's share of new_whale test images: what a user would expect a batch to hold, and what
+``--tune-new-share`` weighs validation's open-set queries to (fold 0 here holds about 10% of them)."""
 LEARNED_CONFIG = "configs/flukes_cpu.yaml"
 
 
@@ -258,9 +263,14 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
         runs["keypoints"] = kp
         if "keypoints" in args.methods:
             te, _ = ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
-            rows.append(method_row("keypoints", work / "keypoints.csv", load_score_file(kp / "test.npz"), truth,
+            test_kp = load_score_file(kp / "test.npz")
+            rows.append(method_row("keypoints", work / "keypoints.csv", test_kp, truth,
                                    {"score": t, "ensemble": te,
                                     **json.loads((kp / "run.json").read_text())["seconds"]}))
+            te, _ = ensemble_and_check([kp], work / "keypoints_share.csv", comp, work,
+                                       ["--tune-new-share", str(KAGGLE_NEW_SHARE)], log=log)
+            rows.append(method_row(f"keypoints, --tune-new-share {KAGGLE_NEW_SHARE}", work / "keypoints_share.csv",
+                                   test_kp, truth, {"ensemble": te}))
     if "learned" in args.methods or "fusion" in args.methods:
         learned = work / "learned"
         t = whale_command(["train", "--config", args.learned_config, "--fold", "0", "--data", str(comp),
@@ -336,6 +346,50 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def screen(args, settings: list[str], log=print) -> list[dict]:
+    """Keypoint settings compared on validation only: split ``args.seeds``' first seed, fold 0's validation
+    queries against the fold's training images (the queries ``whale ensemble --tune`` sees), never the test
+    set. ``settings``: one string of space-separated ``KEY=VALUE`` overrides of ``--keypoint-config`` each."""
+    from whale.data import fold_data, load_competition
+    from whale.keypoints import FeatureStore, KeypointMatcher, load_keypoint_config
+    from whale.overrides import overrides
+    from whale.ranking import top_id_scores, tune_threshold
+
+    seed = int(args.seeds.split(",")[0])
+    comp_dir = Path(args.out) / f"seed{seed}" / "data"
+    if not (comp_dir / "test_solution.csv").is_file():
+        build_split(args.source, comp_dir, seed, log)
+    data = fold_data(load_competition(comp_dir), 0, 0)
+    known = data.val.ids != NEW_WHALE
+    log(f"screen on split {seed}, fold 0: {len(data.val)} validation queries ({(~known).sum()} new), "
+        f"{len(data.gallery)} gallery photos")
+    rows = []
+    for setting in settings:
+        cfg = load_keypoint_config(args.keypoint_config, overrides(setting.split()))
+        store = FeatureStore(cfg, args.cache)
+        t0 = time.perf_counter()
+        fg = store.features(data.gallery.paths, progress=False)
+        fv = store.features(data.val.paths, progress=False)
+        t_feat = time.perf_counter() - t0
+        matcher = KeypointMatcher(cfg, fg)
+        result = matcher.match(fv, progress=False)
+        names, idx, _ = top_id_scores(result.scores[known], data.gallery.ids, k=5)
+        hit = names[idx] == data.val.ids[known][:, None]
+        _, val_map, _ = tune_threshold(result.scores, data.gallery.ids, data.val.ids)
+        row = {"setting": setting or "(the config as it is)", "map5_known": float((hit / np.arange(1, 6)).sum(1).mean()),
+               "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map),
+               "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
+               "seconds": {"features": t_feat, "index": matcher.index_seconds, **result.seconds}}
+        log(json.dumps(row))
+        rows.append(row)
+    lines = ["| setting | known MAP@5 | top-1 | top-5 | MAP@5, threshold tuned | descriptors/photo |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['setting']} | {r['map5_known']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | {r['map5_tuned']:.3f} | "
+              f"{r['descriptors_per_photo']:.0f} |" for r in rows]
+    log("\n".join(lines))
+    return rows
+
+
 def times_table(rows: list[dict], reference: float) -> str:
     """Each method's steps in seconds (mean over seeds) and as multiples of the machine reference."""
     lines = ["| method | step | seconds | x reference |", "| --- | --- | --- | --- |"]
@@ -359,6 +413,9 @@ def main(argv=None) -> int:
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
     p.add_argument("--learned-config", default=LEARNED_CONFIG)
     p.add_argument("--cache", default=None, help="the keypoint feature store (default OUT/keypoint-store)")
+    p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
+                   help="instead of the methods: compare keypoint settings on validation (split of the first "
+                        "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")
     args = p.parse_args(argv)
     args.source = common.shared_data("humpback")
     if args.source is None:
@@ -369,6 +426,11 @@ def main(argv=None) -> int:
     if bad:
         p.error(f"unknown methods {bad}; expected some of {', '.join(METHODS)}")
     args.cache = Path(args.cache) if args.cache else Path(args.out) / "keypoint-store"
+    if args.screen is not None:
+        rows = screen(args, args.screen)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "screen.json").write_text(json.dumps(rows, indent=2))
+        return 0
     t0 = time.perf_counter()
     reference = machine_reference(args.source, args.keypoint_config)
     print(f"machine reference: {REFERENCE_PHOTOS} photos' keypoints in {reference:.1f} s, one process", flush=True)

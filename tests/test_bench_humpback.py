@@ -86,6 +86,20 @@ def test_whole_benchmark_on_a_fake_source(tmp_path, monkeypatch):
     result = json.loads((out / "results.json").read_text())
     rows = result["rows"]
     assert result["reference_s"] > 0
-    assert {r["method"] for r in rows} == {"keypoints", "pixels", "all_new_whale"}
+    assert {r["method"] for r in rows} == {"keypoints", "keypoints, --tune-new-share 0.276", "pixels", "all_new_whale"}
     kp = next(r for r in rows if r["method"] == "keypoints")
     assert 0 <= kp["map5"] <= 1 and "features" in kp["seconds"] and (out / "seed0" / "keypoints.csv").is_file()
+
+
+@pytest.mark.slow
+def test_screen_compares_settings_on_validation_only(tmp_path, monkeypatch):
+    src = fake_source(tmp_path / "src", counts=(1,) * 8 + (3,) * 6 + (5,) * 4)
+    monkeypatch.setattr(humpback.common, "shared_data", lambda *a: src)
+    out = tmp_path / "out"
+    lines = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
+    assert humpback.main(["--out", str(out), "--screen", "", "verify.shortlist=2"]) == 0
+    rows = json.loads((out / "screen.json").read_text())
+    assert [r["setting"] for r in rows] == ["(the config as it is)", "verify.shortlist=2"]
+    assert all(0 <= r["map5_known"] <= 1 for r in rows)
+    assert not (out / "seed0" / "keypoints").exists()  # no test scoring
