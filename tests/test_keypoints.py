@@ -201,7 +201,7 @@ def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
     with pytest.raises(ConfigError, match="unknown key 'neighbours'"):
         load_keypoint_config(bad)
     cfg = load_keypoint_config(Path(__file__).resolve().parents[1] / "configs" / "keypoints.yaml")
-    assert cfg == load_keypoint_config(None) or cfg.fingerprint()  # the shipped file loads
+    assert cfg == load_keypoint_config(None)  # the shipped file says what the defaults are
     assert load_keypoint_config(overrides={"verify.shortlist": 5}).verify.shortlist == 5
 
 

@@ -49,10 +49,10 @@ class FeatureConfig:
     trim_white: bool = True
     max_side: int = 0
     clahe: float = 2.0
-    n_features: int = 500
+    n_features: int = 1000
     contrast: float = 0.04
-    sigma: float = 1.6
-    upright: bool = False
+    sigma: float = 1.2
+    upright: bool = True
 
 
 @dataclass(frozen=True)
