@@ -371,7 +371,7 @@ def screen(args, settings: list[str], log=print) -> list[dict]:
         fg = store.features(data.gallery.paths, progress=False)
         fv = store.features(data.val.paths, progress=False)
         t_feat = time.perf_counter() - t0
-        matcher = KeypointMatcher(cfg, fg)
+        matcher = KeypointMatcher(cfg, fg, data.gallery.ids)
         result = matcher.match(fv, progress=False)
         names, idx, _ = top_id_scores(result.scores[known], data.gallery.ids, k=5)
         hit = names[idx] == data.val.ids[known][:, None]

@@ -163,6 +163,22 @@ def test_lnbnn_votes_match_a_loop():
     assert len(set(zip(feat.tolist(), photo.tolist()))) == len(feat)  # one vote per (descriptor, photo)
 
 
+def test_the_name_rule_normalises_with_another_individual():
+    from whale.keypoints.matcher import normaliser
+
+    owner = np.arange(6)  # one row per gallery photo
+    individual = np.array([0, 0, 0, 1, 0, 2])
+    rows = np.array([[0, 1, 2, 3, 4], [0, 3, 5, 1, 2], [0, 1, 2, 4, -1]])
+    # k = 2: voters of row 0 are individual 0 twice -> normaliser: photo 3 (column 3, individual 1)
+    # row 1: voters of individuals 0 and 1 -> photo 5 (column 2); row 2: none other, the last found (column 3)
+    np.testing.assert_array_equal(normaliser(rows, owner, individual, 2), [3, 2, 3])
+    np.testing.assert_array_equal(normaliser(rows, owner, None, 2), [2, 2, 2])
+    dist = np.array([[0.1, 0.2, 0.3, 0.9, 1.0]] * 3, np.float32)
+    votes, *_ = lnbnn_votes(dist, rows, owner, 2, 6, individual)
+    assert votes[0] == pytest.approx((0.9 - 0.1) + (0.3 - 0.1) + (0.9 - 0.1))
+    assert votes[3] == pytest.approx(0.3 - 0.2)
+
+
 @pytest.mark.parametrize("geometry", ["homography", "affine", "similarity"])
 def test_verification_keeps_the_consistent_correspondences(geometry):
     rng = np.random.default_rng(0)

@@ -88,13 +88,13 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     written = {}
     target = out if single else out / "test.npz"
     if comp.test_images:
-        written["test"] = _score(of(known), of(test), cfg, progress, times, "test", log,
+        written["test"] = _score(of(known), known.ids, of(test), cfg, progress, times, "test", log,
                                  lambda s: write_scores(target, s, test.names, known.names, known.ids,
                                                         identity=identity(cfg, "test", fold, seed)))
     if data is not None:
         if not len(data.val):
             raise DataError(f"{data_dir}: fold {fold} has no validation images (fold rules: docs/training.md)")
-        written["val"] = _score(of(data.gallery), of(data.val), cfg, progress, times, "val", log,
+        written["val"] = _score(of(data.gallery), data.gallery.ids, of(data.val), cfg, progress, times, "val", log,
                                 lambda s: write_scores(out / "val.npz", s, data.val.names, data.gallery.names,
                                                        data.gallery.ids, query_ids=data.val.ids,
                                                        identity=identity(cfg, "val", fold, seed), trained_on=[]))
@@ -110,8 +110,8 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     return written
 
 
-def _score(gallery, queries, cfg, progress, times, split, log, write) -> Path:
-    matcher = KeypointMatcher(cfg, gallery)
+def _score(gallery, ids, queries, cfg, progress, times, split, log, write) -> Path:
+    matcher = KeypointMatcher(cfg, gallery, ids)
     result = matcher.match(queries, progress=progress)
     times[f"{split}_index"] = matcher.index_seconds
     times[f"{split}_search"] = result.seconds["search"]

@@ -24,6 +24,8 @@ GEOMETRIES = ("homography", "affine", "similarity")
 ROBUST = ("magsac", "ransac")
 """Robust estimators of verification: OpenCV's USAC MAGSAC++ or classic RANSAC (a similarity is always
 fitted by RANSAC: OpenCV has no USAC estimator for it)."""
+NORMALISERS = ("next", "other_individual")
+"""Which neighbour normalises LNBNN's votes (:func:`whale.keypoints.matcher.normaliser`)."""
 INDEXES = ("auto", "exact", "ivf")
 """Nearest-neighbour search: every descriptor compared (``exact``), or FAISS IVF-PQ fast scan whose
 candidates are re-ranked exactly (``ivf``); ``auto`` takes ``ivf`` from :data:`AUTO_IVF_FROM` descriptors."""
@@ -61,10 +63,14 @@ class SearchConfig:
 
     LNBNN (McCann & Lowe 2012, HotSpotter's vote): each of a query descriptor's ``k`` nearest gallery
     descriptors votes for its image with weight ``d_(k+1) - d_i``, at most one vote per (query
-    descriptor, image). ``index``: :data:`INDEXES`; ``nprobe``: IVF lists visited per descriptor.
+    descriptor, image). ``normaliser``: ``next`` (the ``k+1``-th neighbour) or ``other_individual``
+    (HotSpotter's name rule: the first of ``extra`` more neighbours whose individual none of the voters
+    has). ``index``: :data:`INDEXES`; ``nprobe``: IVF lists visited per descriptor.
     """
 
     k: int = 4
+    normaliser: str = "next"
+    extra: int = 4
     index: str = "auto"
     nprobe: int = 8
 
@@ -139,6 +145,8 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
     d = SearchConfig()
     search = SearchConfig(
         k=check.number(s.get("k", d.k), "search.k", int, lo=1, hi=64),
+        normaliser=check.choice(s.get("normaliser", d.normaliser), "search.normaliser", NORMALISERS),
+        extra=check.number(s.get("extra", d.extra), "search.extra", int, lo=1, hi=64),
         index=check.choice(s.get("index", d.index), "search.index", INDEXES),
         nprobe=check.number(s.get("nprobe", d.nprobe), "search.nprobe", int, lo=1, hi=4096))
     d = VerifyConfig()

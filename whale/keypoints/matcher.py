@@ -46,13 +46,37 @@ class MatchResult:
     seconds: dict
 
 
-def lnbnn_votes(dist: np.ndarray, rows: np.ndarray, owner: np.ndarray, k: int, n_gallery: int):
+def normaliser(rows: np.ndarray, owner: np.ndarray, individual: np.ndarray | None, k: int) -> np.ndarray:
+    """``[m] int64``: the neighbour (column of ``rows``) whose distance normalises each descriptor's votes.
+
+    ``individual`` None: column ``k``, the ``k+1``-th neighbour (McCann & Lowe). Else HotSpotter's name rule:
+    the first neighbour after the ``k`` voters whose individual (``individual[owner[row]]``) none of the
+    voters has, so that an individual with many gallery photos does not normalise its own votes away; the
+    last neighbour found when every searched one is one of theirs.
+    """
+    m, depth = rows.shape
+    if individual is None or depth == k + 1:
+        return np.full(m, k, np.int64)
+    ind = np.where(rows >= 0, individual[owner[np.maximum(rows, 0)]], -1)
+    voters = ind[:, :k]
+    other = np.ones((m, depth - k), bool)
+    for j in range(k):
+        other &= ind[:, k:] != voters[:, j:j + 1]
+    found = rows[:, k:] >= 0
+    other &= found
+    last = k + np.where(found.any(axis=1), depth - k - 1 - np.argmax(found[:, ::-1], axis=1), 0)
+    return np.where(other.any(axis=1), k + other.argmax(axis=1), last).astype(np.int64)
+
+
+def lnbnn_votes(dist: np.ndarray, rows: np.ndarray, owner: np.ndarray, k: int, n_gallery: int,
+                individual: np.ndarray | None = None):
     """One query photo's votes.
 
     Args:
-        dist, rows: ``[m, k + 1]`` neighbours of its ``m`` descriptors (:meth:`DescriptorIndex.search`).
+        dist, rows: ``[m, d]`` neighbours of its ``m`` descriptors (:meth:`DescriptorIndex.search`), ``d > k``.
         owner: ``[N] int64`` gallery photo of each index row. k: voters per descriptor.
-        n_gallery: gallery photos.
+        n_gallery: gallery photos. individual: ``[n_gallery] int64`` individual of each gallery photo, for
+            :func:`normaliser`'s name rule (None: the ``k+1``-th neighbour normalises).
 
     Returns:
         ``(votes [n_gallery] float32, feat [v], photo [v], row [v], weight [v])``: the votes summed per
@@ -64,7 +88,7 @@ def lnbnn_votes(dist: np.ndarray, rows: np.ndarray, owner: np.ndarray, k: int, n
     empty = np.zeros(0, np.int64)
     if m == 0:
         return votes, empty, empty, empty, np.zeros(0, np.float32)
-    norm = dist[:, k:k + 1]
+    norm = np.take_along_axis(dist, normaliser(rows, owner, individual, k)[:, None], axis=1)
     w = norm - dist[:, :k]
     r = rows[:, :k]
     ok = (r >= 0) & np.isfinite(w) & (w > 0)
@@ -112,9 +136,15 @@ class KeypointMatcher:
         >>> result = m.match(query_features)                    # result.scores [n_q, n_g]
     """
 
-    def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features]):
+    def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None):
+        """``ids``: the gallery photos' individuals, for ``search.normaliser: other_individual``."""
         self.cfg = cfg
         self.gallery = list(gallery)
+        self.individual = None
+        if cfg.search.normaliser == "other_individual":
+            if ids is None or len(ids) != len(self.gallery):
+                raise ValueError("search.normaliser other_individual needs one individual per gallery photo (ids)")
+            self.individual = np.unique(np.asarray(ids, dtype=str), return_inverse=True)[1].astype(np.int64)
         t0 = time.perf_counter()
         self.index = DescriptorIndex(self.gallery, cfg.search)
         self.index_seconds = time.perf_counter() - t0
@@ -137,14 +167,16 @@ class KeypointMatcher:
             t0 = time.perf_counter()
             counts = [len(f) for f in block]
             desc = np.concatenate([as_float(f.desc) for f in block]) if sum(counts) else np.zeros((0, 128), np.float32)
-            dist, rows = self.index.search(desc, k + 1)
+            depth = k + 1 + (self.cfg.search.extra if self.individual is not None else 0)
+            dist, rows = self.index.search(desc, depth)
             t1 = time.perf_counter()
             t_search += t1 - t0
             offsets = np.concatenate([[0], np.cumsum(counts)])
             for j, q in enumerate(block):
                 i = start + j
                 sl = slice(offsets[j], offsets[j + 1])
-                v, feat, photo, row, weight = lnbnn_votes(dist[sl], rows[sl], self.index.owner, k, ng)
+                v, feat, photo, row, weight = lnbnn_votes(dist[sl], rows[sl], self.index.owner, k, ng,
+                                                          self.individual)
                 votes[i] = v
                 self._verify(q, v, feat, photo, row, weight, evidence[i], inliers[i], cfg_v)
             t_verify += time.perf_counter() - t1
