@@ -205,9 +205,17 @@ def build(kind: str, images: np.ndarray, steps: int, lr: float, seed: int, **con
         def loss(same, hh):
             return layer.loss(same, hh[:, :DIM], hh[:, DIM:])
 
-    class TrapezoidSGD(keras.optimizers.SGD):
-        """Nesterov SGD whose momentum follows :func:`momentum_at` of its own step counter."""
+    model = keras.Model(pairs, out)
+    model.compile(optimizer=trapezoid_sgd(lr, steps), loss=loss)
+    return model, branch, layer
 
+
+def trapezoid_sgd(lr: float, steps: int):
+    """Nesterov SGD at learning rate ``lr`` whose momentum follows :func:`momentum_at` over ``steps`` steps."""
+    import keras
+    from keras import ops
+
+    class TrapezoidSGD(keras.optimizers.SGD):
         def update_step(self, gradient, variable, learning_rate):
             mom = momentum_at(self.iterations, steps)
             m = self.momentums[self._get_variable_index(variable)]
@@ -215,9 +223,7 @@ def build(kind: str, images: np.ndarray, steps: int, lr: float, seed: int, **con
             self.assign(m, m * mom - gradient * lr_)
             self.assign_add(variable, m * mom - gradient * lr_)
 
-    model = keras.Model(pairs, out)
-    model.compile(optimizer=TrapezoidSGD(learning_rate=lr, momentum=MOMENTUM[0], nesterov=True), loss=loss)
-    return model, branch, layer
+    return TrapezoidSGD(learning_rate=lr, momentum=MOMENTUM[0], nesterov=True)
 
 
 def train(kind: str, images: np.ndarray, per_person: int, steps: int, lr: float, seed: int,
