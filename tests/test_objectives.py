@@ -46,7 +46,7 @@ def test_seed_001_keys_pairs_and_sglobal_with_the_papers_defaults_and_old_hashes
     assert per.to_dict()["objective"]["pairs"] == "triplet" and config_from_dict(per.to_dict()) == per
     assert config_hash(per) != config_hash(_cfg(objective="tgloss"))
     s = _cfg(objective="sglobal")
-    assert dict(s.objective.params) == {"m": 1.0, "lam": 1.0} and not s.objective.identities and s.batch is None
+    assert dict(s.objective.params) == {"margin": 1.0, "lam": 1.0} and not s.objective.identities and s.batch is None
 
 
 @pytest.mark.parametrize("over,message", [
@@ -58,7 +58,7 @@ def test_seed_001_keys_pairs_and_sglobal_with_the_papers_defaults_and_old_hashes
     ({"batch": {"ids": 4}}, "batch: expected no batch for objective head"),
     ({"objective": {"name": "global", "pairs": "some"}}, "objective.pairs: expected one of all, triplet"),
     ({"objective": {"name": "sglobal", "pairs": "triplet"}}, "objective.pairs: unknown key"),
-    ({"objective": {"name": "sglobal", "m": 0}}, "objective.m: expected a number > 0"),
+    ({"objective": {"name": "sglobal", "margin": 0}}, "objective.margin: expected a number > 0"),
     ({"objective": "sglobal", "batch": {"ids": 4}}, "batch: expected no batch for objective sglobal"),
 ])
 def test_objective_errors_name_the_key_path(over, message):
@@ -193,7 +193,7 @@ def test_sglobal_is_the_papers_head_trained_on_eq_8_and_scored_by_the_head(backe
     from whale.objectives.objective import SimilarityGlobalLoss
 
     keras.utils.set_random_seed(0)
-    objective = build_objective(_cfg(objective={"name": "sglobal", "m": 0.5}).objective)
+    objective = build_objective(_cfg(objective={"name": "sglobal", "margin": 0.5}).objective)
     branch = build_branch("tiny", (32, 32, 1))
     model = objective.build(branch)
     objective.compile(model, lr=1e-3)

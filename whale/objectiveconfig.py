@@ -35,8 +35,8 @@ OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
     "tgloss": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8),
                "gamma": (float, 0.0, None, 1.0), "m": (float, 0.0, None, 0.01), "pairs": (str, PAIRS, None, "all")},
     # Seed 001's SNet-GLoss (eq. 8): the paper's head on labelled pairs, the global loss on its similarity (the
-    # head's log-odds), margin m = 1 and lambda = 1 (section 5.2).
-    "sglobal": {"m": (float, 0.0, None, 1.0), "lam": (float, 0.0, None, 1.0)},
+    # head's log-odds), margin (eq. 8's m) 1 and lambda 1 (section 5.2).
+    "sglobal": {"margin": (float, 0.0, None, 1.0), "lam": (float, 0.0, None, 1.0)},
     # Sub-center ArcFace with per-identity margins m = a * n^p + c (n images of the identity), scale s: the
     # Happywhale 2022 1st place's tuned values (knshnb/kaggle-happywhale-1st-place, config/default.yaml;
     # whale.objectives.losses.HAPPYWHALE_2022_MARGINS).

@@ -223,7 +223,7 @@ class HeadObjective(Objective):
 
     def loss(self, classes=None):
         if self.name == "sglobal":
-            return SimilarityGlobalLoss(self.cfg["m"], self.cfg["lam"])
+            return SimilarityGlobalLoss(self.cfg["margin"], self.cfg["lam"])
         return keras.losses.BinaryCrossentropy()
 
     def metrics(self):
