@@ -14,7 +14,7 @@ from whale.checker import Checker
 OBJECTIVES = ("head", "contrastive", "triplet", "global", "tgloss", "sglobal", "arcface", "probabilistic")
 """Training objectives (``objective``; :mod:`whale.objectives`): the paper's head first, the default."""
 PAIRS = ("all", "triplet")
-"""``pairs`` of ``objective: global | tgloss`` (:data:`whale.objectives.losses.PAIRS`): every pair of a batch, or one
+"""``pairs`` of ``objective: global | tgloss`` (:data:`whale.objectives.globalloss.PAIRS`): every pair of a batch, or one
 triplet per anchor (seed 001's eq. 6 read per triplet)."""
 SIMILARITY_MODELS = ("gaussian", "flattened_gaussian", "laplacian", "prob_clipped_l1", "cauchy")
 """Seed 004's similarity models (Table 3.1) of ``objective: probabilistic`` (:mod:`whale.objectives.similarity`)."""

@@ -17,8 +17,8 @@ arcface       P x K identities   Embedding -> SubCenterArcFace   softmax CE with
 
 Every model keeps the layer named ``"branch"``; scoring goes through
 :func:`whale.objectives.scorer.make_scorer`, so the miner, validation, score files and ensembling are the
-same for all. The loss mathematics is :mod:`whale.objectives.losses`; the Keras layers are
-:mod:`whale.objectives.layers`; the P x K sampler is :mod:`whale.training.identitybatches`.
+same for all. The loss mathematics is :mod:`whale.objectives.losses` (seed 001's: :mod:`whale.objectives.globalloss`);
+the Keras layers are :mod:`whale.objectives.layers`; the P x K sampler is :mod:`whale.training.identitybatches`.
 
 Example:
     >>> objective = build_objective(cfg.objective)          # doctest: +SKIP
@@ -32,7 +32,7 @@ import numpy as np
 from keras import ops
 
 from whale.config import ObjectiveConfig
-from whale.objectives import losses
+from whale.objectives import globalloss, losses
 from whale.objectives.layers import Embedding, PairDistance, SubCenterArcFace
 from whale.objectives.similarity import SimilarityModel
 
@@ -80,14 +80,14 @@ class TripletLoss(keras.losses.Loss):
 @keras.saving.register_keras_serializable(package="whale")
 class GlobalLoss(keras.losses.Loss):
     """``y_true`` ``[b]`` identity codes, ``y_pred`` ``[b, E]`` unit embeddings -> the global loss J (``pairs``: every
-    pair of the batch, or one triplet per anchor: :func:`whale.objectives.losses.global_loss`)."""
+    pair of the batch, or one triplet per anchor: :func:`whale.objectives.globalloss.global_loss`)."""
 
     def __init__(self, t: float = 0.4, lam: float = 0.8, pairs: str = "all", name: str = "global", **kwargs):
         super().__init__(name=name, **kwargs)
         self.t, self.lam, self.pairs = float(t), float(lam), str(pairs)
 
     def call(self, y_true, y_pred):
-        return losses.global_loss(_labels(y_true), y_pred, self.t, self.lam, pairs=self.pairs)
+        return globalloss.global_loss(_labels(y_true), y_pred, self.t, self.lam, pairs=self.pairs)
 
     def get_config(self):
         return {**super().get_config(), "t": self.t, "lam": self.lam, "pairs": self.pairs}
@@ -103,7 +103,7 @@ class TGLoss(keras.losses.Loss):
         self.gamma, self.t, self.lam, self.m, self.pairs = float(gamma), float(t), float(lam), float(m), str(pairs)
 
     def call(self, y_true, y_pred):
-        return losses.tg_loss(_labels(y_true), y_pred, self.gamma, self.t, self.lam, self.m, pairs=self.pairs)
+        return globalloss.tg_loss(_labels(y_true), y_pred, self.gamma, self.t, self.lam, self.m, pairs=self.pairs)
 
     def get_config(self):
         return {**super().get_config(), "gamma": self.gamma, "t": self.t, "lam": self.lam, "m": self.m,
@@ -113,14 +113,15 @@ class TGLoss(keras.losses.Loss):
 @keras.saving.register_keras_serializable(package="whale")
 class SimilarityGlobalLoss(keras.losses.Loss):
     """``y_true`` ``[b, 1]`` (1 = same id), ``y_pred`` ``[b, 1]`` the head's probabilities -> seed 001's eq. 8 on the
-    head's log-odds (:func:`whale.objectives.losses.similarity_global_loss`, :func:`~whale.objectives.losses.logit`)."""
+    head's log-odds (:func:`whale.objectives.globalloss.similarity_global_loss`, its
+    :func:`~whale.objectives.globalloss.logit`)."""
 
     def __init__(self, m: float = 1.0, lam: float = 1.0, name: str = "sglobal", **kwargs):
         super().__init__(name=name, **kwargs)
         self.m, self.lam = float(m), float(lam)
 
     def call(self, y_true, y_pred):
-        return losses.similarity_global_loss(y_true, losses.logit(y_pred), self.m, self.lam)
+        return globalloss.similarity_global_loss(y_true, globalloss.logit(y_pred), self.m, self.lam)
 
     def get_config(self):
         return {**super().get_config(), "m": self.m, "lam": self.lam}
