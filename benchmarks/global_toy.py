@@ -12,7 +12,8 @@ training point in the embedding space. Its claim (Fig. 3, qualitative): the trip
 over-fits the flipped points (islands of the wrong label around them), TGLoss less so, and the
 global loss's label map stays coherent around the outliers.
 
-Here, each loss is the batch function of :mod:`whale.objectives.losses`, on the whole training
+Here, each loss is the batch function of :mod:`whale.objectives.globalloss` or :mod:`whale.objectives.losses`,
+on the whole training
 set as one batch (80 points: every pair and every triplet); also the semi-hard triplet loss
 (seed 002) and the contrastive loss, and 1-NN in the raw input plane as the no-learning
 reference. Measured: the grid's accuracy against the clean (Bayes) boundary, per loss, over
@@ -52,10 +53,12 @@ FLIP_FRACTION = 0.05
 MEANS = np.array([[-0.7, -0.7], [0.7, 0.7]])
 SIGMA = 0.35
 EXTENT = 2.0
-LOSSES = ("triplet", "tgloss", "global", "semihard", "contrastive")
+LOSSES = ("triplet", "tgloss", "global", "semihard", "contrastive", "global_triplet", "tgloss_triplet")
 """Rows of the table (``--losses`` picks some); ``1nn-input`` is always added as the reference."""
 LABELS = {"triplet": "triplet, eq. 5 (seed 001)", "tgloss": "TGLoss, eq. 10", "global": "global, eq. 6",
           "semihard": "semi-hard triplet (seed 002)", "contrastive": "contrastive (DrLIM)",
+          "global_triplet": "global, eq. 6, one triplet per point",
+          "tgloss_triplet": "TGLoss, eq. 10, one triplet per point",
           "1nn-input": "1-NN in the input plane (no training)"}
 PAPER = ("Seed 001, Fig. 3 (qualitative): the triplet loss over-fits the flipped labels, TGLoss less, "
          "the global loss's label map stays coherent around them.")
@@ -93,14 +96,19 @@ def loss_fn(name: str):
     """``fn(y_true [B], y_pred [B, 128]) -> scalar`` for Keras's ``compile``."""
     from keras import ops
 
+    from whale.objectives import globalloss as G
     from whale.objectives import losses as L
 
     if name == "triplet":
-        return lambda y, f: L.ratio_triplet_loss(y, f, m=0.01)
+        return lambda y, f: G.ratio_triplet_loss(y, f, m=0.01)
     if name == "tgloss":
-        return lambda y, f: L.tg_loss(y, f, gamma=1.0, t=0.4, lam=0.8, m=0.01)
+        return lambda y, f: G.tg_loss(y, f, gamma=1.0, t=0.4, lam=0.8, m=0.01)
     if name == "global":
-        return lambda y, f: L.global_loss(y, f, t=0.4, lam=0.8)
+        return lambda y, f: G.global_loss(y, f, t=0.4, lam=0.8)
+    if name == "global_triplet":  # eq. 6 as written: one matching and one non-matching distance per triplet
+        return lambda y, f: G.global_loss(y, f, t=0.4, lam=0.8, pairs="triplet")
+    if name == "tgloss_triplet":
+        return lambda y, f: G.tg_loss(y, f, gamma=1.0, t=0.4, lam=0.8, m=0.01, pairs="triplet")
     if name == "semihard":
         return lambda y, f: L.semihard_triplet_loss(y, f, margin=0.5)
     if name == "contrastive":

@@ -228,6 +228,22 @@ def order_accuracy(distances: np.ndarray, labels: np.ndarray) -> float | None:
     return float((np.where(y[:, 0] == 0, d[:, 0], d[:, 1]) < np.where(y[:, 0] == 0, d[:, 1], d[:, 0])).mean())
 
 
+def distance_report(distances: np.ndarray, labels: np.ndarray, threshold: float = THRESHOLD) -> dict:
+    """What the 0.5 threshold sees: accuracy, the threshold-free order accuracy (triplets), and where the distances sit.
+
+    ``distances``, ``labels``: as :func:`accuracy`. Returns ``{"accuracy", "order_accuracy", "median": {"positive",
+    "negative"}, "positive_below": share of label-0 distances < threshold, "negative_at_or_above": share of label-1
+    distances >= threshold}`` (the hinge hypothesis of docs/homography.md: a hinge-trained triplet is right at 0.5
+    only once its positive distance is below it).
+    """
+    d = np.asarray(distances, np.float64).reshape(len(labels), -1)
+    y = np.asarray(labels).reshape(d.shape)
+    pos, neg = d[y == 0], d[y == 1]
+    return {"accuracy": accuracy(d, y, threshold), "order_accuracy": order_accuracy(d, y),
+            "median": {"positive": float(np.median(pos)), "negative": float(np.median(neg))},
+            "positive_below": float((pos < threshold).mean()), "negative_at_or_above": float((neg >= threshold).mean())}
+
+
 def _inputs(x: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
     """The inputs for items ``idx`` of ``x`` ``[n, k, s, s]`` uint8: k arrays ``[b, s, s, 1]`` float32 in [0, 1]."""
     return [x[idx, j, ..., None].astype(np.float32) / 255.0 for j in range(x.shape[1])]
@@ -257,8 +273,12 @@ def fit_epoch(model, x: np.ndarray, y: np.ndarray, rng: np.random.Generator, bat
 
 
 # ------------------------------------------------------------------------------ run
-def run_seed(seed: int, scale: Scale, rows: dict, log=print) -> dict:
-    """Train and test every row of ``rows`` on one seed's data; ``{row: {"test_accuracy", ...}}``."""
+def run_seed(seed: int, scale: Scale, rows: dict, log=print, trace: bool = False) -> dict:
+    """Train and test every row of ``rows`` on one seed's data; ``{row: {"test_accuracy", ...}}``.
+
+    ``trace``: also score the test set after every epoch (``"trace"``: one :func:`distance_report` per epoch,
+    with its ``epoch`` counted over both stages): accuracy and distances at every training length of one run.
+    """
     import keras
 
     t0 = time.time()
@@ -284,26 +304,31 @@ def run_seed(seed: int, scale: Scale, rows: dict, log=print) -> dict:
         t1 = time.time()
         keras.utils.set_random_seed(seed * 1000 + r)
         model = build_model(architecture, loss, scale)
-        stages = []
+        stages, curve = [], []
+        xt, yt = data(test, "test", architecture, 0, scale.test_images, equivalence)
         for stage, epochs in enumerate(scale.epochs):
             x, y = data(train, "train", architecture, stage, scale.images_per_stage, equivalence)
             xv, yv = data(val, "val", architecture, stage, max(scale.images_per_stage // 10, 6), equivalence)
             for epoch in range(epochs):
                 loss_value = fit_epoch(model, x, y, np.random.default_rng([seed, 4, r, stage, epoch]), scale.batch)
+                if trace:
+                    curve.append({"epoch": len(curve) + 1, "stage": stage, "loss": loss_value,
+                                  **distance_report(predict(model, xt), yt)})
             stages.append({"stage": stage, "R": scale.curriculum[stage][0], "phi_max": scale.curriculum[stage][1],
                            "train_items": len(x), "epochs": epochs, "last_loss": loss_value,
                            "val_accuracy": accuracy(predict(model, xv), yv)})
-        xt, yt = data(test, "test", architecture, 0, scale.test_images, equivalence)
-        dt = predict(model, xt)
-        results[name] = {"test_accuracy": accuracy(dt, yt), "test_order_accuracy": order_accuracy(dt, yt),
-                         "test_median_distance": {"positive": float(np.median(dt[yt.reshape(dt.shape) == 0])),
-                                                  "negative": float(np.median(dt[yt.reshape(dt.shape) == 1]))},
-                         "test_items": len(xt), "stages": stages,
-                         "seconds": time.time() - t1}
+        report = distance_report(predict(model, xt), yt)
+        results[name] = {"test_accuracy": report["accuracy"], "test_order_accuracy": report["order_accuracy"],
+                         "test_median_distance": report["median"], "test_positive_below": report["positive_below"],
+                         "test_negative_at_or_above": report["negative_at_or_above"],
+                         "test_items": len(xt), "stages": stages, "seconds": time.time() - t1}
+        if trace:
+            results[name]["trace"] = curve
         res = results[name]
         log(f"seed {seed} {name}: test accuracy {res['test_accuracy']:.4f} on {len(xt)} "
             f"{'pairs' if architecture == 'siamese' else 'triplets'} (order {res['test_order_accuracy']}, "
-            f"median distances {res['test_median_distance']}); validation after each stage "
+            f"median distances {res['test_median_distance']}, positives below {THRESHOLD} "
+            f"{res['test_positive_below']:.3f}); validation after each stage "
             f"{[round(s['val_accuracy'], 3) for s in stages]} ({res['seconds']:.0f} s)")
         keras.backend.clear_session()
     return results
@@ -322,6 +347,30 @@ def table(per_seed: list[dict], rows: dict) -> tuple[str, dict]:
         lines.append(f"| {architecture} | {loss} | {equivalence} equivalence | {per_seed[0][name]['test_items']} "
                      f"{kind} | {paper_cell} | {s['mean']:.2%} +- {s['sd']:.2%} | {s['n']} |")
     return "\n".join(lines), summary
+
+
+def trace_table(per_seed: list[dict], rows: dict) -> str:
+    """The ``--trace`` curves: per row and epoch, mean +- sd over seeds of what :func:`distance_report` measures."""
+    lines = ["| row | epoch | accuracy at 0.5 | order accuracy | median positive | median negative "
+             "| positives < 0.5 | negatives >= 0.5 |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def cell(values, fmt="{:.3f}"):
+        values = [v for v in values if v is not None]
+        if not values:
+            return "-"
+        s = common.mean_sd(values)
+        return (fmt + " +- " + fmt).format(s["mean"], s["sd"])
+
+    for name in rows:
+        for i in range(len(per_seed[0][name]["trace"])):
+            points = [res[name]["trace"][i] for res in per_seed]
+            lines.append(f"| {name} | {points[0]['epoch']} | {cell([p['accuracy'] for p in points])} "
+                         f"| {cell([p['order_accuracy'] for p in points])} "
+                         f"| {cell([p['median']['positive'] for p in points], '{:.2f}')} "
+                         f"| {cell([p['median']['negative'] for p in points], '{:.2f}')} "
+                         f"| {cell([p['positive_below'] for p in points])} "
+                         f"| {cell([p['negative_at_or_above'] for p in points])} |")
+    return "\n".join(lines)
 
 
 def parse_args(argv=None):
@@ -345,6 +394,8 @@ def parse_args(argv=None):
     p.add_argument("--rows", help=f"comma-separated subset of {','.join({**ROWS, **VARIANT_ROWS})} "
                                   "(default the four of Table I)")
     p.add_argument("--variant", action="store_true", help="also the transformation-equivalence rows")
+    p.add_argument("--trace", action="store_true", help="score the test set after every epoch (results.json: "
+                                                        "each row's 'trace'; table.md: the curve per row)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -392,8 +443,10 @@ def main(argv=None) -> dict:
     seeds = [int(s) for s in str(args.seeds).split(",")]
     log(f"scale: {asdict(scale)}; square {scale.square} px, disks {scale.diameter} px, "
         f"R = {[round(scale.radius(R), 2) for R, _ in scale.curriculum]} px; seeds {seeds}")
-    per_seed = [run_seed(seed, scale, rows, log) for seed in seeds]
+    per_seed = [run_seed(seed, scale, rows, log, args.trace) for seed in seeds]
     text, summary = table(per_seed, rows)
+    if args.trace:
+        text += "\n\n" + trace_table(per_seed, rows)
     seconds = time.time() - t0
     header = (f"Moskvyak & Maire 2017, Table I: accuracy at threshold {THRESHOLD} (a triplet counts when both "
               f"pairs are right); {len(seeds)} seed(s), {seconds:.0f} s")

@@ -1,7 +1,8 @@
 """The objectives side by side on the same pipeline: synthetic whales, Omniglot, lions. Not a test.
 
     python benchmarks/objectives.py --out runs/bench_objectives [--sets synthetic,omniglot,lions]
-        [--objectives head,contrastive,triplet,global,tgloss,arcface] [--seeds 0,1,2] [--epochs-scale F] [--quick]
+        [--objectives head,contrastive,triplet,global,tgloss,sglobal,arcface] [--seeds 0,1,2] [--epochs-scale F]
+        [--quick]
         [--sampler mined|random] [--set KEY=VALUE ...]
 
 Every objective (``objective:`` of :mod:`whale.objectives`, its own defaults, nothing tuned on a test set)
@@ -28,8 +29,9 @@ identity objectives the seed's random P x K sampler), rows labelled ``OBJECTIVE 
 side by side measure which sampler an objective should use.
 
 ``--set KEY=VALUE`` (repeatable, as ``run_fold.py``'s) changes every trained run's config, e.g.
-``--set flip_ids=true``; its rows are labelled ``OBJECTIVE [KEY=VALUE, ...]`` and train in their own
-folders, so settings are compared side by side in one results file (chosen on ``val_map5`` only).
+``--set flip_ids=true`` or an objective's parameter, ``--set objective.pairs=triplet``; its rows are labelled
+``OBJECTIVE [KEY=VALUE, ...]`` and train in their own folders, so settings are compared side by side in one
+results file (chosen on ``val_map5`` only).
 
 Results are appended to ``OUT/results.json`` as each run ends (a killed benchmark resumes where it
 stopped: finished rows are kept, run folders resume); the last lines print one table of mean +- sd over
@@ -178,7 +180,8 @@ def objective_config(base_path: Path, objective: str, seed: int, scale: float, o
     the head (module docstring)."""
     from whale.config import load_config
 
-    cfg = load_config(base_path, {**(overrides or {}), "seed": seed, "objective": objective})
+    # The name first, as a mapping, so that --set objective.PARAM=VALUE lands in it (e.g. objective.pairs=triplet).
+    cfg = load_config(base_path, {"objective": {"name": objective}, **(overrides or {}), "seed": seed})
     steps_per_image = 2.0 if cfg.objective.identities else 1.0
     factor = scale * steps_per_image
     return cfg if factor == 1.0 else common.quick_config(cfg, factor, label=f"x{factor:g}")

@@ -1,6 +1,7 @@
 """Seed 004's ORL experiment (Chen Liu 2013, Section 4.3, Table 4.1): similarity models compared. Not a test.
 
-    python benchmarks/orl.py --out runs/bench_orl [--quick] [--steps N | --search-steps 300,1000,3000] [--splits 5] [--seed S]
+    python benchmarks/orl.py --out runs/bench_orl [--quick] [--steps N | --search-steps 300,1000,3000] [--splits 5]
+        [--seed S] [--c-grid 0.01,0.1,1,10,100]
 
 Data: ``../shared/data/orl/att_faces`` beside the checkout (``s1..s40/1..10.pgm``, 92 x 112
 grey; Olivetti Research Laboratory); a missing folder is an error that names it.
@@ -205,9 +206,17 @@ def build(kind: str, images: np.ndarray, steps: int, lr: float, seed: int, **con
         def loss(same, hh):
             return layer.loss(same, hh[:, :DIM], hh[:, DIM:])
 
-    class TrapezoidSGD(keras.optimizers.SGD):
-        """Nesterov SGD whose momentum follows :func:`momentum_at` of its own step counter."""
+    model = keras.Model(pairs, out)
+    model.compile(optimizer=trapezoid_sgd(lr, steps), loss=loss)
+    return model, branch, layer
 
+
+def trapezoid_sgd(lr: float, steps: int):
+    """Nesterov SGD at learning rate ``lr`` whose momentum follows :func:`momentum_at` over ``steps`` steps."""
+    import keras
+    from keras import ops
+
+    class TrapezoidSGD(keras.optimizers.SGD):
         def update_step(self, gradient, variable, learning_rate):
             mom = momentum_at(self.iterations, steps)
             m = self.momentums[self._get_variable_index(variable)]
@@ -215,9 +224,7 @@ def build(kind: str, images: np.ndarray, steps: int, lr: float, seed: int, **con
             self.assign(m, m * mom - gradient * lr_)
             self.assign_add(variable, m * mom - gradient * lr_)
 
-    model = keras.Model(pairs, out)
-    model.compile(optimizer=TrapezoidSGD(learning_rate=lr, momentum=MOMENTUM[0], nesterov=True), loss=loss)
-    return model, branch, layer
+    return TrapezoidSGD(learning_rate=lr, momentum=MOMENTUM[0], nesterov=True)
 
 
 def train(kind: str, images: np.ndarray, per_person: int, steps: int, lr: float, seed: int,
@@ -257,8 +264,8 @@ def inputs(images: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------- evaluation
-def l2_svm(f_train, y_train, f_test, y_test, folds: np.ndarray) -> tuple[float, float]:
-    """L2-SVM accuracy on the test features with ``C`` chosen by validation folds of the training rows.
+def l2_svm(f_train, y_train, f_test, y_test, folds: np.ndarray, grid=C_GRID) -> tuple[float, float]:
+    """L2-SVM accuracy on the test features with ``C`` (from ``grid``) chosen by validation folds of the training rows.
 
     ``folds``: ``[n_train]`` int, the validation fold of each training row. Returns ``(accuracy, C)``.
     """
@@ -279,8 +286,8 @@ def l2_svm(f_train, y_train, f_test, y_test, folds: np.ndarray) -> tuple[float, 
         warnings.simplefilter("ignore", ConvergenceWarning)
         val = {C: np.mean([(fit(C, f_train[folds != k], y_train[folds != k])
                             .predict(f_train[folds == k]) == y_train[folds == k]).mean()
-                           for k in np.unique(folds)]) for C in C_GRID}
-        best = max(C_GRID, key=lambda C: (val[C], -C))
+                           for k in np.unique(folds)]) for C in grid}
+        best = max(grid, key=lambda C: (val[C], -C))
         acc = float((fit(best, f_train, y_train).predict(f_test) == y_test).mean())
     return acc, best
 
@@ -295,7 +302,7 @@ def ranking(scores: np.ndarray, gallery_ids, query_ids) -> dict[str, float]:
     return {"top1": top_k_accuracy(top, truth, 1), "map5": map_at_k(top, truth, 5)}
 
 
-def search_constants(kind, pixels, paths, digests, steps, lr, seed, log, steps_grid=()) -> dict:
+def search_constants(kind, pixels, paths, digests, steps, lr, seed, log, steps_grid=(), c_grid=C_GRID) -> dict:
     """``delta`` / ``margin`` / ``alpha_init`` of ``kind``, then its ``steps`` (from ``steps_grid``,
     when given), by held-out validation on split 0's training images.
 
@@ -321,7 +328,7 @@ def search_constants(kind, pixels, paths, digests, steps, lr, seed, log, steps_g
                 kwargs = dict(trial)
                 n = kwargs.pop("steps", steps)
                 branch, _, _ = train(kind, fit_img, 4, n, lr, seed + 1000, progress=False, **kwargs)
-                cache[key], _ = l2_svm(embed(branch, fit_img), y_fit, embed(branch, val_img), y_val, folds)
+                cache[key], _ = l2_svm(embed(branch, fit_img), y_fit, embed(branch, val_img), y_val, folds, c_grid)
             scores[value] = cache[key]
         chosen[name] = max(grid, key=lambda v: (scores[v], -v))
         log(f"  {kind}: {name} search on held-out training images " +
@@ -329,7 +336,8 @@ def search_constants(kind, pixels, paths, digests, steps, lr, seed, log, steps_g
     return chosen
 
 
-def run_split(split: int, seed: int, models, constants, pixels, paths, digests, steps, lr, log) -> dict:
+def run_split(split: int, seed: int, models, constants, pixels, paths, digests, steps, lr, log,
+              c_grid=C_GRID) -> dict:
     """Every model on one split: ``{"accuracy": {kind: %}, "C": {...}, "ranking": {...}}``."""
     from whale.baseline import cosine_scores, pixel_features
     from whale.objectives.similarity import similarity_matrix
@@ -349,7 +357,7 @@ def run_split(split: int, seed: int, models, constants, pixels, paths, digests, 
         n = kwargs.pop("steps", steps)
         branch, alpha, loss = train(kind, tr_img, TRAIN_VIEWS, n, lr, seed * 100 + split, progress=False, **kwargs)
         f_tr, f_te = embed(branch, tr_img), embed(branch, te_img)
-        acc, C = l2_svm(f_tr, y_tr, f_te, y_te, folds)
+        acc, C = l2_svm(f_tr, y_tr, f_te, y_te, folds, c_grid)
         out["accuracy"][kind], out["C"][kind], out["loss"][kind] = 100 * acc, C, loss
         out["alpha"][kind] = [float(alpha.min()), float(alpha.max())]
         if kind == "cauchy":
@@ -388,6 +396,9 @@ def main(argv=None) -> int:
                    help="steps grid searched per model on held-out training images (default %(default)s); "
                         "the other constants are searched at its first value")
     p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--c-grid", default=",".join(f"{c:g}" for c in C_GRID),
+                   help="the L2-SVM's C values, chosen by 5-fold validation on the training images "
+                        "(default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(MODELS))
     args = p.parse_args(argv)
@@ -408,6 +419,12 @@ def main(argv=None) -> int:
     if any(n < 1 for n in steps_grid):
         raise DataError(f"--search-steps {args.search_steps!r}: step counts must be positive")
     steps = args.steps or (40 if args.quick else steps_grid[0])
+    try:
+        c_grid = tuple(float(v) for v in args.c_grid.split(","))
+    except ValueError:
+        raise DataError(f"--c-grid {args.c_grid!r}: expected comma-separated positive numbers, e.g. 0.001,0.01,0.1")
+    if not c_grid or any(not c > 0 for c in c_grid):
+        raise DataError(f"--c-grid {args.c_grid!r}: expected comma-separated positive numbers, e.g. 0.001,0.01,0.1")
     pixels, paths, digests = load_faces(root)
     log = print
     what = f"steps searched in {', '.join(map(str, steps_grid))}" if steps_grid else f"{steps} steps"
@@ -416,11 +433,12 @@ def main(argv=None) -> int:
     for kind in models:
         if (kind in SEARCHED or steps_grid) and not args.quick:
             constants[kind] = search_constants(kind, pixels, paths, digests, steps, args.lr, args.seed, log,
-                                               steps_grid)
-    per_split = [run_split(s, args.seed, models, constants, pixels, paths, digests, steps, args.lr, log)
+                                               steps_grid, c_grid)
+    per_split = [run_split(s, args.seed, models, constants, pixels, paths, digests, steps, args.lr, log, c_grid)
                  for s in range(splits)]
     results = {
         "benchmark": "orl", "splits": splits, "lr": args.lr, "seed": args.seed, "steps_grid": list(steps_grid),
+        "c_grid": list(c_grid),
         "steps": {kind: constants.get(kind, {}).get("steps", steps) for kind in models},
         "constants": constants, "per_split": per_split,
         "summary": {k: mean_sd([r["accuracy"][k] for r in per_split]) for k in models},

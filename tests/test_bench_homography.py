@@ -85,3 +85,26 @@ def test_order_accuracy_ignores_the_threshold():
     assert bench.order_accuracy(d, y) == pytest.approx(2 / 3)  # accuracy at 0.5 would be 0
     assert bench.accuracy(d, y) == 0.0
     assert bench.order_accuracy(np.array([[0.2], [0.7]]), np.array([0, 1])) is None
+
+
+def test_distance_report_says_where_the_distances_sit_beside_the_threshold():
+    # Triplets [n, 2] with the positive by the label: positives 0.2, 0.6, 0.3; negatives 0.9, 0.4, 0.7.
+    d = np.array([[0.2, 0.9], [0.6, 0.4], [0.7, 0.3]])
+    y = np.array([[0, 1], [0, 1], [1, 0]])
+    r = bench.distance_report(d, y)
+    assert r["accuracy"] == pytest.approx(2 / 3) and r["order_accuracy"] == pytest.approx(2 / 3)
+    assert r["median"] == {"positive": pytest.approx(0.3), "negative": pytest.approx(0.7)}
+    assert r["positive_below"] == pytest.approx(2 / 3) and r["negative_at_or_above"] == pytest.approx(2 / 3)
+
+
+def test_trace_scores_the_test_set_after_every_epoch_without_changing_the_training(tmp_path):
+    plain = bench.main(["--out", str(tmp_path / "a"), "--quick", "--seeds", "1", "--quiet", "--rows", "triplet_hinge"])
+    traced = bench.main(["--out", str(tmp_path / "b"), "--quick", "--seeds", "1", "--quiet", "--rows",
+                         "triplet_hinge", "--trace"])
+    res, res_t = plain["per_seed"][0]["triplet_hinge"], traced["per_seed"][0]["triplet_hinge"]
+    assert "trace" not in res and [p["epoch"] for p in res_t["trace"]] == [1, 2]
+    assert [p["stage"] for p in res_t["trace"]] == [0, 1]
+    assert res_t["stages"] == res["stages"] and res_t["test_accuracy"] == res["test_accuracy"]
+    last = res_t["trace"][-1]  # the last epoch's report is the final test figure
+    assert last["accuracy"] == res_t["test_accuracy"] and last["positive_below"] == res_t["test_positive_below"]
+    assert "| triplet_hinge | 2 |" in (tmp_path / "b" / "table.md").read_text()

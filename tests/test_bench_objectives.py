@@ -62,6 +62,9 @@ def test_set_flags_name_their_rows_and_reach_the_config():
     cfg = objective_config(ROOT / "configs" / "omniglot.yaml", "tgloss", 2, 1.0,
                            overrides(["flip_ids=true", "stages[0].image_size=32"]))
     assert cfg.flip_ids and cfg.stages[0].image_size == 32 and cfg.seed == 2 and cfg.objective.name == "tgloss"
+    per = objective_config(ROOT / "configs" / "omniglot.yaml", "global", 2, 1.0, overrides(["objective.pairs=triplet"]))
+    assert per.objective.name == "global" and per.objective["pairs"] == "triplet"
+    assert label("global", "mined", ["objective.pairs=triplet"]) == "global [objective.pairs=triplet]"
 
 
 def test_a_bad_set_flag_fails_before_training(tmp_path):

@@ -92,3 +92,19 @@ def test_a_bad_steps_grid_is_an_error_naming_the_flag(tmp_path):
     for grid in ("300,x", "0,300"):
         with pytest.raises(DataError, match="--search-steps"):
             orl.main(["--search-steps", grid, "--models", "cauchy", "--out", str(tmp_path)])
+
+
+def test_a_bad_c_grid_is_an_error_naming_the_flag(tmp_path):
+    for grid in ("0.1,x", "0,1", ""):
+        with pytest.raises(DataError, match="--c-grid"):
+            orl.main(["--c-grid", grid, "--models", "cauchy", "--out", str(tmp_path)])
+
+
+def test_the_svm_picks_c_from_the_grid_it_is_given():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 5)
+    f = rng.normal(size=(20, 3)) + y[:, None]
+    folds = np.tile(np.arange(5), 4)
+    acc, C = orl.l2_svm(f, y, f, y, folds, grid=(0.003,))
+    assert C == 0.003 and 0.0 <= acc <= 1.0
+    assert orl.l2_svm(f, y, f, y, folds, grid=(0.001, 0.01))[1] in (0.001, 0.01)

@@ -61,4 +61,5 @@ def test_unknown_loss_is_refused(capsys):
     with pytest.raises(SystemExit):
         global_toy.main(["--quick", "--losses", "hinge"])
     err = capsys.readouterr().err
-    assert "expected names from triplet,tgloss,global,semihard,contrastive, received ['hinge']" in err
+    assert ("expected names from triplet,tgloss,global,semihard,contrastive,global_triplet,tgloss_triplet, "
+            "received ['hinge']") in err

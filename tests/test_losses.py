@@ -1,4 +1,4 @@
-"""whale.objectives.losses against brute-force NumPy loops, hand-worked batches, and finite gradients.
+"""whale.objectives.losses and .globalloss against brute-force NumPy loops, hand-worked batches, and finite gradients.
 
 Random batches include tied distances (integer embeddings, exact in float32), single-image ids,
 and batches with no positive pair or no valid triplet. Marked ``backend``: ``make test`` runs it
@@ -12,6 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.backend
 
+from whale.objectives import globalloss as G  # noqa: E402
 from whale.objectives import losses as L  # noqa: E402
 
 
@@ -74,6 +75,42 @@ def bf_ratio(labels, emb, m, reduction):
     if reduction == "mean":
         return float(np.mean(every)) if every else 0.0
     return float(np.sum(per_anchor))
+
+
+def bf_triplet_choice(labels):
+    """Seed 001's one triplet per anchor, by the rule of ``triplet_choice``'s docstring: ``{a: (p, n)}``."""
+    n, out = len(labels), {}
+    for a in range(n):
+        after = [(a + k) % n for k in range(1, n)]
+        positives = [j for j in after if labels[j] == labels[a]]
+        negatives = [j for j in after if labels[j] != labels[a]]
+        if positives and negatives:
+            slot = sum(labels[j] == labels[a] for j in range(a)) % len(negatives)
+            out[a] = (positives[0], negatives[slot])
+    return out
+
+
+def bf_global_triplet(labels, emb, t, lam):
+    d = bf_sq(emb) / 4
+    chosen = bf_triplet_choice(labels)
+    if not chosen:
+        return 0.0
+    pos = [d[a, p] for a, (p, _) in chosen.items()]
+    neg = [d[a, n] for a, (_, n) in chosen.items()]
+    return float(np.var(pos) + np.var(neg) + lam * max(0.0, np.mean(pos) - np.mean(neg) + t))
+
+
+def bf_chosen_ratio(labels, emb, m):
+    dist = np.sqrt(bf_sq(emb))
+    return float(sum(max(0.0, 1 - dist[a, n] / (dist[a, p] + m)) for a, (p, n) in bf_triplet_choice(labels).items()))
+
+
+def bf_similarity_global(same, g, m, lam):
+    pos = [x for s, x in zip(same, g) if s]
+    neg = [x for s, x in zip(same, g) if not s]
+    var = lambda v: float(np.var(v)) if v else 0.0  # noqa: E731
+    hinge = max(0.0, m - (np.mean(pos) - np.mean(neg))) if pos and neg else 0.0
+    return var(pos) + var(neg) + lam * hinge
 
 
 def bf_arcface_logits(emb, centers, labels, margins, scale):
@@ -205,15 +242,15 @@ R = 0.01 / (math.sqrt(2) + 0.01)
 
 
 def test_global_loss_on_the_hand_computed_square(backend):
-    assert float(_np(L.global_loss(SQUARE_LABELS, SQUARE))) == pytest.approx(0.1825, abs=1e-6)
+    assert float(_np(G.global_loss(SQUARE_LABELS, SQUARE))) == pytest.approx(0.1825, abs=1e-6)
 
 
 def test_ratio_triplet_and_tg_loss_on_the_hand_computed_square(backend):
-    assert float(_np(L.ratio_triplet_loss(SQUARE_LABELS, SQUARE))) == pytest.approx(2 * R, abs=1e-6)
-    assert float(_np(L.ratio_triplet_loss(SQUARE_LABELS, SQUARE, reduction="sum"))) == pytest.approx(4 * R, abs=1e-6)
-    assert float(_np(L.ratio_triplet_loss(SQUARE_LABELS, SQUARE, reduction="mean"))) == pytest.approx(R / 2, abs=1e-6)
-    assert float(_np(L.tg_loss(SQUARE_LABELS, SQUARE))) == pytest.approx(2 * R + 0.1825, abs=1e-6)
-    assert float(_np(L.tg_loss(SQUARE_LABELS, SQUARE, gamma=3.0, t=0.1, lam=1.0))) == pytest.approx(
+    assert float(_np(G.ratio_triplet_loss(SQUARE_LABELS, SQUARE))) == pytest.approx(2 * R, abs=1e-6)
+    assert float(_np(G.ratio_triplet_loss(SQUARE_LABELS, SQUARE, reduction="sum"))) == pytest.approx(4 * R, abs=1e-6)
+    assert float(_np(G.ratio_triplet_loss(SQUARE_LABELS, SQUARE, reduction="mean"))) == pytest.approx(R / 2, abs=1e-6)
+    assert float(_np(G.tg_loss(SQUARE_LABELS, SQUARE))) == pytest.approx(2 * R + 0.1825, abs=1e-6)
+    assert float(_np(G.tg_loss(SQUARE_LABELS, SQUARE, gamma=3.0, t=0.1, lam=1.0))) == pytest.approx(
         6 * R + 0.0625 + max(0.0, 0.5 - 0.75 + 0.1), abs=1e-6)
 
 
@@ -221,7 +258,7 @@ def test_ratio_triplet_and_tg_loss_on_the_hand_computed_square(backend):
 def test_global_loss_matches_a_loop(backend, name, labels, emb):
     emb = _unit(emb).astype(np.float32)
     for t, lam in ((0.4, 0.8), (1.0, 1.0)):
-        got = _np(L.global_loss(labels, emb, t=t, lam=lam))
+        got = _np(G.global_loss(labels, emb, t=t, lam=lam))
         assert got.shape == () and got.dtype == np.float32
         assert float(got) == pytest.approx(bf_global(labels, emb, t, lam), rel=1e-4, abs=1e-6)
 
@@ -229,24 +266,106 @@ def test_global_loss_matches_a_loop(backend, name, labels, emb):
 @pytest.mark.parametrize("name,labels,emb", BATCHES, ids=IDS)
 def test_ratio_triplet_and_tg_loss_match_a_loop(backend, name, labels, emb):
     emb = _unit(emb).astype(np.float32)
-    for reduction in L.REDUCTIONS:
-        got = float(_np(L.ratio_triplet_loss(labels, emb, m=0.01, reduction=reduction)))
+    for reduction in G.REDUCTIONS:
+        got = float(_np(G.ratio_triplet_loss(labels, emb, m=0.01, reduction=reduction)))
         assert got == pytest.approx(bf_ratio(labels, emb, 0.01, reduction), rel=1e-4, abs=1e-5), reduction
     want = 2.0 * bf_ratio(labels, emb, 0.05, "anchor") + bf_global(labels, emb, 0.4, 0.8)
-    assert float(_np(L.tg_loss(labels, emb, gamma=2.0, m=0.05))) == pytest.approx(want, rel=1e-4, abs=1e-5)
+    assert float(_np(G.tg_loss(labels, emb, gamma=2.0, m=0.05))) == pytest.approx(want, rel=1e-4, abs=1e-5)
+
+
+def test_triplet_choice_in_a_p_by_k_batch_takes_the_next_slot_and_the_next_chunk(backend):
+    # 4 identities x 3 images in chunks: slot r of a chunk -> positive slot r + 1 (cyclic), negative slot r of the
+    # next chunk: every image is once an anchor, once a positive and once a negative.
+    labels = np.repeat([7, 3, 9, 1], 3)
+    pos, neg, valid = (_np(x) for x in G.triplet_choice(labels))
+    assert valid.tolist() == [1.0] * 12 and pos.sum(1).tolist() == [1.0] * 12 and neg.sum(1).tolist() == [1.0] * 12
+    assert pos.argmax(1).tolist() == [1, 2, 0, 4, 5, 3, 7, 8, 6, 10, 11, 9]
+    assert neg.argmax(1).tolist() == [3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 1, 2]
+
+
+@pytest.mark.parametrize("name,labels,emb", BATCHES, ids=IDS)
+def test_triplet_choice_matches_a_loop(backend, name, labels, emb):
+    pos, neg, valid = (_np(x) for x in G.triplet_choice(labels))
+    want = bf_triplet_choice(labels)
+    assert sorted(np.flatnonzero(valid).tolist()) == sorted(want)
+    for a in range(len(labels)):
+        if a in want:
+            assert (np.flatnonzero(pos[a]).tolist(), np.flatnonzero(neg[a]).tolist()) == ([want[a][0]], [want[a][1]])
+        else:
+            assert not pos[a].any() and not neg[a].any()
+
+
+def test_per_triplet_global_and_tg_loss_on_the_hand_computed_square(backend):
+    # Labels 0 0 1 1 on the square: anchor 0 -> (1, 2), 1 -> (0, 3), 2 -> (3, 0), 3 -> (2, 1): every positive at
+    # 90 degrees (d+ = .5), every chosen negative opposite (d- = 1): no variance, hinge max(0, .5 - 1 + .4) = 0;
+    # ratio triplets max(0, 1 - 2 / (sqrt2 + .01)) = 0. Every pair (above): .1825.
+    assert bf_triplet_choice(SQUARE_LABELS) == {0: (1, 2), 1: (0, 3), 2: (3, 0), 3: (2, 1)}
+    assert float(_np(G.global_loss(SQUARE_LABELS, SQUARE, pairs="triplet"))) == pytest.approx(0.0, abs=1e-7)
+    assert float(_np(G.global_loss(SQUARE_LABELS, SQUARE, t=0.7, pairs="triplet"))) == pytest.approx(
+        0.8 * 0.2, abs=1e-6)
+    assert float(_np(G.tg_loss(SQUARE_LABELS, SQUARE, pairs="triplet"))) == pytest.approx(0.0, abs=1e-7)
+
+
+@pytest.mark.parametrize("name,labels,emb", BATCHES, ids=IDS)
+def test_per_triplet_global_and_tg_loss_match_a_loop(backend, name, labels, emb):
+    emb = _unit(emb).astype(np.float32)
+    for t, lam in ((0.4, 0.8), (1.0, 1.0)):
+        got = _np(G.global_loss(labels, emb, t=t, lam=lam, pairs="triplet"))
+        assert got.shape == () and got.dtype == np.float32
+        assert float(got) == pytest.approx(bf_global_triplet(labels, emb, t, lam), rel=1e-4, abs=1e-6)
+    assert float(_np(G.chosen_ratio_triplet_loss(labels, emb, m=0.05))) == pytest.approx(
+        bf_chosen_ratio(labels, emb, 0.05), rel=1e-4, abs=1e-5)
+    want = 2.0 * bf_chosen_ratio(labels, emb, 0.05) + bf_global_triplet(labels, emb, 0.4, 0.8)
+    assert float(_np(G.tg_loss(labels, emb, gamma=2.0, m=0.05, pairs="triplet"))) == pytest.approx(
+        want, rel=1e-4, abs=1e-5)
+
+
+def test_similarity_global_loss_on_hand_computed_pairs(backend):
+    # g+ = {2, 0}: mean 1, variance 1; g- = {1, -1}: mean 0, variance 1; hinge max(0, m - 1).
+    same, g = np.array([1, 1, 0, 0], np.float32), np.array([2.0, 0.0, 1.0, -1.0], np.float32)
+    assert float(_np(G.similarity_global_loss(same, g))) == pytest.approx(2.0, abs=1e-6)
+    assert float(_np(G.similarity_global_loss(same, g, m=3.0, lam=0.5))) == pytest.approx(3.0, abs=1e-6)
+    # [b, 1] columns as Keras hands them; a batch of one kind keeps its variance and drops the hinge.
+    assert float(_np(G.similarity_global_loss(same[:, None], g[:, None], m=3.0))) == pytest.approx(4.0, abs=1e-6)
+    assert float(_np(G.similarity_global_loss(np.ones(2), g[:2], m=3.0))) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_similarity_global_loss_matches_a_loop_and_reads_the_heads_log_odds(backend):
+    from whale.objectives.objective import SimilarityGlobalLoss
+
+    rng = np.random.default_rng(8)
+    for trial in range(4):
+        same = (rng.uniform(size=16) < 0.5).astype(np.float32)
+        g = rng.normal(scale=3.0, size=16).astype(np.float32)
+        for m, lam in ((1.0, 1.0), (0.3, 2.0)):
+            got = float(_np(G.similarity_global_loss(same, g, m, lam)))
+            assert got == pytest.approx(bf_similarity_global(same, g, m, lam), rel=1e-5, abs=1e-6), trial
+        p = (1 / (1 + np.exp(-g.astype(np.float64)))).astype(np.float32)
+        np.testing.assert_allclose(_np(G.logit(p)), g, rtol=1e-4, atol=1e-3)
+        loss = SimilarityGlobalLoss(m=0.3, lam=2.0)
+        assert float(_np(loss(same[:, None], p[:, None]))) == pytest.approx(
+            bf_similarity_global(same, g, 0.3, 2.0), rel=1e-3, abs=1e-3)
+    assert np.all(np.isfinite(_np(G.logit(np.array([0.0, 1.0], np.float32)))))
+
+
+def test_the_pairs_option_refuses_an_unknown_reading():
+    with pytest.raises(ValueError, match=r"global_loss\(pairs=...\): expected one of .* received 'some'"):
+        G.global_loss(SQUARE_LABELS, SQUARE, pairs="some")
+    with pytest.raises(ValueError, match=r"tg_loss\(pairs=...\)"):
+        G.tg_loss(SQUARE_LABELS, SQUARE, pairs="some")
 
 
 def test_ratio_triplet_loss_refuses_an_unknown_reduction():
     with pytest.raises(ValueError, match="expected one of .* received 'max'"):
-        L.ratio_triplet_loss(SQUARE_LABELS, SQUARE, reduction="max")
+        G.ratio_triplet_loss(SQUARE_LABELS, SQUARE, reduction="max")
 
 
 def test_global_loss_without_positive_or_negative_pairs_keeps_the_defined_terms(backend):
     emb = _unit(np.random.default_rng(4).normal(size=(8, 4))).astype(np.float32)
     d = bf_sq(emb)[np.triu_indices(8, 1)] / 4
-    assert float(_np(L.global_loss(np.arange(8), emb))) == pytest.approx(np.var(d), abs=1e-6)   # no d+
-    assert float(_np(L.global_loss(np.zeros(8), emb))) == pytest.approx(np.var(d), abs=1e-6)    # no d-
-    assert float(_np(L.ratio_triplet_loss(np.arange(8), emb))) == 0.0                            # no triplet
+    assert float(_np(G.global_loss(np.arange(8), emb))) == pytest.approx(np.var(d), abs=1e-6)   # no d+
+    assert float(_np(G.global_loss(np.zeros(8), emb))) == pytest.approx(np.var(d), abs=1e-6)    # no d-
+    assert float(_np(G.ratio_triplet_loss(np.arange(8), emb))) == 0.0                            # no triplet
 
 
 # ------------------------------------------------------------------------------ ArcFace
@@ -308,9 +427,11 @@ def _contrastive_all_pairs(labels, emb):
 EMBEDDING_LOSSES = {
     "contrastive": _contrastive_all_pairs,
     "semihard_triplet": L.semihard_triplet_loss,
-    "global": L.global_loss,
-    "ratio_triplet": L.ratio_triplet_loss,
-    "tg": L.tg_loss,
+    "global": G.global_loss,
+    "global_per_triplet": lambda y, e: G.global_loss(y, e, pairs="triplet"),
+    "ratio_triplet": G.ratio_triplet_loss,
+    "tg": G.tg_loss,
+    "tg_per_triplet": lambda y, e: G.tg_loss(y, e, pairs="triplet"),
 }
 
 
@@ -367,4 +488,21 @@ def test_a_compiled_arcface_train_step_stays_finite(backend):
     xs = (np.ones((4, 3), np.float32), np.random.default_rng(7).normal(size=(4, 3)).astype(np.float32))
     batches = [([x, labels], np.zeros((4, 1), np.float32)) for x in xs]
     for value, weights in _train_steps(model, batches, lambda yt, yp: ops.mean(yp)):
+        assert np.isfinite(value) and all(np.all(np.isfinite(w)) for w in weights)
+
+
+def test_a_compiled_similarity_global_train_step_stays_finite_at_saturated_probabilities(backend):
+    """eq. 8 on the head's log-odds: a sigmoid output at exactly 0 or 1 (float32) keeps the step finite."""
+    import keras
+
+    from whale.objectives.objective import SimilarityGlobalLoss
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((2,))
+    model = keras.Model(inp, keras.layers.Dense(1, activation="sigmoid")(inp))
+    same = np.array([[1], [1], [0], [0]], np.float32)
+    xs = (np.array([[60, 0], [-60, 0], [60, 0], [0, 0]], np.float32),   # log-odds far past float32's sigmoid range
+          np.random.default_rng(9).normal(size=(4, 2)).astype(np.float32))
+    model.layers[-1].set_weights([np.array([[1.0], [0.0]], np.float32), np.zeros(1, np.float32)])
+    for value, weights in _train_steps(model, [(x, same) for x in xs], SimilarityGlobalLoss()):
         assert np.isfinite(value) and all(np.all(np.isfinite(w)) for w in weights)

@@ -35,6 +35,20 @@ def test_objective_key_fills_defaults_round_trips_and_keeps_old_hashes():
     assert _cfg(objective="arcface", batch_size=32).batch.ids == 8  # K 4, P = batch_size / 4
 
 
+def test_seed_001_keys_pairs_and_sglobal_with_the_papers_defaults_and_old_hashes_kept():
+    from whale.config import config_from_dict, config_hash
+
+    g = _cfg(objective="global")
+    assert dict(g.objective.params) == {"embedding": 256, "t": 0.4, "lam": 0.8, "pairs": "all"}
+    assert "pairs" not in g.to_dict()["objective"]  # the default is not written: earlier global runs keep their hash
+    assert config_hash(_cfg(objective={"name": "global", "t": 0.4})) == config_hash(g)
+    per = _cfg(objective={"name": "tgloss", "pairs": "triplet"})
+    assert per.to_dict()["objective"]["pairs"] == "triplet" and config_from_dict(per.to_dict()) == per
+    assert config_hash(per) != config_hash(_cfg(objective="tgloss"))
+    s = _cfg(objective="sglobal")
+    assert dict(s.objective.params) == {"margin": 1.0, "lam": 1.0} and not s.objective.identities and s.batch is None
+
+
 @pytest.mark.parametrize("over,message", [
     ({"objective": "cosface"}, "objective.name: expected one of head"),
     ({"objective": {"name": "triplet", "margni": 1}}, "objective.margni: unknown key"),
@@ -42,6 +56,10 @@ def test_objective_key_fills_defaults_round_trips_and_keeps_old_hashes():
     ({"objective": {"name": "contrastive", "normalize": "yes please"}}, "objective.normalize"),
     ({"objective": "triplet", "batch": {"ids": 1}}, "batch.ids: expected an integer >= 2"),
     ({"batch": {"ids": 4}}, "batch: expected no batch for objective head"),
+    ({"objective": {"name": "global", "pairs": "some"}}, "objective.pairs: expected one of all, triplet"),
+    ({"objective": {"name": "sglobal", "pairs": "triplet"}}, "objective.pairs: unknown key"),
+    ({"objective": {"name": "sglobal", "margin": 0}}, "objective.margin: expected a number > 0"),
+    ({"objective": "sglobal", "batch": {"ids": 4}}, "batch: expected no batch for objective sglobal"),
 ])
 def test_objective_errors_name_the_key_path(over, message):
     from whale.errors import ConfigError
@@ -167,6 +185,28 @@ def test_arcface_layer_and_margin_logits_follow_the_formula(backend):
     np.testing.assert_allclose(got, np.asarray(whole), rtol=1e-4, atol=1e-4)
 
 
+def test_sglobal_is_the_papers_head_trained_on_eq_8_and_scored_by_the_head(backend):
+    import keras
+
+    from whale.models import build_branch
+    from whale.objectives import build_objective, make_scorer
+    from whale.objectives.objective import SimilarityGlobalLoss
+
+    keras.utils.set_random_seed(0)
+    objective = build_objective(_cfg(objective={"name": "sglobal", "margin": 0.5}).objective)
+    branch = build_branch("tiny", (32, 32, 1))
+    model = objective.build(branch)
+    objective.compile(model, lr=1e-3)
+    assert isinstance(model.loss, SimilarityGlobalLoss) and model.loss.m == 0.5 and model.loss.lam == 1.0
+    rng = np.random.default_rng(0)
+    a, b = (rng.uniform(0, 255, (6, 32, 32, 1)).astype(np.float32) for _ in range(2))
+    y = np.array([[1], [0], [1], [0], [1], [0]], np.float32)
+    assert np.isfinite(model.train_on_batch([a, b], y)).all()
+    p = np.asarray(model.predict([a, b], verbose=0)).ravel()
+    fa, fb = (np.asarray(branch.predict(x, verbose=0)) for x in (a, b))
+    np.testing.assert_allclose(make_scorer(model).pairs(fa, fb), p, rtol=1e-4, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------ training
 @pytest.fixture(scope="module")
 def competition(tmp_path_factory):
@@ -192,7 +232,8 @@ def _config_file(tmp_path, objective: str) -> Path:
                                        pytest.param("triplet", marks=pytest.mark.slow),
                                        pytest.param("arcface", marks=pytest.mark.slow),  # resumes in test_faults
                                        pytest.param("global", marks=pytest.mark.slow),
-                                       pytest.param("tgloss", marks=pytest.mark.slow)])
+                                       pytest.param("tgloss", marks=pytest.mark.slow),
+                                       pytest.param("sglobal", marks=pytest.mark.slow)])
 def test_each_objective_trains_pauses_resumes_and_scores_in_0_1(competition, tmp_path, objective):
     run = tmp_path / "run"
     base = [sys.executable, str(ROOT / "run_fold.py"), "--config", str(_config_file(tmp_path, objective)),

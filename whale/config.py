@@ -237,7 +237,7 @@ class RunConfig:
                   for s in d.pop("stages")]
         d["tta"] = list(d["tta"])
         d["homography"]["photos"] = list(d["homography"]["photos"])
-        d["objective"] = {"name": self.objective.name, **dict(self.objective.params)}
+        d["objective"] = self.objective.written()
         if d["objective"] == {"name": "head"}:
             d["objective"] = "head"
         for key, default in _ADDED_LATER.items():

@@ -148,11 +148,14 @@ def _default(f: dataclasses.Field, path: str) -> str:
 PARAM_MEANINGS: dict[str, str] = {
     "embedding": "width E of the linear Dense(E) embedding on the branch",
     "normalize": "unit-normalise the embedding (seed 002: off; its ablation lost 15 points of top-1 with it)",
-    "margin": "the loss's margin (contrastive: on the distance; triplet: on squared distances)",
+    "margin": "the loss's margin (contrastive: on the distance; triplet: on squared distances; sglobal: eq. 8's m, "
+              "between the mean log-odds of matching and non-matching pairs)",
     "t": "the global loss's margin between the mean distances of matching and non-matching pairs",
     "lam": "lambda, the weight of the global loss's mean term",
     "gamma": "weight of the ratio triplet loss in TGLoss",
     "m": "the ratio triplet loss's m (keeps the ratio finite)",
+    "pairs": "the distances the global loss reads in a batch: `all` pairs, or one `triplet` per image (eq. 6 as "
+             "seed 001 writes it; with tgloss both terms read those triplets)",
     "subcenters": "k, centres per identity (the nearest one scores)",
     "scale": "s, the logits' scale",
     "margin_a": "a of the per-identity margin a * n^p + c (n = the identity's training images)",

@@ -11,8 +11,11 @@ from typing import Any
 
 from whale.checker import Checker
 
-OBJECTIVES = ("head", "contrastive", "triplet", "global", "tgloss", "arcface", "probabilistic")
+OBJECTIVES = ("head", "contrastive", "triplet", "global", "tgloss", "sglobal", "arcface", "probabilistic")
 """Training objectives (``objective``; :mod:`whale.objectives`): the paper's head first, the default."""
+PAIRS = ("all", "triplet")
+"""``pairs`` of ``objective: global | tgloss`` (:data:`whale.objectives.globalloss.PAIRS`): every pair of a batch, or one
+triplet per anchor (seed 001's eq. 6 read per triplet)."""
 SIMILARITY_MODELS = ("gaussian", "flattened_gaussian", "laplacian", "prob_clipped_l1", "cauchy")
 """Seed 004's similarity models (Table 3.1) of ``objective: probabilistic`` (:mod:`whale.objectives.similarity`)."""
 # Each objective's parameters with their defaults, bounds and meaning (the one table the config, the
@@ -26,9 +29,14 @@ OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
     "triplet": {"embedding": (int, 1, None, 256), "normalize": (bool, None, None, False),
                 "margin": (float, 0.0, None, 0.5)},
     # Seed 001 (section 5.2): unit-norm embeddings; t = 0.4, lambda = 0.8; TGLoss adds gamma * ratio triplet (m).
-    "global": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8)},
+    # pairs: the distances of eq. 6, every pair of the batch (all) or one triplet per anchor (triplet, the paper's).
+    "global": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8),
+               "pairs": (str, PAIRS, None, "all")},
     "tgloss": {"embedding": (int, 1, None, 256), "t": (float, 0.0, None, 0.4), "lam": (float, 0.0, None, 0.8),
-               "gamma": (float, 0.0, None, 1.0), "m": (float, 0.0, None, 0.01)},
+               "gamma": (float, 0.0, None, 1.0), "m": (float, 0.0, None, 0.01), "pairs": (str, PAIRS, None, "all")},
+    # Seed 001's SNet-GLoss (eq. 8): the paper's head on labelled pairs, the global loss on its similarity (the
+    # head's log-odds), margin (eq. 8's m) 1 and lambda 1 (section 5.2).
+    "sglobal": {"margin": (float, 0.0, None, 1.0), "lam": (float, 0.0, None, 1.0)},
     # Sub-center ArcFace with per-identity margins m = a * n^p + c (n images of the identity), scale s: the
     # Happywhale 2022 1st place's tuned values (knshnb/kaggle-happywhale-1st-place, config/default.yaml;
     # whale.objectives.losses.HAPPYWHALE_2022_MARGINS).
@@ -40,6 +48,9 @@ OBJECTIVE_PARAMS: dict[str, dict[str, tuple]] = {
     "probabilistic": {"embedding": (int, 1, None, 20), "similarity": (str, SIMILARITY_MODELS, None, "cauchy"),
                       "beta": (float, 0.0, None, 1.0), "delta": (float, 0.0, None, 2.0)},
 }
+ADDED_LATER = {"pairs": "all"}
+"""Parameters added after runs were recorded, with their defaults: a config writes them only when set otherwise,
+so the configs of earlier runs keep their hash."""
 IDENTITY_OBJECTIVES = ("triplet", "global", "tgloss", "arcface")
 """Objectives whose loss reads a whole batch of identities (P x K batches, ``batch``), not labelled pairs."""
 
@@ -59,6 +70,11 @@ class ObjectiveConfig:
             if k == key:
                 return v
         raise KeyError(f"objective {self.name!r} has no parameter {key!r}")
+
+    def written(self) -> dict[str, Any]:
+        """``{"name": NAME, PARAM: VALUE, ...}`` as a config file holds it; a parameter of :data:`ADDED_LATER` only
+        when set to another value than its default, so the configs of earlier runs keep their hash."""
+        return {"name": self.name, **{k: v for k, v in self.params if k not in ADDED_LATER or v != ADDED_LATER[k]}}
 
     @property
     def identities(self) -> bool:

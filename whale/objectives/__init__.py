@@ -6,7 +6,8 @@ TGLoss, the probabilistic similarity models) and from later winners (sub-center 
 Whatever the objective, a score is "higher = more alike", float32, in [0, 1].
 
 Modules: :mod:`~whale.objectives.objective` (one class per family, :func:`build_objective`, the Keras
-losses), :mod:`~whale.objectives.losses` (the loss mathematics, checked against NumPy loops),
+losses), :mod:`~whale.objectives.losses` (the loss mathematics, checked against NumPy loops; seed 001's in
+:mod:`~whale.objectives.globalloss`),
 :mod:`~whale.objectives.layers` (what sits on the branch, saved in ``.keras`` files),
 :mod:`~whale.objectives.scorer` (:func:`make_scorer`: one scorer interface for every objective),
 :mod:`~whale.objectives.similarity` (seed 004's similarity models of ``objective: probabilistic``).

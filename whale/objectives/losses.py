@@ -18,16 +18,8 @@ Sources (the seeds are in ``../shared/seeds/``; ``docs/`` of the shared folder s
   positive pair ``(a, p)``, ``a != p``, the negative ``n`` nearest to ``a`` among those *strictly*
   farther from ``a`` than ``p`` (``d(a, n) > d(a, p)``), or, when there is none, the farthest
   negative; ``mean over positive pairs of max(0, d(a, p) - d(a, n) + margin)``.
-* **Global loss** (seed 001, Kumar B G, Carneiro, Reid 2016, eq. 6): on unit-norm embeddings,
-  ``d = ||f_i - f_j||^2 / 4`` in [0, 1]; ``J = var(d+) + var(d-) + lam * max(0, mean(d+) - mean(d-) + t)``.
-  The paper's variances divide by N (``sigma^2+ = sum_i (d+_i - mu+)^2 / N``): population
-  variances, used here. The paper forms ``d+`` and ``d-`` from the N triplets of a mini-batch;
-  here they are all pairs ``i < j`` of the batch (a P x K batch holds no triplet list).
-* **Ratio triplet loss** (seed 001, eq. 5): ``max(0, 1 - ||f(x) - f(x-)|| / (||f(x) - f(x+)|| + m))``,
-  plain (not squared) L2 distances, m = 0.01 (section 5.2).
-* **TGLoss** (seed 001, eq. 10): ``gamma * sum_j J1t(triplet j) + J1g``; gamma = 1, t = 0.4,
-  lam = 0.8 (section 5.2, cross-validated on UBC). How the sum over triplets is kept at the
-  paper's scale in a P x K batch: :func:`ratio_triplet_loss`.
+* **Seed 001's losses** (the global loss of eq. 6 in both readings, eq. 8's similarity global loss, the
+  ratio triplet loss and TGLoss): :mod:`whale.objectives.globalloss`, on the helpers here.
 * **Sub-center ArcFace with dynamic margins** (Deng et al. 2019 "ArcFace", eq. 3; Deng et al.
   2020 "Sub-center ArcFace"; per-class margins ``m = a * n^p + c`` from Ha et al. 2020, the
   Google Landmark Recognition 2020 3rd place, arXiv:2010.05350, as used by the Happywhale 2022
@@ -51,8 +43,6 @@ HAPPYWHALE_2022_MARGINS = {"a": 0.27126, "p": -0.364399, "c": 0.05}
 Optuna, together with ``s_id`` = 20.96 and 2 sub-centres). The defaults of :func:`dynamic_margins`
 (a = 0.5, p = -0.25, c = 0.05) are Ha et al.'s (arXiv:2010.05350), where the rule comes from."""
 
-REDUCTIONS = ("anchor", "sum", "mean")
-"""How :func:`ratio_triplet_loss` reduces its triplets."""
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -190,88 +180,6 @@ def semihard_triplet_loss(labels, emb, margin: float = 0.5):
     positives = same * _off_diagonal(ops.shape(sq)[0])
     loss = ops.relu(sq - semihard_negatives(labels, sq) + margin) * positives * has_neg
     return ops.sum(loss) / ops.maximum(ops.sum(positives), 1.0)
-
-
-# ------------------------------------------------------------------------------ seed 001
-def global_loss(labels, emb, t: float = 0.4, lam: float = 0.8):
-    """Seed 001's global loss for embeddings (eq. 6) over all pairs ``i < j`` of the batch.
-
-    Args:
-        labels: ``[B]`` ids.
-        emb: ``[B, D]`` float, unit-norm rows (the objective's branch ends with an L2
-            normalisation; nothing is normalised here, so ``d`` is in [0, 1] only for unit rows).
-        t: margin between the mean distances; lam: weight of the hinge term.
-
-    Returns:
-        scalar float32 ``var(d+) + var(d-) + lam * max(0, mean(d+) - mean(d-) + t)`` with
-        ``d = ||f_i - f_j||^2 / 4``, ``d+`` the matching pairs, ``d-`` the others, population
-        variances (the paper divides by N). A batch without matching (or without non-matching)
-        pairs: that set's variance is 0 and the hinge term, which needs both means, is 0.
-    """
-    d = pairwise_sq_distances(emb) / 4.0
-    upper = _upper(ops.shape(d)[0])
-    same = _same_id(labels)
-    pos, neg = upper * same, upper * (1.0 - same)
-    n_pos, n_neg = ops.sum(pos), ops.sum(neg)
-    mu_p = ops.sum(d * pos) / ops.maximum(n_pos, 1.0)
-    mu_n = ops.sum(d * neg) / ops.maximum(n_neg, 1.0)
-    var_p = ops.sum(ops.square(d - mu_p) * pos) / ops.maximum(n_pos, 1.0)
-    var_n = ops.sum(ops.square(d - mu_n) * neg) / ops.maximum(n_neg, 1.0)
-    both = ops.cast(ops.logical_and(n_pos > 0.5, n_neg > 0.5), "float32")
-    return var_p + var_n + lam * ops.relu(mu_p - mu_n + t) * both
-
-
-def ratio_triplet_loss(labels, emb, m: float = 0.01, *, reduction: str = "anchor"):
-    """Seed 001's triplet loss (eq. 5) over every valid triplet of the batch.
-
-    A triplet is ``(a, p, n)``: ``p != a`` with ``a``'s label, ``n`` with another label; its loss
-    ``max(0, 1 - D(a, n) / (D(a, p) + m))`` with plain Euclidean distances ``D``.
-
-    The paper sums eq. 5 over the mini-batch's sampled triplets (eq. 10: ``gamma * sum_j``), one
-    triplet per anchor, 250 per mini-batch. A P x K batch holds every valid triplet instead,
-    ``B (K - 1) (B - K)`` of them, and their plain sum would outweigh the global loss by that
-    factor. The default ``"anchor"`` keeps the paper's scale: each anchor contributes the mean
-    over its ``(p, n)`` (the expected loss of one triplet drawn for that anchor), summed over the
-    anchors, i.e. a sum of one triplet's worth per anchor, as in the paper.
-
-    Args:
-        labels: ``[B]`` ids.
-        emb: ``[B, D]`` float embeddings (unit norm in the paper).
-        m: the margin of eq. 5 (0.01 in section 5.2).
-        reduction: ``"anchor"`` (above), ``"sum"`` (every triplet, the literal sum), ``"mean"``.
-
-    Returns:
-        scalar float32; 0 (finite gradient) when the batch holds no valid triplet.
-    """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"ratio_triplet_loss(reduction=...): expected one of {REDUCTIONS}, received {reduction!r}")
-    dist = safe_sqrt(pairwise_sq_distances(emb))
-    same = _same_id(labels)
-    positives = same * _off_diagonal(ops.shape(dist)[0])                               # [a, p]
-    valid = ops.expand_dims(positives, 2) * ops.expand_dims(1.0 - same, 1)             # [a, p, n]
-    ratio = ops.expand_dims(dist, 1) / (ops.expand_dims(dist, 2) + m)                  # D(a,n) / (D(a,p) + m)
-    loss = ops.relu(1.0 - ratio) * valid
-    if reduction == "sum":
-        return ops.sum(loss)
-    if reduction == "mean":
-        return ops.sum(loss) / ops.maximum(ops.sum(valid), 1.0)
-    per_anchor = ops.sum(loss, axis=(1, 2)) / ops.maximum(ops.sum(valid, axis=(1, 2)), 1.0)
-    return ops.sum(per_anchor)
-
-
-def tg_loss(labels, emb, gamma: float = 1.0, t: float = 0.4, lam: float = 0.8, m: float = 0.01,
-            *, reduction: str = "anchor"):
-    """TGLoss (seed 001, eq. 10): ``gamma * ratio_triplet_loss + global_loss``.
-
-    Args:
-        labels: ``[B]`` ids; emb: ``[B, D]`` float, unit-norm rows.
-        gamma, t, lam, m: section 5.2's 1, 0.4, 0.8, 0.01.
-        reduction: of the triplet term (:func:`ratio_triplet_loss`).
-
-    Returns:
-        scalar float32.
-    """
-    return gamma * ratio_triplet_loss(labels, emb, m, reduction=reduction) + global_loss(labels, emb, t, lam)
 
 
 # ------------------------------------------------------------------------------ ArcFace

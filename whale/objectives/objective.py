@@ -6,18 +6,19 @@ One class per family, chosen by the config's ``objective`` (:data:`whale.config.
 objective     batches            on the branch                   loss
 ============  =================  ==============================  ===========================================
 head          labelled pairs     the paper's head                binary cross-entropy (seed 003)
+sglobal       labelled pairs     the paper's head                global loss on its log-odds (seed 001, eq. 8)
 contrastive   labelled pairs     Embedding -> PairDistance       DrLIM, margin m (seed 000/002's baseline)
 probabilistic labelled pairs     Embedding -> SimilarityModel    cross-entropy of g(h1, h2; alpha) (seed 004)
 triplet       P x K identities   Embedding (linear, 256)         semi-hard triplet, margin 0.5 (seed 002)
-global        P x K identities   Embedding (unit norm)           global loss, t, lambda (seed 001)
+global        P x K identities   Embedding (unit norm)           global loss, t, lambda, pairs (seed 001)
 tgloss        P x K identities   Embedding (unit norm)           ratio triplet + global loss (seed 001)
 arcface       P x K identities   Embedding -> SubCenterArcFace   softmax CE with per-identity margins
 ============  =================  ==============================  ===========================================
 
 Every model keeps the layer named ``"branch"``; scoring goes through
 :func:`whale.objectives.scorer.make_scorer`, so the miner, validation, score files and ensembling are the
-same for all. The loss mathematics is :mod:`whale.objectives.losses`; the Keras layers are
-:mod:`whale.objectives.layers`; the P x K sampler is :mod:`whale.training.identitybatches`.
+same for all. The loss mathematics is :mod:`whale.objectives.losses` (seed 001's: :mod:`whale.objectives.globalloss`);
+the Keras layers are :mod:`whale.objectives.layers`; the P x K sampler is :mod:`whale.training.identitybatches`.
 
 Example:
     >>> objective = build_objective(cfg.objective)          # doctest: +SKIP
@@ -31,12 +32,12 @@ import numpy as np
 from keras import ops
 
 from whale.config import ObjectiveConfig
-from whale.objectives import losses
+from whale.objectives import globalloss, losses
 from whale.objectives.layers import Embedding, PairDistance, SubCenterArcFace
 from whale.objectives.similarity import SimilarityModel
 
 __all__ = ["Objective", "HeadObjective", "PairObjective", "IdentityObjective", "build_objective",
-           "ContrastiveLoss", "TripletLoss", "GlobalLoss", "TGLoss", "ArcFaceLoss"]
+           "ContrastiveLoss", "TripletLoss", "GlobalLoss", "TGLoss", "SimilarityGlobalLoss", "ArcFaceLoss"]
 
 
 # ---------------------------------------------------------------------------------------------- losses
@@ -78,33 +79,52 @@ class TripletLoss(keras.losses.Loss):
 
 @keras.saving.register_keras_serializable(package="whale")
 class GlobalLoss(keras.losses.Loss):
-    """``y_true`` ``[b]`` identity codes, ``y_pred`` ``[b, E]`` unit embeddings -> the global loss J."""
+    """``y_true`` ``[b]`` identity codes, ``y_pred`` ``[b, E]`` unit embeddings -> the global loss J (``pairs``: every
+    pair of the batch, or one triplet per anchor: :func:`whale.objectives.globalloss.global_loss`)."""
 
-    def __init__(self, t: float = 0.4, lam: float = 0.8, name: str = "global", **kwargs):
+    def __init__(self, t: float = 0.4, lam: float = 0.8, pairs: str = "all", name: str = "global", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.t, self.lam = float(t), float(lam)
+        self.t, self.lam, self.pairs = float(t), float(lam), str(pairs)
 
     def call(self, y_true, y_pred):
-        return losses.global_loss(_labels(y_true), y_pred, self.t, self.lam)
+        return globalloss.global_loss(_labels(y_true), y_pred, self.t, self.lam, pairs=self.pairs)
 
     def get_config(self):
-        return {**super().get_config(), "t": self.t, "lam": self.lam}
+        return {**super().get_config(), "t": self.t, "lam": self.lam, "pairs": self.pairs}
 
 
 @keras.saving.register_keras_serializable(package="whale")
 class TGLoss(keras.losses.Loss):
     """``y_true`` ``[b]`` identity codes, ``y_pred`` ``[b, E]`` unit embeddings -> gamma * ratio triplet + J."""
 
-    def __init__(self, gamma: float = 1.0, t: float = 0.4, lam: float = 0.8, m: float = 0.01, name: str = "tgloss",
-                 **kwargs):
+    def __init__(self, gamma: float = 1.0, t: float = 0.4, lam: float = 0.8, m: float = 0.01, pairs: str = "all",
+                 name: str = "tgloss", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.gamma, self.t, self.lam, self.m = float(gamma), float(t), float(lam), float(m)
+        self.gamma, self.t, self.lam, self.m, self.pairs = float(gamma), float(t), float(lam), float(m), str(pairs)
 
     def call(self, y_true, y_pred):
-        return losses.tg_loss(_labels(y_true), y_pred, self.gamma, self.t, self.lam, self.m)
+        return globalloss.tg_loss(_labels(y_true), y_pred, self.gamma, self.t, self.lam, self.m, pairs=self.pairs)
 
     def get_config(self):
-        return {**super().get_config(), "gamma": self.gamma, "t": self.t, "lam": self.lam, "m": self.m}
+        return {**super().get_config(), "gamma": self.gamma, "t": self.t, "lam": self.lam, "m": self.m,
+                "pairs": self.pairs}
+
+
+@keras.saving.register_keras_serializable(package="whale")
+class SimilarityGlobalLoss(keras.losses.Loss):
+    """``y_true`` ``[b, 1]`` (1 = same id), ``y_pred`` ``[b, 1]`` the head's probabilities -> seed 001's eq. 8 on the
+    head's log-odds (:func:`whale.objectives.globalloss.similarity_global_loss`, its
+    :func:`~whale.objectives.globalloss.logit`)."""
+
+    def __init__(self, m: float = 1.0, lam: float = 1.0, name: str = "sglobal", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.m, self.lam = float(m), float(lam)
+
+    def call(self, y_true, y_pred):
+        return globalloss.similarity_global_loss(y_true, globalloss.logit(y_pred), self.m, self.lam)
+
+    def get_config(self):
+        return {**super().get_config(), "m": self.m, "lam": self.lam}
 
 
 @keras.saving.register_keras_serializable(package="whale")
@@ -163,12 +183,19 @@ class Objective:
         if lr <= 0:
             raise ValueError(f"learning rate must be > 0, got {lr}")
         set_l2(model, l2)
-        model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss=self.loss(classes))
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss=self.loss(classes),
+                      metrics=self.metrics() or None)
         return model
+
+    def metrics(self) -> list:
+        """Fresh metrics to compile with (the one named :attr:`metric` is logged as the epoch's 'accuracy')."""
+        return []
 
 
 class HeadObjective(Objective):
-    """The paper's head on labelled pairs, binary cross-entropy (:mod:`whale.models.siamese`)."""
+    """The paper's head on labelled pairs (:mod:`whale.models.siamese`): binary cross-entropy (``head``), or seed 001's
+    similarity global loss on the head's log-odds (``sglobal``, SNet-GLoss: a siamese network with a similarity
+    head, the paper's Fig. 1-(b)). Both score through the head (:class:`whale.models.HeadScorer`)."""
 
     metric = "acc"
 
@@ -195,10 +222,20 @@ class HeadObjective(Objective):
 
         return is_shared(model) != shared
 
+    def loss(self, classes=None):
+        if self.name == "sglobal":
+            return SimilarityGlobalLoss(self.cfg["margin"], self.cfg["lam"])
+        return keras.losses.BinaryCrossentropy()
+
+    def metrics(self):
+        return [keras.metrics.BinaryAccuracy(name="acc")]  # probability 0.5, log-odds 0
+
     def compile(self, model, lr, l2=0.0, classes=None):
         from whale.models import compile_siamese
 
-        return compile_siamese(model, lr, l2=l2)
+        if self.name == "head":
+            return compile_siamese(model, lr, l2=l2)
+        return super().compile(model, lr, l2, classes)
 
 
 def _copy_weights(new: keras.Model, old: keras.Model, names) -> keras.Model:
@@ -252,15 +289,10 @@ class PairObjective(Objective):
             return ContrastiveLoss(self.cfg["margin"])
         return keras.losses.BinaryCrossentropy(from_logits=True)
 
-    def compile(self, model, lr, l2=0.0, classes=None):
+    def metrics(self):
         if self.name == "contrastive":
-            return super().compile(model, lr, l2, classes)
-        from whale.models.siamese import set_l2
-
-        set_l2(model, l2)  # the log-odds: accuracy at probability 0.5 is at log-odds 0
-        model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss=self.loss(),
-                      metrics=[keras.metrics.BinaryAccuracy(name="acc", threshold=0.0)])
-        return model
+            return []
+        return [keras.metrics.BinaryAccuracy(name="acc", threshold=0.0)]  # on log-odds: probability 0.5 at 0
 
 
 class IdentityObjective(Objective):
@@ -298,16 +330,16 @@ class IdentityObjective(Objective):
         if self.name == "triplet":
             return TripletLoss(c["margin"])
         if self.name == "global":
-            return GlobalLoss(c["t"], c["lam"])
+            return GlobalLoss(c["t"], c["lam"], c["pairs"])
         if self.name == "tgloss":
-            return TGLoss(c["gamma"], c["t"], c["lam"], c["m"])
+            return TGLoss(c["gamma"], c["t"], c["lam"], c["m"], c["pairs"])
         margins = losses.dynamic_margins(np.asarray(classes), c["margin_a"], c["margin_p"], c["margin_c"])
         return ArcFaceLoss(margins, c["scale"])
 
 
 def build_objective(cfg: ObjectiveConfig, head_mid: int = 32, head_hidden: int = 0) -> Objective:
     """The :class:`Objective` of a config's ``objective`` (``head_*``: the paper's head sizes, ``model.head_*``)."""
-    if cfg.name == "head":
+    if cfg.name in ("head", "sglobal"):
         return HeadObjective(cfg, head_mid, head_hidden)
     if cfg.name in ("contrastive", "probabilistic"):
         return PairObjective(cfg)
