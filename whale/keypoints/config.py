@@ -69,7 +69,7 @@ class SearchConfig:
     """
 
     k: int = 4
-    normaliser: str = "next"
+    normaliser: str = "other_individual"
     extra: int = 4
     index: str = "auto"
     nprobe: int = 8

@@ -137,14 +137,18 @@ class KeypointMatcher:
     """
 
     def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None):
-        """``ids``: the gallery photos' individuals, for ``search.normaliser: other_individual``."""
+        """``ids``: the gallery photos' individuals, for ``search.normaliser: other_individual`` (None: each
+        photo counts as an individual of its own)."""
         self.cfg = cfg
         self.gallery = list(gallery)
         self.individual = None
         if cfg.search.normaliser == "other_individual":
-            if ids is None or len(ids) != len(self.gallery):
-                raise ValueError("search.normaliser other_individual needs one individual per gallery photo (ids)")
-            self.individual = np.unique(np.asarray(ids, dtype=str), return_inverse=True)[1].astype(np.int64)
+            if ids is None:
+                self.individual = np.arange(len(self.gallery), dtype=np.int64)
+            elif len(ids) != len(self.gallery):
+                raise ValueError(f"ids: {len(ids)} individuals for {len(self.gallery)} gallery photos")
+            else:
+                self.individual = np.unique(np.asarray(ids, dtype=str), return_inverse=True)[1].astype(np.int64)
         t0 = time.perf_counter()
         self.index = DescriptorIndex(self.gallery, cfg.search)
         self.index_seconds = time.perf_counter() - t0
