@@ -82,15 +82,19 @@ def test_the_report_folder_is_self_contained_and_movable(batch, tmp_path):
     parser = _Links()
     parser.feed(text)
     assert parser.sections == 4
-    images = [link for link in parser.links if not link.startswith("#")]
-    assert images and all(re.fullmatch(r"thumbs/[0-9a-f]{20}\.jpg", link) for link in images), images
+    links = [link for link in parser.links if not link.startswith("#")]
+    assert links and all(re.fullmatch(r"(thumbs|large)/[0-9a-f]{20}\.jpg", link) for link in links), links
+    images = [link for link in links if link.startswith("thumbs/")]
+    large = [link for link in links if link.startswith("large/")]
     assert sorted({f"thumbs/{p.name}" for p in (out / "thumbs").iterdir()}) == sorted(set(images))
-    for link in set(images):  # named by their content, at most `thumb` pixels
-        data = (out / link).read_bytes()
+    assert sorted({f"large/{p.name}" for p in (out / "large").iterdir()}) == sorted(set(large))
+    for link in set(links):  # named by their content; thumbnails at most `thumb` pixels, the larger copies
+        data = (out / link).read_bytes()  # (click to enlarge) as the originals here (64 px, never enlarged)
         assert hashlib.sha256(data).hexdigest()[:20] == Path(link).stem
         img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        assert max(img.shape[:2]) == 32
-    assert len(set(images)) == 4 + 4  # every photo, every gallery image once (w_1's best only)
+        assert max(img.shape[:2]) == (32 if link.startswith("thumbs/") else 64)
+    assert len(set(images)) == len(set(large)) == 4 + 4  # every photo, every gallery image once (w_1's best only)
+    assert text.count('class="enlarge"') == len(images)  # every thumbnail links to its larger copy
     # no link outside the folder; the originals' paths never appear (the photo given by an absolute path
     # is named by it: that is its key in the decisions)
     for needle in ("file:", "data:", "http:", "https:", str(tmp_path / "gallery"), "<script src", "<link"):
@@ -359,3 +363,37 @@ def test_heatmaps_of_a_trained_run_sit_beside_every_image(batch, tmp_path):
     expected = overlay(ex.crop(batch.parent / "p1.jpg", None, 40, 3), heatmap(ex.tap(view)[0]))
     ok, buf = cv2.imencode(".jpg", expected[:, :, ::-1].copy(), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
     assert ok and heats[0] == f"heatmaps/{hashlib.sha256(buf.tobytes()).hexdigest()[:20]}.jpg"
+
+
+def test_keypoint_match_views_show_each_pair_side_by_side(batch, tmp_path):
+    import cv2
+
+    from whale.keypoints import FeatureStore, load_keypoint_config
+
+    store = FeatureStore(load_keypoint_config(), tmp_path / "store")
+    out = tmp_path / "report"
+    text = write_report(batch, out, thumb=32, matches=store).read_text(encoding="utf-8")
+    views = sorted((out / "matches").iterdir())
+    n_pairs = 3 + 2 + 1  # every (photo, candidate individual) pair once (w_1 twice for photo 1: its best image)
+    assert len(views) <= n_pairs and text.count('class="match"') == n_pairs
+    assert text.count("verified keypoint matches</span>") == n_pairs
+    img = cv2.imread(str(views[0]))
+    assert img.shape[0] == 128 and img.shape[1] > 200  # two photos of 48-64 px side by side, enlarged at most 2x
+    assert re.search(r'<a class="enlarge" href="matches/[0-9a-f]{20}\.jpg"', text)
+
+
+def test_match_view_draws_the_verified_matches_of_the_same_pattern(tmp_path):
+    from whale.catalogue.matchview import MatchViews
+    from whale.keypoints import FeatureStore, load_keypoint_config
+    from tests.test_keypoints import pattern, warp, write
+
+    a = write(tmp_path / "a.png", pattern(3))
+    b = write(tmp_path / "b.png", warp(pattern(3), 7))
+    c = write(tmp_path / "c.png", pattern(4))
+    views = MatchViews(FeatureStore(load_keypoint_config(), tmp_path / "store"), height=120)
+    same, n_same = views.draw(a, b)
+    _, n_other = views.draw(a, c)
+    assert n_same >= 10 and n_same > 3 * max(n_other, 1)
+    assert same.shape == (120, 200 + 12 + 200, 3)
+    plain = np.full_like(same, 255)
+    assert (same != plain).any()

@@ -20,6 +20,10 @@ h2 { font-size: 1.1em; margin: .3em 0; }
 figure { margin: 0; padding: .3em; border: 2px solid transparent; border-radius: .3em; }
 figure.query { border-color: #888; }
 figure img { display: block; max-width: 256px; max-height: 256px; }
+figure.with-match { flex-basis: 100%; }
+figure img.match { max-width: min(100%, 1100px); max-height: 340px; }
+a.enlarge { display: block; cursor: zoom-in; }
+.matches { color: #555; }
 figure img.heat { margin-top: .2em; }
 figcaption { font-size: .85em; margin-top: .2em; }
 label.pick { cursor: pointer; display: block; }

@@ -4,10 +4,13 @@
 proposes) into ``OUT/index.html``: per photo the query and its candidate individuals side by
 side (the best image of each, its score and rank), the "possibly new" flag, the group of photos
 of the batch that match each other, and, with ``heatmaps=True``, the paper's heatmaps
-(:mod:`whale.explain.heatmap`) of the query and of every candidate image. Images are JPEG files
-in ``OUT/thumbs/`` and ``OUT/heatmaps/`` named by their content's hash, linked relatively: the
-folder is self-contained (no ``file://`` link to an original, no inline base64, no CDN), so it
-opens offline in any browser and can be moved or zipped.
+(:mod:`whale.explain.heatmap`) of the query and of every candidate image, and with ``matches=True``
+the keypoint matcher's view of each pair (:mod:`whale.catalogue.matchview`: query and candidate side by
+side, the verified keypoint matches drawn between them). Every image links to a larger copy (click to
+enlarge). Images are JPEG files in ``OUT/thumbs/``, ``OUT/large/``, ``OUT/heatmaps/`` and
+``OUT/matches/`` named by their content's hash, linked relatively: the folder is self-contained (no
+``file://`` link to an original, no inline base64, no CDN), so it opens offline in any browser and can
+be moved or zipped.
 
 The page holds a form (per photo: one candidate = ``match``, ``new`` with a name, or ``skip``)
 whose "Export decisions" button shows the decisions CSV in a text box and downloads it as
@@ -44,6 +47,8 @@ DECISIONS = ("match", "new", "skip")
 HEADER = ("photo", "decision", "individual")
 """The decisions CSV's columns; any of :data:`~whale.catalogue.db.SIGHTING_COLUMNS` may follow them."""
 JPEG_QUALITY = 88
+LARGE = 1024
+"""Longest side of the copy an image links to (click to enlarge; never enlarged past the original)."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +115,10 @@ def load_proposals(path) -> Proposals:
 class _Images:
     """Thumbnails (and heatmaps) written once per source image into ``out_dir``; their names relative to it."""
 
-    def __init__(self, out_dir: Path, side: int, explainer=None):
-        self.out_dir, self.side, self.explainer = out_dir, side, explainer
-        self.done: dict[tuple[str, Path], str] = {}
+    def __init__(self, out_dir: Path, side: int, explainer=None, views=None):
+        self.out_dir, self.side, self.explainer, self.views = out_dir, side, explainer, views
+        self.done: dict[tuple, str] = {}
+        self.n_matches: dict[tuple[Path, Path], int] = {}
 
     def _save(self, folder: str, rgb: np.ndarray) -> str:
         """``uint8 [H, W, 3]`` RGB -> ``folder/<hash>.jpg`` (written unless there), the name returned."""
@@ -130,20 +136,37 @@ class _Images:
             atomic_write(target, lambda tmp: tmp.write_bytes(data))
         return name
 
-    def thumb(self, path: Path) -> str:
-        """The thumbnail of ``path``: the whole image, longest side ``side`` (never enlarged)."""
+    def thumb(self, path: Path, folder: str = "thumbs") -> str:
+        """The thumbnail of ``path``: the whole image, longest side ``side`` (``folder="large"``:
+        :data:`LARGE`), never enlarged."""
         import cv2
 
         from whale.data import load_image
 
-        key = ("thumbs", path)
+        key = (folder, path)
         if key not in self.done:
             img = load_image(path, channels=3)
-            scale = min(1.0, self.side / max(img.shape[:2]))
+            side = self.side if folder == "thumbs" else LARGE
+            scale = min(1.0, side / max(img.shape[:2]))
             size = (max(1, round(img.shape[1] * scale)), max(1, round(img.shape[0] * scale)))
             small = cv2.resize(img, size, interpolation=cv2.INTER_AREA) if scale < 1 else img
-            self.done[key] = self._save("thumbs", small)
+            self.done[key] = self._save(folder, small)
         return self.done[key]
+
+    def large(self, path: Path) -> str:
+        """The copy of ``path`` its thumbnail links to (longest side :data:`LARGE`)."""
+        return self.thumb(path, "large")
+
+    def match(self, query: Path, candidate: Path) -> tuple[str, int] | None:
+        """``(name, verified matches)`` of the pair's match view, or None without ``views``."""
+        if self.views is None:
+            return None
+        key = ("matches", query, candidate)
+        if key not in self.done:
+            image, n = self.views.draw(query, candidate)
+            self.done[key] = self._save("matches", image)
+            self.n_matches[(query, candidate)] = n
+        return self.done[key], self.n_matches[(query, candidate)]
 
     def heatmap(self, path: Path) -> str | None:
         """The paper's heatmap over ``path`` as the model sees it (a ``side`` square), or None without a run."""
@@ -163,9 +186,20 @@ def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _figure(images: _Images, path: Path, caption: str, alt: str, cls: str, control: str = "") -> str:
+def _enlarge(href: str, img: str) -> str:
+    """``img`` as a link to ``href`` (the larger copy), opened beside the page."""
+    return f'<a class="enlarge" href="{_e(href)}" target="_blank" title="click to enlarge">{img}</a>'
+
+
+def _figure(images: _Images, path: Path, caption: str, alt: str, cls: str, control: str = "",
+            match: tuple[str, int] | None = None) -> str:
     heat = images.heatmap(path)
-    imgs = f'<img src="{_e(images.thumb(path))}" alt="{_e(alt)}">'
+    if match is not None:  # the keypoint matcher's view: query | candidate, verified matches drawn
+        cls += " with-match"
+        imgs = _enlarge(match[0], f'<img class="match" src="{_e(match[0])}" alt="{_e("query beside " + alt)}">')
+        caption += f'<br><span class="matches">{match[1]} verified keypoint matches</span>'
+    else:
+        imgs = _enlarge(images.large(path), f'<img src="{_e(images.thumb(path))}" alt="{_e(alt)}">')
     if heat:
         imgs += f'<img class="heat" src="{_e(heat)}" alt="{_e("heatmap of " + alt)}">'
     tag = "label" if control else "div"
@@ -181,7 +215,7 @@ def _section(k: int, photo: Photo, images: _Images, groups: dict[int, list[int]]
                  f'aria-label="match {_e(c.individual)}">')
         cands.append(_figure(images, Path(c.image), f'#{rank} <b class="individual">{_e(c.individual)}</b><br>'
                              f'score <span class="score">{c.score:.3f}</span>', f"#{rank} {c.individual}",
-                             "candidate", radio))
+                             "candidate", radio, images.match(photo.path, Path(c.image))))
     flags = '<span class="flag possibly-new">possibly new</span>' if photo.possibly_new else ""
     if photo.group is not None:
         others = [f'<a href="#p{j}">#{j}</a>' for j in groups[photo.group] if j != k]
@@ -231,12 +265,15 @@ def template_csv(props: Proposals) -> str:
 
 
 def write_report(proposals_path, out_dir, heatmaps: bool = False, run_dir=None, thumb: int = 256,
-                 checkpoint: str = "best", verbose: bool = False) -> Path:
+                 checkpoint: str = "best", verbose: bool = False, matches=None) -> Path:
     """Write the review page of ``proposals_path`` into ``out_dir``; returns ``out_dir/index.html``.
 
-    Also writes ``out_dir/thumbs/*.jpg`` (longest side ``thumb`` px), with ``heatmaps`` the
+    Also writes ``out_dir/thumbs/*.jpg`` (longest side ``thumb`` px) and ``out_dir/large/*.jpg`` (what a
+    click enlarges to, longest side :data:`LARGE`), with ``heatmaps`` the
     heatmaps of run ``run_dir`` (its ``checkpoint``) in ``out_dir/heatmaps/*.jpg`` (``thumb``
-    px squares, the model's view of the whole image), and ``out_dir/decisions.csv``: the
+    px squares, the model's view of the whole image), with ``matches`` (a
+    :class:`whale.keypoints.FeatureStore`) the keypoint match view of every query and candidate in
+    ``out_dir/matches/*.jpg`` (:mod:`whale.catalogue.matchview`), and ``out_dir/decisions.csv``: the
     template, unless one is there that is no longer the untouched template (a user's edits are
     never overwritten). Every file is written atomically.
 
@@ -258,12 +295,20 @@ def write_report(proposals_path, out_dir, heatmaps: bool = False, run_dir=None, 
         from whale.explain.cli import Explainer
 
         explainer = Explainer(run_dir, checkpoint)
-    images = _Images(out_dir, int(thumb), explainer)
+    views = None
+    if matches is not None:
+        from whale.catalogue.matchview import MatchViews
+
+        views = MatchViews(matches)
+    images = _Images(out_dir, int(thumb), explainer, views)
     for photo in progress_bar(props.photos, desc="review images", enabled=verbose):
         for path in [photo.path, *(Path(c.image) for c in photo.candidates)]:
             try:
                 images.thumb(path)
+                images.large(path)
                 images.heatmap(path)
+                if path != photo.path:
+                    images.match(photo.path, path)
             except DataError as exc:
                 raise DataError(f"{props.path}: photo {photo.photo!r}: {exc}") from None
     page = write_text_atomic(out_dir / "index.html", render_page(props, images))
