@@ -21,7 +21,7 @@ from pathlib import Path
 from whale.config import RunConfig
 from whale.errors import ConfigError, DataError
 from whale.files import atomic_write
-from whale.training.runlog import read_log, read_run_json, record_resume_changes, resume_changes
+from whale.training.runlog import DATA_IMAGES, read_log, read_run_json, record_resume_changes, resume_changes
 
 N_FOLDS = 4
 """Folds of the paper's rules (:func:`whale.data.fold_data`'s default)."""
@@ -108,13 +108,13 @@ class FolderGuard:
     """Restores a run folder when a run fails before its first epoch (context manager).
 
     On entry it notes which entries the folder has and the bytes of its small files
-    (``run.json``, ``config.yaml``, ``log.csv``); on an exception, if no epoch was added since
+    (``run.json``, ``config.yaml``, ``log.csv``, ``data_images.json``); on an exception, if no epoch was added since
     (``checkpoints/last.json`` unchanged), it removes what appeared and puts those files back
     (a folder that did not exist is removed). The exception goes on either way. ``cleared``:
     the run is about to clear the folder (``--overwrite``), so a failed start leaves it empty.
     """
 
-    KEPT = ("run.json", "config.yaml", "log.csv")
+    KEPT = ("run.json", "config.yaml", "log.csv", DATA_IMAGES)
 
     def __init__(self, out_dir: Path, cleared: bool = False):
         self.out_dir, self.cleared = Path(out_dir), cleared
