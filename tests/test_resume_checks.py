@@ -121,6 +121,19 @@ def test_an_id_a_submission_cannot_carry_is_refused_before_training(comps, confi
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("label", ["w'2295af3", 'w"2295af3', "w,2295af3", "w\t2295af3"])
+def test_every_character_the_id_message_forbids_is_refused(comps, label):
+    from whale.data import fold_data, load_competition
+    from whale.errors import DataError
+    from whale.training.preflight import check_training_ids
+
+    comp = load_competition(comps[0])
+    comp.train.loc[comp.train["Id"] == comp.train["Id"][comp.train["Id"] != "new_whale"].iloc[0], "Id"] = label
+    with pytest.raises(DataError, match="without spaces, commas or quotes") as err:
+        check_training_ids(comp, fold_data(comp, 0, 3).pairs, "fold 0")
+    assert repr(label) in str(err.value)
+
+
 # ---------------------------------------------------------------- --resume: same data, same config
 def test_resume_onto_another_competition_is_refused_naming_the_data(comps, config, tmp_path):
     run = tmp_path / "run"

@@ -49,9 +49,10 @@ def check_training_ids(comp, pairs, what: str) -> None:
     csv_path = Path(comp.root) / "train.csv"
     ids = comp.train["Id"].astype(str).tolist()
     for i, label in enumerate(ids):
-        if not label or label != label.strip() or any(c in label for c in ' ,"\t'):
+        if not label or label != label.strip() or any(c in label for c in ' ,"\'\t'):
             raise DataError(f"{csv_path}: line {i + 2}: id {label!r}: expected an id without spaces, commas "
-                            "or quotes (a submission's labels are space-separated, so it could not carry it)")
+                            "or quotes (' or \"): a submission's labels are space-separated, so it could not "
+                            "carry it")
     if len(pairs) == 0:
         n_new = sum(label == comp.open_label for label in ids)
         raise DataError(f"{csv_path}: no id has two training images in {what} ({len(ids)} rows, {n_new} of "
