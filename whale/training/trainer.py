@@ -233,13 +233,12 @@ class Trainer:
             if mined_block != ep.block_start:
                 # Inside a block, its negatives come back from disk (mined from the model at the
                 # block's start); at a block's first epoch they are mined from the current model.
-                key = training_key(self._training(dataset).pairs)
+                key = training_key(self._training(dataset).pairs)  # other images (--allow-changes): mined again
                 mined = None if ep.mines else load_mined(self.ckpt_dir, ep.block_start, key)
                 if mined is None:
                     if not ep.mines:
-                        self.log(f"warning: no saved negatives of the block starting at epoch "
-                                 f"{ep.block_start + 1} for these training images; mining them again "
-                                 "from the current model")
+                        self.log(f"warning: no saved negatives of the block starting at epoch {ep.block_start + 1} "
+                                 "for these training images; mining them again from the current model")
                     mined = self._mine(dataset, ep)
                     mining_s = time.time() - t0
                     save_mined(self.ckpt_dir, ep.block_start, mined, key)
