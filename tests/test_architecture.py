@@ -25,6 +25,7 @@ LAYERS = {
     "whale.mining": 3,
     "whale.boxes": 3,
     "whale.inference": 4,
+    "whale.keypoints": 4,  # the training-free keypoint matcher (writes score files: uses whale.inference.scorefile)
     "whale.training": 5,
     "whale.ensemble": 5,
     "whale.explain": 5,

@@ -132,6 +132,17 @@ def write_json_atomic(path: str | os.PathLike, payload: dict) -> Path:
     return write_text_atomic(path, json.dumps(payload, indent=2, sort_keys=True))
 
 
+def file_hash(path: str | os.PathLike) -> str:
+    """sha256 hex digest of a file's bytes: a photo's identity (the catalogue's, the keypoint store's)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def git_revision(repo: str | os.PathLike | None = None) -> str:
     """The git commit of ``repo`` (default: the toolkit's checkout), or ``'unknown'`` outside one."""
     cwd = Path(repo) if repo is not None else Path(__file__).parent

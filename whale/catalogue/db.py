@@ -23,7 +23,6 @@ so two of them on one catalogue run one after the other instead of computing fro
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sqlite3
 import sys
@@ -32,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from whale.errors import DataError
-from whale.files import partial_writes
+from whale.files import file_hash, partial_writes  # noqa: F401  (file_hash, the photo identity: imported from here too)
 
 SCHEMA_VERSION = 2
 """2: ``sightings.decision``, the decision that added a sighting (NULL: ``add``); version 1 catalogues
@@ -90,15 +89,6 @@ def now() -> str:
 def user() -> str:
     """Who runs the command (``decided_by`` / ``created_by`` when not given): $USER, else 'unknown'."""
     return os.environ.get("USER") or os.environ.get("USERNAME") or "unknown"
-
-
-def file_hash(path: str | os.PathLike) -> str:
-    """sha256 hex digest of a file's bytes: the identity of a photo (a photo added twice is one photo)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:

@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "and the mode flags (whale.ensemble.recipe; the paper's: docs/ensemble.md)")
     p.add_argument("--weights", nargs="+", type=float, default=None, metavar="W",
                    help="one weight per run (normalised to sum 1); default equal")
+    p.add_argument("--tune-weights", action="store_true",
+                   help="choose the weights by validation MAP@5 (threshold tuned at each) on a grid of step "
+                        "--weight-step: runs of different kinds, e.g. a trained run and the keypoint matcher")
+    p.add_argument("--weight-step", type=float, default=0.1, metavar="S",
+                   help="grid step of --tune-weights (default 0.1)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--threshold", type=float, default=None, metavar="T",
                       help="new_whale at the first rank whose probability is < T (paper, Table 2)")
@@ -176,6 +181,23 @@ def _share_sanity(share: float, log, label: str = DEFAULT.open_label) -> None:
             "(consider --new-whale-fraction 0.28)")
 
 
+def _tuned_weights(runs: Sequence[Path], args, log) -> np.ndarray:
+    """``--tune-weights``: the runs' weights of best validation MAP@5 (:mod:`whale.ensemble.weights`)."""
+    from whale.ensemble.weights import tune_weights
+
+    val_paths = [score_path(r, "val") for r in runs]
+    missing = [str(p) for p in val_paths if not p.is_file()]
+    if missing:
+        raise DataError(f"--tune-weights needs every run's validation scores; missing: {first_names(missing)}")
+    check_inputs(val_paths, read_identities(val_paths), log=log)
+    check_no_leak(val_paths)
+    fmt = recorded_format(runs, args.format)
+    log(f"weights tuned on validation (grid step {args.weight_step:g}, threshold tuned at each):")
+    weights, best, _ = tune_weights(val_paths, fmt.open_label, args.weight_step, log=lambda m: log(m))
+    log(f"tuned weights {', '.join(f'{w:.2f}' for w in weights)}: validation MAP@5 {best:.5f} (in-sample)")
+    return weights
+
+
 def main(argv: Sequence[str] | None = None, log=print) -> int:
     """``ensemble.py``: 0, or 2 on bad input with a one-line error (:func:`whale.errors.run_cli`)."""
     from whale.errors import run_cli
@@ -212,11 +234,15 @@ def _run(argv: Sequence[str] | None, log, written: list[Path]) -> int:
     if args.threshold is not None and not np.isfinite(args.threshold):
         raise ConfigError(f"--threshold must be a number, got {args.threshold}")
     runs = list(args.runs)
+    if args.tune_weights and args.weights is not None:
+        raise ConfigError("--weights and --tune-weights exclude each other: give the weights or let validation choose")
     weights = normalise_weights(args.weights, len(runs))
     out = check_output(args.out)  # before any work: a folder or a read-only place is refused now
     if args.tune:
         for extra in (_sibling(out, ".threshold.csv"), _sibling(out, ".threshold.png")):
             check_output(extra, "--tune's file")
+    if args.tune_weights:
+        weights = _tuned_weights(runs, args, log)
 
     log("runs and weights:")
     for run, w in zip(runs, weights):

@@ -5,6 +5,11 @@ known id, with the model of ``--run``; the result is a score file in the
 ``scores/test.npz`` format (``scores``, ``query``, ``gallery``, ``gallery_ids``), ready for
 ``ensemble.py`` or :func:`whale.ranking.predict_top5`. This is how a trained model is used on
 new photos: put the catalogue in ``train/`` + ``train.csv`` and the new sightings in ``test/``.
+
+``--matcher keypoints`` scores with no trained run at all: RootSIFT keypoints, LNBNN votes and
+geometric verification (:mod:`whale.keypoints`, settings ``--config configs/keypoints.yaml``). Its
+``--out`` may be a folder: ``test.npz`` there and, with ``--fold K``, the fold's ``val.npz``, so that
+``whale ensemble OUT --tune`` places ``new_whale`` on validation (:mod:`whale.keypoints.scoring`).
 """
 
 from __future__ import annotations
@@ -24,18 +29,54 @@ def main(argv=None) -> int:
 def run(argv=None) -> int:
     """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
     p = argparse.ArgumentParser(prog="python -m whale.inference", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", required=True, help="run folder written by run_fold.py")
+    p.add_argument("--run", help="run folder written by run_fold.py (not with --matcher keypoints)")
     p.add_argument("--data", required=True, help="Kaggle-format folder to score")
-    p.add_argument("--out", required=True, help="output score file (the .npz format; written under exactly this name)")
+    p.add_argument("--out", required=True,
+                   help="output score file (the .npz format; written under exactly this name); with "
+                        "--matcher keypoints also a folder (test.npz, val.npz with --fold, run.json)")
     p.add_argument("--checkpoint", default="best", help="best, last, or a path to a .keras file")
+    p.add_argument("--matcher", choices=("run", "keypoints"), default="run",
+                   help="run: a trained run's model (default); keypoints: the training-free keypoint matcher")
+    kp = p.add_argument_group("--matcher keypoints")
+    kp.add_argument("--config", help="keypoint settings (YAML, e.g. configs/keypoints.yaml; default: built in)")
+    kp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a keypoint setting, e.g. --set verify.shortlist=40 (repeatable)")
+    kp.add_argument("--fold", type=int, default=None,
+                    help="also write val.npz: fold K's validation queries against the fold's training images")
+    kp.add_argument("--seed", type=int, default=0, help="seed of the fold assignment (a trained run's config seed)")
+    kp.add_argument("--cache", default=None,
+                    help="feature store (default $WHALE_CACHE/keypoints or ~/.cache/whale/keypoints)")
+    kp.add_argument("--workers", type=int, default=None, help="extraction processes (default: every core)")
+    kp.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     from whale.files import check_output
 
+    if args.matcher == "keypoints":
+        return _keypoints(args, p)
+    if args.run is None:
+        p.error("--run is required (or --matcher keypoints)")
     check_output(args.out)  # before the model loads: a folder or a read-only place is refused now
     from whale.inference.runs import score_folder
 
     path = score_folder(Path(args.run), Path(args.data), Path(args.out), args.checkpoint)
     print(f"wrote {path}")
+    return 0
+
+
+def _keypoints(args, parser) -> int:
+    """``--matcher keypoints``: :func:`whale.keypoints.scoring.score_competition`."""
+    from whale.files import check_output
+    from whale.keypoints import load_keypoint_config
+    from whale.keypoints.scoring import score_competition
+    from whale.overrides import overrides
+
+    if args.run is not None:
+        parser.error("--run and --matcher keypoints exclude each other (the matcher trains nothing)")
+    out = Path(args.out)
+    check_output(out, folder=out.suffix != ".npz")
+    cfg = load_keypoint_config(args.config, overrides(args.set))
+    score_competition(args.data, out, cfg, fold=args.fold, seed=args.seed, store_root=args.cache,
+                      workers=args.workers, progress=not args.quiet)
     return 0
 
 

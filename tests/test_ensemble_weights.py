@@ -1,0 +1,58 @@
+"""``ensemble.py --tune-weights``: the simplex grid, and weights that follow the informative run."""
+import numpy as np
+import pytest
+
+from whale.ensemble.cli import main as ensemble_main
+from whale.ensemble.weights import simplex_grid, tune_weights
+from whale.errors import ConfigError
+from whale.inference.scorefile import write_scores
+
+
+def test_simplex_grid_points_sum_to_one():
+    g = simplex_grid(3, 0.25)
+    assert g.shape == (15, 3) and np.allclose(g.sum(1), 1) and (g >= 0).all()
+    assert tuple(g[0]) == (1.0, 0.0, 0.0)  # grid order: most weight on the first run first
+    assert simplex_grid(1, 0.1).tolist() == [[1.0]]
+    with pytest.raises(ConfigError, match="must divide 1"):
+        simplex_grid(2, 0.3)
+
+
+def _runs(tmp_path, n_q=60, n_ids=20, seed=0):
+    """Two runs of one fold: ``good`` ranks the true id first, ``noise`` is random; a third of queries new."""
+    rng = np.random.default_rng(seed)
+    gallery_ids = np.repeat([f"w{i:02d}" for i in range(n_ids)], 2)
+    gallery = [f"g{i}.jpg" for i in range(len(gallery_ids))]
+    query_ids = np.array([f"w{rng.integers(n_ids):02d}" if i % 3 else "new_whale" for i in range(n_q)])
+    query = [f"q{i}.jpg" for i in range(n_q)]
+    good = rng.random((n_q, len(gallery))) * 0.5
+    for i, t in enumerate(query_ids):
+        good[i, gallery_ids == t] += 0.5
+    noise = rng.random((n_q, len(gallery)))
+    runs = []
+    for name, s in (("noise", noise), ("good", good)):
+        run = tmp_path / name
+        for split in ("val", "test"):
+            write_scores(run / f"{split}.npz", s.astype(np.float32), query, gallery, gallery_ids,
+                         query_ids=query_ids if split == "val" else None,
+                         identity={"run_id": name, "fold": 0, "split": split}, trained_on=[] if split == "val" else None)
+        runs.append(run)
+    return runs
+
+
+def test_tune_weights_follows_the_informative_run(tmp_path):
+    runs = _runs(tmp_path)
+    w, best, table = tune_weights([r / "val.npz" for r in runs], "new_whale", step=0.25)
+    assert len(table) == 5 and w[1] >= 0.75 and best == max(m for _, m, _ in table)
+    noise_only = [m for ww, m, _ in table if ww[0] == 1.0][0]
+    assert best > noise_only + 0.3
+
+
+def test_ensemble_cli_tune_weights(tmp_path):
+    runs = _runs(tmp_path)
+    lines = []
+    out = tmp_path / "sub.csv"
+    assert ensemble_main([*map(str, runs), "--tune-weights", "--weight-step", "0.5", "--tune", "--out", str(out)],
+                         log=lines.append) == 0
+    assert out.is_file() and any(line.startswith("tuned weights 0.00, 1.00") for line in lines)
+    assert ensemble_main([*map(str, runs), "--tune-weights", "--weights", "1", "1", "--tune", "--out",
+                          str(out)], log=lines.append) == 2

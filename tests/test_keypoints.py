@@ -1,0 +1,234 @@
+"""The keypoint matcher: extraction, the feature store, the index and LNBNN against brute force, verification,
+and ``whale score --matcher keypoints`` into ``whale ensemble`` on a synthetic competition."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+cv2 = pytest.importorskip("cv2")
+
+from whale.errors import ConfigError, DataError  # noqa: E402
+from whale.keypoints import FeatureStore, KeypointMatcher, extract, load_keypoint_config, pair_matches  # noqa: E402
+from whale.keypoints.config import FeatureConfig, SearchConfig, VerifyConfig  # noqa: E402
+from whale.keypoints.extract import as_float, trim_white  # noqa: E402
+from whale.keypoints.index import DescriptorIndex  # noqa: E402
+from whale.keypoints.matcher import fit_geometry, lnbnn_votes  # noqa: E402
+
+
+def pattern(seed: int, size=(120, 200)) -> np.ndarray:
+    """A textured gray 'fluke': random blobs and lines, distinct per seed."""
+    rng = np.random.default_rng(seed)
+    img = np.full(size, 90, np.uint8)
+    for _ in range(60):
+        c = (int(rng.integers(0, size[1])), int(rng.integers(0, size[0])))
+        cv2.circle(img, c, int(rng.integers(2, 9)), int(rng.integers(0, 256)), -1)
+    for _ in range(15):
+        p = [(int(rng.integers(0, size[1])), int(rng.integers(0, size[0]))) for _ in range(2)]
+        cv2.line(img, p[0], p[1], int(rng.integers(0, 256)), int(rng.integers(1, 3)))
+    return cv2.GaussianBlur(img, (3, 3), 0)
+
+
+def warp(img: np.ndarray, seed: int) -> np.ndarray:
+    """The same pattern under a mild random homography (another photo of the same individual)."""
+    rng = np.random.default_rng(seed)
+    h, w = img.shape
+    src = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
+    dst = (src + rng.uniform(-8, 8, src.shape)).astype(np.float32)
+    return cv2.warpPerspective(img, cv2.getPerspectiveTransform(src, dst), (w, h), borderValue=90)
+
+
+def write(path: Path, img: np.ndarray) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), img)
+    return path
+
+
+def test_trim_white_cuts_the_padding_and_positions_stay_in_the_photo(tmp_path):
+    img = pattern(0)
+    padded = np.full((200, 200), 255, np.uint8)
+    padded[40:160, :] = img
+    crop, x0, y0 = trim_white(padded)
+    assert (x0, y0) == (0, 40) and crop.shape == img.shape
+    cfg = FeatureConfig()
+    f_plain = extract(write(tmp_path / "a.png", img), cfg)
+    f_pad = extract(write(tmp_path / "b.png", padded), cfg)
+    assert len(f_plain) > 20 and len(f_pad) == len(f_plain)
+    np.testing.assert_allclose(f_pad.xy, f_plain.xy + [0, 40], atol=1e-3)
+    assert f_pad.size == (200, 200)
+    norms = np.linalg.norm(as_float(f_plain.desc), axis=1)  # RootSIFT: unit L2 norm, up to the uint8 step
+    assert np.all(np.abs(norms - 1) < 0.03)
+
+
+def test_all_white_or_unreadable_photos(tmp_path):
+    assert len(extract(write(tmp_path / "white.png", np.full((50, 50), 255, np.uint8)), FeatureConfig())) == 0
+    bad = tmp_path / "bad.jpg"
+    bad.write_text("not an image")
+    with pytest.raises(DataError, match="bad.jpg: not a readable image"):
+        extract(bad, FeatureConfig())
+
+
+def test_store_extracts_each_photo_once_by_content(tmp_path, monkeypatch):
+    cfg = load_keypoint_config()
+    a = write(tmp_path / "p" / "a.png", pattern(1))
+    b = write(tmp_path / "p" / "b.png", pattern(2))
+    store = FeatureStore(cfg, tmp_path / "store")
+    first = store.features([a, b], workers=1, progress=False)
+    copy = write(tmp_path / "q" / "renamed.png", cv2.imread(str(a), cv2.IMREAD_GRAYSCALE))
+    import whale.keypoints.store as store_mod
+
+    monkeypatch.setattr(store_mod, "extract", lambda *a, **k: pytest.fail("extracted again"))
+    again = store.features([b, copy], workers=1, progress=False)
+    np.testing.assert_array_equal(again[0].desc, first[1].desc)
+    np.testing.assert_array_equal(again[1].xy, first[0].xy)
+    # another feature setting is another folder; a damaged entry is extracted again
+    assert FeatureStore(load_keypoint_config(overrides={"features.n_features": 50}), tmp_path / "store").folder != store.folder
+    monkeypatch.undo()
+    entry = next(store.folder.rglob("*.npz"))
+    entry.write_bytes(b"garbage")
+    assert len(store.features([a, b], workers=1, progress=False)) == 2
+
+
+def test_store_extracts_in_worker_processes_and_names_a_bad_photo(tmp_path):
+    cfg = load_keypoint_config()
+    paths = [write(tmp_path / f"{i}.png", pattern(i)) for i in range(10)]
+    store = FeatureStore(cfg, tmp_path / "store")
+    parallel = store.features(paths, workers=2, progress=False)
+    serial = FeatureStore(cfg, tmp_path / "store2").features(paths, workers=1, progress=False)
+    for x, y in zip(parallel, serial):
+        np.testing.assert_array_equal(x.desc, y.desc)
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff")
+    with pytest.raises(DataError, match="broken.jpg"):
+        store.features(paths[:8] + [bad], workers=2, progress=False)
+
+
+def _features(n_photos: int, seed: int, per: int = 12):
+    from whale.keypoints.extract import Features
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_photos):
+        d = rng.random((per, 128)).astype(np.float32)
+        d /= np.linalg.norm(d, axis=1, keepdims=True)
+        out.append(Features(rng.random((per, 2)).astype(np.float32) * 100, np.zeros((per, 2), np.float32),
+                            np.clip(d * 512 + 0.5, 0, 255).astype(np.uint8), (100, 100)))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["exact", "ivf"])
+def test_index_finds_the_brute_force_neighbours(kind):
+    pytest.importorskip("faiss") if kind == "ivf" else None
+    gallery = _features(40, 0, per=60)
+    query = as_float(_features(1, 1, per=30)[0].desc)
+    index = DescriptorIndex(gallery, SearchConfig(index=kind, nprobe=4096))
+    dist, rows = index.search(query, 5)
+    allg = np.concatenate([as_float(f.desc) for f in gallery])
+    brute = np.linalg.norm(query[:, None] - allg[None], axis=2)
+    want = np.sort(brute, axis=1)[:, :5]
+    np.testing.assert_allclose(np.take_along_axis(brute, rows, 1), dist, atol=1e-4)  # exact distances
+    if kind == "exact":
+        np.testing.assert_allclose(dist, want, atol=1e-4)
+    else:  # approximate: most true neighbours found (random vectors: the hardest case for PQ)
+        true_rows = np.argsort(brute, axis=1)[:, :5]
+        recall = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(rows, true_rows)])
+        assert recall >= 0.7, recall
+    assert index.owner[rows[0, 0]] == np.repeat(np.arange(40), 60)[rows[0, 0]]
+    few = DescriptorIndex(_features(1, 2, per=3), SearchConfig(index="exact"))
+    d, r = few.search(query[:2], 5)
+    assert (r[:, 3:] == -1).all() and np.isinf(d[:, 3:]).all()
+
+
+def test_lnbnn_votes_match_a_loop():
+    rng = np.random.default_rng(0)
+    m, k, n_photos = 30, 3, 6
+    owner = rng.integers(0, n_photos, 50)
+    rows = np.stack([rng.choice(50, k + 1, replace=False) for _ in range(m)])
+    dist = np.sort(rng.random((m, k + 1)).astype(np.float32), axis=1)
+    rows[0, 1] = -1
+    dist[0, 1] = np.inf
+    votes, feat, photo, row, weight = lnbnn_votes(dist, rows, owner, k, n_photos)
+    want = np.zeros(n_photos)
+    for i in range(m):
+        best = {}
+        for j in range(k):
+            if rows[i, j] < 0:
+                continue
+            w = dist[i, k] - dist[i, j]
+            p = owner[rows[i, j]]
+            if w > 0:
+                best[p] = max(best.get(p, 0), w)
+        for p, w in best.items():
+            want[p] += w
+    np.testing.assert_allclose(votes, want, rtol=1e-5)
+    assert len(set(zip(feat.tolist(), photo.tolist()))) == len(feat)  # one vote per (descriptor, photo)
+
+
+@pytest.mark.parametrize("geometry", ["homography", "affine", "similarity"])
+def test_verification_keeps_the_consistent_correspondences(geometry):
+    rng = np.random.default_rng(0)
+    src = rng.random((40, 2)).astype(np.float32) * 200
+    dst = src * 1.1 + np.float32([5, -3])
+    dst[:10] = rng.random((10, 2)).astype(np.float32) * 200  # outliers
+    mask = fit_geometry(src, dst, VerifyConfig(geometry=geometry, reproj_px=3.0))
+    assert mask[10:].all() and mask[:10].sum() <= 1
+    assert fit_geometry(src[:3], dst[:3], VerifyConfig()) is None
+
+
+def test_matcher_ranks_the_same_pattern_first_and_scores_in_0_1(tmp_path):
+    cfg = load_keypoint_config()
+    gallery_paths = [write(tmp_path / f"g{i}.png", pattern(i)) for i in range(8)]
+    query_paths = [write(tmp_path / f"q{i}.png", warp(pattern(i), 100 + i)) for i in range(3)]
+    query_paths.append(write(tmp_path / "stranger.png", pattern(99)))
+    store = FeatureStore(cfg, tmp_path / "store")
+    matcher = KeypointMatcher(cfg, store.features(gallery_paths, workers=1, progress=False))
+    result = matcher.match(store.features(query_paths, workers=1, progress=False), progress=False)
+    assert result.scores.shape == (4, 8) and result.scores.dtype == np.float32
+    assert (result.scores >= 0).all() and (result.scores < 1).all()
+    assert list(result.scores[:3].argmax(axis=1)) == [0, 1, 2]
+    assert (result.inliers[np.arange(3), [0, 1, 2]] >= 10).all()
+    assert result.scores[3].max() < result.scores[np.arange(3), [0, 1, 2]].min()  # the stranger: less evidence
+    q_xy, g_xy = pair_matches(store.features([query_paths[0]], progress=False)[0],
+                              store.features([gallery_paths[0]], progress=False)[0], cfg)
+    assert len(q_xy) >= 10 and q_xy.shape == g_xy.shape
+
+
+def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
+    bad = tmp_path / "k.yaml"
+    bad.write_text("verify: {geometry: circle}\n")
+    with pytest.raises(ConfigError, match=r"k.yaml: verify.geometry: expected one of homography"):
+        load_keypoint_config(bad)
+    bad.write_text("search: {neighbours: 3}\n")
+    with pytest.raises(ConfigError, match="unknown key 'neighbours'"):
+        load_keypoint_config(bad)
+    cfg = load_keypoint_config(Path(__file__).resolve().parents[1] / "configs" / "keypoints.yaml")
+    assert cfg == load_keypoint_config(None) or cfg.fingerprint()  # the shipped file loads
+    assert load_keypoint_config(overrides={"verify.shortlist": 5}).verify.shortlist == 5
+
+
+def test_score_keypoints_then_ensemble_writes_a_checked_submission(tmp_path, monkeypatch):
+    from whale.data.synth import generate
+    from whale.ensemble.cli import main as ensemble_main
+    from whale.inference.__main__ import main as score_main
+    from whale.inference.scorefile import load_score_file
+
+    monkeypatch.setenv("WHALE_CACHE", str(tmp_path / "cache"))
+    data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
+    out = tmp_path / "kp"
+    assert score_main(["--matcher", "keypoints", "--data", str(data), "--out", str(out), "--fold", "0",
+                       "--quiet", "--workers", "1"]) == 0
+    test = load_score_file(out / "test.npz")
+    val = load_score_file(out / "val.npz", need_query_ids=True)
+    assert test.identity["matcher"] == "keypoints" and val.identity["fold"] == 0
+    assert not set(val.query) & set(val.gallery)
+    assert (out / "run.json").is_file() and (out / "keypoints.yaml").is_file()
+    assert any((tmp_path / "cache" / "keypoints").rglob("*.npz"))
+    sub = tmp_path / "kp.csv"
+    assert ensemble_main([str(out), "--tune", "--out", str(sub)], log=lambda m: None) == 0
+    assert sub.is_file()
+    # the single-file form, and the refusals
+    assert score_main(["--matcher", "keypoints", "--data", str(data), "--out", str(tmp_path / "t.npz"),
+                       "--quiet"]) == 0
+    assert score_main(["--matcher", "keypoints", "--data", str(data), "--out", str(tmp_path / "t2.npz"),
+                       "--fold", "0", "--quiet"]) == 2
+    with pytest.raises(SystemExit):  # argparse: --run is required without --matcher keypoints
+        score_main(["--data", str(data), "--out", str(tmp_path / "t3.npz")])

@@ -1,0 +1,15 @@
+"""A training-free matcher of local features, as photo-ID researchers use (Wildbook's HotSpotter).
+
+RootSIFT on contrast-normalised photos without their white padding (:mod:`~whale.keypoints.extract`),
+kept per photo content (:mod:`~whale.keypoints.store`), searched over the whole gallery
+(:mod:`~whale.keypoints.index`), LNBNN votes and geometric verification (:mod:`~whale.keypoints.matcher`),
+score files like a trained run's (:mod:`~whale.keypoints.scoring`). Settings: :mod:`~whale.keypoints.config`,
+``configs/keypoints.yaml``. No Keras import.
+"""
+from whale.keypoints.config import KeypointConfig, load_keypoint_config
+from whale.keypoints.extract import Features, extract
+from whale.keypoints.matcher import KeypointMatcher, MatchResult, pair_matches
+from whale.keypoints.store import FeatureStore
+
+__all__ = ["Features", "FeatureStore", "KeypointConfig", "KeypointMatcher", "MatchResult", "extract",
+           "load_keypoint_config", "pair_matches"]

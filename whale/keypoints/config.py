@@ -1,0 +1,175 @@
+"""The keypoint matcher's settings: YAML (``configs/keypoints.yaml``) -> one frozen dataclass.
+
+Three groups, each a plain value: how a photo becomes local features (``features``), how the gallery's
+descriptors are searched and voted on (``search``), how the best candidates are checked geometrically and
+turned into scores (``verify``). :meth:`KeypointConfig.fingerprint` names the feature settings only, so
+descriptors stored by one config serve every config that extracts the same way
+(:class:`whale.keypoints.store.FeatureStore`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.checker import Checker
+from whale.errors import ConfigError
+from whale.overrides import apply_override
+
+GEOMETRIES = ("homography", "affine", "similarity")
+"""Models of geometric verification: 8, 6 or 4 degrees of freedom."""
+ROBUST = ("magsac", "ransac")
+"""Robust estimators of verification: OpenCV's USAC MAGSAC++ or classic RANSAC (a similarity is always
+fitted by RANSAC: OpenCV has no USAC estimator for it)."""
+INDEXES = ("auto", "exact", "ivf")
+"""Nearest-neighbour search: every descriptor compared (``exact``), or FAISS IVF-PQ fast scan whose
+candidates are re-ranked exactly (``ivf``); ``auto`` takes ``ivf`` from :data:`AUTO_IVF_FROM` descriptors."""
+AUTO_IVF_FROM = 200_000
+"""Gallery descriptors from which ``index: auto`` takes the approximate index."""
+FEATURE_VERSION = 1
+"""Bumped when extraction changes in a way the settings do not show (stored descriptors are then redone)."""
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """How a photo becomes RootSIFT features.
+
+    ``trim_white``: cut the white padding the photo's publisher added (rows and columns at the border
+    that are almost all near-white). ``max_side``: the longer side after trimming, larger photos shrunk
+    (0 = as they are). ``clahe``: clip limit of the contrast normalisation (0 = off). ``n_features``:
+    the strongest SIFT keypoints kept; ``contrast``: SIFT's contrast threshold (lower = more, weaker
+    keypoints). ``upright``: every keypoint's orientation set to 0 (photos taken the right way up;
+    more distinctive, not rotation invariant).
+    """
+
+    trim_white: bool = True
+    max_side: int = 0
+    clahe: float = 2.0
+    n_features: int = 500
+    contrast: float = 0.04
+    upright: bool = False
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How query descriptors find gallery images: ``k`` nearest neighbours vote, the next one normalises.
+
+    LNBNN (McCann & Lowe 2012, HotSpotter's vote): each of a query descriptor's ``k`` nearest gallery
+    descriptors votes for its image with weight ``d_(k+1) - d_i``, at most one vote per (query
+    descriptor, image). ``index``: :data:`INDEXES`; ``nprobe``: IVF lists visited per descriptor.
+    """
+
+    k: int = 4
+    index: str = "auto"
+    nprobe: int = 8
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """Geometric verification of each query's ``shortlist`` best images by votes.
+
+    The votes' correspondences of a candidate image are fitted by ``geometry`` with ``robust``;
+    ``reproj_px``: the inlier distance in pixels of the trimmed photo; ``min_matches``: fewer
+    correspondences than this and the candidate is not verified. Score of an image:
+    ``t / (t + scale)``, ``t = inlier_weight + vote_weight * votes``: 0 without evidence, towards 1 with
+    more verified evidence (inlier LNBNN weight), unverified votes counting ``vote_weight`` as much.
+    """
+
+    shortlist: int = 20
+    geometry: str = "homography"
+    robust: str = "magsac"
+    reproj_px: float = 8.0
+    min_matches: int = 4
+    vote_weight: float = 0.001
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class KeypointConfig:
+    """Everything the keypoint matcher does, as data (``configs/keypoints.yaml``)."""
+
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def fingerprint(self) -> str:
+        """12 hex digits naming the feature settings (and :data:`FEATURE_VERSION`)."""
+        payload = json.dumps({"v": FEATURE_VERSION, **dataclasses.asdict(self.features)}, sort_keys=True)
+        return hashlib.sha1(payload.encode()).hexdigest()[:12]
+
+    def config_hash(self) -> str:
+        """12 hex digits naming every setting (the score files' ``config_hash``)."""
+        return hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _section(check: Checker, raw: dict, name: str, cls) -> dict:
+    value = raw.get(name) or {}
+    allowed = tuple(f.name for f in dataclasses.fields(cls))
+    return check.mapping(value, name, allowed, ())
+
+
+def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> KeypointConfig:
+    """A raw mapping (parsed YAML) -> :class:`KeypointConfig`; missing keys take the defaults.
+
+    Raises:
+        ConfigError: an unknown key or a bad value, naming ``source`` and the key path.
+    """
+    check = Checker(source)
+    raw = check.mapping(raw if raw is not None else {}, "", ("features", "search", "verify"), ())
+    f = _section(check, raw, "features", FeatureConfig)
+    s = _section(check, raw, "search", SearchConfig)
+    v = _section(check, raw, "verify", VerifyConfig)
+    d = FeatureConfig()
+    features = FeatureConfig(
+        trim_white=check.boolean(f.get("trim_white", d.trim_white), "features.trim_white"),
+        max_side=check.number(f.get("max_side", d.max_side), "features.max_side", int, lo=0, hi=4096),
+        clahe=check.number(f.get("clahe", d.clahe), "features.clahe", float, lo=0),
+        n_features=check.number(f.get("n_features", d.n_features), "features.n_features", int, lo=8, hi=20000),
+        contrast=check.number(f.get("contrast", d.contrast), "features.contrast", float, lo=0, lo_open=True),
+        upright=check.boolean(f.get("upright", d.upright), "features.upright"))
+    d = SearchConfig()
+    search = SearchConfig(
+        k=check.number(s.get("k", d.k), "search.k", int, lo=1, hi=64),
+        index=check.choice(s.get("index", d.index), "search.index", INDEXES),
+        nprobe=check.number(s.get("nprobe", d.nprobe), "search.nprobe", int, lo=1, hi=4096))
+    d = VerifyConfig()
+    verify = VerifyConfig(
+        shortlist=check.number(v.get("shortlist", d.shortlist), "verify.shortlist", int, lo=0, hi=10000),
+        geometry=check.choice(v.get("geometry", d.geometry), "verify.geometry", GEOMETRIES),
+        robust=check.choice(v.get("robust", d.robust), "verify.robust", ROBUST),
+        reproj_px=check.number(v.get("reproj_px", d.reproj_px), "verify.reproj_px", float, lo=0, lo_open=True),
+        min_matches=check.number(v.get("min_matches", d.min_matches), "verify.min_matches", int, lo=4, hi=1000),
+        vote_weight=check.number(v.get("vote_weight", d.vote_weight), "verify.vote_weight", float, lo=0),
+        scale=check.number(v.get("scale", d.scale), "verify.scale", float, lo=0, lo_open=True))
+    return KeypointConfig(features, search, verify)
+
+
+def load_keypoint_config(path=None, overrides: dict | None = None) -> KeypointConfig:
+    """The config of ``path`` (YAML; None = the defaults) with ``--set`` ``overrides`` applied.
+
+    Raises:
+        ConfigError: unreadable file, unknown key or bad value (file and key path named).
+    """
+    import yaml
+
+    raw: dict = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read the keypoint config ({e.strerror or e})") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({e})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of features/search/verify, received {raw!r}")
+    for key, value in (overrides or {}).items():
+        apply_override(raw, key, value, source)
+    return parse_keypoint_config(raw, source)

@@ -1,0 +1,131 @@
+"""One photo -> RootSIFT features (OpenCV): white padding trimmed, contrast normalised, strongest keypoints.
+
+RootSIFT (Arandjelovic & Zisserman 2012): each SIFT descriptor L1-normalised and square-rooted, so the
+Euclidean distance between two of them is the Hellinger kernel between the SIFT histograms; the result
+has unit L2 norm. Descriptors are kept as ``uint8`` (RootSIFT x :data:`DESCRIPTOR_SCALE`, clipped), a
+quarter of float32's memory, and turned back into float32 for search (:func:`as_float`).
+
+Keypoint positions are in pixels of the original photo (before trimming and resizing), so the review
+page draws matches on the photo a person sees.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from whale.errors import DataError
+from whale.keypoints.config import FeatureConfig
+
+DESCRIPTOR_SCALE = 512.0
+"""RootSIFT values lie in [0, 1] and rarely above 0.5: x 512 keeps them in uint8 at a resolution of 0.002."""
+WHITE = 245
+"""A pixel at least this bright (gray) counts as padding."""
+PADDING_SHARE = 0.98
+"""A border row or column is padding when at least this share of its pixels is near-white."""
+
+
+@dataclass(frozen=True)
+class Features:
+    """The local features of one photo.
+
+    Attributes:
+        xy: ``[n, 2] float32`` keypoint positions (x, y) in pixels of the original photo.
+        shape: ``[n, 2] float32`` keypoint size (diameter, original pixels) and angle (degrees).
+        desc: ``[n, 128] uint8`` RootSIFT x :data:`DESCRIPTOR_SCALE`.
+        size: ``(height, width)`` of the original photo.
+    """
+
+    xy: np.ndarray
+    shape: np.ndarray
+    desc: np.ndarray
+    size: tuple[int, int]
+
+    def __len__(self) -> int:
+        return len(self.xy)
+
+    @classmethod
+    def empty(cls, size=(0, 0)) -> "Features":
+        return cls(np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32), np.zeros((0, 128), np.uint8),
+                   tuple(size))
+
+
+def as_float(desc: np.ndarray) -> np.ndarray:
+    """``[n, 128] uint8`` stored descriptors -> ``[n, 128] float32`` RootSIFT (about unit L2 norm)."""
+    return desc.astype(np.float32) * np.float32(1.0 / DESCRIPTOR_SCALE)
+
+
+def trim_white(gray: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """``(crop, x0, y0)``: ``gray`` without the near-white border rows and columns (the padding of
+    photos published letterboxed on white); the whole image when nothing or everything is padding."""
+    dark = gray < WHITE
+    rows = np.flatnonzero(dark.mean(axis=1) > 1 - PADDING_SHARE)
+    cols = np.flatnonzero(dark.mean(axis=0) > 1 - PADDING_SHARE)
+    if len(rows) < 8 or len(cols) < 8:
+        return gray, 0, 0
+    return gray[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1], int(cols[0]), int(rows[0])
+
+
+def read_gray(path) -> np.ndarray:
+    """``[H, W] uint8`` gray photo; :class:`whale.errors.DataError` naming the file when it cannot be decoded."""
+    import cv2
+
+    path = Path(path)
+    data = np.fromfile(path, dtype=np.uint8) if path.is_file() else None
+    if data is None:
+        raise DataError(f"{path}: photo not found")
+    gray = cv2.imdecode(data, cv2.IMREAD_GRAYSCALE) if data.size else None
+    if gray is None:
+        raise DataError(f"{path}: not a readable image (OpenCV cannot decode it)")
+    return gray
+
+
+def prepare(gray: np.ndarray, cfg: FeatureConfig) -> tuple[np.ndarray, float, int, int]:
+    """``(image, scale, x0, y0)``: the photo as SIFT sees it; original = ``image_xy / scale + (x0, y0)``."""
+    import cv2
+
+    x0 = y0 = 0
+    if cfg.trim_white:
+        gray, x0, y0 = trim_white(gray)
+    scale = 1.0
+    if cfg.max_side and max(gray.shape) > cfg.max_side:
+        scale = cfg.max_side / max(gray.shape)
+        size = (max(1, round(gray.shape[1] * scale)), max(1, round(gray.shape[0] * scale)))
+        gray = cv2.resize(gray, size, interpolation=cv2.INTER_AREA)
+    if cfg.clahe > 0:
+        gray = cv2.createCLAHE(clipLimit=cfg.clahe, tileGridSize=(8, 8)).apply(gray)
+    return gray, scale, x0, y0
+
+
+def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
+    """RootSIFT features of the photo at ``path`` (module docstring); no keypoint gives empty arrays.
+
+    ``box``: ``(x0, y0, x1, y1)`` pixels (the competition's ``bounding_boxes.csv``): only that part is
+    searched (clipped to the photo); positions stay in the whole photo's pixels.
+    """
+    import cv2
+
+    original = read_gray(path)
+    bx = by = 0
+    region = original
+    if box is not None:
+        h, w = original.shape
+        bx, by = int(np.clip(box[0], 0, w - 1)), int(np.clip(box[1], 0, h - 1))
+        x1, y1 = int(np.clip(np.ceil(box[2]), bx + 1, w)), int(np.clip(np.ceil(box[3]), by + 1, h))
+        region = original[by:y1, bx:x1]
+    image, scale, x0, y0 = prepare(region, cfg)
+    x0, y0 = x0 + bx, y0 + by
+    sift = cv2.SIFT_create(nfeatures=cfg.n_features, contrastThreshold=cfg.contrast)
+    keypoints = sift.detect(image, None)
+    if cfg.upright:
+        for kp in keypoints:
+            kp.angle = 0.0
+    keypoints, desc = sift.compute(image, keypoints) if keypoints else ((), None)
+    if desc is None or not len(keypoints):
+        return Features.empty(original.shape)
+    desc = desc / np.maximum(desc.sum(axis=1, keepdims=True), 1e-7)
+    root = np.clip(np.sqrt(desc) * DESCRIPTOR_SCALE + 0.5, 0, 255).astype(np.uint8)
+    pts = np.array([kp.pt for kp in keypoints], dtype=np.float32) / scale + np.float32([x0, y0])
+    shape = np.array([(kp.size / scale, kp.angle) for kp in keypoints], dtype=np.float32)
+    return Features(pts, shape, root, tuple(original.shape))

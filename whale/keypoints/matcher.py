@@ -1,0 +1,199 @@
+"""The keypoint matcher: LNBNN votes over the whole gallery, geometric verification of the best, scores.
+
+For each query photo (HotSpotter's pipeline, Crall et al. 2013, on RootSIFT):
+
+1. every query descriptor finds its ``k + 1`` nearest gallery descriptors (:mod:`whale.keypoints.index`);
+   each of the first ``k`` votes for its photo with the LNBNN weight ``d_(k+1) - d_i`` (a descriptor close
+   to one photo and far from the rest is evidence; one seen everywhere, such as water, is not), at most
+   one vote per (query descriptor, photo);
+2. the ``shortlist`` photos with the most votes are verified: their voting correspondences are fitted
+   by a homography, affine or similarity transform (OpenCV USAC MAGSAC++ or RANSAC); the LNBNN weight of
+   the inliers is the photo's evidence;
+3. score = ``t / (t + scale), t = evidence + vote_weight * votes`` in [0, 1): the score files of the
+   toolkit (:mod:`whale.inference.scorefile`), so the per-id maximum, the ``new_whale`` threshold and
+   the ensemble treat it like a trained run's. The threshold on it is a threshold on verified evidence.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from whale.keypoints.config import KeypointConfig, VerifyConfig
+from whale.keypoints.extract import Features, as_float
+from whale.keypoints.index import DescriptorIndex
+from whale.progress import progress_bar
+
+_QUERY_BLOCK = 64  # query photos searched per FAISS call: large enough for its threads, small for memory
+
+
+@dataclass
+class MatchResult:
+    """The matcher's output for ``n_q`` queries against ``n_g`` gallery photos.
+
+    Attributes:
+        scores: ``[n_q, n_g] float32`` in [0, 1): higher = more evidence of the same individual.
+        inliers: ``[n_q, n_g] int32`` verified correspondences (0 where not verified).
+        votes: ``[n_q, n_g] float32`` LNBNN vote per gallery photo.
+        seconds: ``{"search", "verify"}`` wall time.
+    """
+
+    scores: np.ndarray
+    inliers: np.ndarray
+    votes: np.ndarray
+    seconds: dict
+
+
+def lnbnn_votes(dist: np.ndarray, rows: np.ndarray, owner: np.ndarray, k: int, n_gallery: int):
+    """One query photo's votes.
+
+    Args:
+        dist, rows: ``[m, k + 1]`` neighbours of its ``m`` descriptors (:meth:`DescriptorIndex.search`).
+        owner: ``[N] int64`` gallery photo of each index row. k: voters per descriptor.
+        n_gallery: gallery photos.
+
+    Returns:
+        ``(votes [n_gallery] float32, feat [v], photo [v], row [v], weight [v])``: the votes summed per
+        photo and the ``v`` kept votes (query descriptor, gallery photo, gallery row, weight), at most
+        one per (descriptor, photo), the strongest.
+    """
+    m = len(dist)
+    votes = np.zeros(n_gallery, np.float32)
+    empty = np.zeros(0, np.int64)
+    if m == 0:
+        return votes, empty, empty, empty, np.zeros(0, np.float32)
+    norm = dist[:, k:k + 1]
+    w = norm - dist[:, :k]
+    r = rows[:, :k]
+    ok = (r >= 0) & np.isfinite(w) & (w > 0)
+    feat = np.repeat(np.arange(m, dtype=np.int64), k)[ok.ravel()]
+    row = r.ravel()[ok.ravel()]
+    weight = w.ravel()[ok.ravel()].astype(np.float32)
+    photo = owner[row]
+    key = feat * n_gallery + photo
+    order = np.lexsort((-weight, key))
+    first = np.ones(len(order), bool)
+    first[1:] = key[order][1:] != key[order][:-1]
+    keep = order[first]
+    np.add.at(votes, photo[keep], weight[keep])
+    return votes, feat[keep], photo[keep], row[keep], weight[keep]
+
+
+def fit_geometry(src: np.ndarray, dst: np.ndarray, cfg: VerifyConfig) -> np.ndarray | None:
+    """``[n] bool`` inliers of the transform of ``cfg.geometry`` from ``src`` to ``dst`` (``[n, 2] float32``
+    pixels), or None when there are too few points or no transform fits."""
+    import cv2
+
+    if len(src) < cfg.min_matches:
+        return None
+    method = cv2.USAC_MAGSAC if cfg.robust == "magsac" else cv2.RANSAC
+    if cfg.geometry == "homography":
+        _, mask = cv2.findHomography(src, dst, method, cfg.reproj_px)
+    elif cfg.geometry == "affine":
+        _, mask = cv2.estimateAffine2D(src, dst, method=method, ransacReprojThreshold=cfg.reproj_px)
+    else:  # OpenCV has no USAC estimator of a similarity: RANSAC whatever ``robust`` says
+        _, mask = cv2.estimateAffinePartial2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=cfg.reproj_px)
+    return None if mask is None else mask.ravel().astype(bool)
+
+
+def evidence_to_score(evidence, votes, cfg: VerifyConfig) -> np.ndarray:
+    """``t / (t + scale), t = evidence + vote_weight * votes`` as float32 (module docstring)."""
+    total = np.asarray(evidence, np.float64) + cfg.vote_weight * np.asarray(votes, np.float64)
+    return (total / (total + cfg.scale)).astype(np.float32)
+
+
+class KeypointMatcher:
+    """A gallery of photos' features, matched against query photos' features.
+
+    Example:
+        >>> m = KeypointMatcher(cfg, gallery_features)          # doctest: +SKIP
+        >>> result = m.match(query_features)                    # result.scores [n_q, n_g]
+    """
+
+    def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features]):
+        self.cfg = cfg
+        self.gallery = list(gallery)
+        t0 = time.perf_counter()
+        self.index = DescriptorIndex(self.gallery, cfg.search)
+        self.index_seconds = time.perf_counter() - t0
+
+    def match(self, queries: Sequence[Features], progress: bool = True) -> MatchResult:
+        """Scores of every query photo against every gallery photo (module docstring)."""
+        import cv2
+
+        cv2.setNumThreads(1)  # one robust fit is small: threads cost more than they give
+        k, cfg_v = self.cfg.search.k, self.cfg.verify
+        nq, ng = len(queries), len(self.gallery)
+        evidence = np.zeros((nq, ng), np.float32)
+        inliers = np.zeros((nq, ng), np.int32)
+        votes = np.zeros((nq, ng), np.float32)
+        t_search = t_verify = 0.0
+        bar = progress_bar(range(0, nq, _QUERY_BLOCK), desc=f"matching {nq} photos",
+                           enabled=progress and nq > _QUERY_BLOCK)
+        for start in bar:
+            block = queries[start:start + _QUERY_BLOCK]
+            t0 = time.perf_counter()
+            counts = [len(f) for f in block]
+            desc = np.concatenate([as_float(f.desc) for f in block]) if sum(counts) else np.zeros((0, 128), np.float32)
+            dist, rows = self.index.search(desc, k + 1)
+            t1 = time.perf_counter()
+            t_search += t1 - t0
+            offsets = np.concatenate([[0], np.cumsum(counts)])
+            for j, q in enumerate(block):
+                i = start + j
+                sl = slice(offsets[j], offsets[j + 1])
+                v, feat, photo, row, weight = lnbnn_votes(dist[sl], rows[sl], self.index.owner, k, ng)
+                votes[i] = v
+                self._verify(q, v, feat, photo, row, weight, evidence[i], inliers[i], cfg_v)
+            t_verify += time.perf_counter() - t1
+        scores = evidence_to_score(evidence, votes, cfg_v)
+        return MatchResult(scores, inliers, votes, {"search": t_search, "verify": t_verify})
+
+    def _verify(self, q: Features, v, feat, photo, row, weight, evidence_row, inlier_row, cfg: VerifyConfig) -> None:
+        if cfg.shortlist == 0 or not len(photo):
+            return
+        n = min(cfg.shortlist, int((v > 0).sum()))
+        if n == 0:
+            return
+        cand = np.argpartition(-v, n - 1)[:n] if n < len(v) else np.arange(len(v))
+        order = np.argsort(photo, kind="stable")
+        sorted_photo = photo[order]
+        for c in cand:
+            lo, hi = np.searchsorted(sorted_photo, [c, c + 1])
+            sel = order[lo:hi]
+            if len(sel) < cfg.min_matches:
+                continue
+            g = self.gallery[c]
+            mask = fit_geometry(q.xy[feat[sel]], g.xy[self.index.local[row[sel]]], cfg)
+            if mask is None:
+                continue
+            evidence_row[c] = weight[sel][mask].sum()
+            inlier_row[c] = int(mask.sum())
+
+
+def pair_matches(fq: Features, fg: Features, cfg: KeypointConfig, ratio: float = 0.85):
+    """The verified correspondences of two photos, for showing a person what the matcher saw.
+
+    Mutual nearest neighbours passing Lowe's ratio test, fitted like a candidate (``cfg.verify``).
+
+    Returns:
+        ``(q_xy [n, 2], g_xy [n, 2])`` float32 inlier positions in the two original photos (n may be 0).
+    """
+    none = (np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32))
+    if len(fq) < 2 or len(fg) < 2:
+        return none
+    a, b = as_float(fq.desc), as_float(fg.desc)
+    d2 = np.maximum((a * a).sum(1)[:, None] - 2 * a @ b.T + (b * b).sum(1)[None], 0)
+    two = np.argpartition(d2, 1, axis=1)[:, :2]
+    pd = np.take_along_axis(d2, two, axis=1)
+    swap = pd[:, 0] > pd[:, 1]
+    best = np.where(swap, two[:, 1], two[:, 0])
+    d_best, d_second = np.minimum(pd[:, 0], pd[:, 1]), np.maximum(pd[:, 0], pd[:, 1])
+    ok = (d_best < ratio * ratio * d_second) & (d2.argmin(axis=0)[best] == np.arange(len(a)))
+    qi = np.flatnonzero(ok)
+    mask = fit_geometry(fq.xy[qi], fg.xy[best[qi]], cfg.verify)
+    if mask is None:
+        return none
+    return fq.xy[qi[mask]], fg.xy[best[qi[mask]]]

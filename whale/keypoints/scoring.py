@@ -1,0 +1,122 @@
+"""A Kaggle-format folder scored by the keypoint matcher: the toolkit's score files, no training.
+
+``whale score --matcher keypoints --data DIR --out OUT`` runs :func:`score_competition`:
+
+* ``OUT`` ending in ``.npz``: that one file, the test images against every training image of a known id
+  (``scores/test.npz``'s format, :mod:`whale.inference.scorefile`);
+* else ``OUT`` is a score folder as ``whale ensemble`` reads it: ``OUT/test.npz`` and, with ``--fold K``,
+  ``OUT/val.npz`` (fold ``K``'s validation queries, ``new_whale`` included, against the fold's training
+  images, the fold rules and seed of ``whale train``, so it averages with a trained run of the same fold),
+  ``OUT/run.json`` (data folder, format, settings, times) and ``OUT/keypoints.yaml`` (the settings).
+
+Features come from the :class:`whale.keypoints.store.FeatureStore` (extracted once per photo content).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from whale.data import ImageSet, fold_data, load_competition
+from whale.errors import DataError
+from whale.files import git_revision, write_json_atomic, write_text_atomic
+from whale.inference.scorefile import write_scores
+from whale.keypoints.config import KeypointConfig
+from whale.keypoints.matcher import KeypointMatcher
+from whale.keypoints.store import FeatureStore
+
+MATCHER = "keypoints"
+
+
+def identity(cfg: KeypointConfig, split: str, fold: int | None, seed: int) -> dict:
+    """What a keypoint score file records about its writer (the fields of a run's, :mod:`whale.inference.scorefile`)."""
+    return {"run_id": f"{MATCHER}-{cfg.config_hash()}", "run": MATCHER, "matcher": MATCHER,
+            "config_hash": cfg.config_hash(), "fold": fold, "seed": seed, "checkpoint": None, "snapshot": None,
+            "init_from": None, "epoch": None, "git_revision": git_revision(), "backend": "opencv", "split": split}
+
+
+def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = None, seed: int = 0,
+                      store_root=None, workers: int | None = None, progress: bool = True, log=print) -> dict[str, Path]:
+    """Write the matcher's score files for the competition in ``data_dir`` (module docstring).
+
+    Args:
+        data_dir: a Kaggle-format folder. out: ``FILE.npz`` (test scores only) or a folder.
+        cfg: the matcher's settings. fold: also score this validation fold (``out`` must be a folder).
+        seed: the fold assignment's seed (a trained run's config ``seed``). store_root: the feature store
+            (None: :func:`whale.keypoints.store.default_root`). workers: extraction processes.
+
+    Returns:
+        ``{"test": path, "val": path}`` of what was written.
+
+    Raises:
+        DataError: no test images and no fold, a bad folder or photo (named).
+    """
+    out = Path(out)
+    single = out.suffix == ".npz"
+    if single and fold is not None:
+        raise DataError(f"--out {out}: --fold writes val.npz and test.npz: give a folder, not a .npz file")
+    comp = load_competition(data_dir)
+    if not comp.test_images and fold is None:
+        raise DataError(f"{Path(data_dir) / 'test'}: no test images to score (the folder is empty or missing); "
+                        "give --fold K to score a validation fold")
+    known = ImageSet.known(comp)
+    test = ImageSet.test(comp)
+    data = fold_data(comp, fold, seed) if fold is not None else None
+    # every photo once: the known training images (the gallery and the fold's known queries), the fold's
+    # open-set queries, the test images
+    sets = [known, test] + ([data.val] if data is not None else [])
+    paths, boxes, where = [], [], {}
+    for s in sets:
+        for p, b in zip(s.paths, s.boxes):
+            key = (str(p), b)
+            if key not in where:
+                where[key] = len(paths)
+                paths.append(p)
+                boxes.append(b)
+    store = FeatureStore(cfg, store_root)
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    feats = store.features(paths, workers=workers, progress=progress, boxes=boxes)
+    times["features"] = time.perf_counter() - t0
+    log(f"keypoints: {len(paths)} photos' features in {times['features']:.1f} s "
+        f"(store {store.folder}; {np.mean([len(f) for f in feats]) if feats else 0:.0f} per photo)")
+
+    def of(s: ImageSet):
+        return [feats[where[(str(p), b)]] for p, b in zip(s.paths, s.boxes)]
+
+    written = {}
+    target = out if single else out / "test.npz"
+    if comp.test_images:
+        written["test"] = _score(of(known), of(test), cfg, progress, times, "test", log,
+                                 lambda s: write_scores(target, s, test.names, known.names, known.ids,
+                                                        identity=identity(cfg, "test", fold, seed)))
+    if data is not None:
+        if not len(data.val):
+            raise DataError(f"{data_dir}: fold {fold} has no validation images (fold rules: docs/training.md)")
+        written["val"] = _score(of(data.gallery), of(data.val), cfg, progress, times, "val", log,
+                                lambda s: write_scores(out / "val.npz", s, data.val.names, data.gallery.names,
+                                                       data.gallery.ids, query_ids=data.val.ids,
+                                                       identity=identity(cfg, "val", fold, seed), trained_on=[]))
+    if not single:
+        import yaml
+
+        write_text_atomic(out / "keypoints.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_json_atomic(out / "run.json", {"matcher": MATCHER, "data": str(Path(data_dir).resolve()),
+                                             "format": comp.format.name, "fold": fold, "seed": seed,
+                                             "config_hash": cfg.config_hash(), "seconds": times})
+    for path in written.values():
+        log(f"wrote {path}")
+    return written
+
+
+def _score(gallery, queries, cfg, progress, times, split, log, write) -> Path:
+    matcher = KeypointMatcher(cfg, gallery)
+    result = matcher.match(queries, progress=progress)
+    times[f"{split}_index"] = matcher.index_seconds
+    times[f"{split}_search"] = result.seconds["search"]
+    times[f"{split}_verify"] = result.seconds["verify"]
+    log(f"keypoints {split}: {len(queries)} queries x {len(gallery)} gallery photos "
+        f"({len(matcher.index)} descriptors, {matcher.index.kind} index {matcher.index_seconds:.1f} s, "
+        f"search {result.seconds['search']:.1f} s, verification {result.seconds['verify']:.1f} s)")
+    return write(result.scores)

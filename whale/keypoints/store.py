@@ -1,0 +1,133 @@
+"""Local features kept on disk by photo content, so a photo is extracted once per feature setting.
+
+``ROOT/<fingerprint>/<hh>/<sha256>.npz``: ``fingerprint`` names the feature settings
+(:meth:`whale.keypoints.config.KeypointConfig.fingerprint`), ``sha256`` the photo's bytes
+(:func:`whale.files.file_hash`), so a renamed or copied photo is not extracted again, a changed one is,
+and a second run, a new batch or the catalogue reuse what is there. Each file is written atomically as
+soon as its photo is done: a killed extraction keeps every finished photo.
+
+The default root is ``$WHALE_CACHE/keypoints``, else ``~/.cache/whale/keypoints``.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from whale.errors import DataError
+from whale.files import atomic_write, file_hash
+from whale.keypoints.config import FeatureConfig, KeypointConfig
+from whale.keypoints.extract import Features, extract
+from whale.progress import progress_bar
+
+
+def default_root() -> Path:
+    """``$WHALE_CACHE/keypoints``, else ``~/.cache/whale/keypoints``."""
+    base = os.environ.get("WHALE_CACHE")
+    return Path(base) / "keypoints" if base else Path.home() / ".cache" / "whale" / "keypoints"
+
+
+def default_workers() -> int:
+    """Extraction processes: every core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _extract_job(job: tuple[str, FeatureConfig, tuple | None]) -> Features | str:
+    """One photo in a worker process: its features, or the error message (re-raised by the parent)."""
+    path, cfg, box = job
+    try:
+        return extract(path, cfg, box)
+    except DataError as e:
+        return str(e)
+
+
+def _start_method() -> str:
+    """``fork`` (fast, no ``__main__`` guard needed) unless a backend with threads is loaded: a fork of a
+    process holding TensorFlow's or JAX's thread pools can hang, so those get ``spawn``."""
+    import sys
+
+    return "spawn" if {"tensorflow", "jax", "torch"} & set(sys.modules) else "fork"
+
+
+class FeatureStore:
+    """Features by photo content under ``root`` for one :class:`KeypointConfig`'s feature settings."""
+
+    def __init__(self, cfg: KeypointConfig, root=None):
+        self.cfg = cfg
+        self.root = Path(root) if root is not None else default_root()
+        self.folder = self.root / cfg.fingerprint()
+
+    def path(self, digest: str) -> Path:
+        return self.folder / digest[:2] / f"{digest}.npz"
+
+    def _read(self, digest: str) -> Features | None:
+        path = self.path(digest)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return Features(z["xy"], z["shape"], z["desc"], tuple(int(v) for v in z["size"]))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            return None  # a damaged entry is extracted again and overwritten
+
+    def _write(self, digest: str, f: Features) -> None:
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, xy=f.xy, shape=f.shape, desc=f.desc, size=np.asarray(f.size, np.int64))
+
+        atomic_write(self.path(digest), write)
+
+    def features(self, paths: Sequence, workers: int | None = None, progress: bool = True,
+                 digests: Sequence[str] | None = None, boxes: Sequence[tuple | None] | None = None) -> list[Features]:
+        """The features of every photo of ``paths``, in order: read from the store, the missing ones extracted.
+
+        Args:
+            paths: photo files.
+            workers: extraction processes (None: :func:`default_workers`; 1: in this process).
+            progress: tqdm bars while hashing and extracting.
+            digests: the photos' content hashes when the caller has them (the catalogue), else computed.
+            boxes: per photo ``(x0, y0, x1, y1)`` or None (the whole photo); a boxed photo is kept apart
+                from the same photo unboxed or with another box.
+
+        Raises:
+            DataError: a photo is missing or cannot be decoded (the message names it).
+        """
+        paths = [Path(p) for p in paths]
+        if digests is None:
+            digests = []
+            for p in progress_bar(paths, desc="hashing photos", enabled=progress and len(paths) > 200):
+                if not p.is_file():
+                    raise DataError(f"{p}: photo not found")
+                digests.append(file_hash(p))
+        boxes = list(boxes) if boxes is not None else [None] * len(paths)
+        digests = [d if b is None else f"{d}-{'_'.join(str(round(float(v), 1)) for v in b)}"
+                   for d, b in zip(digests, boxes)]
+        out: list[Features | None] = [self._read(d) for d in digests]
+        todo = [i for i, f in enumerate(out) if f is None]
+        if not todo:
+            return out  # type: ignore[return-value]
+        workers = default_workers() if workers is None else max(1, int(workers))
+        jobs = [(str(paths[i]), self.cfg.features, boxes[i]) for i in todo]
+        bar = dict(total=len(todo), desc=f"extracting keypoints ({len(todo)} new photos)", enabled=progress)
+        if workers == 1 or len(todo) < 8:
+            results = progress_bar(map(_extract_job, jobs), **bar)
+            self._keep(results, todo, digests, out)
+        else:
+            import multiprocessing as mp
+
+            with mp.get_context(_start_method()).Pool(min(workers, len(todo))) as pool:
+                self._keep(progress_bar(pool.imap(_extract_job, jobs, chunksize=8), **bar), todo, digests, out)
+        return out  # type: ignore[return-value]
+
+    def _keep(self, results, todo, digests, out) -> None:
+        for i, f in zip(todo, results):
+            if isinstance(f, str):
+                raise DataError(f)
+            self._write(digests[i], f)
+            out[i] = f
