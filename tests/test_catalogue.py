@@ -619,7 +619,7 @@ def _race(cat, commands, tmp_path, hold=True):
     if lock is not None:
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
-    codes = [p.wait(timeout=600) for p in procs]
+    codes = [p.wait(timeout=1800) for p in procs]
     return codes, [e.read_text() for e in errs]
 
 
@@ -793,7 +793,7 @@ def _kill_steps(cat_dir, argv, steps, tmp_path):
     def run(target, *killer):
         head = [sys.executable, "-c", KILLER, *killer] if killer else [sys.executable, "-m", "whale.catalogue"]
         cmd = head + [a.replace("{cat}", str(target)) for a in argv] + ["--quiet"]
-        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=1800)
 
     ref = tmp_path / "ref"
     shutil.copytree(cat_dir, ref)
