@@ -3,6 +3,7 @@ force, and add -> index -> match -> accept with a tiny trained run (incremental 
 import csv
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -710,8 +711,9 @@ def _state(cat_dir):
         assert file_hash(cat_dir / rel) == digest, f"{rel}: missing or not the bytes recorded"
     for rel, row in conn.execute("SELECT file, row FROM features"):
         assert row < np.load(cat_dir / rel, mmap_mode="r").shape[2], f"{rel}: row {row} missing"
-    root = str(cat_dir.resolve())
-    out["proposals files"] = sorted((name, (cat_dir / rel).read_text().replace(root, "CAT"))
+    # candidates' catalogue images by their place in the catalogue, whichever copy of it wrote the file
+    out["proposals files"] = sorted((name, re.sub(r'"[^"]*/(images/[0-9a-f]{2}/)', r'"CAT/\1',
+                                                  (cat_dir / rel).read_text()))
                                     for name, rel in conn.execute("SELECT name, proposals FROM batches"))
     conn.close()
     return out
