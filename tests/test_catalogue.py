@@ -3,6 +3,7 @@ force, and add -> index -> match -> accept with a tiny trained run (incremental 
 import csv
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -35,14 +36,19 @@ def _csv(path, header, rows):
     return path
 
 
-def _batch(cat, photos, name="b1"):
-    """A batch as `match` records it (proposals.json + batches row), without a model."""
-    from whale.catalogue.db import now
-    from whale.catalogue.proposals import PROPOSALS_NAME
+CANDIDATES = tuple(Candidate(f"{w}{i}", round(0.9 - i / 100, 2), "/catalogue/image.jpg")
+                   for w in ("w", "n", "m") for i in range(10))
+"""What the hand-made batches propose for every photo: w0-w9, n0-n9, m0-m9."""
 
-    props = Proposals(name, "run", 0.5, tuple(PhotoProposal(str(p.resolve()), file_hash(p), False, None, ())
+
+def _batch(cat, photos, name="b1", candidates=CANDIDATES):
+    """A batch as `match` records it (proposals file + batches row), without a model."""
+    from whale.catalogue.db import now
+    from whale.catalogue.proposals import proposals_file
+
+    props = Proposals(name, "run", 0.5, tuple(PhotoProposal(str(p.resolve()), file_hash(p), False, None, candidates)
                                                for p in photos))
-    path = write_proposals(cat.root / "batches" / name / PROPOSALS_NAME, props)
+    path = write_proposals(cat.root / proposals_file(name, props), props)
     with cat.transaction() as db:
         db.execute("INSERT INTO batches VALUES (?, ?, 'run', 'fp', 0.5, ?, ?)",
                    (name, str(photos[0].parent), path.relative_to(cat.root).as_posix(), now()))
@@ -96,7 +102,8 @@ def test_add_records_photos_and_recognises_a_photo_added_twice(tmp_path):
 
 
 def test_accept_appends_decisions_creates_individuals_and_exports(tmp_path):
-    from whale.catalogue.decisions import accept, export
+    from whale.catalogue.decisions import accept
+    from whale.catalogue.export import export
     from whale.catalogue.ingest import add_photos
 
     known = _photos(tmp_path / "known", 3)
@@ -108,7 +115,7 @@ def test_accept_appends_decisions_creates_individuals_and_exports(tmp_path):
         rows = [[new[0].name, "match", "w0"], [str(new[1].resolve()), "new", "w7"], [new[2].name, "match", "w7"],
                 [new[3].name, "skip", ""]]
         n = accept(cat, "b1", _csv(tmp_path / "d.csv", ["photo", "decision", "individual"], rows), by="ana")
-        assert n == {"matched": 2, "new": 1, "skipped": 1, "unchanged": 0}
+        assert n == {"matched": 2, "new": 1, "skipped": 1, "undone": 0, "unchanged": 0}
         assert cat.individuals() == {"w0", "w7"}
         assert sorted(r[0] for r in cat.query("SELECT decided FROM decisions")) == ["new:w7", "skip", "w0", "w7"]
         assert {r[0] for r in cat.query("SELECT decided_by FROM decisions")} == {"ana"}
@@ -122,8 +129,9 @@ def test_accept_appends_decisions_creates_individuals_and_exports(tmp_path):
         assert accept(cat, "b1", other, redecide=True)["matched"] == 1
         assert cat.counts()["decisions"] == 5  # appended: the first decision is kept
         assert cat.query("SELECT individual FROM images WHERE hash = ?", (file_hash(new[0]),)) == [("w7",)]
-        for bad, message in ((["x.png", "match", "w0"], r"photo 'x.png' is not in .*proposals.json"),
+        for bad, message in ((["x.png", "match", "w0"], r"photo 'x.png' is not in .*proposals-.*.json"),
                              ([new[3].name, "match", "w5"], "'w5' is not in the catalogue"),
+                             ([new[3].name, "match", "zz"], "'zz' is not a candidate of"),
                              ([new[3].name, "new", "w0"], "'w0' exists already"),
                              ([new[3].name, "maybe", "w0"], "decision 'maybe'")):
             with pytest.raises(DataError, match=message):
@@ -143,11 +151,286 @@ def test_accept_appends_decisions_creates_individuals_and_exports(tmp_path):
         assert got[file_hash(later[1])] == ("2025-06-14", "Hervey Bay", None)
         assert got[file_hash(new[1])] == (None, None, None)
         files = export(cat, tmp_path / "out")
-    assert [f.name for f in files] == ["sightings.csv", "individuals.csv", "decisions.csv"]
+    assert [f.name for f in files] == ["sightings.csv", "boxes.csv", "individuals.csv", "decisions.csv"]
     with open(tmp_path / "out" / "sightings.csv") as fh:
-        assert {(r["file"].endswith(".png"), r["location"]) for r in csv.DictReader(fh)} >= {(True, "Tonga")}
+        assert {(r["image"].endswith(".png"), r["location"]) for r in csv.DictReader(fh)} >= {(True, "Tonga")}
     with open(tmp_path / "out" / "individuals.csv") as fh:
         assert {r["individual"]: r["images"] for r in csv.DictReader(fh)} == {"w0": "4", "w7": "4"}  # p000 moved to w7
+
+
+# ------------------------------------------------------------------ bad photos, remove, check
+def test_add_refuses_a_photo_that_is_not_an_image_naming_its_row_and_stores_nothing(tmp_path, capsys):
+    from whale.cli import main
+
+    photos = _photos(tmp_path / "ph", 3)
+    good = photos[0].read_bytes()
+    bad = {"text.jpg": b"not a photo at all\n", "empty.jpg": b"", "cut.png": photos[1].read_bytes()[:200]}
+    for name, data in bad.items():
+        (tmp_path / "ph" / name).write_bytes(data)
+    cat = tmp_path / "cat"
+    for name in bad:
+        labels = _csv(tmp_path / "l.csv", ["image", "individual"], [[photos[2].name, "w1"], [name, "w2"]])
+        assert main(["catalogue", "add", str(cat), "--photos", str(tmp_path / "ph"), "--labels", str(labels),
+                     "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "l.csv, line 3: " in err and name in err and "nothing added" in err
+        assert not cat.exists(), "a failed add leaves no empty catalogue behind"
+    # into an existing catalogue: nothing stored, not even the good row's photo
+    labels = _csv(tmp_path / "ok.csv", ["image", "individual"], [[photos[0].name, "w0"]])
+    assert main(["catalogue", "add", str(cat), "--photos", str(tmp_path / "ph"), "--labels", str(labels)]) == 0
+    before, files = _state(cat), sorted((cat / "images").rglob("*"))
+    labels = _csv(tmp_path / "l.csv", ["image", "individual"], [[photos[2].name, "w1"], ["text.jpg", "w2"]])
+    assert main(["catalogue", "add", str(cat), "--photos", str(tmp_path / "ph"), "--labels", str(labels)]) == 2
+    assert _state(cat) == before and sorted((cat / "images").rglob("*")) == files
+    # a box outside its photo is refused the same way
+    boxes = _csv(tmp_path / "b.csv", ["Image", "x0", "y0", "x1", "y1"], [[photos[2].name, 0, 0, 41, 10]])
+    labels = _csv(tmp_path / "l.csv", ["image", "individual"], [[photos[2].name, "w1"]])
+    assert main(["catalogue", "add", str(cat), "--photos", str(tmp_path / "ph"), "--labels", str(labels),
+                 "--boxes", str(boxes)]) == 2
+    assert "box 0,0,41,10 leaves the 40x40 image" in capsys.readouterr().err and _state(cat) == before
+    assert good == photos[0].read_bytes()
+
+
+def _older_catalogue_with_a_bad_photo(tmp_path):
+    """A catalogue as an earlier version let it be: a text file accepted as a photo of 'w_bad'."""
+    from whale.catalogue.db import now
+    from whale.catalogue.ingest import add_photos
+
+    photos = _photos(tmp_path / "ph", 4)
+    cat_dir = tmp_path / "cat"
+    with Catalogue.create(cat_dir) as cat:
+        add_photos(cat, _csv(tmp_path / "l.csv", ["image", "individual"], [[p.name, f"w{i % 2}"]
+                                                                           for i, p in enumerate(photos)]),
+                   tmp_path / "ph", progress=False)
+        text = tmp_path / "notes.jpg"
+        text.write_text("field notes, not a photo")
+        digest = file_hash(text)
+        (cat_dir / "images" / digest[:2]).mkdir(exist_ok=True)
+        (cat_dir / "images" / digest[:2] / f"{digest}.jpg").write_bytes(text.read_bytes())
+        with cat.transaction() as db:
+            db.execute("INSERT INTO individuals VALUES ('w_bad', ?, 'old')", (now(),))
+            db.execute("INSERT INTO images VALUES (?, ?, ?, 'w_bad', NULL, ?)",
+                       (digest, f"images/{digest[:2]}/{digest}.jpg", str(text), now()))
+            db.execute("INSERT INTO sightings (image, individual) VALUES (?, 'w_bad')", (digest,))
+    return cat_dir, digest, photos
+
+
+def test_check_names_every_bad_photo_and_feature_and_remove_takes_them_out_after_asking(tmp_path, capsys,
+                                                                                        monkeypatch):
+    import io
+
+    from whale.catalogue.features import features_file
+    from whale.cli import main
+
+    cat, bad, photos = _older_catalogue_with_a_bad_photo(tmp_path)
+    with Catalogue.open(cat) as c:  # features of two photos, as `index` writes them; one file then damaged
+        hashes = [file_hash(p) for p in photos]  # of w0, w1, w0, w1
+        for h, values in ((hashes[0], np.ones((1, 1, 1, 4), np.float32)), (hashes[1], np.zeros((1, 1, 1, 4)))):
+            buf = io.BytesIO()
+            np.save(buf, values)
+            rel = features_file("fp", buf.getvalue())
+            (cat / rel).parent.mkdir(parents=True, exist_ok=True)
+            (cat / rel).write_bytes(buf.getvalue())
+            with c.transaction() as db:
+                db.execute("INSERT INTO features VALUES (?, 'fp', ?, 0)", (h, rel))
+        damaged = cat / c.query("SELECT file FROM features WHERE hash = ?", (hashes[1],))[0][0]
+        flipped = cat / c.query("SELECT file FROM images WHERE hash = ?", (hashes[2],))[0][0]
+    damaged.write_bytes(damaged.read_bytes()[:-4] + b"\x00\x00\x80\x7f")  # a NaN: other bytes than its name's
+    flipped.write_bytes(flipped.read_bytes()[:-1] + b"\x00")
+    assert main(["catalogue", "check", str(cat)]) == 2
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert len(lines) == 3, out
+    assert any(bad[:12] in line and "'w_bad'" in line and "not a readable image" in line and
+               f"remove {cat} {bad[:12]}" in line for line in lines)
+    assert any(hashes[2][:12] in line and "does not hold the bytes of its hash" in line for line in lines)
+    assert any(f"features of photo {hashes[1][:12]}" in line and "does not hold the bytes" in line for line in lines)
+    assert "3 problems in 5 photos, 2 feature rows, 2 feature files (listed above)" in err
+    # remove asks first: no answer (no terminal) is a refusal naming --yes; "n" removes nothing
+    def counts():
+        with Catalogue.open(cat) as c:
+            return c.counts()
+
+    before = counts()
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert main(["catalogue", "remove", str(cat), bad[:8]]) == 2
+    assert "add --yes" in capsys.readouterr().err and counts() == before
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    assert main(["catalogue", "remove", str(cat), bad[:8]]) == 0
+    out = capsys.readouterr().out
+    assert "remove 1 photo, 1 sightings and 0 feature rows:" in out and "'w_bad', left without photos" in out
+    assert "nothing removed" in out and counts() == before
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    assert main(["catalogue", "remove", str(cat), bad[:8]]) == 0
+    assert "removed 1 photos and 1 individuals" in capsys.readouterr().out
+    with Catalogue.open(cat) as c:
+        assert "w_bad" not in c.individuals() and c.counts()["images"] == 4
+    # by the path it was added from (the damaged one), by its individual; --yes asks nothing
+    assert main(["catalogue", "remove", str(cat), str(photos[2]), "--yes"]) == 0
+    assert main(["catalogue", "remove", str(cat), "w1", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "remove individual 'w1' with its 2 photos, 2 sightings and 1 feature rows:" in out
+    assert main(["catalogue", "check", str(cat)]) == 0
+    assert "checked 1 photos, 1 feature rows, 1 feature files: every photo and feature" in capsys.readouterr().out
+    assert _leftovers(cat) == [] and not damaged.exists()
+    for what, message in (("zz", "no individual or photo 'zz'"), ("0" * 5, "no individual or photo '00000'")):
+        assert main(["catalogue", "remove", str(cat), what, "--yes"]) == 2
+        assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ redecisions, unlisted matches, export
+def test_redeciding_skip_undoes_the_earlier_decision_and_an_emptied_new_individual_goes(tmp_path, capsys):
+    from whale.catalogue.decisions import accept
+    from whale.catalogue.ingest import add_photos
+    from whale.cli import main
+
+    known, new = _photos(tmp_path / "known", 2), _photos(tmp_path / "new", 3, seed=1)
+    cat = tmp_path / "cat"
+    header = ["photo", "decision", "individual"]
+    with Catalogue.create(cat) as c:
+        add_photos(c, _csv(tmp_path / "k.csv", ["image", "individual"], [[p.name, "w0"] for p in known]),
+                   tmp_path / "known", progress=False)
+        (tmp_path / "new" / "same.png").write_bytes(known[0].read_bytes())  # a catalogue photo, taken again
+        _batch(c, [*new, tmp_path / "new" / "same.png"])
+        accept(c, "b1", _csv(tmp_path / "d.csv", header, [[new[0].name, "new", "w9"], [new[1].name, "match", "w0"],
+                                                           ["same.png", "match", "w0"]]))
+        with c.transaction() as db:  # features of the first new photo, as `index` would store them
+            db.execute("INSERT INTO features VALUES (?, 'fp', 'features/fp/x.npy', 0)", (file_hash(new[0]),))
+    undo = _csv(tmp_path / "u.csv", header, [[new[0].name, "skip", ""], [new[1].name, "skip", ""],
+                                             ["same.png", "skip", ""]])
+    assert main(["catalogue", "accept", str(cat), "--batch", "b1", "--decisions", str(undo), "--quiet"]) == 2
+    assert "was decided 'new:w9' before; --redecide" in capsys.readouterr().err
+    assert main(["catalogue", "accept", str(cat), "--batch", "b1", "--decisions", str(undo), "--redecide"]) == 0
+    assert "3 skipped (2 of them undoing an earlier decision: photo removed)" in capsys.readouterr().out
+    with Catalogue.open(cat) as c:
+        assert c.individuals() == {"w0"}  # w9 had only the undone photo
+        held = {h for h, in c.query("SELECT hash FROM images")}
+        assert held == {file_hash(p) for p in known}  # the catalogue's own photo stays, with its sighting
+        assert c.counts()["sightings"] == 2 and c.counts()["features"] == 0
+        assert [d for _, d in c.query("SELECT photo_hash, decided FROM decisions ORDER BY id")][-3:] == ["skip"] * 3
+    assert _leftovers(cat) == []
+    # deciding it again brings the photo back, as a sighting of that decision
+    again = _csv(tmp_path / "a.csv", header, [[new[0].name, "new", "w9"]])
+    assert main(["catalogue", "accept", str(cat), "--batch", "b1", "--decisions", str(again), "--redecide"]) == 0
+    with Catalogue.open(cat) as c:
+        assert c.query("SELECT individual FROM images WHERE hash = ?", (file_hash(new[0]),)) == [("w9",)]
+        assert c.query("SELECT d.decided FROM sightings s JOIN decisions d ON d.id = s.decision "
+                       "WHERE s.image = ?", (file_hash(new[0]),)) == [("new:w9",)]
+
+
+def test_accept_refuses_an_individual_outside_the_candidates_unless_asked(tmp_path, capsys):
+    from whale.catalogue.ingest import add_photos
+    from whale.cli import main
+
+    known, new = _photos(tmp_path / "known", 2), _photos(tmp_path / "new", 1, seed=1)
+    cat = tmp_path / "cat"
+    with Catalogue.create(cat) as c:
+        add_photos(c, _csv(tmp_path / "k.csv", ["image", "individual"], [[known[0].name, "w0"], [known[1].name, "x1"]]),
+                   tmp_path / "known", progress=False)
+        _batch(c, new, candidates=(Candidate("w0", 0.8, str(known[0])),))
+    dec = _csv(tmp_path / "d.csv", ["photo", "decision", "individual"], [[new[0].name, "match", "x1"]])
+    accept = ["catalogue", "accept", str(cat), "--batch", "b1", "--decisions", str(dec)]
+    assert main(accept) == 2
+    assert "'x1' is not a candidate of" in capsys.readouterr().err
+    with Catalogue.open(cat) as c:
+        assert c.counts()["decisions"] == 0
+    assert main([*accept, "--allow-unlisted"]) == 0
+    with Catalogue.open(cat) as c:
+        assert c.query("SELECT individual FROM images WHERE hash = ?", (file_hash(new[0]),)) == [("x1",)]
+
+
+def test_export_is_read_back_by_add_as_it_is(tmp_path, capsys):
+    from whale.catalogue.decisions import accept
+    from whale.catalogue.ingest import add_photos
+    from whale.cli import main
+
+    known, new = _photos(tmp_path / "known", 5), _photos(tmp_path / "new", 2, seed=1)
+    cat = tmp_path / "cat"
+    with Catalogue.create(cat) as c:
+        add_photos(c, _csv(tmp_path / "k.csv", ["image", "individual", "date", "location", "encounter"],
+                           [[p.name, f"w{i % 2}", "2024-05-0{i}", "Bay, \"north\"" if i else "", f"e{i}"]
+                            for i, p in enumerate(known)]), tmp_path / "known",
+                   _csv(tmp_path / "boxes.csv", ["Image", "x0", "y0", "x1", "y1"], [[known[1].name, 2, 3, 30, 33]]),
+                   progress=False)
+        _batch(c, new)
+        accept(c, "b1", _csv(tmp_path / "d.csv", ["photo", "decision", "individual"],
+                             [[new[0].name, "new", "w9"], [new[1].name, "match", "w0"]]), sighting={"date": "2025"})
+    first, again = tmp_path / "export", tmp_path / "again"
+    assert main(["catalogue", "export", str(cat), "--out", str(first)]) == 0
+    assert main(["catalogue", "add", str(tmp_path / "copy"), "--photos", str(first), "--labels",
+                 str(first / "sightings.csv"), "--boxes", str(first / "boxes.csv")]) == 0
+    assert "added 7 photos (3 new individuals" in capsys.readouterr().out
+    assert main(["catalogue", "export", str(tmp_path / "copy"), "--out", str(again)]) == 0
+
+    def files(folder, *names):
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+                if p.is_file() and (not names or p.name in names or "photos" in p.parts)}
+
+    assert files(again, "sightings.csv", "boxes.csv") == files(first, "sightings.csv", "boxes.csv")
+    assert len(files(first, "boxes.csv")) == 8  # 7 photos and boxes.csv; sightings.csv holds sources and dates
+    with open(first / "sightings.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["source"] for r in rows} >= {str(known[0].resolve()), str(new[0].resolve())}
+    assert {r["date"] for r in rows if r["individual"] == "w9"} == {"2025"}
+
+    def ids(folder):
+        with open(folder / "individuals.csv") as fh:
+            return [(r["individual"], r["images"]) for r in csv.DictReader(fh)]
+
+    assert ids(again) == ids(first) == [("w0", "4"), ("w1", "2"), ("w9", "1")]
+    # again into the same folder: the same files; a folder of other files is refused
+    assert main(["catalogue", "export", str(cat), "--out", str(first)]) == 0
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    assert main(["catalogue", "export", str(cat), "--out", str(tmp_path / "other")]) == 2
+    assert "is not an earlier export" in capsys.readouterr().err
+
+
+def test_an_export_that_fails_leaves_no_folder_it_created(tmp_path, monkeypatch, capsys):
+    import whale.catalogue.export as export_module
+    from whale.catalogue.ingest import add_photos
+    from whale.cli import main
+    from whale.errors import OutputError
+
+    photos = _photos(tmp_path / "ph", 3)
+    with Catalogue.create(tmp_path / "cat") as c:
+        add_photos(c, _csv(tmp_path / "k.csv", ["image", "individual"], [[p.name, "w0"] for p in photos]),
+                   tmp_path / "ph", progress=False)
+    real, calls = export_module.atomic_write, []
+
+    def full_disk(path, write, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OutputError(f"{path}: no space left on the device")
+        return real(path, write, **kwargs)
+
+    monkeypatch.setattr(export_module, "atomic_write", full_disk)
+    assert main(["catalogue", "export", str(tmp_path / "cat"), "--out", str(tmp_path / "out" / "x")]) == 2
+    assert "no space left" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "x").exists()
+
+
+def test_a_version_1_catalogue_is_migrated_and_knows_which_sightings_decisions_added(tmp_path):
+    import sqlite3
+
+    from whale.catalogue.db import DB_NAME
+    from whale.catalogue.decisions import accept
+    from whale.catalogue.ingest import add_photos
+
+    known, new = _photos(tmp_path / "known", 2), _photos(tmp_path / "new", 1, seed=1)
+    with Catalogue.create(tmp_path / "cat") as c:
+        add_photos(c, _csv(tmp_path / "k.csv", ["image", "individual"], [[p.name, "w0"] for p in known]),
+                   tmp_path / "known", progress=False)
+        _batch(c, new)
+        accept(c, "b1", _csv(tmp_path / "d.csv", ["photo", "decision", "individual"], [[new[0].name, "match", "w0"]]))
+    conn = sqlite3.connect(tmp_path / "cat" / DB_NAME)
+    conn.executescript("ALTER TABLE sightings DROP COLUMN decision; UPDATE meta SET value = '1' "
+                       "WHERE key = 'schema_version';")
+    conn.close()
+    with Catalogue.open(tmp_path / "cat") as c:
+        assert c.meta("schema_version") == "2"
+        added = dict(c.query("SELECT image, decision FROM sightings"))
+    assert added == {file_hash(known[0]): None, file_hash(known[1]): None, file_hash(new[0]): 1}
 
 
 class _DotScorer:
@@ -226,7 +509,7 @@ def test_add_index_match_accept_through_the_command(trained, tmp_path, capsys):
         assert len(list((cat / "features").rglob("*.npy"))) == 1
     assert main(["catalogue", "match", str(cat), "--run", str(run), "--photos", str(data / "test"),
                  "--top", "3", "--batch", "t1", *common]) == 0
-    props = read_proposals(cat / "batches" / "t1" / "proposals.json")
+    props = read_proposals(_proposals_path(cat, "t1"))
     assert len(props.photos) == len(list((data / "test").iterdir()))
     for ph in props.photos:
         assert len(ph.candidates) == 3 and len({c.individual for c in ph.candidates}) == 3
@@ -254,11 +537,164 @@ def test_add_index_match_accept_through_the_command(trained, tmp_path, capsys):
     assert decided[first.hash] == first.candidates[0].individual and decided[second.hash] == "new:w_field_1"
     assert main(["catalogue", "match", str(cat), "--photos", str(tmp_path / "none")]) == 2
     assert "no such folder of photos" in capsys.readouterr().err
+    # a decided batch is never replaced silently: match into it refuses; --rematch keeps the decisions and says so
+    old_file, before = _proposals_path(cat, "t1"), _state(cat)
+    match = ["catalogue", "match", str(cat), "--photos", str(data / "test"), "--top", "2", "--batch", "t1", *common]
+    assert main(match) == 2
+    err = capsys.readouterr().err
+    assert f"batch 't1' exists already" in err and f"{len(props.photos)} decisions" in err and "--rematch" in err
+    assert _state(cat) == before
+    assert main([*match, "--rematch"]) == 0
+    assert f"re-matched: its {len(props.photos)} decisions are kept" in capsys.readouterr().out
+    after = _state(cat)
+    assert after["decisions"] == before["decisions"] and after["proposals"] != before["proposals"]
+    assert not old_file.exists() and len(read_proposals(_proposals_path(cat, "t1")).photos[0].candidates) == 2
+    assert main(["catalogue", "accept", str(cat), "--batch", "t1", "--decisions", str(dec), *common]) == 0
+    assert f"0 skipped, {len(props.photos)} already decided so" in capsys.readouterr().out
 
 
-# ------------------------------------------------------------------ kill -9 at any moment
+def _proposals_path(cat_dir, batch):
+    """The proposals file the batch's row names."""
+    with Catalogue.open(cat_dir) as c:
+        return cat_dir / c.query("SELECT proposals FROM batches WHERE name = ?", (batch,))[0][0]
+
+
+NO_BACKEND = ("import sys; from whale.cli import main; status = main(sys.argv[1:]); "
+              "print('BACKEND LOADED' if 'keras' in sys.modules or 'tensorflow' in sys.modules else 'no backend'); "
+              "sys.exit(status)")
+
+
+def test_a_bad_batch_name_or_an_existing_batch_is_refused_before_the_backend_loads(decided, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = tmp_path / "no-run"  # never opened: the refusals come first
+    for batch, words in (("bad name!", "batch name 'bad name!'"), ("b1", "batch 'b1' exists already (matched")):
+        proc = subprocess.run([sys.executable, "-c", NO_BACKEND, "catalogue", "match", str(decided), "--run", str(run),
+                               "--photos", str(tmp_path / "more"), "--batch", batch], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1], timeout=120)
+        assert proc.returncode == 2 and "no backend" in proc.stdout, proc.stdout + proc.stderr
+        assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_index_names_a_catalogue_photo_it_cannot_read_and_runs_once_it_is_removed(trained, tmp_path, capsys):
+    from whale.cli import main
+
+    _, run = trained
+    cat, bad, _ = _older_catalogue_with_a_bad_photo(tmp_path)
+    assert main(["catalogue", "index", str(cat), "--run", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"catalogue photo {bad[:12]} of 'w_bad' (added from {tmp_path / 'notes.jpg'}) cannot be read" in err
+    assert f"`whale catalogue remove {cat} {bad[:12]}` removes it" in err and len(err.strip().splitlines()) == 1
+    assert _leftovers(cat) == []
+    assert main(["catalogue", "remove", str(cat), bad, "--yes"]) == 0
+    assert main(["catalogue", "index", str(cat), "--run", str(run), "--quiet"]) == 0
+    assert "4 photos scored" in capsys.readouterr().out
+    assert main(["catalogue", "check", str(cat)]) == 0
+
+
+def _race(cat, commands, tmp_path, hold=True):
+    """Run ``whale catalogue`` ``commands`` at once on catalogue ``cat``; with ``hold`` this test holds the
+    catalogue's lock until every one waits for it, then lets them all go. Returns ``(exit codes, stderrs)``."""
+    import fcntl
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from whale.catalogue.db import LOCK_NAME
+
+    lock = None
+    if hold:
+        lock = open(cat / LOCK_NAME, "a+")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    errs = [tmp_path / f"race-err{i}" for i in range(len(commands))]
+    procs = [subprocess.Popen([sys.executable, "-m", "whale.catalogue", *argv, "--quiet"], stdout=subprocess.DEVNULL,
+                              stderr=err.open("w"), cwd=Path(__file__).resolve().parents[1])
+             for argv, err in zip(commands, errs)]
+    deadline = time.time() + 300
+    while hold and time.time() < deadline and not all("waiting for another command" in e.read_text() for e in errs):
+        assert all(p.poll() is None for p in procs), [e.read_text() for e in errs]
+        time.sleep(0.1)
+    if lock is not None:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+    codes = [p.wait(timeout=1800) for p in procs]
+    return codes, [e.read_text() for e in errs]
+
+
+def test_two_adds_and_two_accepts_at_once_run_one_after_the_other(tmp_path):
+    photos = _photos(tmp_path / "ph", 10)
+    cat = tmp_path / "cat"
+    first = _csv(tmp_path / "a.csv", ["image", "individual"], [[p.name, f"w{i % 2}"] for i, p in enumerate(photos[:7])])
+    second = _csv(tmp_path / "b.csv", ["image", "individual"], [[p.name, f"w{i % 2}"]
+                                                                 for i, p in enumerate(photos) if i >= 4])
+    # two adds creating one catalogue at once, sharing three photos
+    codes, errs = _race(cat, [["add", str(cat), "--photos", str(tmp_path / "ph"), "--labels", str(labels)]
+                              for labels in (first, second)], tmp_path, hold=False)
+    assert codes == [0, 0], errs
+    with Catalogue.open(cat) as c:
+        assert (c.counts()["images"], c.counts()["sightings"], c.individuals()) == (10, 10, {"w0", "w1"})
+        new = _photos(tmp_path / "new", 2, seed=1)
+        _batch(c, new)
+    # two accepts deciding one photo differently: one records, the other finds it decided
+    decisions = [_csv(tmp_path / f"d{w}.csv", ["photo", "decision", "individual"], [[new[0].name, "match", w]])
+                 for w in ("w0", "w1")]
+    codes, errs = _race(cat, [["accept", str(cat), "--batch", "b1", "--decisions", str(d)] for d in decisions],
+                        tmp_path)
+    assert sorted(codes) == [0, 2] and "was decided 'w" in errs[codes.index(2)], errs
+    assert not any("Traceback" in e for e in errs)
+    with Catalogue.open(cat) as c:
+        assert c.counts()["decisions"] == 1 and c.counts()["images"] == 11
+    assert _leftovers(cat) == []
+
+
+def test_a_command_that_waited_while_its_catalogue_was_removed_writes_nothing(tmp_path):
+    """What a failed `add` does to the empty catalogue it created (removes it, under the lock) must not let
+    another command, opened on it before, write into the removed file and exit 0."""
+    import shutil
+
+    from whale.catalogue.ingest import add_photos
+
+    photos = _photos(tmp_path / "ph", 2)
+    waiting = Catalogue.create(tmp_path / "cat")
+    shutil.rmtree(tmp_path / "cat")
+    Catalogue.create(tmp_path / "cat").close()  # and another catalogue made there since
+    labels = _csv(tmp_path / "l.csv", ["image", "individual"], [[p.name, "w0"] for p in photos])
+    with pytest.raises(DataError, match="removed or replaced while this command waited"):
+        add_photos(waiting, labels, tmp_path / "ph", progress=False)
+    waiting.close()
+    with Catalogue.open(tmp_path / "cat") as c:
+        assert c.counts()["images"] == 0
+
+
+@pytest.mark.slow
+def test_three_matches_at_once_run_one_after_the_other(trained, indexed, tmp_path):
+    """A real race: three `whale catalogue match` processes wait on one catalogue that has no features yet (this
+    test holds its lock), then all go at once: one indexes, the others reuse its features; of two into one
+    batch, one writes it and the other refuses (no traceback, no orphan file)."""
+    import shutil
+
+    data, run = trained
+    cat = tmp_path / "cat"
+    shutil.copytree(indexed[0], cat)
+    codes, errs = _race(cat, [["match", str(cat), "--run", str(run), "--photos", str(data / "test"), "--batch", batch]
+                              for batch in ("same", "same", "other")], tmp_path)
+    assert sorted(codes[:2]) == [0, 2] and codes[2] == 0, errs
+    assert "batch 'same' exists already" in errs[codes.index(2)] and not any("Traceback" in e for e in errs), errs
+    with Catalogue.open(cat) as c:
+        n_images = c.counts()["images"]
+        assert c.query("SELECT COUNT(*), COUNT(DISTINCT hash), COUNT(DISTINCT file) FROM features") == \
+            [(n_images, n_images, 1)]
+        assert sorted(n for n, in c.query("SELECT name FROM batches")) == ["other", "same"]
+    assert _leftovers(cat) == []
+
+
+# ------------------------------------------------------------------ kill -9 at each step
 def _state(cat_dir):
-    """What a catalogue holds, minus times and random file names; checks every file a row names."""
+    """What a catalogue holds, minus times and the names of files named by their content; checks every file a
+    row names, and holds each batch's proposals file (catalogue paths made relative, so copies compare)."""
     import sqlite3
 
     from whale.catalogue.db import DB_NAME, TABLES
@@ -267,63 +703,129 @@ def _state(cat_dir):
     out = {}
     for table in TABLES:
         cols = [c[1] for c in conn.execute(f"PRAGMA table_info({table})")]
-        keep = [c for c in cols if not c.endswith("_at") and (table, c) != ("features", "file")]
+        keep = [c for c in cols if not c.endswith("_at") and (table, c) not in (("features", "file"),
+                                                                                  ("batches", "proposals"))]
         rows = sorted(conn.execute(f"SELECT {', '.join(keep)} FROM {table}").fetchall(), key=repr)
         out[table] = [r for r in rows if table != "meta" or not r[0].endswith("_at")]
     for digest, rel in conn.execute("SELECT hash, file FROM images"):
         assert file_hash(cat_dir / rel) == digest, f"{rel}: missing or not the bytes recorded"
     for rel, row in conn.execute("SELECT file, row FROM features"):
         assert row < np.load(cat_dir / rel, mmap_mode="r").shape[2], f"{rel}: row {row} missing"
+    # candidates' catalogue images by their place in the catalogue, whichever copy of it wrote the file
+    out["proposals files"] = sorted((name, re.sub(r'"[^"]*/(images/[0-9a-f]{2}/)', r'"CAT/\1',
+                                                  (cat_dir / rel).read_text()))
+                                    for name, rel in conn.execute("SELECT name, proposals FROM batches"))
     conn.close()
     return out
 
 
-def _kill_chain(cat_dir, argv, fractions, tmp_path):
-    """Run ``argv`` on copies of ``cat_dir`` killed (SIGKILL) at ``fractions`` of its uninterrupted time.
+def _leftovers(cat_dir):
+    """Files of the catalogue that no row names: partial writes, unrecorded copies, old proposals."""
+    import sqlite3
 
-    Each killed copy must equal the state before or after; run again to the end it must equal after.
-    Returns ``(landed before, landed after)``.
-    """
+    from whale.catalogue.db import DB_NAME
+
+    conn = sqlite3.connect(cat_dir / DB_NAME)
+    named = {r[0] for sql in ("SELECT file FROM images", "SELECT file FROM features", "SELECT proposals FROM batches")
+             for r in conn.execute(sql)}
+    conn.close()
+    return sorted(p.relative_to(cat_dir).as_posix() for folder in ("images", "features", "batches")
+                  for p in (cat_dir / folder).rglob("*") if p.is_file() and "review" not in p.parts
+                  and p.relative_to(cat_dir).as_posix() not in named)
+
+
+KILLER = """
+import contextlib, os, signal, sys
+from importlib import import_module
+target, when, nth = sys.argv[1], sys.argv[2], int(sys.argv[3])
+module, _, attr = target.partition(":")
+owner = import_module(module)
+*path, name = attr.split(".")
+for part in path:
+    owner = getattr(owner, part)
+real, calls = getattr(owner, name), [0]
+
+def reached():
+    calls[0] += 1
+    return calls[0] == nth
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if when in ("commit", "committed"):  # the nth transaction: inside it (rows written, no COMMIT), or just after it
+    @contextlib.contextmanager
+    def patched(*args, **kwargs):
+        with real(*args, **kwargs) as db:
+            yield db
+            hit = reached()
+            if hit and when == "commit":
+                die()
+        if hit:
+            die()
+else:  # before or after the nth call
+    def patched(*args, **kwargs):
+        hit = reached()
+        if hit and when == "before":
+            die()
+        out = real(*args, **kwargs)
+        if hit:
+            die()
+        return out
+setattr(owner, name, patched)
+from whale.catalogue.cli import main
+sys.exit(main(sys.argv[4:]))
+"""
+"""Runs ``whale catalogue ARGV`` killing itself (SIGKILL) at one step: ``TARGET WHEN N ARGV...``."""
+
+
+def _kill_steps(cat_dir, argv, steps, tmp_path):
+    """Run ``argv`` on copies of ``cat_dir``, each killed (SIGKILL) at one of ``steps``: (``module:attr``,
+    ``before`` | ``after`` | ``commit`` | ``committed``, n-th call). Every step must be reached; each killed copy
+    must equal the state before or after; the command run again must reach after and leave no stray file.
+    Returns ``(landed before, landed after)``."""
     import shutil
+    import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     before = _state(cat_dir)
 
-    def start(target):
-        cmd = [sys.executable, "-m", "whale.catalogue", *[a.replace("{cat}", str(target)) for a in argv], "--quiet"]
-        return subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    def run(target, *killer):
+        head = [sys.executable, "-c", KILLER, *killer] if killer else [sys.executable, "-m", "whale.catalogue"]
+        cmd = head + [a.replace("{cat}", str(target)) for a in argv] + ["--quiet"]
+        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=1800)
 
     ref = tmp_path / "ref"
     shutil.copytree(cat_dir, ref)
-    t0 = time.perf_counter()
-    proc = start(ref)
-    assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-2000:]
-    total = time.perf_counter() - t0
+    proc = run(ref)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     after = _state(ref)
-    assert after != before
+    assert after != before and _leftovers(ref) == []
     landed = [0, 0]
-    for i, f in enumerate(fractions):
+    for i, step in enumerate(steps):
         copy = tmp_path / f"k{i}"
         shutil.copytree(cat_dir, copy)
-        proc = start(copy)
-        time.sleep(f * total)
-        proc.kill()
-        proc.wait()
+        proc = run(copy, *map(str, step))
+        assert proc.returncode == -signal.SIGKILL, f"{step}: never reached (status {proc.returncode}) {proc.stderr}"
         got = _state(copy)
-        assert got in (before, after), f"killed at {f:.2f} x {total:.1f} s: neither before nor after"
+        assert got in (before, after), f"killed at {step}: neither before nor after"
         landed[got == after] += 1
-        proc = start(copy)
-        assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-2000:]
-        assert _state(copy) == after
+        proc = run(copy)
+        assert proc.returncode == 0, f"again after {step}: {proc.stderr[-2000:]}"
+        assert _state(copy) == after and _leftovers(copy) == [], step
         shutil.rmtree(copy)
     return landed
 
 
-FRACTIONS = (0.35, 0.7, 0.9, 0.97)
+TRANSACTION = "whale.catalogue.db:Catalogue.transaction"
+ADD_STEPS = (("whale.catalogue.ingest:check_photo", "before", 30),  # decoding, nothing written
+             ("shutil:copyfile", "after", 40),  # a photo copied to its temporary name, not renamed
+             ("whale.catalogue.ingest:flush", "before", 1),  # every photo copied, none recorded
+             (TRANSACTION, "commit", 1), (TRANSACTION, "committed", 1))
+ACCEPT_STEPS = (("shutil:copyfile", "after", 30), ("whale.catalogue.decisions:flush", "before", 1),
+                (TRANSACTION, "commit", 1), (TRANSACTION, "committed", 1))
 
 
 @pytest.fixture()
@@ -350,27 +852,59 @@ def decided(tmp_path):
     return cat_dir
 
 
-@pytest.mark.parametrize("fractions", [(0.4, 0.8), pytest.param(FRACTIONS, marks=pytest.mark.slow)])
-def test_killed_add_and_accept_leave_the_catalogue_before_or_after_and_keep_decisions(decided, tmp_path, fractions):
+def test_add_killed_at_each_step_leaves_the_catalogue_before_or_after(decided, tmp_path):
     add = ["add", "{cat}", "--photos", str(tmp_path / "more"), "--labels", str(tmp_path / "more.csv")]
-    landed = _kill_chain(decided, add, fractions, tmp_path / "add")
-    accept_ = ["accept", "{cat}", "--batch", "b2", "--decisions", str(tmp_path / "d2.csv")]
-    landed2 = _kill_chain(decided, accept_, fractions, tmp_path / "accept")
-    # the kills landed on both sides of the commit (else the test proved nothing)
-    assert landed[0] + landed2[0] >= 1, (landed, landed2)
+    assert _kill_steps(decided, add, ADD_STEPS, tmp_path / "add") == [4, 1]
     assert _state(decided)["decisions"], "the accepted decisions of b1 are there"
 
 
-@pytest.mark.slow
-def test_killed_index_leaves_features_before_or_after(trained, tmp_path):
+def test_accept_killed_at_each_step_leaves_the_catalogue_before_or_after(decided, tmp_path):
+    accept_ = ["accept", "{cat}", "--batch", "b2", "--decisions", str(tmp_path / "d2.csv")]
+    assert _kill_steps(decided, accept_, ACCEPT_STEPS, tmp_path / "accept") == [3, 1]
+
+
+@pytest.fixture(scope="module")
+def indexed(trained, tmp_path_factory):
+    """A catalogue of the tiny run's training photos (half of them), and a copy indexed with a decided batch."""
+    import shutil
+
+    import pandas as pd
+
+    from whale.catalogue.decisions import accept
+    from whale.catalogue.features import RunFeatures
     from whale.catalogue.ingest import add_photos
+    from whale.catalogue.match import match_batch
 
     data, run = trained
-    with Catalogue.create(tmp_path / "cat") as cat:
-        add_photos(cat, data / "train.csv", data / "train", data / "bounding_boxes.csv", progress=False)
-    landed = _kill_chain(tmp_path / "cat", ["index", "{cat}", "--run", str(run)], (0.5, 0.8, 0.9, 0.95, 0.99),
-                         tmp_path / "index")
-    assert landed[0] >= 1
+    root = tmp_path_factory.mktemp("indexed")
+    known = pd.read_csv(data / "train.csv")
+    known = known[known["Id"] != "new_whale"]
+    labels = _csv(root / "half.csv", ["Image", "Id"], known.iloc[: len(known) // 2].values.tolist())
+    with Catalogue.create(root / "bare") as cat:
+        add_photos(cat, labels, data / "train", data / "bounding_boxes.csv", progress=False)
+    shutil.copytree(root / "bare", root / "decided")
+    with Catalogue.open(root / "decided") as cat:
+        props, _ = match_batch(cat, RunFeatures(run, verbose=False), data / "test", "t1", top=3)
+        accept(cat, "t1", _csv(root / "d.csv", ["photo", "decision", "individual"],
+                               [[props.photos[0].photo, "match", props.photos[0].candidates[0].individual],
+                                [props.photos[1].photo, "new", "w_field"]]))
+    return root / "bare", root / "decided"
+
+
+@pytest.mark.slow
+def test_index_and_a_rematch_killed_at_each_step_leave_the_catalogue_before_or_after(trained, indexed, tmp_path):
+    data, run = trained
+    index = ["index", "{cat}", "--run", str(run)]
+    steps = (("whale.catalogue.features:RunFeatures.features", "before", 1),  # scoring
+             ("whale.catalogue.features:fsync_dir", "after", 1),  # the features file written, no row
+             (TRANSACTION, "commit", 1), (TRANSACTION, "committed", 1))
+    assert _kill_steps(indexed[0], index, steps, tmp_path / "index") == [3, 1]
+    rematch = ["match", "{cat}", "--run", str(run), "--photos", str(data / "test"), "--batch", "t1", "--top", "2",
+               "--rematch"]
+    steps = (("whale.catalogue.match:propose", "before", 1),  # the new photos scored
+             ("whale.catalogue.match:write_proposals", "after", 1),  # the new proposals file written, not recorded
+             (TRANSACTION, "commit", 1), (TRANSACTION, "committed", 1))
+    assert _kill_steps(indexed[1], rematch, steps, tmp_path / "match") == [3, 1]
 
 
 def test_a_stored_faiss_index_is_reused_while_the_embeddings_are_unchanged(tmp_path, monkeypatch):

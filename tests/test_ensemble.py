@@ -241,6 +241,21 @@ def test_tune_picks_the_grid_maximum_over_fold_groups(tmp_path):
     assert check_submission(out) == []
 
 
+def test_a_submission_that_cannot_be_written_leaves_no_threshold_files(tmp_path, monkeypatch):
+    import whale.submission
+    from whale.errors import OutputError
+
+    runs, _ = fold_runs(tmp_path, np.random.default_rng(7))
+
+    def full_disk(path, *args, **kwargs):
+        raise OutputError(f"{path}: no space left on the device")
+
+    monkeypatch.setattr(whale.submission, "write_submission", full_disk)
+    assert main([*map(str, runs), "--tune", "--out", str(tmp_path / "sub" / "tuned.csv")], log=lambda m: None) == 2
+    assert not (tmp_path / "sub" / "tuned.threshold.csv").exists()
+    assert not (tmp_path / "sub" / "tuned.threshold.png").exists()
+
+
 def test_overlapping_but_different_validation_sets_are_an_error(tmp_path):
     rng = np.random.default_rng(8)
     s, q, g, gids, truth = synthetic(rng, 10)

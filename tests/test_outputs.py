@@ -157,6 +157,16 @@ def test_a_score_file_named_without_extension_is_written_under_that_name(tmp_pat
     assert load_score_file(out).scores.shape == (2, 3)
 
 
+def test_a_score_file_named_like_a_new_folder_is_refused_before_any_work(tmp_path, capsys):
+    """``--out newdir/`` names a folder that does not exist yet: refused, not written as a file ``newdir``."""
+    from whale.inference import __main__ as cli
+
+    assert cli.main(["--run", "RUN", "--data", "DATA", "--out", f"{tmp_path / 'newdir'}/"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "expected a file name, received a folder's" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", ["inference", "ensemble", "run_fold", "synth"])
 def test_out_naming_a_folder_or_a_file_in_the_way_is_refused_before_any_work(command, data, config, runs, tmp_path):
     folder = tmp_path / "existing"

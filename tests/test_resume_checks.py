@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -120,6 +121,19 @@ def test_an_id_a_submission_cannot_carry_is_refused_before_training(comps, confi
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("label", ["w'2295af3", 'w"2295af3', "w,2295af3", "w\t2295af3"])
+def test_every_character_the_id_message_forbids_is_refused(comps, label):
+    from whale.data import fold_data, load_competition
+    from whale.errors import DataError
+    from whale.training.preflight import check_training_ids
+
+    comp = load_competition(comps[0])
+    comp.train.loc[comp.train["Id"] == comp.train["Id"][comp.train["Id"] != "new_whale"].iloc[0], "Id"] = label
+    with pytest.raises(DataError, match="without spaces, commas or quotes") as err:
+        check_training_ids(comp, fold_data(comp, 0, 3).pairs, "fold 0")
+    assert repr(label) in str(err.value)
+
+
 # ---------------------------------------------------------------- --resume: same data, same config
 def test_resume_onto_another_competition_is_refused_naming_the_data(comps, config, tmp_path):
     run = tmp_path / "run"
@@ -175,11 +189,59 @@ def test_allow_changes_prints_and_records_each_change(comps, config, tmp_path):
     assert history[-1]["resumed_with_changes"] == changes
     # A run written before fingerprints existed: the data cannot be checked, and that is said.
     meta = json.loads((run / "run.json").read_text())
-    del meta["data_fingerprint"]
+    del meta["data_fingerprint"], meta["images_fingerprint"]
     (run / "run.json").write_text(json.dumps(meta))
     printed.clear()
     assert check_resume(run, load_config(config), comps[1], allow_changes=False, log=printed.append) == []
     assert len(printed) == 1 and "records no data fingerprint" in printed[0]
+
+
+def test_resume_onto_the_same_names_with_other_pixels_is_refused_naming_the_image(comps, config, tmp_path):
+    import shutil
+
+    import cv2
+
+    from whale.training.runlog import image_hashes, resume_changes
+
+    data = tmp_path / "A"
+    shutil.copytree(comps[0], data)
+    run = tmp_path / "run"
+    cfg = _paused_run(run, config, data)
+    assert resume_changes(run, cfg, data) == []
+    name = sorted((data / "train").iterdir())[3].name
+    img = cv2.imread(str(data / "train" / name))
+    cv2.imwrite(str(data / "train" / name), 255 - img)  # other pixels, same name
+    changes = resume_changes(run, cfg, data)
+    assert len(changes) == 1 and f"1 images: train/{name}" in changes[0], changes
+    before = _snapshot(run)
+    proc = _run_fold("--config", config, "--fold", 0, "--data", data, "--out", run, "--resume")
+    _refused_before_backend(proc, "same files with other bytes", f"train/{name}", "--allow-changes")
+    assert _snapshot(run) == before
+    # cheaply: a file whose size and time are as recorded is not read again
+    recorded = json.loads((run / "data_images.json").read_text())
+    other = sorted(recorded)[0]
+    recorded[other] = recorded[other][:2] + ["f" * 32]
+    assert image_hashes(data, recorded)[other][2] == "f" * 32
+
+
+def test_resume_with_allow_changes_onto_another_competition_mines_again_and_trains(comps, config, tmp_path):
+    """Paused inside a mining block on A, resumed on B: the block's saved negatives index A's images."""
+    from whale.config import load_config
+    from whale.training.minedfiles import load_mined, save_mined
+    from whale.training.preflight import check_resume
+    from whale.training.trainer import train_fold
+
+    run, cfg = tmp_path / "run", load_config(config)
+    assert not train_fold(cfg, comps[0], 0, run, max_epochs=1, score=False, verbose=0, log=lambda m: None).finished
+    changes = check_resume(run, cfg, comps[1], allow_changes=True, log=lambda m: None)
+    assert changes and changes[0].startswith("data: ")
+    logged = []
+    result = train_fold(cfg, comps[1], 0, run, resume=True, max_epochs=1, score=False, verbose=0, log=logged.append)
+    assert result.epochs_done == 2
+    assert any("mining them again" in line for line in logged), logged
+    # the key check itself: a file of other images is not handed back, one of older versions (no key) is
+    save_mined(tmp_path, 0, [np.zeros((3, 2), int)], key="aaaa")
+    assert load_mined(tmp_path, 0, "bbbb") is None and len(load_mined(tmp_path, 0, "aaaa")) == 1
 
 
 def test_a_run_that_fails_before_its_first_epoch_leaves_the_folder_as_it_found_it(tmp_path):

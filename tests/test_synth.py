@@ -127,3 +127,39 @@ def test_cli_help(capsys):
         main(["--help"])
     assert e.value.code == 0
     assert "--ids" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("size", [32, 64])
+def test_small_sizes_generate_with_every_fluke_inside(tmp_path, size):
+    # seed 0 at 64 px used to crash (the placement's range crossed when the fluke filled a short frame)
+    out = tmp_path / f"s{size}"
+    assert main(["--out", str(out), "--ids", "20", "--size", str(size), "--seed", "0", "--quiet"]) == 0
+    boxes = _csv(out, "bounding_boxes.csv").set_index("Image").astype(int)
+    for folder in ("train", "test"):
+        for p in (out / folder).iterdir():
+            h, w = cv2.imread(str(p), cv2.IMREAD_UNCHANGED).shape[:2]
+            x0, y0, x1, y1 = boxes.loc[p.name]
+            assert w == size and 0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h, p.name
+
+
+def test_a_failure_halfway_leaves_no_files_behind(tmp_path, monkeypatch):
+    import whale.data.synth as synth
+
+    real, calls = synth._render_sighting, []
+
+    def fails_later(*args):
+        calls.append(1)
+        if len(calls) > 5:
+            raise RuntimeError("a bug halfway through")
+        return real(*args)
+
+    monkeypatch.setattr(synth, "_render_sighting", fails_later)
+    with pytest.raises(RuntimeError):
+        main(["--out", str(tmp_path / "new"), "--ids", "5", "--size", "64", "--quiet"])
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "empty"
+    kept.mkdir()
+    calls.clear()
+    with pytest.raises(RuntimeError):
+        main(["--out", str(kept), "--ids", "5", "--size", "64", "--quiet"])
+    assert kept.is_dir() and not any(kept.iterdir())

@@ -75,7 +75,8 @@ def partial_writes(folder: str | os.PathLike, name_pattern: str) -> list[Path]:
 def check_output(path: str | os.PathLike, what: str = "--out", folder: bool = False) -> Path:
     """Refuse an output ``path`` that cannot be written, before any work; returns ``path``.
 
-    ``folder=False``: ``path`` names a file (an existing folder of that name is refused);
+    ``folder=False``: ``path`` names a file (an existing folder of that name is refused, and so is a
+    name ending with a path separator, ``newdir/``, which names a folder even before it exists);
     ``folder=True``: ``path`` names a folder (an existing file is refused). Either way a file in
     the way of its parent folders, or a nearest existing folder that is read-only (permissions
     or a read-only file system), is refused. Nothing is created.
@@ -83,6 +84,9 @@ def check_output(path: str | os.PathLike, what: str = "--out", folder: bool = Fa
     Raises:
         OutputError: naming ``what`` (the flag) and the path, and what was expected.
     """
+    if not folder and str(path).endswith(("/", os.sep)):  # Path() would drop the slash: a file named like the folder
+        raise OutputError(f"{what} {path}: expected a file name, received a folder's (it ends with "
+                          f"{str(path)[-1]!r}): name the file, e.g. {Path(path) / 'NAME'}")
     path = Path(path)
     if folder and path.exists() and not path.is_dir():
         raise OutputError(f"{what} {path}: expected a folder, found a file")

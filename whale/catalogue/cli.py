@@ -1,14 +1,17 @@
 """``whale catalogue``: keep a photo-ID catalogue, match new photos against it, record decisions.
 
     whale catalogue add CAT --photos DIR --labels LABELS.csv [--boxes BOXES.csv]
-    whale catalogue match CAT --run RUN --photos NEW_DIR [--top 10] [--batch NAME]
+    whale catalogue match CAT --run RUN --photos NEW_DIR [--top 10] [--batch NAME] [--rematch]
     whale catalogue review CAT --batch NAME [--heatmaps]      # HTML report; exports decisions.csv
     whale catalogue accept CAT --batch NAME --decisions decisions.csv [--date D --location L]
 
 ``init`` creates an empty catalogue (``add`` creates one too), ``index`` scores the catalogue's
-photos with a run (``match`` does it first; only new photos are scored), ``export`` writes
-sightings, individuals and decisions as CSV, ``status`` counts rows. docs/catalogue.md: the
-database, what a killed command leaves, measured figures.
+photos with a run (``match`` does it first; only new photos are scored), ``export`` writes the
+catalogue as a folder ``add`` reads back (photos, sightings, boxes, individuals, decisions),
+``check`` verifies every stored photo and feature against its hash, ``remove`` takes a photo or an
+individual out (after a confirmation; ``--yes`` for scripts), ``status`` counts rows.
+docs/catalogue.md: the database, what is guaranteed (kills, concurrent commands, bad photos,
+redecisions), measured figures.
 """
 from __future__ import annotations
 
@@ -44,14 +47,50 @@ def _init(args) -> str:
 
 
 def _add(args) -> str:
+    from whale.catalogue.db import DB_NAME
     from whale.catalogue.ingest import add_photos
 
-    with _open(args, create=True) as cat:
-        n = add_photos(cat, args.labels, args.photos, args.boxes, by=args.by, progress=not args.quiet)
-        total = cat.counts()
+    root = Path(args.catalogue)
+    before = None if not root.is_dir() else set(root.iterdir())
+    created = not (root / DB_NAME).exists()
+    try:
+        with _open(args, create=True) as cat:
+            n = add_photos(cat, args.labels, args.photos, args.boxes, by=args.by, progress=not args.quiet)
+            total = cat.counts()
+    except BaseException:
+        if created:  # the catalogue this add created, empty: a failed add leaves none
+            _remove_created(root, before)
+        raise
     return (f"added {n['added']} photos ({n['new_individuals']} new individuals, {n['duplicates']} already held, "
             f"{n['skipped_new_whale']} new_whale rows skipped); catalogue: {total['images']} photos of "
             f"{total['individuals']} individuals")
+
+
+def _remove_created(root: Path, before: set[Path] | None) -> None:
+    """Remove the catalogue a failed ``add`` created, if it is still empty: what appeared in ``root``
+    (whose entries were ``before``; None: the folder was not there, so it goes too)."""
+    import os
+    import shutil
+
+    from whale.catalogue.db import Catalogue, acquire_lock
+
+    try:
+        fd = acquire_lock(root)  # under the lock: no other command is writing into it now (one waiting finds it gone)
+    except DataError:
+        return
+    try:
+        with Catalogue.open(root) as cat:
+            if any(cat.counts()[t] for t in ("individuals", "images", "batches", "decisions")):
+                return  # another command filled it meanwhile: not this add's to remove
+        if before is None:
+            shutil.rmtree(root, ignore_errors=True)
+            return
+        for entry in set(root.iterdir()) - before:
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+    except DataError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _index(args) -> str:
@@ -65,24 +104,33 @@ def _index(args) -> str:
 
 
 def _match(args) -> str:
-    from whale.catalogue.match import match_batch
+    from whale.catalogue.match import check_batch, match_batch
 
     with _open(args) as cat:
-        proposals, path = match_batch(cat, _run_of(args, cat), args.photos, args.batch, args.top, args.method,
-                                      args.threshold, args.boxes, args.pool)
+        batch = check_batch(cat, args.photos, args.batch, args.rematch)  # before the backend loads (seconds)
+        kept = cat.query("SELECT COUNT(*) FROM decisions WHERE batch = ?", (batch,))[0][0]
+        proposals, path = match_batch(cat, _run_of(args, cat), args.photos, batch, args.top, args.method,
+                                      args.threshold, args.boxes, args.pool, rematch=args.rematch)
+        photos = {p.photo for p in proposals.photos}
+        outside = sum(1 for (p,) in cat.query("SELECT DISTINCT photo FROM decisions WHERE batch = ?", (batch,))
+                      if p not in photos)
     n_new = sum(p.possibly_new for p in proposals.photos)
     groups = {p.group for p in proposals.photos if p.group is not None}
+    said = (f"; re-matched: its {kept} decisions are kept" + (f" ({outside} of them for photos no longer in "
+            "the batch)" if outside else "")) if args.rematch and kept else ""
     return (f"wrote {path}: {len(proposals.photos)} photos, {n_new} possibly new (threshold "
-            f"{proposals.threshold:.3f}), {len(groups)} groups of photos matching each other")
+            f"{proposals.threshold:.3f}), {len(groups)} groups of photos matching each other{said}")
 
 
 def _review(args) -> str:
-    from whale.catalogue.proposals import PROPOSALS_NAME, read_proposals
+    from whale.catalogue.proposals import read_proposals
     from whale.catalogue.report import write_report
 
-    path = Path(args.catalogue) / "batches" / args.batch / PROPOSALS_NAME
-    if not path.is_file():
-        raise DataError(f"{path}: no proposals for batch {args.batch!r}; run `whale catalogue match` first")
+    with _open(args) as cat:
+        row = cat.query("SELECT proposals FROM batches WHERE name = ?", (args.batch,))
+    if not row:
+        raise DataError(f"{args.catalogue}: no batch {args.batch!r}; run `whale catalogue match` first")
+    path = Path(args.catalogue) / row[0][0]
     out = Path(args.out) if args.out else path.parent / "review"
     # The heatmaps are drawn by the run that matched the batch (recorded in its proposals).
     written = write_report(path, out, args.heatmaps, run_dir=read_proposals(path).run if args.heatmaps else None,
@@ -95,16 +143,48 @@ def _accept(args) -> str:
 
     with _open(args) as cat:
         n = accept(cat, args.batch, args.decisions, by=args.by, redecide=args.redecide,
-                   sighting={c: getattr(args, c) for c in SIGHTING_COLUMNS})
+                   sighting={c: getattr(args, c) for c in SIGHTING_COLUMNS}, allow_unlisted=args.allow_unlisted)
+    undone = f" ({n['undone']} of them undoing an earlier decision: photo removed)" if n["undone"] else ""
     return (f"recorded batch {args.batch}: {n['matched']} matched, {n['new']} new individuals' photos, "
-            f"{n['skipped']} skipped, {n['unchanged']} already decided so")
+            f"{n['skipped']} skipped{undone}, {n['unchanged']} already decided so")
 
 
 def _export(args) -> str:
-    from whale.catalogue.decisions import export
+    from whale.catalogue.export import export
 
     with _open(args) as cat:
         return "wrote " + ", ".join(str(p) for p in export(cat, args.out))
+
+
+def _check(args) -> str:
+    from whale.catalogue.repair import check
+
+    with _open(args) as cat:
+        counts, problems = check(cat)
+    checked = ", ".join(f"{v} {k}" for k, v in counts.items())
+    if problems:
+        for problem in problems:
+            print(problem.line())
+        raise DataError(f"{args.catalogue}: {len(problems)} problems in {checked} (listed above)")
+    return f"checked {checked}: every photo and feature matches its hash"
+
+
+def _remove(args) -> str:
+    from whale.catalogue.repair import remove, removal
+
+    with _open(args) as cat:
+        plan = removal(cat, args.what)
+        print("\n".join(plan.describe()), flush=True)
+        if not args.yes:
+            try:
+                answer = input("remove these? [y/N] ")
+            except EOFError:
+                raise DataError(f"{args.catalogue}: remove asks for a confirmation and none could be read; "
+                                "add --yes to remove without asking") from None
+            if answer.strip().lower() not in ("y", "yes"):
+                return "nothing removed"
+        remove(cat, plan)
+    return f"removed {len(plan.photos)} photos" + (f" and {len(plan.emptied)} individuals" if plan.emptied else "")
 
 
 def _status(args) -> str:
@@ -145,6 +225,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--pool", type=int, default=300, help="images re-scored per photo by prune/faiss")
     s.add_argument("--threshold", type=float, help="possibly-new threshold (default: the run's)")
     s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 of the new photos (default: whole photos)")
+    s.add_argument("--rematch", action="store_true",
+                   help="replace the proposals of an existing batch (its decisions are kept)")
     s = command("review", _review, "write the batch's HTML review page")
     s.add_argument("--batch", required=True)
     s.add_argument("--out", help="folder (default: CAT/batches/BATCH/review)")
@@ -156,9 +238,17 @@ def parser() -> argparse.ArgumentParser:
     for column in SIGHTING_COLUMNS:
         s.add_argument(f"--{column}", help=f"the batch's sighting {column} (a row's own {column} column wins)")
     s.add_argument("--by", help="who decided (default: $USER)")
-    s.add_argument("--redecide", action="store_true", help="record a decision that differs from an earlier one")
-    s = command("export", _export, "write sightings.csv, individuals.csv, decisions.csv")
+    s.add_argument("--redecide", action="store_true",
+                   help="record a decision that differs from an earlier one (and undo what that one did)")
+    s.add_argument("--allow-unlisted", action="store_true",
+                   help="let 'match' name an individual that is not among the photo's candidates")
+    s = command("export", _export, "write the catalogue as a folder `add` reads back (photos and CSVs)")
     s.add_argument("--out", required=True, help="folder")
+    command("check", _check, "verify every stored photo and feature against its hash")
+    s = command("remove", _remove, "remove a photo or an individual (asks first)")
+    s.add_argument("what", metavar="PHOTO|INDIVIDUAL",
+                   help="an individual, or a photo: its hash (or its first 6+ hex digits), file or source path")
+    s.add_argument("--yes", action="store_true", help="remove without asking")
     command("status", _status, "rows per table")
     return p
 

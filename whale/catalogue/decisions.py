@@ -1,29 +1,28 @@
-"""``accept`` and ``export``: a reviewer's decisions recorded, and the catalogue written out as CSV.
+"""``accept``: a reviewer's decisions recorded.
 
 The decisions file is a CSV ``photo,decision,individual`` (what the review page exports), optionally
 with sighting columns ``date``, ``location``, ``encounter`` after them (free text, per photo):
-``match`` (``individual`` = an individual of the catalogue, or one a ``new`` row above creates),
-``new`` (``individual`` = the id to create; several photos may name the same new id), ``skip``
-(``individual`` empty). ``photo`` is a photo of the batch as ``proposals.json`` names it (its
-path, or just its file name when that is unique in the batch). The rows are read and checked by
+``match`` (``individual`` = one of that photo's candidates; another individual of the catalogue only
+with ``allow_unlisted``), ``new`` (``individual`` = the id to create; several photos may name the same
+new id), ``skip`` (``individual`` empty). ``photo`` is a photo of the batch as its proposals name it
+(its path, or just its file name when that is unique in the batch). The rows are read and checked by
 :func:`whale.catalogue.report.read_decisions` (one reader for the page's export and for ``accept``).
 
 ``accept`` checks every row first, copies the matched photos into the catalogue (durable), then
-records everything in one transaction: the decisions (appended, never deleted), new individuals,
-images and sightings (each with the row's date, location and encounter, or the batch's given to
-``accept``). A photo already decided keeps its decision; a row deciding it again the same
-way is skipped, a row deciding it otherwise is refused (naming the row) unless ``redecide``.
+records everything in one transaction, under the catalogue's write lock: the decisions (appended,
+never deleted), new individuals, images and sightings (each with the row's date, location and
+encounter, or the batch's given to ``accept``; each sighting names the decision that added it). A
+photo already decided keeps its decision; a row deciding it again the same way is skipped, a row
+deciding it otherwise is refused (naming the row) unless ``redecide``. A redecision undoes what the
+earlier one did: to another individual it moves the photo, to ``skip`` it removes the photo a
+decision added (with its sightings and features); an individual left without photos goes too.
 """
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
-from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, now, user
+from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, drop_empty_individuals, now, user
 from whale.catalogue.ingest import flush, store_photo
 from whale.catalogue.report import load_proposals, read_decisions
 from whale.errors import DataError
-from whale.files import atomic_write
 
 
 def _last_decision(cat: Catalogue, digest: str) -> str | None:
@@ -33,35 +32,44 @@ def _last_decision(cat: Catalogue, digest: str) -> str | None:
 
 
 def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
-           redecide: bool = False, sighting: dict[str, str] | None = None) -> dict[str, int]:
-    """Record the decisions of ``decisions_csv`` for ``batch``; returns counts per outcome.
+           redecide: bool = False, sighting: dict[str, str] | None = None,
+           allow_unlisted: bool = False) -> dict[str, int]:
+    """Record the decisions of ``decisions_csv`` for ``batch``; returns counts per outcome
+    (``matched``, ``new``, ``skipped``, ``undone``: skips that removed a photo an earlier decision
+    added, ``unchanged``).
 
     ``sighting``: the batch's ``date`` / ``location`` / ``encounter`` (e.g. one survey day), for
-    every new sighting whose row leaves that column empty.
+    every new sighting whose row leaves that column empty. ``allow_unlisted``: a ``match`` may name
+    an individual that is not among the photo's candidates (it must exist in the catalogue).
 
     Raises:
-        DataError: an unknown sighting column, an unknown batch or photo, ``match`` to an unknown
-            individual, ``new`` with an id the catalogue already has, a photo decided otherwise
-            before (without ``redecide``), or a photo whose bytes the catalogue holds under another
-            individual. Nothing is recorded then.
+        DataError: an unknown sighting column, an unknown batch or photo, ``match`` to an individual
+            outside the candidates (without ``allow_unlisted``) or unknown, ``new`` with an id the
+            catalogue already has, a photo decided otherwise before (without ``redecide``), or a photo
+            whose bytes the catalogue holds under another individual. Nothing is recorded then.
     """
     defaults = {k: v for k, v in (sighting or {}).items() if v}
     unknown = sorted(set(defaults) - set(SIGHTING_COLUMNS))
     if unknown:
         raise DataError(f"sighting {', '.join(unknown)}: expected some of {', '.join(SIGHTING_COLUMNS)}")
+    with cat.writing():
+        return _accept(cat, batch, decisions_csv, by or user(), redecide, defaults, allow_unlisted)
+
+
+def _accept(cat: Catalogue, batch: str, decisions_csv, by: str, redecide: bool, defaults: dict[str, str],
+            allow_unlisted: bool) -> dict[str, int]:
     row = cat.query("SELECT proposals FROM batches WHERE name = ?", (batch,))
     if not row:
         known = ", ".join(r[0] for r in cat.query("SELECT name FROM batches ORDER BY name")) or "none"
         raise DataError(f"{cat.root}: no batch {batch!r} (batches: {known}); run `whale catalogue match` first")
     proposals = load_proposals(cat.root / row[0][0])
     photos = {p.photo: p for p in proposals.photos}
-    by = by or user()
     existing = cat.individuals()
     created: dict[str, str] = {}
     plan = []
     decided_as = {"match": lambda i: i, "new": lambda i: f"new:{i}", "skip": lambda i: "skip"}
-    # A match the model did not propose is allowed (the reviewer knows the animal): it must exist.
-    for d in read_decisions(decisions_csv, proposals, allow_unlisted=True):
+    # A match the model did not propose (the reviewer knows the animal) must be asked for; it must exist.
+    for d in read_decisions(decisions_csv, proposals, allow_unlisted=allow_unlisted):
         where, ind, photo = f"{decisions_csv} row {d.row}", d.individual or "", photos[d.photo]
         if _last_decision(cat, photo.hash) == decided_as[d.decision](ind):
             pass  # recorded already: accepting the same file twice changes nothing
@@ -79,7 +87,8 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
                 raise DataError(f"{where}: {path}: the photo is gone (it must stay until accepted)")
             stored[digest] = store_photo(cat, path, digest)
     flush()
-    counts = dict.fromkeys(("matched", "new", "skipped", "unchanged"), 0)
+    counts = dict.fromkeys(("matched", "new", "skipped", "undone", "unchanged"), 0)
+    left: set[str] = set()  # individuals a redecision took a photo from
     with cat.transaction() as db:
         for where, path, digest, decision, ind, seen in plan:
             decided = decided_as[decision](ind)
@@ -90,53 +99,43 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
             if last is not None and not redecide:
                 raise DataError(f"{where}: {path.name} was decided {last!r} before; --redecide records "
                                 f"{decided!r} after it")
-            db.execute("INSERT INTO decisions (batch, photo, photo_hash, decision, decided, decided_by, decided_at) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (batch, str(path), digest, decision, decided, by, now()))
+            decision_id = db.execute(
+                "INSERT INTO decisions (batch, photo, photo_hash, decision, decided, decided_by, decided_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", (batch, str(path), digest, decision, decided, by, now())).lastrowid
+            held = db.execute("SELECT individual FROM images WHERE hash = ?", (digest,)).fetchone()
             if decision == "skip":
                 counts["skipped"] += 1
+                if last not in (None, "skip") and held is not None and _undo(db, digest):
+                    counts["undone"] += 1
+                    left.add(held[0])
                 continue
             if decision == "new" and ind not in cat.individuals():
                 db.execute("INSERT INTO individuals VALUES (?, ?, ?)", (ind, now(), by))
-            held = db.execute("SELECT individual FROM images WHERE hash = ?", (digest,)).fetchone()
             if held is not None and held[0] != ind:
                 if not redecide:
                     raise DataError(f"{where}: {path.name} has the bytes of a catalogue photo of {held[0]!r}, "
                                     f"not {ind!r}; nothing recorded")
                 db.execute("UPDATE images SET individual = ? WHERE hash = ?", (ind, digest))
                 db.execute("UPDATE sightings SET individual = ? WHERE image = ?", (ind, digest))
+                left.add(held[0])
             elif held is None:
                 db.execute("INSERT INTO images VALUES (?, ?, ?, ?, NULL, ?)",
                            (digest, stored[digest], str(path), ind, now()))
-                db.execute("INSERT INTO sightings (image, individual, date, location, encounter) VALUES (?, ?, ?, ?, ?)",
-                           (digest, ind, *(seen.get(c) for c in SIGHTING_COLUMNS)))
+                db.execute("INSERT INTO sightings (image, individual, date, location, encounter, decision) "
+                           "VALUES (?, ?, ?, ?, ?, ?)", (digest, ind, *(seen.get(c) for c in SIGHTING_COLUMNS),
+                                                         decision_id))
             counts["new" if decision == "new" else "matched"] += 1
+        drop_empty_individuals(db, left)
     return counts
 
 
-EXPORTS = {
-    "sightings.csv": ("SELECT s.id, s.individual, i.file, i.source, i.hash, s.date, s.location, s.encounter "
-                      "FROM sightings s JOIN images i ON i.hash = s.image ORDER BY s.individual, s.id",
-                      ("sighting", "individual", "file", "source", "hash", "date", "location", "encounter")),
-    "individuals.csv": ("SELECT d.id, d.created_at, d.created_by, COUNT(i.hash) FROM individuals d "
-                        "LEFT JOIN images i ON i.individual = d.id GROUP BY d.id ORDER BY d.id",
-                        ("individual", "created_at", "created_by", "images")),
-    "decisions.csv": ("SELECT batch, photo, photo_hash, decision, decided, decided_by, decided_at FROM decisions "
-                      "ORDER BY id", ("batch", "photo", "hash", "decision", "decided", "decided_by", "decided_at")),
-}
+def _undo(db, digest: str) -> bool:
+    """Remove what decisions added for photo ``digest``: their sightings, then the photo (and its features)
+    when no sighting is left. A photo ``add`` brought in keeps its own sighting. Returns whether it went."""
+    db.execute("DELETE FROM sightings WHERE image = ? AND decision IS NOT NULL", (digest,))
+    if db.execute("SELECT 1 FROM sightings WHERE image = ?", (digest,)).fetchone():
+        return False
+    db.execute("DELETE FROM features WHERE hash = ?", (digest,))
+    db.execute("DELETE FROM images WHERE hash = ?", (digest,))
+    return True
 
-
-def export(cat: Catalogue, out_dir) -> list[Path]:
-    """Write ``sightings.csv``, ``individuals.csv`` and ``decisions.csv`` into ``out_dir`` (atomically)."""
-    out_dir = Path(out_dir)
-    written = []
-    for name, (sql, header) in EXPORTS.items():
-        rows = cat.query(sql)
-
-        def write(tmp, rows=rows, header=header):
-            with open(tmp, "w", newline="", encoding="utf-8") as fh:
-                w = csv.writer(fh)
-                w.writerow(header)
-                w.writerows(rows)
-
-        written.append(atomic_write(out_dir / name, write))
-    return written

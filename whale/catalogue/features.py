@@ -5,14 +5,16 @@ Features are keyed by (image content hash, run fingerprint). The fingerprint
 retraining a run, or pointing at another checkpoint, invalidates every stored feature; adding
 photos scores only the new ones. Each ``index`` writes its new rows as one ``.npy`` file
 (``[G, V, n, d] float32``, the layout of :meth:`whale.inference.runs.RunScorer.features`) under
-``features/<fingerprint>/``, flushed to disk, and only then records them in one transaction (with
-the removal of the rows of any other fingerprint). Files no row references (a killed ``index``,
-an old fingerprint) are deleted after the commit.
+``features/<fingerprint>/``, named by the sha256 of its bytes (``catalogue check`` verifies them),
+flushed to disk, and only then records them in one transaction (with the removal of the rows of any
+other fingerprint), all under the catalogue's write lock (two matches at once score once); ``match``
+records them in its own transaction, with the batch's proposals. Files no row references (a killed
+``index``, an old fingerprint) are deleted when the command ends.
 """
 from __future__ import annotations
 
 import hashlib
-import uuid
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,7 +90,50 @@ def update_index(cat: Catalogue, run: RunFeatures) -> dict[str, int]:
     """Score the catalogue images that have no features under ``run``; drop other fingerprints' rows.
 
     Returns ``{"scored": n new, "kept": n reused, "dropped": n rows of other fingerprints}``.
+
+    Raises:
+        DataError: a catalogue photo cannot be read, naming it (its hash, individual and source) and
+            how to remove it.
     """
+    with cat.writing():
+        pending = prepare_index(cat, run)
+        if pending.needed:
+            with cat.transaction() as db:
+                pending.record(db)
+        return pending.counts
+
+
+def features_file(fingerprint: str, data: bytes) -> str:
+    """The relative name of a feature file holding ``data``: ``features/<fingerprint>/<sha256>.npy``."""
+    return (Path("features") / fingerprint / f"{hashlib.sha256(data).hexdigest()}.npy").as_posix()
+
+
+@dataclass
+class PendingIndex:
+    """What :func:`prepare_index` scored, written to disk, to be recorded by :meth:`record` inside a
+    transaction (``index``'s own, or ``match``'s: one transaction for the catalogue's new features and
+    the batch's proposals)."""
+
+    run: RunFeatures
+    hashes: list[str]
+    file: str | None
+    counts: dict[str, int]
+    needed: bool
+
+    def record(self, db) -> None:
+        """The feature rows (other fingerprints' dropped) and the run in ``meta``, through ``db``."""
+        fp = self.run.fingerprint
+        db.execute("DELETE FROM features WHERE fingerprint != ?", (fp,))
+        db.executemany("INSERT INTO features VALUES (?, ?, ?, ?)", [(h, fp, self.file, i)
+                                                                    for i, h in enumerate(self.hashes)])
+        for key, value in (("run", str(self.run.run_dir.resolve())), ("checkpoint", self.run.checkpoint),
+                           ("fingerprint", fp), ("indexed_at", now())):
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+
+def prepare_index(cat: Catalogue, run: RunFeatures) -> PendingIndex:
+    """Score the catalogue images without features under ``run`` and write them (one file, flushed to
+    disk); nothing recorded yet. Call under :meth:`Catalogue.writing`."""
     fp = run.fingerprint
     todo = cat.query("SELECT hash, file, box FROM images WHERE hash NOT IN "
                      "(SELECT hash FROM features WHERE fingerprint = ?) ORDER BY hash", (fp,))
@@ -96,37 +141,30 @@ def update_index(cat: Catalogue, run: RunFeatures) -> dict[str, int]:
     stale = cat.query("SELECT COUNT(*) FROM features WHERE fingerprint != ?", (fp,))[0][0]
     rel = None
     if todo:
-        feats = run.features([image_path(cat, f) for _, f, _ in todo], [_parse_box(b) for _, _, b in todo])
-        rel = (Path("features") / fp / f"{uuid.uuid4().hex}.npy").as_posix()
-        atomic_write(cat.root / rel, lambda tmp: np.save(tmp, feats), fsync=True)
+        try:
+            feats = run.features([image_path(cat, f) for _, f, _ in todo], [_parse_box(b) for _, _, b in todo])
+        except DataError as exc:
+            raise DataError(_unreadable(cat, todo, exc)) from None
+        buf = io.BytesIO()
+        np.save(buf, feats)
+        data = buf.getvalue()
+        rel = features_file(fp, data)
+        atomic_write(cat.root / rel, lambda tmp: tmp.write_bytes(data), fsync=True)
         fsync_dir((cat.root / rel).parent)
-    if todo or stale or cat.meta("fingerprint") != fp:
-        with cat.transaction() as db:
-            db.execute("DELETE FROM features WHERE fingerprint != ?", (fp,))
-            db.executemany("INSERT INTO features VALUES (?, ?, ?, ?)",
-                           [(h, fp, rel, i) for i, (h, _, _) in enumerate(todo)])
-            for key, value in (("run", str(run.run_dir.resolve())), ("checkpoint", run.checkpoint),
-                               ("fingerprint", fp), ("indexed_at", now())):
-                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
-    remove_unreferenced(cat)
-    return {"scored": len(todo), "kept": int(kept), "dropped": int(stale)}
+    return PendingIndex(run, [h for h, _, _ in todo], rel, {"scored": len(todo), "kept": int(kept),
+                                                           "dropped": int(stale)},
+                        bool(todo or stale or cat.meta("fingerprint") != fp))
 
 
-def remove_unreferenced(cat: Catalogue) -> int:
-    """Delete feature files no row references (left by a killed ``index`` or an old run); returns how many."""
-    folder = cat.root / "features"
-    if not folder.is_dir():
-        return 0
-    used = {r[0] for r in cat.query("SELECT DISTINCT file FROM features")}
-    gone = 0
-    for path in sorted(folder.rglob("*.npy")):
-        if path.relative_to(cat.root).as_posix() not in used:
-            path.unlink(missing_ok=True)
-            gone += 1
-    for sub in folder.iterdir():
-        if sub.is_dir() and not any(sub.iterdir()):
-            sub.rmdir()
-    return gone
+def _unreadable(cat: Catalogue, todo, exc: DataError) -> str:
+    """``exc`` (an image that would not decode) with the catalogue photo it is and how to remove it."""
+    for digest, rel, _ in todo:
+        if str(image_path(cat, rel)) in str(exc) or rel in str(exc):
+            individual, source = cat.query("SELECT individual, source FROM images WHERE hash = ?", (digest,))[0]
+            return (f"{cat.root}: catalogue photo {digest[:12]} of {individual!r} (added from {source}) cannot be "
+                    f"read: {exc}; `whale catalogue remove {cat.root} {digest[:12]}` removes it "
+                    f"(`whale catalogue check {cat.root}` lists every such photo)")
+    return f"{cat.root}: {exc}"
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,19 @@
 """``add``: a folder of identified photos into the catalogue, in one transaction.
 
-The labels CSV is either the catalogue's own ``image,individual[,date,location,encounter]`` or
+The labels CSV is either the catalogue's own ``image,individual[,date,location,encounter,source]`` or
 a Kaggle ``train.csv`` (``Image,Id``; its ``new_whale`` rows name no individual and are
-skipped). ``image`` is a file name relative to the photos folder. An optional boxes CSV
-(``Image,x0,y0,x1,y1``, the layout of Kaggle's ``bounding_boxes.csv``) gives crops; without one a
-photo is used whole.
+skipped). ``image`` is a file name relative to the photos folder; ``source``, where given, is
+recorded as where the photo came from instead of its path (what ``export`` writes, so that a
+re-imported catalogue keeps its photos' origins). An optional boxes CSV (``Image,x0,y0,x1,y1``,
+the layout of Kaggle's ``bounding_boxes.csv``) gives crops; without one a photo is used whole.
 
-Photos are copied into the catalogue under their content hash (:func:`whale.catalogue.db.file_hash`)
-and flushed to disk first; one transaction then records individuals, images and sightings. A
-photo whose bytes the catalogue already holds is recognised: under the same individual it is
-skipped (counted as a duplicate), under another one the whole ``add`` is refused, naming the row.
+Every photo is decoded first: one that is not an image (a text file named ``.jpg``, an empty or
+truncated file) or whose box leaves the image refuses the whole ``add``, naming its row, before
+anything is stored. Photos are then copied into the catalogue under their content hash
+(:func:`whale.catalogue.db.file_hash`) and flushed to disk; one transaction then records individuals,
+images and sightings. A photo whose bytes the catalogue already holds is recognised: under the same
+individual it is skipped (counted as a duplicate), under another one the whole ``add`` is refused,
+naming the row (its copies are deleted when the command ends: :meth:`Catalogue.writing`).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from whale.progress import progress_bar
 
 OWN_COLUMNS = ("image", "individual")
 OPTIONAL_COLUMNS = SIGHTING_COLUMNS
+SOURCE_COLUMN = "source"
 KAGGLE_COLUMNS = ("Image", "Id")
 
 
@@ -41,6 +46,7 @@ class LabelledPhoto:
     location: str | None = None
     encounter: str | None = None
     box: tuple[int, int, int, int] | None = None
+    source: str | None = None
 
 
 def read_labels(csv_path, photos_dir, boxes_csv=None) -> tuple[list[LabelledPhoto], int]:
@@ -67,8 +73,8 @@ def read_labels(csv_path, photos_dir, boxes_csv=None) -> tuple[list[LabelledPhot
     elif set(OWN_COLUMNS) <= set(header):
         image_col, id_col = OWN_COLUMNS
     else:
-        raise DataError(f"{csv_path}: expected columns image,individual[,{','.join(OPTIONAL_COLUMNS)}] or "
-                        f"Kaggle's Image,Id; received {','.join(header) or 'no header'}")
+        raise DataError(f"{csv_path}: expected columns image,individual[,{','.join(OPTIONAL_COLUMNS)},"
+                        f"{SOURCE_COLUMN}] or Kaggle's Image,Id; received {','.join(header) or 'no header'}")
     boxes = read_boxes(boxes_csv) if boxes_csv is not None else {}
     out, skipped = [], 0
     for i, row in enumerate(rows):
@@ -87,9 +93,27 @@ def read_labels(csv_path, photos_dir, boxes_csv=None) -> tuple[list[LabelledPhot
             raise DataError(f"{where}: {exc}") from None
         if not path.is_file():
             raise DataError(f"{where}: {path}: no such photo")
-        extra = {c: (row.get(c) or "").strip() or None for c in OPTIONAL_COLUMNS}
+        extra = {c: (row.get(c) or "").strip() or None for c in (*OPTIONAL_COLUMNS, SOURCE_COLUMN)}
         out.append(LabelledPhoto(path, individual, where, box=boxes.get(name), **extra))
     return out, skipped
+
+
+def check_photo(path: Path, box=None, where: str | None = None) -> None:
+    """Decode ``path`` (and check that ``box`` lies inside it): what every later ``index`` needs of a photo.
+
+    Raises:
+        DataError: not an image (naming ``where``, the row, then the file), or a box outside the image.
+    """
+    from whale.data import load_image
+
+    try:
+        img = load_image(path, channels=3)
+    except DataError as exc:
+        raise DataError(f"{where + ': ' if where else ''}{exc}; nothing added") from None
+    h, w = img.shape[:2]
+    if box is not None and not (box[2] <= w and box[3] <= h):
+        raise DataError(f"{where + ': ' if where else ''}{path}: box {box_text(box)} leaves the {w}x{h} image; "
+                        "nothing added")
 
 
 def store_photo(cat: Catalogue, path: Path, digest: str) -> str:
@@ -118,12 +142,22 @@ def add_photos(cat: Catalogue, csv_path, photos_dir, boxes_csv=None, by: str | N
                progress: bool = True) -> dict[str, int]:
     """Add the photos of a labels CSV; returns counts ``{added, duplicates, new_individuals, skipped_new_whale}``.
 
+    Every photo is decoded before anything is copied; the copying and recording hold the catalogue's
+    write lock (:meth:`whale.catalogue.db.Catalogue.writing`).
+
     Raises:
-        DataError: a bad row (:func:`read_labels`), or a photo whose bytes the catalogue (or an
-            earlier row) holds under another individual; nothing is recorded then.
+        DataError: a bad row (:func:`read_labels`), a photo that is not an image or whose box leaves
+            it (:func:`check_photo`), or a photo whose bytes the catalogue (or an earlier row) holds
+            under another individual; nothing is recorded then.
     """
     rows, skipped = read_labels(csv_path, photos_dir, boxes_csv)
-    by = by or user()
+    for r in progress_bar(rows, total=len(rows), desc="decoding photos", enabled=progress):
+        check_photo(r.path, r.box, r.where)
+    with cat.writing():
+        return _add(cat, rows, skipped, by or user(), progress)
+
+
+def _add(cat: Catalogue, rows: list[LabelledPhoto], skipped: int, by: str, progress: bool) -> dict[str, int]:
     staged = []
     for r in progress_bar(rows, total=len(rows), desc="copying photos", enabled=progress):
         digest = file_hash(r.path)
@@ -145,7 +179,7 @@ def add_photos(cat: Catalogue, csv_path, photos_dir, boxes_csv=None, by: str | N
                 db.execute("INSERT INTO individuals VALUES (?, ?, ?)", (r.individual, now(), by))
                 known.add(r.individual)
             db.execute("INSERT INTO images VALUES (?, ?, ?, ?, ?, ?)",
-                       (digest, rel, str(r.path.resolve()), r.individual, box_text(r.box), now()))
+                       (digest, rel, r.source or str(r.path.resolve()), r.individual, box_text(r.box), now()))
             db.execute("INSERT INTO sightings (image, individual, date, location, encounter) VALUES (?, ?, ?, ?, ?)",
                        (digest, r.individual, r.date, r.location, r.encounter))
             added += 1

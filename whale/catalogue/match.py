@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from whale.catalogue.db import Catalogue, file_hash, now
-from whale.catalogue.features import RunFeatures, load_gallery, update_index
-from whale.catalogue.proposals import PROPOSALS_NAME, Candidate, PhotoProposal, Proposals, write_proposals
+from whale.catalogue.features import RunFeatures, load_gallery, prepare_index
+from whale.catalogue.ingest import check_photo
+from whale.catalogue.proposals import Candidate, PhotoProposal, Proposals, proposals_file, write_proposals
 from whale.errors import DataError
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -237,15 +238,37 @@ def check_batch_name(name: str) -> str:
     return name
 
 
+def check_batch(cat: Catalogue, photos_dir, batch: str | None = None, rematch: bool = False) -> str:
+    """The batch's name (``batch``, else the folder's), checked before any model loads.
+
+    Raises:
+        DataError: a bad name, or a batch that exists already without ``rematch`` (a matched batch is
+            never replaced silently: its proposals may have been reviewed and decided).
+    """
+    batch = check_batch_name(batch or Path(photos_dir).resolve().name)
+    row = cat.query("SELECT matched_at FROM batches WHERE name = ?", (batch,))
+    if row and not rematch:
+        n = cat.query("SELECT COUNT(*) FROM decisions WHERE batch = ?", (batch,))[0][0]
+        raise DataError(f"{cat.root}: batch {batch!r} exists already (matched {row[0][0]}, {n} decisions); "
+                        "--rematch replaces its proposals and keeps its decisions, or name another --batch")
+    return batch
+
+
 def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None = None, top: int = 10,
                 method: str = "auto", threshold: float | None = None, boxes_csv=None,
-                pool: int = DEFAULT_POOL) -> tuple[Proposals, Path]:
-    """Propose individuals for every photo of ``photos_dir``; write ``batches/<batch>/proposals.json``
-    and the proposals table (one transaction, after the JSON is on disk). Returns ``(proposals, path)``."""
-    from whale.explain.match import run_threshold
+                pool: int = DEFAULT_POOL, rematch: bool = False) -> tuple[Proposals, Path]:
+    """Propose individuals for every photo of ``photos_dir``; write ``batches/<batch>/proposals-<sha>.json``
+    and the proposals table (one transaction, after the JSON is on disk). Returns ``(proposals, path)``.
 
+    The whole match holds the catalogue's write lock (:meth:`Catalogue.writing`): two matches at once
+    run one after the other. An existing batch is refused unless ``rematch`` (:func:`check_batch`); a
+    re-matched batch keeps its decisions (they are never deleted).
+
+    Raises:
+        DataError: a bad batch name, an existing batch, a photo that is not an image (naming it), ...
+    """
     photos_dir = Path(photos_dir)
-    batch = check_batch_name(batch or photos_dir.resolve().name)
+    check_batch(cat, photos_dir, batch, rematch)
     if int(top) < 1:
         raise DataError(f"--top {top}: expected at least 1")
     photos = list_photos(photos_dir)
@@ -254,10 +277,27 @@ def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None 
         from whale.data.competition import read_boxes
 
         boxes = read_boxes(boxes_csv)
-    update_index(cat, run)
-    gallery = load_gallery(cat, run.fingerprint)
+    for p in photos:
+        check_photo(p, boxes.get(p.name), f"{photos_dir}: photo {p.name}")
+    with cat.writing():
+        return _match(cat, run, photos_dir, photos, boxes, check_batch(cat, photos_dir, batch, rematch), top,
+                      method, threshold, pool)
+
+
+def _match(cat, run, photos_dir, photos, boxes, batch, top, method, threshold, pool) -> tuple[Proposals, Path]:
+    from whale.explain.match import run_threshold
+
+    pending = prepare_index(cat, run)  # the catalogue's new features: on disk, recorded with the proposals
     threshold = float(run_threshold(run.run_dir)[0] if threshold is None else threshold)
     fq = run.features(photos, [boxes.get(p.name) for p in photos])
+    # One transaction for the index and the proposals: a kill anywhere leaves the catalogue as before or after.
+    with cat.transaction() as db:
+        pending.record(db)
+        return _propose(cat, db, run, photos_dir, photos, fq, batch, top, method, threshold, pool)
+
+
+def _propose(cat, db, run, photos_dir, photos, fq, batch, top, method, threshold, pool) -> tuple[Proposals, Path]:
+    gallery = load_gallery(cat, run.fingerprint)
     names, cols, vals = propose(run.scorer, fq, gallery.features, gallery.individuals, top, method, pool,
                                 index_dir=cat.root / INDEX_DIR)
     groups = batch_groups(run.scorer, fq, threshold)
@@ -269,14 +309,15 @@ def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None 
         possibly_new = not cands or cands[0].score < threshold
         out.append(PhotoProposal(str(p.resolve()), hashes[i], possibly_new, groups[i], cands))
     proposals = Proposals(batch, str(run.run_dir.resolve()), threshold, tuple(out))
-    path = write_proposals(cat.root / "batches" / batch / PROPOSALS_NAME, proposals)
+    path = write_proposals(cat.root / proposals_file(batch, proposals), proposals)
     by_path = {str(p): h for p, h in zip(gallery.paths, gallery.hashes)}
-    with cat.transaction() as db:
-        db.execute("DELETE FROM proposals WHERE batch = ?", (batch,))
-        db.execute("INSERT OR REPLACE INTO batches VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   (batch, str(photos_dir.resolve()), str(run.run_dir.resolve()), run.fingerprint, threshold,
-                    path.relative_to(cat.root).as_posix(), now()))
-        db.executemany("INSERT INTO proposals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       [(batch, ph.photo, ph.hash, r, c.individual, c.score, by_path[c.image], int(ph.possibly_new),
-                         ph.group) for ph in out for r, c in enumerate(ph.candidates, start=1)])
+    # The batch's row names its proposals file: a kill before the commit leaves the old row naming the old
+    # file (the new one, named by its content, is deleted as unreferenced), never old rows and a new file.
+    db.execute("DELETE FROM proposals WHERE batch = ?", (batch,))
+    db.execute("INSERT OR REPLACE INTO batches VALUES (?, ?, ?, ?, ?, ?, ?)",
+               (batch, str(photos_dir.resolve()), str(run.run_dir.resolve()), run.fingerprint, threshold,
+                path.relative_to(cat.root).as_posix(), now()))
+    db.executemany("INSERT INTO proposals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(batch, ph.photo, ph.hash, r, c.individual, c.score, by_path[c.image], int(ph.possibly_new),
+                     ph.group) for ph in out for r, c in enumerate(ph.candidates, start=1)])
     return proposals, path

@@ -1,6 +1,7 @@
 """What ``match`` proposes for one batch of new photos, as the JSON file the review page reads.
 
-``CATALOGUE/batches/<batch>/proposals.json``::
+``CATALOGUE/batches/<batch>/proposals-<sha256 of the file, 16 hex>.json`` (:func:`proposals_file`; the
+batch's row in the database names it; catalogues of earlier versions named it ``proposals.json``)::
 
     {"batch": str, "run": str, "threshold": float,
      "photos": [{"photo": str,            # path of the new photo (absolute)
@@ -16,6 +17,7 @@ key path of what is wrong.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -24,7 +26,6 @@ from pathlib import Path
 from whale.errors import DataError
 from whale.files import atomic_write
 
-PROPOSALS_NAME = "proposals.json"
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,21 @@ class Proposals:
         return asdict(self)
 
 
+def proposals_text(proposals: Proposals) -> str:
+    """The JSON text of ``proposals`` (what :func:`write_proposals` writes)."""
+    return json.dumps(proposals.to_json(), indent=1) + "\n"
+
+
+def proposals_file(batch: str, proposals: Proposals) -> str:
+    """``batches/<batch>/proposals-<digest>.json``: where a catalogue keeps ``proposals``, named by content."""
+    digest = hashlib.sha256(proposals_text(proposals).encode("utf-8")).hexdigest()[:16]
+    return f"batches/{batch}/proposals-{digest}.json"
+
+
 def write_proposals(path, proposals: Proposals) -> Path:
     """Write ``proposals`` to ``path`` atomically (JSON, fsynced); returns ``path``."""
-    text = json.dumps(proposals.to_json(), indent=1) + "\n"
-    return atomic_write(path, lambda tmp: Path(tmp).write_text(text), fsync=True)
+    text = proposals_text(proposals)
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), fsync=True)
 
 
 def _get(obj, key: str, kind, where: str, path: Path):

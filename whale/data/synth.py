@@ -419,7 +419,12 @@ def _render_sighting(fluke: _Fluke, rng: np.random.Generator, size: int):
     fit = min(1.0, 0.95 * w / ext[0], 0.95 * h / ext[1])
     dst *= fit
     lo, hi = dst.min(0), dst.max(0)
-    off = np.array([rng.uniform(-lo[0] + 1, w - 1 - hi[0]), rng.uniform(-lo[1] + 1, h - 1 - hi[1])])
+    # Where the fluke may sit, a pixel inside each border; in a small frame the jitter above can leave no
+    # room for that (the range's ends cross): the fluke is centred then (one draw either way, so larger
+    # sizes keep their images).
+    low, high = np.array([1.0, 1.0]) - lo, np.array([w - 1.0, h - 1.0]) - hi
+    low, high = np.where(high < low, (low + high) / 2, low), np.maximum(high, (low + high) / 2)
+    off = np.array([rng.uniform(low[0], high[0]), rng.uniform(low[1], high[1])])
     dst = (dst + off).astype(np.float32)
     src = np.array([[0, 0], [tw, 0], [tw, th], [0, th]], np.float32)
     m = cv2.getPerspectiveTransform(src, dst)
@@ -669,11 +674,14 @@ def run(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_output(args.out, folder=True)
     fresh = not args.out.exists()
+    # A folder holding files is refused (without --force) before anything is written: those files are not ours.
+    ours = fresh or args.force or not any(args.out.iterdir())
     try:
         generate(args.out, n_ids=args.ids, seed=args.seed, size=args.size, force=args.force,
                  progress=not args.quiet, duplicates=args.duplicates, fmt=args.format, n_species=args.species)
-    except (OSError, KeyboardInterrupt) as exc:
-        _remove_partial(args.out, fresh, get_format(args.format))  # nothing half-written: a folder that was not there is gone again
+    except BaseException as exc:  # a full disk, Ctrl-C, a late refusal or a bug: nothing half-written stays
+        if ours:
+            _remove_partial(args.out, fresh, get_format(args.format))  # a folder that was not there is gone again
         if isinstance(exc, OSError) and not isinstance(exc, WhaleError) and exc.errno in WRITE_ERRNOS:
             raise OutputError(describe_write_error(exc.filename or args.out, exc)) from exc
         raise

@@ -210,6 +210,18 @@ def main(argv: Sequence[str] | None = None, log=print) -> int:
 
 
 def run(argv: Sequence[str] | None = None, log=print) -> int:
+    """What :func:`main` runs. Files ``--tune`` wrote beside the submission go again if the submission
+    is not written (a full disk): no threshold file speaks for a submission that is not there."""
+    written: list[Path] = []
+    try:
+        return _run(argv, log, written)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def _run(argv: Sequence[str] | None, log, written: list[Path]) -> int:
     """Run ``ensemble.py``; returns 0. Raises :class:`whale.errors.WhaleError` on bad input."""
     from whale.submission import check_submission, write_submission
 
@@ -294,8 +306,10 @@ def run(argv: Sequence[str] | None = None, log=print) -> int:
         t, best_map, grid, maps = tune(val_top, open_share=args.tune_new_share)
         how = "tuned on validation MAP@5"
         csv_path = write_threshold_csv(_sibling(out, ".threshold.csv"), grid, maps)
+        written.append(csv_path)
         png_path = plot_thresholds(_sibling(out, ".threshold.png"), grid, maps, t,
                                    share_first(val_top, grid), share_first(test_top, grid))
+        written.append(png_path)
         log(f"threshold grid ({grid.size} values, {grid.min():g}..{grid.max():g}) -> {csv_path}, {png_path}")
         log(f"tuned threshold {t:.6g}: validation MAP@5 {best_map:.5f} (in-sample); "
             f"test share of {open_label} at rank 1: {share_first(test_top, [t])[0]:.4f}")

@@ -21,7 +21,7 @@ from pathlib import Path
 from whale.config import RunConfig
 from whale.errors import ConfigError, DataError
 from whale.files import atomic_write
-from whale.training.runlog import read_log, read_run_json, record_resume_changes, resume_changes
+from whale.training.runlog import DATA_IMAGES, read_log, read_run_json, record_resume_changes, resume_changes
 
 N_FOLDS = 4
 """Folds of the paper's rules (:func:`whale.data.fold_data`'s default)."""
@@ -49,9 +49,10 @@ def check_training_ids(comp, pairs, what: str) -> None:
     csv_path = Path(comp.root) / "train.csv"
     ids = comp.train["Id"].astype(str).tolist()
     for i, label in enumerate(ids):
-        if not label or label != label.strip() or any(c in label for c in ' ,"\t'):
+        if not label or label != label.strip() or any(c in label for c in ' ,"\'\t'):
             raise DataError(f"{csv_path}: line {i + 2}: id {label!r}: expected an id without spaces, commas "
-                            "or quotes (a submission's labels are space-separated, so it could not carry it)")
+                            "or quotes (' or \"): a submission's labels are space-separated, so it could not "
+                            "carry it")
     if len(pairs) == 0:
         n_new = sum(label == comp.open_label for label in ids)
         raise DataError(f"{csv_path}: no id has two training images in {what} ({len(ids)} rows, {n_new} of "
@@ -108,13 +109,13 @@ class FolderGuard:
     """Restores a run folder when a run fails before its first epoch (context manager).
 
     On entry it notes which entries the folder has and the bytes of its small files
-    (``run.json``, ``config.yaml``, ``log.csv``); on an exception, if no epoch was added since
+    (``run.json``, ``config.yaml``, ``log.csv``, ``data_images.json``); on an exception, if no epoch was added since
     (``checkpoints/last.json`` unchanged), it removes what appeared and puts those files back
     (a folder that did not exist is removed). The exception goes on either way. ``cleared``:
     the run is about to clear the folder (``--overwrite``), so a failed start leaves it empty.
     """
 
-    KEPT = ("run.json", "config.yaml", "log.csv")
+    KEPT = ("run.json", "config.yaml", "log.csv", DATA_IMAGES)
 
     def __init__(self, out_dir: Path, cleared: bool = False):
         self.out_dir, self.cleared = Path(out_dir), cleared

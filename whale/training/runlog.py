@@ -6,8 +6,10 @@ fold, seed, code revision, data folder, config hash and a ``run_id`` drawn once 
 created (score files carry it, so ``ensemble.py`` can tell runs apart), with every invocation
 appended to its history. :func:`claim_run_dir` keeps runs from mixing: a folder that already
 holds a run is only entered with ``--resume`` (same fold and seed) or cleared with ``--overwrite``.
-``run.json`` also records a fingerprint of the data (:func:`data_fingerprint`), so
-:func:`resume_changes` can tell a resume onto other data, or under another config, from the paused run.
+``run.json`` also records a fingerprint of the data (:func:`data_fingerprint`) and of its images' bytes
+(:func:`images_fingerprint`, from the per-image hashes kept in ``data_images.json``), so
+:func:`resume_changes` can tell a resume onto other data (other files, or the same names with other
+pixels), or under another config, from the paused run.
 """
 
 from __future__ import annotations
@@ -145,8 +147,12 @@ def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int | str, data_dir:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out_dir / "config.yaml", cfg.to_yaml())
     old = read_run_json(out_dir) or {}
+    hashes = image_hashes(Path(data_dir), read_data_images(out_dir))
+    write_text_atomic(out_dir / DATA_IMAGES, "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}"
+                                                                for k, v in sorted(hashes.items())) + "\n}\n")
     meta = {"fold": fold, "seed": cfg.seed, "git_revision": git_revision(), "data": str(data_dir),
-            "data_fingerprint": data_fingerprint(data_dir), "format": data_format(data_dir).name,
+            "data_fingerprint": data_fingerprint(data_dir), "images_fingerprint": images_fingerprint(hashes),
+            "format": data_format(data_dir).name,
             "config_hash": config_hash(cfg),
             "playground": str(playground) if playground else None, "init_from": init_from, "argv": sys.argv,
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -212,9 +218,9 @@ def data_fingerprint(data_dir: Path) -> str:
     """A short hash (16 hex digits) of a competition folder: ``train.csv``'s bytes and the image lists.
 
     The names of the files in ``train/`` and ``test/`` (the format's image folders:
-    :mod:`whale.formats`) count, not their bytes (reading 25,000
-    images at every resume would cost minutes): a folder with another ``train.csv`` or other
-    images is another competition. ``'none'`` when there is no ``train.csv``.
+    :mod:`whale.formats`) count here, not their bytes: a folder with another ``train.csv`` or other
+    images is another competition. The bytes are :func:`images_fingerprint`'s (kept apart so that
+    runs recorded before it resume as before). ``'none'`` when there is no ``train.csv``.
     """
     data_dir = Path(data_dir)
     csv_path = data_dir / "train.csv"
@@ -227,6 +233,66 @@ def data_fingerprint(data_dir: Path) -> str:
         names = sorted(os.listdir(folder)) if folder.is_dir() else []
         digest.update(f"\0{sub}\0{len(names)}\0".encode() + "\0".join(names).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()[:16]
+
+
+DATA_IMAGES = "data_images.json"
+"""The run folder's record of the data's image bytes: ``{"train/a.jpg": [size, mtime_ns, digest], ...}``."""
+
+
+def _image_files(data_dir: Path) -> list[tuple[str, Path]]:
+    """``(name, path)`` of every file in the data's image folders, names as ``train/a.jpg``, sorted."""
+    fmt = data_format(data_dir)
+    out = []
+    for sub in (fmt.train_dir, fmt.test_dir):
+        folder = data_dir / sub
+        if folder.is_dir():
+            out += [(f"{sub}/{n}", folder / n) for n in sorted(os.listdir(folder))]
+    return out
+
+
+def image_hashes(data_dir: Path, known: dict | None = None) -> dict[str, list]:
+    """``{name: [size, mtime_ns, digest]}`` of every image of a competition folder (names as ``train/a.jpg``).
+
+    ``digest`` is 32 hex digits of BLAKE2b over the file's bytes. ``known``: an earlier result
+    (``data_images.json``); a file whose size and modification time it records unchanged keeps that
+    digest without being read again, so a resume reads only the files written since.
+    """
+    known = known or {}
+    out = {}
+    for name, path in _image_files(Path(data_dir)):
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # gone since the listing, or a dangling link: not an image of the data
+        if not path.is_file():
+            continue
+        old = known.get(name)
+        if isinstance(old, list) and len(old) == 3 and old[:2] == [st.st_size, st.st_mtime_ns]:
+            out[name] = old
+            continue
+        h = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        out[name] = [st.st_size, st.st_mtime_ns, h.hexdigest()]
+    return out
+
+
+def images_fingerprint(hashes: dict[str, list]) -> str:
+    """16 hex digits over the names and digests of :func:`image_hashes` (sizes and times left out)."""
+    digest = hashlib.sha256()
+    for name in sorted(hashes):
+        digest.update(f"{name}\0{hashes[name][2]}\0".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:16]
+
+
+def read_data_images(out_dir: Path) -> dict:
+    """The run folder's ``data_images.json`` (:data:`DATA_IMAGES`), or ``{}`` when missing or unreadable."""
+    try:
+        record = json.loads((Path(out_dir) / DATA_IMAGES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def config_differences(before, after, path: str = "") -> list[str]:
@@ -253,7 +319,8 @@ def config_differences(before, after, path: str = "") -> list[str]:
 def resume_changes(out_dir: Path, cfg: RunConfig, data_dir: Path) -> list[str]:
     """What differs between the paused run in ``out_dir`` and a resume of it with ``cfg`` on ``data_dir``.
 
-    The data: the fingerprint in ``run.json`` (:func:`data_fingerprint`) against ``data_dir``'s.
+    The data: the fingerprint in ``run.json`` (:func:`data_fingerprint`) against ``data_dir``'s, then the
+    images' bytes (:func:`images_fingerprint`), naming the images whose bytes changed.
     The config: the resolved config in the run's ``config.yaml`` (read through the current code, so
     keys added since then take their defaults) against ``cfg`` (resolved as the trainer would
     record it, e.g. sized), key by key: every key the config has is compared. Returns one line per
@@ -268,6 +335,16 @@ def resume_changes(out_dir: Path, cfg: RunConfig, data_dir: Path) -> list[str]:
     if recorded is not None and recorded != data_fingerprint(data_dir):
         changes.append(f"data: {meta.get('data')} (fingerprint {recorded}) -> {data_dir} "
                        f"(fingerprint {data_fingerprint(data_dir)}): another train.csv or other images")
+    elif meta.get("images_fingerprint") is not None:
+        before = read_data_images(out_dir)
+        now = image_hashes(data_dir, before)
+        if images_fingerprint(now) != meta["images_fingerprint"]:
+            changed = [n for n in sorted(now) if (before.get(n) or [None] * 3)[2] != now[n][2]]
+            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+            changes.append(f"data: {data_dir}: the same files with other bytes since the run was started "
+                           f"({len(changed)} images: {shown})" if changed else
+                           f"data: {data_dir}: images with other bytes since the run was started "
+                           f"(images fingerprint {meta['images_fingerprint']} -> {images_fingerprint(now)})")
     yaml_path = out_dir / "config.yaml"
     if yaml_path.is_file():
         try:

@@ -28,7 +28,7 @@ from whale.training.plots import plot_training
 from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read_run_json, write_log,
                                    write_run_metadata)
 from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
-from whale.training.minedfiles import load_mined, save_mined
+from whale.training.minedfiles import load_mined, save_mined, training_key
 from whale.training.schedule import EpochPlan, Schedule, pair_images, sized_config
 from whale.training.stores import CropStores
 
@@ -233,14 +233,15 @@ class Trainer:
             if mined_block != ep.block_start:
                 # Inside a block, its negatives come back from disk (mined from the model at the
                 # block's start); at a block's first epoch they are mined from the current model.
-                mined = None if ep.mines else load_mined(self.ckpt_dir, ep.block_start)
+                key = training_key(self._training(dataset).pairs)  # other images (--allow-changes): mined again
+                mined = None if ep.mines else load_mined(self.ckpt_dir, ep.block_start, key)
                 if mined is None:
                     if not ep.mines:
-                        self.log(f"warning: no saved negatives of the block starting at epoch "
-                                 f"{ep.block_start + 1}; mining them again from the current model")
+                        self.log(f"warning: no saved negatives of the block starting at epoch {ep.block_start + 1} "
+                                 "for these training images; mining them again from the current model")
                     mined = self._mine(dataset, ep)
                     mining_s = time.time() - t0
-                    save_mined(self.ckpt_dir, ep.block_start, mined)
+                    save_mined(self.ckpt_dir, ep.block_start, mined, key)
                 mined_block = ep.block_start
             hist = self._fit_epoch(dataset, ep, mined[ep.index_in_block])
             row = {"epoch": ep.epoch + 1, "stage": ep.stage_index + 1, "epoch_in_stage": ep.epoch_in_stage + 1,
