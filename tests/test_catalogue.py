@@ -942,3 +942,49 @@ def test_a_stored_faiss_index_is_reused_while_the_embeddings_are_unchanged(tmp_p
     now = sorted((tmp_path / "index").iterdir())
     assert [p.name for p in now] == [live.name, now[1].name] and now[1].name.startswith("faiss-hnsw-")
     assert now[1] != stored[0]
+
+
+def test_match_by_keypoints_needs_no_run_keeps_its_features_and_reviews_with_match_views(tmp_path, capsys,
+                                                                                         monkeypatch):
+    import pandas as pd
+
+    from whale.cli import main
+    from whale.data.synth import generate
+
+    data = generate(tmp_path / "data", n_ids=8, seed=5, size=96, progress=False)
+    cat = tmp_path / "cat"
+    train = pd.read_csv(data / "train.csv")
+    known = train[train["Id"] != "new_whale"]
+    labels = _csv(tmp_path / "labels.csv", ["Image", "Id"], known.values.tolist())
+    assert main(["catalogue", "add", str(cat), "--photos", str(data / "train"), "--labels", str(labels),
+                 "--quiet"]) == 0
+    assert main(["catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(data / "test"),
+                 "--top", "3", "--batch", "k1", "--quiet"]) == 0
+    assert "possibly new (threshold 0.150)" in capsys.readouterr().out
+    props = read_proposals(_proposals_path(cat, "k1"))
+    assert props.run == "keypoints" and len(props.photos) == len(list((data / "test").iterdir()))
+    for ph in props.photos:
+        assert 1 <= len(ph.candidates) <= 3 and len({c.individual for c in ph.candidates}) == len(ph.candidates)
+        assert [c.score for c in ph.candidates] == sorted((c.score for c in ph.candidates), reverse=True)
+        assert ph.possibly_new == (ph.candidates[0].score < 0.15)
+    stored = sorted((cat / "keypoints").rglob("*.npz"))
+    assert len(stored) == len(known) + len(props.photos)  # the catalogue's photos and the batch's, once each
+    assert (cat / "batches" / "k1" / "keypoints.yaml").is_file()
+    # a second batch extracts nothing again; a run is refused with the method
+    import whale.keypoints.store as store_mod
+
+    monkeypatch.setattr(store_mod, "extract", lambda *a, **k: pytest.fail("extracted again"))
+    assert main(["catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(data / "test"),
+                 "--batch", "k2", "--quiet"]) == 0
+    assert main(["catalogue", "match", str(cat), "--method", "keypoints", "--run", "runs/x", "--photos",
+                 str(data / "test"), "--batch", "k3", "--quiet"]) == 2
+    monkeypatch.undo()
+    # the review page shows the keypoint matches of every photo and candidate; accept records a decision
+    assert main(["catalogue", "review", str(cat), "--batch", "k1", "--quiet"]) == 0
+    page = (cat / "batches" / "k1" / "review" / "index.html").read_text(encoding="utf-8")
+    assert page.count('class="match"') == sum(len(ph.candidates) for ph in props.photos)
+    assert main(["catalogue", "review", str(cat), "--batch", "k1", "--heatmaps", "--quiet"]) == 2
+    first = props.photos[0]
+    decisions = _csv(tmp_path / "d.csv", ["photo", "decision", "individual"],
+                     [[first.photo, "match", first.candidates[0].individual]])
+    assert main(["catalogue", "accept", str(cat), "--batch", "k1", "--decisions", str(decisions), "--quiet"]) == 0

@@ -2,6 +2,7 @@
 
     whale catalogue add CAT --photos DIR --labels LABELS.csv [--boxes BOXES.csv]
     whale catalogue match CAT --run RUN --photos NEW_DIR [--top 10] [--batch NAME] [--rematch]
+    whale catalogue match CAT --method keypoints --photos NEW_DIR       # no training: the keypoint matcher
     whale catalogue review CAT --batch NAME [--heatmaps]      # HTML report; exports decisions.csv
     whale catalogue accept CAT --batch NAME --decisions decisions.csv [--date D --location L]
 
@@ -109,8 +110,17 @@ def _match(args) -> str:
     with _open(args) as cat:
         batch = check_batch(cat, args.photos, args.batch, args.rematch)  # before the backend loads (seconds)
         kept = cat.query("SELECT COUNT(*) FROM decisions WHERE batch = ?", (batch,))[0][0]
-        proposals, path = match_batch(cat, _run_of(args, cat), args.photos, batch, args.top, args.method,
-                                      args.threshold, args.boxes, args.pool, rematch=args.rematch)
+        if args.method == "keypoints":
+            from whale.catalogue.keypoints import match_keypoints
+            from whale.keypoints import load_keypoint_config
+
+            if args.run is not None:
+                raise DataError("--method keypoints matches without a run: drop --run (or choose another --method)")
+            proposals, path = match_keypoints(cat, load_keypoint_config(args.keypoint_config), args.photos, batch,
+                                              args.top, args.threshold, args.boxes, args.rematch, not args.quiet)
+        else:
+            proposals, path = match_batch(cat, _run_of(args, cat), args.photos, batch, args.top, args.method,
+                                          args.threshold, args.boxes, args.pool, rematch=args.rematch)
         photos = {p.photo for p in proposals.photos}
         outside = sum(1 for (p,) in cat.query("SELECT DISTINCT photo FROM decisions WHERE batch = ?", (batch,))
                       if p not in photos)
@@ -132,9 +142,18 @@ def _review(args) -> str:
         raise DataError(f"{args.catalogue}: no batch {args.batch!r}; run `whale catalogue match` first")
     path = Path(args.catalogue) / row[0][0]
     out = Path(args.out) if args.out else path.parent / "review"
+    from whale.catalogue.keypoints import RUN, batch_config, store_of
+
+    run = read_proposals(path).run
+    matches = None
+    if args.matches or run == RUN:  # the keypoint matcher's view, as the batch was matched
+        matches = store_of(args.catalogue, batch_config(args.catalogue, args.batch))
+    if args.heatmaps and run == RUN:
+        raise DataError(f"batch {args.batch!r} was matched by keypoints, not a trained run: its page shows the "
+                        "keypoint matches; --heatmaps needs a run's batch")
     # The heatmaps are drawn by the run that matched the batch (recorded in its proposals).
-    written = write_report(path, out, args.heatmaps, run_dir=read_proposals(path).run if args.heatmaps else None,
-                           verbose=not args.quiet)
+    written = write_report(path, out, args.heatmaps, run_dir=run if args.heatmaps else None,
+                           verbose=not args.quiet, matches=matches)
     return f"wrote {written}: open it in a browser; fill in the form, export decisions.csv, then `accept`"
 
 
@@ -220,8 +239,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--photos", required=True, help="folder of new photos")
     s.add_argument("--batch", help="batch name (default: the folder's name)")
     s.add_argument("--top", type=int, default=10, help="individuals proposed per photo")
-    s.add_argument("--method", default="auto", choices=("auto", "exact", "prune", "faiss"),
-                   help="how the catalogue is searched (docs/catalogue.md)")
+    s.add_argument("--method", default="auto", choices=("auto", "exact", "prune", "faiss", "keypoints"),
+                   help="how the catalogue is searched (docs/catalogue.md); keypoints: the training-free "
+                        "keypoint matcher, no --run")
+    s.add_argument("--keypoint-config", help="with --method keypoints: its settings (default configs/keypoints.yaml's)")
     s.add_argument("--pool", type=int, default=300, help="images re-scored per photo by prune/faiss")
     s.add_argument("--threshold", type=float, help="possibly-new threshold (default: the run's)")
     s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 of the new photos (default: whole photos)")
@@ -231,6 +252,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--batch", required=True)
     s.add_argument("--out", help="folder (default: CAT/batches/BATCH/review)")
     s.add_argument("--heatmaps", action="store_true", help="draw the paper's heatmaps beside the photos")
+    s.add_argument("--matches", action="store_true",
+                   help="draw the keypoint matches of every query and candidate (always for a keypoint batch)")
     s = command("accept", _accept, "record a reviewer's decisions")
     s.add_argument("--batch", required=True)
     s.add_argument("--decisions", required=True,

@@ -215,11 +215,15 @@ def propose(rs, fq: np.ndarray, fg: np.ndarray, gallery_ids, top: int, method: s
 
 def batch_groups(rs, fq: np.ndarray, threshold: float) -> list[int | None]:
     """Per photo its group (photos whose mutual score reaches ``threshold``, linked transitively), None alone."""
+    return groups_of(rs.matrix(fq, fq).astype(np.float32), threshold)
+
+
+def groups_of(scores: np.ndarray, threshold: float) -> list[int | None]:
+    """:func:`batch_groups` of the batch's ``[n, n]`` scores against itself."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
-    s = rs.matrix(fq, fq).astype(np.float32)
-    s = np.maximum(s, s.T)
+    s = np.maximum(scores, scores.T)
     np.fill_diagonal(s, 0.0)
     _, labels = connected_components(csr_matrix(s >= threshold), directed=False)
     sizes = np.bincount(labels)
@@ -301,21 +305,33 @@ def _propose(cat, db, run, photos_dir, photos, fq, batch, top, method, threshold
     names, cols, vals = propose(run.scorer, fq, gallery.features, gallery.individuals, top, method, pool,
                                 index_dir=cat.root / INDEX_DIR)
     groups = batch_groups(run.scorer, fq, threshold)
+    return record_proposals(cat, db, batch, photos_dir, photos, str(run.run_dir.resolve()), run.fingerprint,
+                            threshold, names, cols, vals, groups, gallery.paths, gallery.hashes)
+
+
+def record_proposals(cat, db, batch, photos_dir, photos, run: str, fingerprint: str, threshold: float,
+                     names, cols, vals, groups, gallery_paths, gallery_hashes) -> tuple[Proposals, Path]:
+    """Write the batch's proposals file and rows (inside ``db``'s transaction); ``(proposals, path)``.
+
+    ``names``, ``cols``, ``vals``: ``[n_photos, k]`` candidate individuals, their best gallery image's
+    column (-1: none) and score; ``groups``: per photo its group or None; ``run``: what matched (a run
+    folder, or ``keypoints``) and ``fingerprint`` its features' fingerprint, as the batch's row records them.
+    """
     hashes = [file_hash(p) for p in photos]
     out = []
     for i, p in enumerate(photos):
-        cands = tuple(Candidate(str(names[i, j]), round(float(vals[i, j]), 6), str(gallery.paths[cols[i, j]]))
+        cands = tuple(Candidate(str(names[i, j]), round(float(vals[i, j]), 6), str(gallery_paths[cols[i, j]]))
                       for j in range(names.shape[1]) if cols[i, j] >= 0)
         possibly_new = not cands or cands[0].score < threshold
         out.append(PhotoProposal(str(p.resolve()), hashes[i], possibly_new, groups[i], cands))
-    proposals = Proposals(batch, str(run.run_dir.resolve()), threshold, tuple(out))
+    proposals = Proposals(batch, run, threshold, tuple(out))
     path = write_proposals(cat.root / proposals_file(batch, proposals), proposals)
-    by_path = {str(p): h for p, h in zip(gallery.paths, gallery.hashes)}
+    by_path = {str(p): h for p, h in zip(gallery_paths, gallery_hashes)}
     # The batch's row names its proposals file: a kill before the commit leaves the old row naming the old
     # file (the new one, named by its content, is deleted as unreferenced), never old rows and a new file.
     db.execute("DELETE FROM proposals WHERE batch = ?", (batch,))
     db.execute("INSERT OR REPLACE INTO batches VALUES (?, ?, ?, ?, ?, ?, ?)",
-               (batch, str(photos_dir.resolve()), str(run.run_dir.resolve()), run.fingerprint, threshold,
+               (batch, str(Path(photos_dir).resolve()), run, fingerprint, threshold,
                 path.relative_to(cat.root).as_posix(), now()))
     db.executemany("INSERT INTO proposals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [(batch, ph.photo, ph.hash, r, c.individual, c.score, by_path[c.image], int(ph.possibly_new),

@@ -84,6 +84,9 @@ class VerifyConfig:
     correspondences than this and the candidate is not verified. Score of an image:
     ``t / (t + scale)``, ``t = inlier_weight + vote_weight * votes``: 0 without evidence, towards 1 with
     more verified evidence (inlier LNBNN weight), unverified votes counting ``vote_weight`` as much.
+    ``new_threshold``: below it a photo's best individual leaves it "possibly new" where no tuned threshold
+    is at hand (the catalogue's ``match --method keypoints``); chosen on the real flukes' validation folds
+    (docs/humpback.md). ``whale ensemble --tune`` tunes its own on a fold's validation queries.
     """
 
     shortlist: int = 20
@@ -93,6 +96,7 @@ class VerifyConfig:
     min_matches: int = 4
     vote_weight: float = 0.001
     scale: float = 1.0
+    new_threshold: float = 0.15
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,8 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
         reproj_px=check.number(v.get("reproj_px", d.reproj_px), "verify.reproj_px", float, lo=0, lo_open=True),
         min_matches=check.number(v.get("min_matches", d.min_matches), "verify.min_matches", int, lo=4, hi=1000),
         vote_weight=check.number(v.get("vote_weight", d.vote_weight), "verify.vote_weight", float, lo=0),
-        scale=check.number(v.get("scale", d.scale), "verify.scale", float, lo=0, lo_open=True))
+        scale=check.number(v.get("scale", d.scale), "verify.scale", float, lo=0, lo_open=True),
+        new_threshold=check.number(v.get("new_threshold", d.new_threshold), "verify.new_threshold", float, lo=0, hi=1))
     return KeypointConfig(features, search, verify)
 
 

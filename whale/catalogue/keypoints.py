@@ -1,0 +1,111 @@
+"""``match --method keypoints``: a batch of new photos against the catalogue by the keypoint matcher, no run.
+
+The catalogue keeps the matcher's features in ``CAT/keypoints/<fingerprint>/`` (a
+:class:`whale.keypoints.FeatureStore`: one file per photo content and feature setting, written atomically,
+so a killed match keeps what it extracted and a later match extracts only new photos). Per photo the
+candidates are the individuals ranked by their best image's score (:mod:`whale.keypoints.matcher`: LNBNN
+votes over the whole catalogue, geometric verification of the best), ``possibly_new`` below the config's
+``verify.new_threshold`` (or ``--threshold``); photos of the batch that match each other are grouped as
+:func:`whale.catalogue.match.groups_of` does. The settings used are kept beside the proposals
+(``batches/<batch>/keypoints.yaml``), so the review page draws the matches the same way.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from whale.catalogue.db import Catalogue
+from whale.catalogue.ingest import check_photo, image_path
+from whale.catalogue.match import check_batch, groups_of, list_photos, record_proposals
+from whale.catalogue.proposals import Proposals
+from whale.errors import DataError
+
+STORE_DIR = "keypoints"
+"""The catalogue's folder of keypoint features."""
+RUN = "keypoints"
+"""What a keypoint batch's row and proposals record as the run that matched it."""
+CONFIG_NAME = "keypoints.yaml"
+
+
+def store_of(cat_root, cfg):
+    """The catalogue's :class:`whale.keypoints.FeatureStore` for ``cfg``."""
+    from whale.keypoints import FeatureStore
+
+    return FeatureStore(cfg, Path(cat_root) / STORE_DIR)
+
+
+def batch_config(cat_root, batch: str):
+    """The keypoint settings a batch was matched with (the defaults when it recorded none)."""
+    from whale.keypoints import load_keypoint_config
+
+    path = Path(cat_root) / "batches" / batch / CONFIG_NAME
+    return load_keypoint_config(path if path.is_file() else None)
+
+
+def _box(text: str | None):
+    return None if not text else tuple(float(v) for v in text.split(","))
+
+
+def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, top: int = 10,
+                    threshold: float | None = None, boxes_csv=None, rematch: bool = False,
+                    progress: bool = True) -> tuple[Proposals, Path]:
+    """Propose individuals for every photo of ``photos_dir`` with the keypoint matcher (module docstring).
+
+    Holds the catalogue's write lock for the whole match and records the proposals in one transaction, as
+    :func:`whale.catalogue.match.match_batch` does; refuses an existing batch unless ``rematch``.
+
+    Raises:
+        DataError: a bad or existing batch, a photo that is not an image, an empty catalogue.
+    """
+    import yaml
+
+    from whale.files import write_text_atomic
+    from whale.keypoints import KeypointMatcher
+
+    photos_dir = Path(photos_dir)
+    check_batch(cat, photos_dir, batch, rematch)
+    if int(top) < 1:
+        raise DataError(f"--top {top}: expected at least 1")
+    photos = list_photos(photos_dir)
+    boxes = {}
+    if boxes_csv is not None:
+        from whale.data.competition import read_boxes
+
+        boxes = read_boxes(boxes_csv)
+    for p in photos:
+        check_photo(p, boxes.get(p.name), f"{photos_dir}: photo {p.name}")
+    threshold = float(cfg.verify.new_threshold if threshold is None else threshold)
+    with cat.writing():
+        batch = check_batch(cat, photos_dir, batch, rematch)
+        rows = cat.query("SELECT hash, individual, file, box FROM images ORDER BY hash")
+        if not rows:
+            raise DataError(f"{cat.root}: the catalogue holds no photos (add some with `whale catalogue add`)")
+        hashes = [r[0] for r in rows]
+        individuals = np.array([r[1] for r in rows], dtype=str)
+        paths = [image_path(cat, r[2]) for r in rows]
+        store = store_of(cat.root, cfg)
+        gallery = store.features(paths, progress=progress, digests=hashes, boxes=[_box(r[3]) for r in rows])
+        queries = store.features(photos, progress=progress, boxes=[boxes.get(p.name) for p in photos])
+        scores = KeypointMatcher(cfg, gallery, individuals).match(queries, progress=progress).scores
+        names, cols, vals = best_individuals(scores, individuals, top)
+        groups = groups_of(KeypointMatcher(cfg, queries).match(queries, progress=False).scores, threshold)
+        write_text_atomic(cat.root / "batches" / batch / CONFIG_NAME, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        with cat.transaction() as db:
+            return record_proposals(cat, db, batch, photos_dir, photos, RUN, cfg.fingerprint(), threshold,
+                                    names, cols, vals, groups, paths, hashes)
+
+
+def best_individuals(scores: np.ndarray, individuals: np.ndarray, top: int):
+    """``(names [n, k] str, cols [n, k] int64, vals [n, k] float32)``: per row of ``scores`` ``[n, n_gallery]``
+    the ``k = min(top, individuals)`` best individuals by their best image, that image's column and score."""
+    from whale.ranking import top_id_scores
+
+    names, idx, vals = top_id_scores(scores.astype(np.float32), individuals, k=min(int(top), len(set(individuals))))
+    top_names = names[idx]
+    cols = np.full(top_names.shape, -1, np.int64)
+    for i in range(len(scores)):
+        for j, name in enumerate(top_names[i]):
+            members = np.flatnonzero(individuals == name)
+            cols[i, j] = members[np.argmax(scores[i, members])]
+    return top_names, cols, vals.astype(np.float32)
