@@ -70,7 +70,10 @@ def test_round_trip(tmp_path):
     assert config_from_dict(cfg.to_dict()) == cfg
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem != "boxes"))  # boxes: whale.boxes
+NOT_TRAINING = {"boxes", "keypoints"}  # whale.boxes's and whale.keypoints's own configs, tested there
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem not in NOT_TRAINING))
 def test_shipped_configs_load_and_round_trip(name, tmp_path):
     cfg = load_config(CONFIGS / f"{name}.yaml")
     assert cfg.name == name
@@ -241,3 +244,8 @@ def test_model_stem_is_for_seresnext50_only_and_absent_from_configs_without_one(
     assert small.model.branch_options() == {"stem": "pool"}
     with pytest.raises(ConfigError, match=r"model\.stem: expected one of conv, pool"):
         load_config(write(tmp_path, {**MINIMAL, "model": {"branch": "small", "stem": "timm"}}))
+
+
+def test_a_keypoint_config_given_to_training_says_what_it_is():
+    with pytest.raises(ConfigError, match="keypoint matcher's settings.*whale score --matcher keypoints"):
+        load_config(CONFIGS / "keypoints.yaml")

@@ -337,6 +337,9 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     """
     c = Checker(source)
     allowed, required = dataclass_fields(RunConfig)
+    if isinstance(raw, dict) and "stages" not in raw and {"features", "verify"} & set(raw):
+        raise ConfigError(f"{source}: a keypoint matcher's settings, not a training config: "
+                          "use it with `whale score --matcher keypoints --config ...`")
     raw = c.mapping(raw, "", allowed, required)
     stages_raw = raw["stages"]
     if not isinstance(stages_raw, (list, tuple)) or not stages_raw:
