@@ -7,6 +7,7 @@ at the submodules it re-exports.
 """
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,20 @@ def test_no_module_is_over_450_lines_unless_listed():
     long = {m: len(p.read_text().splitlines()) for m, p in _modules().items()}
     over = {m: n for m, n in long.items() if n > 450 and m not in allowed}
     assert not over, f"modules over 450 lines: {over}"
+
+
+def test_the_catalogue_s_sql_lives_in_db_and_sql_only():
+    # whale.catalogue.db: connection, schema, transactions; whale.catalogue.sql: every statement by name.
+    statement = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM)\b")
+    found = {m: [i for i, line in enumerate(p.read_text().splitlines(), 1) if statement.search(line)]
+             for m, p in _modules().items() if m.startswith("whale.catalogue.")
+             and m not in ("whale.catalogue.db", "whale.catalogue.sql")}
+    assert not {m: lines for m, lines in found.items() if lines}, "SQL outside whale.catalogue.db/sql"
+
+
+def test_the_catalogue_s_inserts_name_their_columns():
+    positional = re.compile(r"INSERT (OR \w+ )?INTO \w+ VALUES")
+    for m in ("whale.catalogue.db", "whale.catalogue.sql"):
+        text = _modules()[m].read_text()
+        lines = [line for line in text.splitlines() if positional.search(line)]
+        assert not lines, f"{m}: INSERT without column names: {lines}"

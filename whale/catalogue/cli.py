@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from whale.catalogue import sql
 from whale.catalogue.db import SIGHTING_COLUMNS
 from whale.errors import DataError, run_cli
 
@@ -109,7 +110,7 @@ def _match(args) -> str:
 
     with _open(args) as cat:
         batch = check_batch(cat, args.photos, args.batch, args.rematch)  # before the backend loads (seconds)
-        kept = cat.query("SELECT COUNT(*) FROM decisions WHERE batch = ?", (batch,))[0][0]
+        kept = sql.decision_count(cat.conn, batch)
         if args.method == "keypoints":
             from whale.catalogue.keypoints import match_keypoints
             from whale.keypoints import load_keypoint_config
@@ -122,8 +123,7 @@ def _match(args) -> str:
             proposals, path = match_batch(cat, _run_of(args, cat), args.photos, batch, args.top, args.method,
                                           args.threshold, args.boxes, args.pool, rematch=args.rematch)
         photos = {p.photo for p in proposals.photos}
-        outside = sum(1 for (p,) in cat.query("SELECT DISTINCT photo FROM decisions WHERE batch = ?", (batch,))
-                      if p not in photos)
+        outside = len(sql.decided_photos(cat.conn, batch) - photos)
     n_new = sum(p.possibly_new for p in proposals.photos)
     groups = {p.group for p in proposals.photos if p.group is not None}
     said = (f"; re-matched: its {kept} decisions are kept" + (f" ({outside} of them for photos no longer in "
@@ -137,10 +137,10 @@ def _review(args) -> str:
     from whale.catalogue.report import write_report
 
     with _open(args) as cat:
-        row = cat.query("SELECT proposals FROM batches WHERE name = ?", (args.batch,))
-    if not row:
+        rel = sql.batch_proposals_file(cat.conn, args.batch)
+    if rel is None:
         raise DataError(f"{args.catalogue}: no batch {args.batch!r}; run `whale catalogue match` first")
-    path = Path(args.catalogue) / row[0][0]
+    path = Path(args.catalogue) / rel
     out = Path(args.out) if args.out else path.parent / "review"
     from whale.catalogue.keypoints import RUN, batch_config, store_of
 

@@ -1,5 +1,8 @@
 """The catalogue's database: one SQLite file, its schema, and the one way to write to it.
 
+The statements the commands run are named in :mod:`whale.catalogue.sql`; this module holds the connection,
+the schema, the write lock and the transactions.
+
 A catalogue is a folder::
 
     CATALOGUE/catalogue.sqlite     individuals, images, sightings, features, batches, proposals, decisions
@@ -111,7 +114,7 @@ class Catalogue:
     Example:
         >>> cat = Catalogue.create("whales/")          # doctest: +SKIP
         >>> with cat.transaction() as db:               # doctest: +SKIP
-        ...     db.execute("INSERT INTO individuals VALUES (?, ?, ?)", ("w_1", now(), user()))
+        ...     sql.add_individual(db, "w_1", user())   # whale.catalogue.sql: the statements
     """
 
     def __init__(self, root: str | os.PathLike, conn: sqlite3.Connection):
@@ -144,8 +147,8 @@ class Catalogue:
                 tmp.unlink(missing_ok=True)  # a killed create's (no other can be creating: the lock is held)
                 conn = _connect(tmp)
                 conn.executescript("BEGIN;" + SCHEMA + "COMMIT;")
-                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                conn.execute("INSERT INTO meta VALUES ('created_at', ?)", (now(),))
+                conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                conn.execute("INSERT INTO meta (key, value) VALUES ('created_at', ?)", (now(),))
                 conn.close()
                 os.replace(tmp, root / DB_NAME)  # a kill before this leaves no catalogue, never half a schema
                 fsync_dir(root)
@@ -304,17 +307,6 @@ def acquire_lock(root: Path) -> int:
         print(f"waiting for another command writing {root} ...", file=sys.stderr, flush=True)
         fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
-
-
-def drop_empty_individuals(db: sqlite3.Connection, ids) -> list[str]:
-    """Delete the individuals of ``ids`` that hold no photo any more (inside a transaction); returns them.
-
-    A redecision or a ``remove`` that takes an individual's last photo takes the individual too: an id
-    without photos could not be matched, and ``export`` could not carry it.
-    """
-    gone = sorted(i for i in set(ids) if not db.execute("SELECT 1 FROM images WHERE individual = ?", (i,)).fetchone())
-    db.executemany("DELETE FROM individuals WHERE id = ?", [(i,) for i in gone])
-    return gone
 
 
 BUSY_TIMEOUT_S = 30.0

@@ -19,16 +19,11 @@ decision added (with its sightings and features); an individual left without pho
 """
 from __future__ import annotations
 
-from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, drop_empty_individuals, now, user
+from whale.catalogue import sql
+from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, user
 from whale.catalogue.ingest import flush, store_photo
 from whale.catalogue.report import load_proposals, read_decisions
 from whale.errors import DataError
-
-
-def _last_decision(cat: Catalogue, digest: str) -> str | None:
-    """The latest ``decided`` of a photo (by content hash), or None."""
-    row = cat.query("SELECT decided FROM decisions WHERE photo_hash = ? ORDER BY id DESC LIMIT 1", (digest,))
-    return row[0][0] if row else None
 
 
 def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
@@ -58,11 +53,11 @@ def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,
 
 def _accept(cat: Catalogue, batch: str, decisions_csv, by: str, redecide: bool, defaults: dict[str, str],
             allow_unlisted: bool) -> dict[str, int]:
-    row = cat.query("SELECT proposals FROM batches WHERE name = ?", (batch,))
-    if not row:
-        known = ", ".join(r[0] for r in cat.query("SELECT name FROM batches ORDER BY name")) or "none"
+    rel = sql.batch_proposals_file(cat.conn, batch)
+    if rel is None:
+        known = ", ".join(sql.batch_names(cat.conn)) or "none"
         raise DataError(f"{cat.root}: no batch {batch!r} (batches: {known}); run `whale catalogue match` first")
-    proposals = load_proposals(cat.root / row[0][0])
+    proposals = load_proposals(cat.root / rel)
     photos = {p.photo: p for p in proposals.photos}
     existing = cat.individuals()
     created: dict[str, str] = {}
@@ -71,7 +66,7 @@ def _accept(cat: Catalogue, batch: str, decisions_csv, by: str, redecide: bool, 
     # A match the model did not propose (the reviewer knows the animal) must be asked for; it must exist.
     for d in read_decisions(decisions_csv, proposals, allow_unlisted=allow_unlisted):
         where, ind, photo = f"{decisions_csv} row {d.row}", d.individual or "", photos[d.photo]
-        if _last_decision(cat, photo.hash) == decided_as[d.decision](ind):
+        if sql.last_decision(cat.conn, photo.hash) == decided_as[d.decision](ind):
             pass  # recorded already: accepting the same file twice changes nothing
         elif d.decision == "new":
             if ind in existing:
@@ -92,50 +87,32 @@ def _accept(cat: Catalogue, batch: str, decisions_csv, by: str, redecide: bool, 
     with cat.transaction() as db:
         for where, path, digest, decision, ind, seen in plan:
             decided = decided_as[decision](ind)
-            last = _last_decision(cat, digest)
+            last = sql.last_decision(db, digest)
             if last == decided:
                 counts["unchanged"] += 1
                 continue
             if last is not None and not redecide:
                 raise DataError(f"{where}: {path.name} was decided {last!r} before; --redecide records "
                                 f"{decided!r} after it")
-            decision_id = db.execute(
-                "INSERT INTO decisions (batch, photo, photo_hash, decision, decided, decided_by, decided_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)", (batch, str(path), digest, decision, decided, by, now())).lastrowid
-            held = db.execute("SELECT individual FROM images WHERE hash = ?", (digest,)).fetchone()
+            decision_id = sql.record_decision(db, batch, str(path), digest, decision, decided, by)
+            held = sql.photo_owner(db, digest)
             if decision == "skip":
                 counts["skipped"] += 1
-                if last not in (None, "skip") and held is not None and _undo(db, digest):
+                if last not in (None, "skip") and held is not None and sql.undo_decided_photo(db, digest):
                     counts["undone"] += 1
                     left.add(held[0])
                 continue
-            if decision == "new" and ind not in cat.individuals():
-                db.execute("INSERT INTO individuals VALUES (?, ?, ?)", (ind, now(), by))
+            if decision == "new" and not sql.has_individual(db, ind):
+                sql.add_individual(db, ind, by)
             if held is not None and held[0] != ind:
                 if not redecide:
                     raise DataError(f"{where}: {path.name} has the bytes of a catalogue photo of {held[0]!r}, "
                                     f"not {ind!r}; nothing recorded")
-                db.execute("UPDATE images SET individual = ? WHERE hash = ?", (ind, digest))
-                db.execute("UPDATE sightings SET individual = ? WHERE image = ?", (ind, digest))
+                sql.move_photo(db, digest, ind)
                 left.add(held[0])
             elif held is None:
-                db.execute("INSERT INTO images VALUES (?, ?, ?, ?, NULL, ?)",
-                           (digest, stored[digest], str(path), ind, now()))
-                db.execute("INSERT INTO sightings (image, individual, date, location, encounter, decision) "
-                           "VALUES (?, ?, ?, ?, ?, ?)", (digest, ind, *(seen.get(c) for c in SIGHTING_COLUMNS),
-                                                         decision_id))
+                sql.add_photo(db, digest, stored[digest], str(path), ind, None, seen, by, decision_id)
             counts["new" if decision == "new" else "matched"] += 1
-        drop_empty_individuals(db, left)
+        sql.drop_empty_individuals(db, left)
     return counts
-
-
-def _undo(db, digest: str) -> bool:
-    """Remove what decisions added for photo ``digest``: their sightings, then the photo (and its features)
-    when no sighting is left. A photo ``add`` brought in keeps its own sighting. Returns whether it went."""
-    db.execute("DELETE FROM sightings WHERE image = ? AND decision IS NOT NULL", (digest,))
-    if db.execute("SELECT 1 FROM sightings WHERE image = ?", (digest,)).fetchone():
-        return False
-    db.execute("DELETE FROM features WHERE hash = ?", (digest,))
-    db.execute("DELETE FROM images WHERE hash = ?", (digest,))
-    return True
 

@@ -26,24 +26,19 @@ import csv
 import shutil
 from pathlib import Path
 
+from whale.catalogue import sql
 from whale.catalogue.db import Catalogue
 from whale.errors import DataError
 from whale.files import atomic_write, check_output
 
 PHOTOS = "photos"
 CSVS = {
-    "sightings.csv": (("image", "individual", "date", "location", "encounter", "source", "hash"),
-                      "SELECT i.file, s.individual, s.date, s.location, s.encounter, i.source, i.hash "
-                      "FROM sightings s JOIN images i ON i.hash = s.image ORDER BY s.individual, i.hash"),
-    "boxes.csv": (("Image", "x0", "y0", "x1", "y1"),
-                  "SELECT file, box FROM images WHERE box IS NOT NULL ORDER BY file"),
-    "individuals.csv": (("individual", "images", "created_at", "created_by"),
-                        "SELECT d.id, COUNT(i.hash), d.created_at, d.created_by FROM individuals d "
-                        "LEFT JOIN images i ON i.individual = d.id GROUP BY d.id ORDER BY d.id"),
-    "decisions.csv": (("batch", "photo", "hash", "decision", "decided", "decided_by", "decided_at"),
-                      "SELECT batch, photo, photo_hash, decision, decided, decided_by, decided_at FROM decisions "
-                      "ORDER BY id"),
+    "sightings.csv": ("image", "individual", "date", "location", "encounter", "source", "hash"),
+    "boxes.csv": ("Image", "x0", "y0", "x1", "y1"),
+    "individuals.csv": ("individual", "images", "created_at", "created_by"),
+    "decisions.csv": ("batch", "photo", "hash", "decision", "decided", "decided_by", "decided_at"),
 }
+"""Each CSV's header (its rows: :data:`whale.catalogue.sql.EXPORT_QUERIES`)."""
 
 
 def exported_name(rel: str) -> str:
@@ -74,12 +69,8 @@ def export(cat: Catalogue, out_dir) -> list[Path]:
     if not fresh and any(out_dir.iterdir()) and not (out_dir / "sightings.csv").is_file():
         raise DataError(f"--out {out_dir}: holds files and is not an earlier export (no sightings.csv): "
                         "name an empty or new folder")
-    cat.conn.execute("BEGIN")  # one read transaction: the files describe one state of the catalogue
-    try:
-        photos = [r[0] for r in cat.conn.execute("SELECT file FROM images ORDER BY file")]
-        tables = {name: _rows(name, cat.conn.execute(sql).fetchall()) for name, (_, sql) in CSVS.items()}
-    finally:
-        cat.conn.execute("COMMIT")
+    photos, found = sql.export_rows(cat.conn)  # one read transaction: one state of the catalogue
+    tables = {name: _rows(name, found[name]) for name in CSVS}
     try:
         return _write(cat, out_dir, photos, tables)
     except BaseException:
@@ -102,7 +93,7 @@ def _write(cat: Catalogue, out_dir: Path, photos: list[str], tables: dict[str, l
         if old.is_file() and old not in keep:  # an earlier export's photo the catalogue no longer holds
             old.unlink()
     written = []
-    for name, (header, _) in CSVS.items():
+    for name, header in CSVS.items():
         def write(tmp, rows=tables[name], header=header):
             with open(tmp, "w", newline="", encoding="utf-8") as fh:
                 w = csv.writer(fh)

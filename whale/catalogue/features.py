@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from whale.catalogue import sql
 from whale.catalogue.db import Catalogue, fsync_dir, now
 from whale.catalogue.ingest import image_path
 from whale.errors import DataError
@@ -123,22 +124,17 @@ class PendingIndex:
     def record(self, db) -> None:
         """The feature rows (other fingerprints' dropped) and the run in ``meta``, through ``db``."""
         fp = self.run.fingerprint
-        db.execute("DELETE FROM features WHERE fingerprint != ?", (fp,))
-        db.executemany("INSERT INTO features VALUES (?, ?, ?, ?)", [(h, fp, self.file, i)
-                                                                    for i, h in enumerate(self.hashes)])
-        for key, value in (("run", str(self.run.run_dir.resolve())), ("checkpoint", self.run.checkpoint),
-                           ("fingerprint", fp), ("indexed_at", now())):
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        sql.record_features(db, fp, self.file, self.hashes, {
+            "run": str(self.run.run_dir.resolve()), "checkpoint": self.run.checkpoint, "fingerprint": fp,
+            "indexed_at": now()})
 
 
 def prepare_index(cat: Catalogue, run: RunFeatures) -> PendingIndex:
     """Score the catalogue images without features under ``run`` and write them (one file, flushed to
     disk); nothing recorded yet. Call under :meth:`Catalogue.writing`."""
     fp = run.fingerprint
-    todo = cat.query("SELECT hash, file, box FROM images WHERE hash NOT IN "
-                     "(SELECT hash FROM features WHERE fingerprint = ?) ORDER BY hash", (fp,))
-    kept = cat.query("SELECT COUNT(*) FROM features WHERE fingerprint = ?", (fp,))[0][0]
-    stale = cat.query("SELECT COUNT(*) FROM features WHERE fingerprint != ?", (fp,))[0][0]
+    todo = sql.photos_without_features(cat.conn, fp)
+    kept, stale = sql.feature_counts(cat.conn, fp)
     rel = None
     if todo:
         try:
@@ -160,7 +156,7 @@ def _unreadable(cat: Catalogue, todo, exc: DataError) -> str:
     """``exc`` (an image that would not decode) with the catalogue photo it is and how to remove it."""
     for digest, rel, _ in todo:
         if str(image_path(cat, rel)) in str(exc) or rel in str(exc):
-            individual, source = cat.query("SELECT individual, source FROM images WHERE hash = ?", (digest,))[0]
+            individual, source = sql.photo_owner(cat.conn, digest)
             return (f"{cat.root}: catalogue photo {digest[:12]} of {individual!r} (added from {source}) cannot be "
                     f"read: {exc}; `whale catalogue remove {cat.root} {digest[:12]}` removes it "
                     f"(`whale catalogue check {cat.root}` lists every such photo)")
@@ -186,15 +182,14 @@ def load_gallery(cat: Catalogue, fingerprint: str) -> Gallery:
     Raises:
         DataError: an image has no features under it (run ``index`` first), or the catalogue is empty.
     """
-    rows = cat.query("SELECT i.hash, i.individual, i.file, f.file, f.row FROM images i LEFT JOIN features f "
-                     "ON f.hash = i.hash AND f.fingerprint = ? ORDER BY i.hash", (fingerprint,))
-    if not rows:
+    found = sql.gallery_rows(cat.conn, fingerprint)
+    if not found:
         raise DataError(f"{cat.root}: the catalogue holds no photos (add some with `whale catalogue add`)")
-    missing = [r[0] for r in rows if r[3] is None]
+    missing = [r[0] for r in found if r[3] is None]
     if missing:
         raise DataError(f"{cat.root}: {len(missing)} photos have no features of run fingerprint {fingerprint} "
                         f"(run `whale catalogue index {cat.root} --run RUN`)")
-    arrays = {f: np.load(cat.root / f, allow_pickle=False) for f in sorted({r[3] for r in rows})}
-    feats = np.stack([arrays[r[3]][:, :, r[4]] for r in rows], axis=2)
-    return Gallery([r[0] for r in rows], np.array([r[1] for r in rows], dtype=str),
-                   [image_path(cat, r[2]) for r in rows], feats.astype(np.float32, copy=False))
+    arrays = {f: np.load(cat.root / f, allow_pickle=False) for f in sorted({r[3] for r in found})}
+    feats = np.stack([arrays[r[3]][:, :, r[4]] for r in found], axis=2)
+    return Gallery([r[0] for r in found], np.array([r[1] for r in found], dtype=str),
+                   [image_path(cat, r[2]) for r in found], feats.astype(np.float32, copy=False))

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from whale import NEW_WHALE
-from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, file_hash, now, user
+from whale.catalogue import sql
+from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, file_hash, user
 from whale.errors import DataError
 from whale.files import atomic_write
 from whale.progress import progress_bar
@@ -168,20 +169,16 @@ def _add(cat: Catalogue, rows: list[LabelledPhoto], skipped: int, by: str, progr
         known = cat.individuals()
         before = set(known)
         for r, digest, rel in staged:
-            row = db.execute("SELECT individual, source FROM images WHERE hash = ?", (digest,)).fetchone()
+            row = sql.photo_owner(db, digest)
             if row is not None:
                 if row[0] != r.individual:
                     raise DataError(f"{r.where}: {r.path} has the same bytes as {row[1]}, already in the "
                                     f"catalogue as {row[0]!r}, not {r.individual!r}; nothing added")
                 dup += 1
                 continue
-            if r.individual not in known:
-                db.execute("INSERT INTO individuals VALUES (?, ?, ?)", (r.individual, now(), by))
-                known.add(r.individual)
-            db.execute("INSERT INTO images VALUES (?, ?, ?, ?, ?, ?)",
-                       (digest, rel, r.source or str(r.path.resolve()), r.individual, box_text(r.box), now()))
-            db.execute("INSERT INTO sightings (image, individual, date, location, encounter) VALUES (?, ?, ?, ?, ?)",
-                       (digest, r.individual, r.date, r.location, r.encounter))
+            sql.add_photo(db, digest, rel, r.source or str(r.path.resolve()), r.individual, box_text(r.box),
+                           {"date": r.date, "location": r.location, "encounter": r.encounter}, by)
+            known.add(r.individual)
             added += 1
     return {"added": added, "duplicates": dup, "new_individuals": len(known - before),
             "skipped_new_whale": skipped}

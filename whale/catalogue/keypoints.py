@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from whale.catalogue import sql
 from whale.catalogue.db import Catalogue
 from whale.catalogue.ingest import check_photo, image_path
 from whale.catalogue.match import check_batch, groups_of, list_photos, record_proposals
@@ -78,7 +79,7 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
     threshold = float(cfg.verify.new_threshold if threshold is None else threshold)
     with cat.writing():
         batch = check_batch(cat, photos_dir, batch, rematch)
-        rows = cat.query("SELECT hash, individual, file, box FROM images ORDER BY hash")
+        rows = [(h, ind, f, box) for h, ind, f, _, box in sql.photos(cat.conn)]
         if not rows:
             raise DataError(f"{cat.root}: the catalogue holds no photos (add some with `whale catalogue add`)")
         hashes = [r[0] for r in rows]

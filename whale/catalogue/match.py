@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.catalogue.db import Catalogue, file_hash, now
+from whale.catalogue import sql
+from whale.catalogue.db import Catalogue, file_hash
 from whale.catalogue.features import RunFeatures, load_gallery, prepare_index
 from whale.catalogue.ingest import check_photo
 from whale.catalogue.proposals import Candidate, PhotoProposal, Proposals, proposals_file, write_proposals
@@ -250,10 +251,10 @@ def check_batch(cat: Catalogue, photos_dir, batch: str | None = None, rematch: b
             never replaced silently: its proposals may have been reviewed and decided).
     """
     batch = check_batch_name(batch or Path(photos_dir).resolve().name)
-    row = cat.query("SELECT matched_at FROM batches WHERE name = ?", (batch,))
-    if row and not rematch:
-        n = cat.query("SELECT COUNT(*) FROM decisions WHERE batch = ?", (batch,))[0][0]
-        raise DataError(f"{cat.root}: batch {batch!r} exists already (matched {row[0][0]}, {n} decisions); "
+    matched = sql.batch_matched_at(cat.conn, batch)
+    if matched is not None and not rematch:
+        n = sql.decision_count(cat.conn, batch)
+        raise DataError(f"{cat.root}: batch {batch!r} exists already (matched {matched}, {n} decisions); "
                         "--rematch replaces its proposals and keeps its decisions, or name another --batch")
     return batch
 
@@ -329,11 +330,8 @@ def record_proposals(cat, db, batch, photos_dir, photos, run: str, fingerprint: 
     by_path = {str(p): h for p, h in zip(gallery_paths, gallery_hashes)}
     # The batch's row names its proposals file: a kill before the commit leaves the old row naming the old
     # file (the new one, named by its content, is deleted as unreferenced), never old rows and a new file.
-    db.execute("DELETE FROM proposals WHERE batch = ?", (batch,))
-    db.execute("INSERT OR REPLACE INTO batches VALUES (?, ?, ?, ?, ?, ?, ?)",
-               (batch, str(Path(photos_dir).resolve()), run, fingerprint, threshold,
-                path.relative_to(cat.root).as_posix(), now()))
-    db.executemany("INSERT INTO proposals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   [(batch, ph.photo, ph.hash, r, c.individual, c.score, by_path[c.image], int(ph.possibly_new),
-                     ph.group) for ph in out for r, c in enumerate(ph.candidates, start=1)])
+    sql.record_batch(db, batch, str(Path(photos_dir).resolve()), run, fingerprint, threshold,
+                     path.relative_to(cat.root).as_posix(),
+                     [(ph.photo, ph.hash, r, c.individual, c.score, by_path[c.image], int(ph.possibly_new), ph.group)
+                      for ph in out for r, c in enumerate(ph.candidates, start=1)])
     return proposals, path

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.catalogue.db import Catalogue, drop_empty_individuals, file_hash
+from whale.catalogue import sql
+from whale.catalogue.db import Catalogue, file_hash
 from whale.errors import DataError
 
 MIN_PREFIX = 6
@@ -45,8 +46,8 @@ def check(cat: Catalogue) -> tuple[dict[str, int], list[Problem]]:
     def remove_hint(digest):
         return f"`whale catalogue remove {cat.root} {digest[:12]}` removes it"
 
-    photos = cat.query("SELECT hash, file, individual, source FROM images ORDER BY hash")
-    for digest, rel, individual, source in photos:
+    photos = sql.photos(cat.conn)
+    for digest, individual, rel, source, _ in photos:
         subject = f"photo {digest[:12]} of {individual!r} (added from {source})"
         path = cat.root / rel
         if not path.is_file():
@@ -58,8 +59,7 @@ def check(cat: Catalogue) -> tuple[dict[str, int], list[Problem]]:
                 load_image(path)
             except DataError as exc:
                 problems.append(Problem(subject, f"not a readable image ({exc})", remove_hint(digest)))
-    rows = cat.query("SELECT f.hash, f.file, f.row, i.individual FROM features f JOIN images i ON i.hash = f.hash "
-                     "ORDER BY f.file, f.row")
+    rows = sql.feature_rows(cat.conn)
     files: dict[str, np.ndarray | str] = {}
     for rel in sorted({r[1] for r in rows}):
         files[rel] = _feature_file(cat.root / rel)
@@ -74,7 +74,7 @@ def check(cat: Catalogue) -> tuple[dict[str, int], list[Problem]]:
             problems.append(Problem(subject, f"row {row} is not in the file's {array.shape[2]} rows", reindex))
         elif not np.isfinite(array[:, :, row]).all():
             problems.append(Problem(subject, "values that are not finite", reindex))
-    for name, rel in cat.query("SELECT name, proposals FROM batches ORDER BY name"):
+    for name, rel in sql.batch_files(cat.conn):
         from whale.catalogue.proposals import read_proposals
 
         try:
@@ -141,8 +141,7 @@ def removal(cat: Catalogue, what: str) -> Removal:
         raise DataError(f"{cat.root}: {what!r} is an individual and names a photo too: give the photo's full hash "
                         f"({photo_rows[0][0]}) to remove the photo")
     if is_individual:
-        photo_rows = cat.query("SELECT hash, individual, source FROM images WHERE individual = ? ORDER BY hash",
-                               (what,))
+        photo_rows = sql.photos_of(cat.conn, what)
     elif not photo_rows:
         raise DataError(f"{cat.root}: no individual or photo {what!r} (a photo is named by its hash, at least "
                         f"{MIN_PREFIX} of its first hex digits, its file in the catalogue or the path it was added "
@@ -151,22 +150,17 @@ def removal(cat: Catalogue, what: str) -> Removal:
         raise DataError(f"{cat.root}: {what!r} fits {len(photo_rows)} photos ("
                         + ", ".join(r[0][:12] for r in photo_rows[:5]) + "): give more of the hash")
     hashes = [r[0] for r in photo_rows]
-    marks = ",".join("?" * len(hashes))
-    sightings = cat.query(f"SELECT COUNT(*) FROM sightings WHERE image IN ({marks})", tuple(hashes))[0][0]
-    features = cat.query(f"SELECT COUNT(*) FROM features WHERE hash IN ({marks})", tuple(hashes))[0][0]
-    emptied = sorted(ind for ind in {r[1] for r in photo_rows}
-                     if cat.query(f"SELECT COUNT(*) FROM images WHERE individual = ? AND hash NOT IN ({marks})",
-                                  (ind, *hashes))[0][0] == 0)
+    sightings, features = sql.removal_counts(cat.conn, hashes)
+    emptied = sorted(ind for ind in {r[1] for r in photo_rows} if not sql.keeps_other_photos(cat.conn, ind, hashes))
     return Removal(tuple(tuple(r) for r in photo_rows), what if is_individual else None, tuple(emptied),
                    int(sightings), int(features))
 
 
 def _photos_named(cat: Catalogue, what: str) -> list[tuple[str, str, str]]:
     """The photos ``what`` names: by hash or hash prefix, catalogue file, or source path."""
-    columns = "SELECT hash, individual, source FROM images WHERE "
     text = what.strip().lower()
     if re.fullmatch(r"[0-9a-f]{%d,64}" % MIN_PREFIX, text):
-        return [tuple(r) for r in cat.query(columns + "hash LIKE ? ORDER BY hash", (text + "%",))]
+        return sql.photos_by_hash_prefix(cat.conn, text)
     candidates = {what}
     path = Path(what).expanduser()
     try:
@@ -175,9 +169,7 @@ def _photos_named(cat: Catalogue, what: str) -> list[tuple[str, str, str]]:
         candidates.add(resolved.relative_to(cat.root.resolve()).as_posix())
     except (OSError, RuntimeError, ValueError):
         pass
-    marks = ",".join("?" * len(candidates))
-    return [tuple(r) for r in cat.query(columns + f"file IN ({marks}) OR source IN ({marks}) ORDER BY hash",
-                                        (*candidates, *candidates))]
+    return sql.photos_by_path(cat.conn, sorted(candidates))
 
 
 def remove(cat: Catalogue, plan: Removal) -> Removal:
@@ -191,9 +183,7 @@ def remove(cat: Catalogue, plan: Removal) -> Removal:
         if again != plan:
             raise DataError(f"{cat.root}: the catalogue changed since the removal was shown; nothing removed: "
                             "run the command again")
-        hashes = [(h,) for h, _, _ in plan.photos]
         with cat.transaction() as db:
-            for table, column in (("features", "hash"), ("sightings", "image"), ("images", "hash")):
-                db.executemany(f"DELETE FROM {table} WHERE {column} = ?", hashes)
-            drop_empty_individuals(db, {ind for _, ind, _ in plan.photos})
+            sql.remove_photos(db, [h for h, _, _ in plan.photos])
+            sql.drop_empty_individuals(db, {ind for _, ind, _ in plan.photos})
     return plan
