@@ -171,3 +171,39 @@ def test_input_errors():
         rank_from_id_scores(["a", NEW_WHALE], np.zeros((1, 2), np.float32), 0.5)
     with pytest.raises(ValueError, match="fraction"):
         threshold_for_fraction(np.array([0.5]), 1.5)
+
+
+def test_id_groups_reduce_and_find_the_best_column_as_a_loop_does():
+    from whale.ranking.topids import IdGroups
+
+    rng = np.random.default_rng(3)
+    ids = rng.choice(["a", "b", "c", NEW_WHALE], size=17)
+    ids[:3] = ["a", "b", "c"]
+    block = np.round(rng.random((4, 17)), 1).astype(np.float32)  # ties within ids
+    g = IdGroups.of(ids)
+    assert g.names.tolist() == ["a", "b", "c"]
+    per_id = g.max(block)
+    top = np.argsort(-per_id, axis=1, kind="stable")
+    best = g.best_columns(block, top)
+    for r in range(4):
+        for j, i in enumerate(top[r]):
+            cols = np.flatnonzero(ids == g.names[i])
+            assert per_id[r, i] == block[r, cols].max()
+            assert best[r, j] == cols[np.argmax(block[r, cols])]  # the first column holding the maximum
+    codes = IdGroups.of(np.array([2, 0, 2, 1]), open_label=None)
+    assert codes.names.tolist() == [0, 1, 2] and codes.max(np.array([[1.0, 2.0, 3.0, 4.0]])).tolist() == [[2.0, 4.0, 3.0]]
+
+
+@pytest.mark.parametrize("n_ids", [3, 9])
+def test_predictions_from_the_top_ids_are_predict_top5s(n_ids):
+    from types import SimpleNamespace
+
+    from whale.ranking.newwhale import predict_from_top, predict_top5
+    from whale.ranking.topids import top_ids
+
+    rng = np.random.default_rng(n_ids)
+    gallery = np.array([f"w{i % n_ids}" for i in range(2 * n_ids)] + [NEW_WHALE])
+    scores = np.round(rng.random((30, gallery.size)), 1).astype(np.float32)  # many ties
+    top = top_ids(SimpleNamespace(scores=scores, gallery_ids=gallery, n_query=30, query_ids=None))
+    for t in (0.0, 0.35, 0.8, 1.1):
+        assert predict_from_top(top, t) == predict_top5(scores, gallery, t)

@@ -37,6 +37,7 @@ from whale.catalogue.features import RunFeatures, load_gallery, prepare_index
 from whale.catalogue.ingest import check_photo
 from whale.catalogue.proposals import Candidate, PhotoProposal, Proposals, proposals_file, write_proposals
 from whale.errors import DataError
+from whale.ranking.topids import IdGroups, top_k_columns
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
 METHODS = ("auto", "exact", "prune", "faiss")
@@ -61,24 +62,15 @@ def list_photos(folder) -> list[Path]:
 
 def _exact(rs, fq, fg, codes, k, block=64):
     """Per query the ``k`` best ids by per-id maximum and each one's best column: ``[nq, k]`` int64 x2, float32."""
-    order = np.argsort(codes, kind="stable")
-    sc = codes[order]
-    heads = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
-    ends = np.r_[heads[1:], len(sc)]
-    n_ids = len(heads)
-    k = min(k, n_ids)
+    groups = IdGroups.of(codes, open_label=None)
+    k = min(k, groups.names.size)
     nq = fq.shape[2]
     ids, cols, vals = (np.empty((nq, k), np.int64), np.empty((nq, k), np.int64), np.empty((nq, k), np.float32))
     for q0 in range(0, nq, block):
-        s = rs.matrix(fq[:, :, q0:q0 + block], fg).astype(np.float32)[:, order]  # [b, ng] by id
-        per_id = np.maximum.reduceat(s, heads, axis=1)  # [b, n_ids]
-        top = np.argsort(-per_id, axis=1, kind="stable")[:, :k]
-        for b in range(len(s)):
-            for j, i in enumerate(top[b]):
-                seg = s[b, heads[i]:ends[i]]
-                cols[q0 + b, j] = order[heads[i] + int(np.argmax(seg))]
-                vals[q0 + b, j] = per_id[b, i]
-            ids[q0 + b] = sc[heads[top[b]]]
+        s = rs.matrix(fq[:, :, q0:q0 + block], fg).astype(np.float32)  # [b, ng]
+        top, best = top_k_columns(groups.max(s), k)
+        ids[q0:q0 + len(s)], vals[q0:q0 + len(s)] = groups.names[top], best
+        cols[q0:q0 + len(s)] = groups.best_columns(s, top)
     return ids, cols, vals
 
 

@@ -36,7 +36,7 @@ from whale.formats import DEFAULT, FORMATS, Format, detect_format, get_format
 from whale.inference.scorefile import first_names, score_path
 from whale.ranking.calibrate import Calibrator, cross_validate
 from whale.ranking.newwhale import (map_for_thresholds, new_whale_shares, predict_for_fraction,
-                                    predict_top5, share_first, tune)
+                                    predict_from_top, share_first, tune)
 
 SANE_SHARE = (0.10, 0.60)
 """Test shares of ``new_whale`` at rank 1 outside this range draw a warning."""
@@ -321,7 +321,7 @@ def _run(argv: Sequence[str] | None, log, written: list[Path]) -> int:
                 map_for_thresholds(val_top, [t], args.tune_new_share)[0])
 
     if t is not None and threshold_predictions is None:
-        threshold_predictions = predict_top5(test.scores, test.gallery_ids, t, open_label=open_label)
+        threshold_predictions = predict_from_top(test_top, t)  # the test matrix's per-id reduction, done once
     method = "threshold"
     if args.calibrate:
         cv = cross_validate(val_top, n_splits=args.cv_folds, seed=args.seed)

@@ -43,15 +43,16 @@ def rank_query(rs, known, f_known: np.ndarray, query_path, query_box, top: int, 
         submission labels (``new_whale`` included where the threshold puts it).
     """
     from whale.ranking import predict_top5
-    from whale.ranking.topids import top_id_scores
+    from whale.ranking.topids import IdGroups, check_scores, top_k_columns
 
     scores = rs.matrix(rs.features([query_path], [query_box]), f_known).astype(np.float32)  # [1, n]
-    names, idx, vals = top_id_scores(scores, known.ids, top, open_label=open_label)
+    scores, gallery_ids = check_scores(scores, known.ids)
+    groups = IdGroups.of(gallery_ids, open_label)
+    idx, vals = top_k_columns(groups.max(scores), top)
     matches = []
-    for r, (i, v) in enumerate(zip(idx[0], vals[0]), start=1):
-        cols = np.flatnonzero(known.ids == names[i])
-        best = int(cols[np.argmax(scores[0, cols])])
-        matches.append(Match(r, str(names[i]), float(v), known.names[best], known.paths[best], known.boxes[best]))
+    for r, (i, v, best) in enumerate(zip(idx[0], vals[0], groups.best_columns(scores, idx)[0]), start=1):
+        matches.append(Match(r, str(groups.names[i]), float(v), known.names[best], known.paths[best],
+                             known.boxes[best]))
     return matches, predict_top5(scores, known.ids, threshold, open_label=open_label)[0]
 
 

@@ -14,6 +14,7 @@ from whale import NEW_WHALE
 from whale.arrays import as_features
 from whale.mining.candidates import proxy_prep, top_columns
 from whale.progress import progress_bar
+from whale.ranking.topids import top_k_columns
 
 
 def topk_stream(scorer, fq, fg, gallery_ids, k_ids: int = 20, block: int = 256,
@@ -101,25 +102,8 @@ def topk_stream(scorer, fq, fg, gallery_ids, k_ids: int = 20, block: int = 256,
             s = scorer.pairs_index(fq, fg_s, qrow, top.reshape(-1)).reshape(top.shape)
             np.maximum.at(best, (qrow - q0, codes_s[top.reshape(-1)]), s.reshape(-1))
         best[~np.isfinite(best)] = -1.0  # ids never scored: below any probability
-        idx = _topk_rows(best, kk)
-        val = np.take_along_axis(best, idx, axis=1)
+        idx, val = top_k_columns(best, kk)  # ties by id name, as every ranking of the toolkit
         out_idx[q0:q1] = idx
         out_val[q0:q1] = np.maximum(val, 0.0)
     return names[out_idx], out_val
 
-
-def _topk_rows(vals: np.ndarray, k: int) -> np.ndarray:
-    """``[b, k]`` column indices of the ``k`` largest values per row, descending, ties by column."""
-    n = vals.shape[1]
-    if k < n:
-        part = np.argpartition(-vals, k - 1, axis=1)[:, :k]
-        kth = np.take_along_axis(vals, part, axis=1).min(axis=1)
-        tied = np.flatnonzero((vals >= kth[:, None]).sum(axis=1) > k)
-        if tied.size:  # resolve ties at the k-th value by lowest column
-            for i in tied:
-                part[i] = np.lexsort((np.arange(n), -vals[i].astype(np.float64)))[:k]
-    else:
-        part = np.broadcast_to(np.arange(n), vals.shape).copy()
-    v = np.take_along_axis(vals, part, axis=1).astype(np.float64)
-    o = np.lexsort((part, -v), axis=1)
-    return np.take_along_axis(part, o, axis=1)

@@ -114,6 +114,14 @@ def predict_top5(
     return _labels(names[idx], _insert_positions(vals, t), open_label)
 
 
+def predict_from_top(top: TopIds, threshold: float) -> list[list[str]]:
+    """:func:`predict_top5` from each query's best ids already found (``top``): the same five labels, with no
+    second pass over the score matrix (the ensemble's test matrix is reduced once)."""
+    t = check_threshold(threshold)
+    names, idx, vals = top5_for_ranking(top)
+    return _labels(names[idx], _insert_positions(vals, t), top.open_label)
+
+
 def threshold_grid() -> np.ndarray:
     """Thresholds to try: 0..1 step 0.005, 0.99..1 step 0.0001, and 0.9995, 0.9999, 0.99999.
 

@@ -27,12 +27,63 @@ N_TOP = 20
 
 
 @dataclass(frozen=True)
-class _IdIndex:
-    """Gallery columns grouped by id: ``columns`` sorted by id, group ``i`` starts at ``starts[i]``."""
+class IdGroups:
+    """Gallery columns grouped by id: the one per-id reduction of the toolkit.
 
-    names: np.ndarray  # [n_ids] str, ascending, no open-set label
-    columns: np.ndarray | None  # [m] int64 gallery columns sorted by id; None = all, in order
-    starts: np.ndarray  # [n_ids] int64 offsets into the sorted columns
+    Inference, the ensemble, explain and the catalogue reduce a ``[b, n_gallery]`` block of scores
+    to each id's maximum (and, where a person looks at it, the column that holds it) through this.
+
+    Attributes:
+        names: ``[n_ids]`` ids ascending (str or int codes), the open-set label dropped.
+        columns: ``[m]`` int64 gallery columns sorted by id; None = all columns, already in order.
+        starts: ``[n_ids]`` int64 offsets into the sorted columns where each id's group starts.
+
+    Example:
+        >>> g = IdGroups.of(np.array(["b", "a", "b"]))
+        >>> g.max(np.array([[0.1, 0.5, 0.9]], np.float32))
+        array([[0.5, 0.9]], dtype=float32)
+        >>> g.best_columns(np.array([[0.1, 0.5, 0.9]], np.float32), np.array([[1, 0]]))
+        array([[2, 1]])
+    """
+
+    names: np.ndarray
+    columns: np.ndarray | None
+    starts: np.ndarray
+
+    @classmethod
+    def of(cls, gallery_ids: np.ndarray, open_label: str | None = NEW_WHALE) -> "IdGroups":
+        """Groups of ``gallery_ids`` ``[n_gallery]`` (str or int); columns labelled ``open_label`` dropped."""
+        gallery_ids = np.asarray(gallery_ids)
+        keep = (np.flatnonzero(gallery_ids != open_label) if open_label is not None and gallery_ids.dtype.kind in "UO"
+                else np.arange(gallery_ids.size))
+        kept = gallery_ids[keep]
+        order = np.argsort(kept, kind="stable")
+        columns = keep[order].astype(np.int64)
+        names, starts = np.unique(kept[order], return_index=True)
+        if columns.size == gallery_ids.size and np.array_equal(columns, np.arange(columns.size)):
+            columns = None  # already grouped by id: no gather needed
+        return cls(names=names, columns=columns, starts=starts.astype(np.int64))
+
+    def max(self, block: np.ndarray) -> np.ndarray:
+        """``[b, n_gallery]`` scores -> ``[b, n_ids]`` float32, the maximum over each id's columns."""
+        if self.names.size == 0:
+            return np.empty((block.shape[0], 0), dtype=np.float32)
+        # np.take is markedly faster than fancy indexing for a column gather.
+        grouped = block if self.columns is None else np.take(block, self.columns, axis=1)
+        # float16 arithmetic is slow; rounding is monotonic, so casting first keeps the max exact.
+        grouped = grouped.astype(np.float32, copy=False)
+        return np.maximum.reduceat(grouped, self.starts, axis=1)
+
+    def best_columns(self, block: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The gallery column holding the maximum of id ``ids[r, j]`` (an index into ``names``) in row ``r`` of
+        ``block`` ``[b, n_gallery]``: ``[b, j]`` int64 (the first such column on a tie)."""
+        ends = np.r_[self.starts[1:], self.columns.size if self.columns is not None else block.shape[1]]
+        sorted_cols = self.columns if self.columns is not None else np.arange(block.shape[1])
+        out = np.empty(ids.shape, np.int64)
+        for r, j in np.ndindex(*ids.shape):
+            cols = sorted_cols[self.starts[ids[r, j]]:ends[ids[r, j]]]
+            out[r, j] = cols[np.argmax(block[r, cols])]
+        return out
 
 
 def check_scores(scores, gallery_ids) -> tuple[np.ndarray, np.ndarray]:
@@ -81,28 +132,6 @@ def _check_block(block) -> int:
     return int(block)
 
 
-def _id_index(gallery_ids: np.ndarray, open_label: str = NEW_WHALE) -> _IdIndex:
-    keep = np.flatnonzero(gallery_ids != open_label)
-    kept = gallery_ids[keep]
-    order = np.argsort(kept, kind="stable")
-    columns = keep[order].astype(np.int64)
-    names, starts = np.unique(kept[order], return_index=True)
-    if columns.size == gallery_ids.size and np.array_equal(columns, np.arange(columns.size)):
-        columns = None  # already grouped by id: no gather needed
-    return _IdIndex(names=names, columns=columns, starts=starts.astype(np.int64))
-
-
-def _block_id_max(block: np.ndarray, index: _IdIndex) -> np.ndarray:
-    """``[b, n_gallery]`` scores -> ``[b, n_ids]`` float32, max over each id's columns."""
-    if index.names.size == 0:
-        return np.empty((block.shape[0], 0), dtype=np.float32)
-    # np.take is markedly faster than fancy indexing for a column gather.
-    grouped = block if index.columns is None else np.take(block, index.columns, axis=1)
-    # float16 arithmetic is slow; rounding is monotonic, so casting first keeps the max exact.
-    grouped = grouped.astype(np.float32, copy=False)
-    return np.maximum.reduceat(grouped, index.starts, axis=1)
-
-
 def per_id_scores(
     scores: np.ndarray, gallery_ids: Sequence[str], block: int = DEFAULT_BLOCK, open_label: str = NEW_WHALE
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -124,10 +153,10 @@ def per_id_scores(
     """
     scores, gallery_ids = check_scores(scores, gallery_ids)
     block = _check_block(block)
-    index = _id_index(gallery_ids, open_label)
+    index = IdGroups.of(gallery_ids, open_label)
     out = np.empty((scores.shape[0], index.names.size), dtype=np.float32)
     for start in range(0, scores.shape[0], block):
-        out[start : start + block] = _block_id_max(scores[start : start + block], index)
+        out[start : start + block] = index.max(scores[start : start + block])
     return index.names, out
 
 
@@ -196,14 +225,14 @@ def top_id_scores(
     """
     scores, gallery_ids = check_scores(scores, gallery_ids)
     block = _check_block(block)
-    index = _id_index(gallery_ids, open_label)
+    index = IdGroups.of(gallery_ids, open_label)
     kk = min(k, index.names.size)
     top_idx = np.empty((scores.shape[0], kk), dtype=np.int64)
     top_vals = np.empty((scores.shape[0], kk), dtype=np.float32)
     for start in range(0, scores.shape[0], block):
         stop = min(start + block, scores.shape[0])
         try:
-            idx, vals = top_k_columns(_block_id_max(scores[start:stop], index), k)
+            idx, vals = top_k_columns(index.max(scores[start:stop]), k)
         except ValueError as err:
             raise ValueError(f"queries {start}..{stop - 1}: {err}") from None
         top_idx[start:stop] = idx
