@@ -103,3 +103,16 @@ def test_screen_compares_settings_on_validation_only(tmp_path, monkeypatch):
     assert [r["setting"] for r in rows] == ["(the config as it is)", "verify.shortlist=2"]
     assert all(0 <= r["map5_known"] <= 1 for r in rows)
     assert not (out / "seed0" / "keypoints").exists()  # no test scoring
+
+
+def test_breakdown_bins_known_queries_by_gallery_photos(tmp_path):
+    from benchmarks import humpback_breakdown as hb
+
+    seed = tmp_path / "seed0"
+    (seed / "data").mkdir(parents=True)
+    (seed / "data" / "train.csv").write_text("Image,Id\na.jpg,w1\nb.jpg,w2\nc.jpg,w2\nd.jpg,w3\ne.jpg,w3\nf.jpg,w3\n")
+    (seed / "data" / "test_solution.csv").write_text("Image,Id\nq1.jpg,w1\nq2.jpg,w2\nq3.jpg,w3\nq4.jpg,new_whale\n")
+    (seed / "keypoints.csv").write_text("Image,Id\nq1.jpg,w1 w2\nq2.jpg,w1 w2\nq3.jpg,w1 w2\nq4.jpg,new_whale\n")
+    got = hb.breakdown(seed, "keypoints")
+    assert got == {"1": (1, 1.0), "2": (1, 0.5), "3-5": (1, 0.0), "6+": (0, 0.0)}
+    assert hb.main([str(tmp_path)]) == 0
