@@ -35,6 +35,7 @@ Methods (rows), each scored as a photo against the database and every pair of th
   whale paper) seeds the P x K batches with identities the model confuses.
 
 Results: ``OUT/results.json``, one row per (fold, method), written as each finishes (a killed run resumes:
+``OUT/fold<f>/keypoint_pairs.npz`` keeps the keypoint matcher's pair scores of a test fold;
 finished rows are kept, training runs resume). The last lines print the table (mean +- sd over the folds, the
 paper's Table II row beside) and one JSON object.
 """
@@ -205,8 +206,32 @@ def leave_one_out_scores(cfg, feats, ids=None, progress: bool = False) -> np.nda
     return out
 
 
-def keypoint_row(cfg, store, train: pd.DataFrame, test: pd.DataFrame, redraws: int, seed: int, log=print) -> dict:
-    """Seed 002's figures of the keypoint matcher: one matcher per draw on that draw's database (module docstring)."""
+def cached_pair_scores(path: Path | None, names, compute) -> tuple[np.ndarray, bool]:
+    """``compute()``'s ``[n, n]`` scores of the photos ``names``, kept in ``path`` (``.npz``: ``names``, ``scores``)
+    so that a killed run does not match the test fold again; a file of other photos is recomputed. Returns the
+    scores and whether they were read back."""
+    from whale.files import atomic_write
+
+    names = np.asarray(names).astype(str)
+    if path is not None and path.is_file():
+        with np.load(path, allow_pickle=False) as z:
+            if z["names"].shape == names.shape and (z["names"] == names).all():
+                return z["scores"], True
+    scores = compute()
+    if path is not None:
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, names=names, scores=scores)
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, write)
+    return scores, False
+
+
+def keypoint_row(cfg, store, train: pd.DataFrame, test: pd.DataFrame, redraws: int, seed: int, log=print,
+                 pairs_cache: Path | None = None) -> dict:
+    """Seed 002's figures of the keypoint matcher: one matcher per draw on that draw's database (module docstring);
+    the test fold's pair scores kept in ``pairs_cache`` (:func:`cached_pair_scores`)."""
     from whale.keypoints import KeypointMatcher
     from whale.metrics import pair_verification, retrieval_draws, retrieval_queries, top_k_identities
 
@@ -216,8 +241,12 @@ def keypoint_row(cfg, store, train: pd.DataFrame, test: pd.DataFrame, redraws: i
     train_ids, test_ids = train["Id"].to_numpy(str), test["Id"].to_numpy(str)
     seconds = {"features": time.perf_counter() - t0}
     t0 = time.perf_counter()
-    row = pair_verification(leave_one_out_scores(cfg, f_test, test_ids), test_ids, FAR)
+    scores, cached = cached_pair_scores(pairs_cache, test["Image"],
+                                        lambda: leave_one_out_scores(cfg, f_test, test_ids))
+    row = pair_verification(scores, test_ids, FAR)
     seconds["pairs"] = time.perf_counter() - t0
+    if cached:
+        log(f"  keypoints: pair scores of the test fold read from {pairs_cache}")
     log(f"  keypoints: pairs of the test fold in {seconds['pairs']:.0f} s: TPR {row['tpr_at_far']:.3f}, "
         f"AUC {row['auc']:.3f}")
     tops: dict[str, list[float]] = {}
@@ -296,7 +325,8 @@ def run_fold(args, df: pd.DataFrame, folds: dict[str, int], fold: int, method: s
         from whale.keypoints import FeatureStore
 
         store = FeatureStore(args.keypoint_cfg, args.cache)
-        row = keypoint_row(args.keypoint_cfg, store, train, test, args.redraws, seed, log)
+        row = keypoint_row(args.keypoint_cfg, store, train, test, args.redraws, seed, log,
+                           Path(args.out) / f"fold{fold}" / "keypoint_pairs.npz")
     else:
         sampler = LEARNED[method]
         work = Path(args.out) / f"fold{fold}"
@@ -306,7 +336,8 @@ def run_fold(args, df: pd.DataFrame, folds: dict[str, int], fold: int, method: s
             f"-> {work / sampler}")
         row.update(train_learned(cfg, data_dir, work / sampler, log))
         row.update(protocol_row(common.SiameseMethod(work / sampler, method), train, test, boxes, args.redraws, seed))
-    row.update(method=method, fold=fold, seconds=round(time.perf_counter() - t0, 1), train_photos=len(train),
+    row.update(method=method, fold=fold, seconds=round(time.perf_counter() - t0, 1), redraws=args.redraws,
+               train_photos=len(train),
                test_photos=len(test), test_individuals=int(test["Id"].nunique()))
     log(f"fold {fold} {method}: " + ", ".join(f"{h} {row[k]:.3f}" for k, h in COLUMNS) + f" ({row['seconds']:.0f} s)")
     return row

@@ -105,6 +105,25 @@ def test_leave_one_out_scores_equal_a_matcher_built_without_each_photo(shortlist
     assert (got > 0).sum() > len(feats)  # not a trivial all-zero case
 
 
+def test_cached_pair_scores_are_read_back_only_for_the_same_photos(tmp_path):
+    from benchmarks.seed002 import cached_pair_scores
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.arange(9, dtype=np.float32).reshape(3, 3) + len(calls)
+
+    path = tmp_path / "fold0" / "pairs.npz"
+    first, cached = cached_pair_scores(path, ["a", "b", "c"], compute)
+    assert not cached and len(calls) == 1
+    again, cached = cached_pair_scores(path, ["a", "b", "c"], compute)
+    assert cached and len(calls) == 1 and (again == first).all()
+    other, cached = cached_pair_scores(path, ["a", "b", "d"], compute)  # other photos: matched again
+    assert not cached and len(calls) == 2 and (other == first + 1).all()
+    assert cached_pair_scores(None, ["a"], lambda: np.zeros((1, 1)))[1] is False
+
+
 def test_pixels_and_keypoints_rows_on_five_folds(tmp_path, capsys):
     from benchmarks.seed002 import main
 
