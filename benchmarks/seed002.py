@@ -2,6 +2,7 @@
 
     python benchmarks/seed002.py --out runs/seed002 [--methods pixels,keypoints,triplet,triplet-mined]
         [--folds 0,1,2,3,4] [--redraws 10] [--config configs/seed002.yaml] [--set KEY=VALUE ...]
+    python benchmarks/seed002.py --out runs/seed002 --pairs-report   # the keypoint pairs of every fold matched so far
 
 Data: ``../shared/data/humpback/{train.csv,train/}`` beside the checkout (real 2019 competition photos), read in
 place: nothing is copied; a training folder is a ``train.csv``, a ``bounding_boxes.csv`` and a ``train`` link to
@@ -310,6 +311,31 @@ def summary(rows: list[dict]) -> tuple[str, dict]:
     return "\n".join(lines), stats
 
 
+def keypoint_pairs_report(out: Path, df: pd.DataFrame) -> tuple[str, dict]:
+    """TPR at FAR and AUC of every test fold whose keypoint pair scores are kept in ``out/fold<f>/keypoint_pairs.npz``
+    (:func:`cached_pair_scores`), also of folds whose draws never ran: a Markdown table (one line per fold, then
+    mean +- sd over them) and the same as a dict."""
+    from whale.metrics import pair_verification
+
+    id_of = dict(zip(df["Image"], df["Id"]))
+    rows = []
+    for path in sorted(out.glob("fold[0-9]/keypoint_pairs.npz")):
+        with np.load(path, allow_pickle=False) as z:
+            names, scores = z["names"], z["scores"]
+        res = pair_verification(scores, [id_of[n] for n in names], FAR)
+        rows.append({"fold": int(path.parent.name[4:]), "photos": len(names), **res})
+    lines = ["| keypoints, pairs of the test fold | photos | pairs | positive | TPR at FAR 0.01 | AUC |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| fold {r['fold']} | {r['photos']} | {r['pairs']} | {r['positive_pairs']} | "
+              f"{r['tpr_at_far'] * 100:.2f}% | {r['auc']:.3f} |" for r in rows]
+    stats = {}
+    if rows:
+        stats = {k: common.mean_sd([r[k] for r in rows]) for k in ("tpr_at_far", "auc")}
+        lines.append(f"| mean +- sd, {len(rows)} folds | | | | {stats['tpr_at_far']['mean'] * 100:.2f}% +- "
+                     f"{stats['tpr_at_far']['sd'] * 100:.2f} | {stats['auc']['mean']:.3f} +- {stats['auc']['sd']:.3f} |")
+    return "\n".join(lines), {"folds": [r["fold"] for r in rows], **stats}
+
+
 def run_fold(args, df: pd.DataFrame, folds: dict[str, int], fold: int, method: str, boxes: dict, log=print) -> dict:
     """One row: ``method`` trained (if learned) on the four other folds and measured on fold ``fold``."""
     test = df[df["Id"].map(folds) == fold].reset_index(drop=True)
@@ -377,6 +403,8 @@ def main(argv=None) -> int:
     p.add_argument("--source", default=None, help="the photos (default ../shared/data/humpback beside the checkout)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a value of the learned rows' config (repeatable), e.g. 'stages[0].epochs=2'")
+    p.add_argument("--pairs-report", action="store_true",
+                   help="measure nothing: print TPR and AUC of the keypoint pair scores kept in OUT/fold<f>/")
     args = p.parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
     fold_list = [int(f) for f in args.folds.split(",") if f]
@@ -410,6 +438,13 @@ def main(argv=None) -> int:
     sizes = [(int((df["Id"].map(folds) == f).sum()), sum(v == f for v in folds.values())) for f in range(N_FOLDS)]
     print(f"{len(df)} photos of {df['Id'].nunique()} individuals with >= {MIN_PHOTOS} photos; folds (photos, "
           f"individuals): {sizes}", flush=True)
+    if args.pairs_report:
+        table, stats = keypoint_pairs_report(out, df)
+        print(table)
+        print(common.final_json("seed002_keypoint_pairs", {f"{k}_{s}": v[s] for k, v in stats.items()
+                                                           if isinstance(v, dict) for s in ("mean", "sd")},
+                                time.perf_counter() - t0))
+        return 0
     results_path = out / "results.json"
     done = {(r["fold"], r["method"]) for r in read_rows(results_path)}
     for fold in fold_list:

@@ -146,6 +146,13 @@ def test_pixels_and_keypoints_rows_on_five_folds(tmp_path, capsys):
     assert main(["--out", str(out), "--source", str(src), "--methods", "pixels", "--redraws", "2"]) == 0
     assert len(json.loads((out / "results.json").read_text())["rows"]) == 10
     assert not list(out.rglob("*.jpg"))  # read in place: no photo copied
+    # the kept keypoint pair scores give the rows' TPR and AUC again, fold by fold
+    capsys.readouterr()
+    assert main(["--out", str(out), "--source", str(src), "--pairs-report"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["metrics"]
+    kp = [r for r in rows if r["method"] == "keypoints"]
+    assert report["auc_mean"] == pytest.approx(np.mean([r["auc"] for r in kp]), abs=1e-4)
+    assert report["tpr_at_far_mean"] == pytest.approx(np.mean([r["tpr_at_far"] for r in kp]), abs=1e-4)
 
 
 def test_learned_rows_differ_only_in_their_k_schedule():
