@@ -178,16 +178,18 @@ class PixelMethod:
 
     name = "pixel NN (cosine)"
 
-    def __init__(self, size: int = 32, channels: int = 1):
-        self.size, self.channels = size, channels
+    def __init__(self, size: int = 32, channels: int = 1, margin: float = 0.05):
+        self.size, self.channels, self.margin = size, channels, margin
 
-    def features(self, paths: Sequence) -> np.ndarray:
-        """``[n, size*size*channels] float32``, rows L2-normalised."""
+    def features(self, paths: Sequence, boxes: Sequence | None = None) -> np.ndarray:
+        """``[n, size*size*channels] float32``, rows L2-normalised; ``boxes``: per photo ``(x0, y0, x1, y1)`` to
+        crop to (widened by ``margin``), or None for whole images."""
         from whale.baseline import pixel_features
         from whale.data import load_crop
 
-        return pixel_features(np.stack([load_crop(p, None, self.size, channels=self.channels)
-                                        for p in paths]))
+        boxes = [None] * len(paths) if boxes is None else list(boxes)
+        return pixel_features(np.stack([load_crop(p, b, self.size, channels=self.channels, margin=self.margin)
+                                        for p, b in zip(paths, boxes)]))
 
     def scores(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
         from whale.baseline import cosine_scores
@@ -205,9 +207,10 @@ class SiameseMethod:
         self.name, self.run_dir = name, Path(run_dir)
         self._rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=False)
 
-    def features(self, paths: Sequence) -> np.ndarray:
-        """``[n, d] float32`` branch features of the whole images."""
-        return self._rs.features(list(paths), [None] * len(paths))[0, 0]
+    def features(self, paths: Sequence, boxes: Sequence | None = None) -> np.ndarray:
+        """``[n, d] float32`` branch features of the whole images, or of their ``boxes`` (widened by the run's
+        ``box_margin``, as in training)."""
+        return self._rs.features(list(paths), [None] * len(paths) if boxes is None else list(boxes))[0, 0]
 
     def scores(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
         return self._rs.scorer.matrix(fq, fg, progress=False).astype(np.float32)

@@ -6,8 +6,9 @@ label first appears at rank ``r`` (1..5) of its prediction, else 0; the metric i
 over images. A label repeated in a prediction counts only at its first occurrence, so
 repeating the true label never helps.
 
-:func:`retrieval_protocol` is seed 002's evaluation of a photo-ID catalogue (top-k over distinct
-identities, TPR at a false-accept rate, ROC AUC, redrawn galleries).
+:func:`retrieval_protocol` is seed 002's evaluation of a photo-ID catalogue: top-k over distinct identities
+with ``m`` matching images per query in redrawn databases (:func:`retrieval_draws`, :func:`top_k_identities`),
+TPR at a false-accept rate and ROC AUC over all pairs within the test set (:func:`pair_verification`).
 
 Predictions are given per image either as a sequence of labels (``["w1", "new_whale"]``)
 or as one space-separated string (``"w1 new_whale"``), the form of the submission file.
@@ -19,7 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["precision_at_k_per_image", "map_at_k", "top_k_accuracy", "retrieval_protocol"]
+__all__ = ["precision_at_k_per_image", "map_at_k", "top_k_accuracy", "retrieval_protocol", "retrieval_draws",
+           "retrieval_queries", "top_k_identities", "pair_verification"]
 
 
 def as_labels(prediction, where: str, error: type[Exception] = ValueError) -> list[str]:
@@ -120,17 +122,118 @@ def top_k_accuracy(predicted: Sequence[Sequence[str] | str], actual: Sequence[st
     return float((scores > 0).mean()) if scores.size else 0.0
 
 
+def retrieval_draws(test_ids: Sequence[str], m: int = 2, redraws: int = 10, seed: int = 0) -> list[np.ndarray]:
+    """Seed 002's databases (section III-E.2): per draw, ``m`` random images of every test identity join the gallery.
+
+    Args:
+        test_ids: ``n`` labels of the test images. m: images of each test identity in the database.
+        redraws: how many databases are drawn. seed: the draws' seed.
+
+    Returns:
+        ``redraws`` ``[n] bool`` masks, True for the test images put into the gallery. Identities with ``m``
+        images or fewer are never drawn (they have no query left) and stay out of gallery and queries.
+    """
+    test_ids = np.asarray(test_ids).astype(str)
+    names, counts = np.unique(test_ids, return_counts=True)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(int(redraws)):
+        picked = np.zeros(len(test_ids), bool)
+        for name in names[counts > m]:
+            picked[rng.choice(np.flatnonzero(test_ids == name), m, replace=False)] = True
+        draws.append(picked)
+    return draws
+
+
+def retrieval_queries(test_ids: Sequence[str], picked: np.ndarray, m: int = 2) -> np.ndarray:
+    """``[q] int64`` positions of one draw's queries: the test images of identities with more than ``m`` images
+    that ``picked`` (:func:`retrieval_draws`) left out of the gallery."""
+    test_ids = np.asarray(test_ids).astype(str)
+    names, counts = np.unique(test_ids, return_counts=True)
+    return np.flatnonzero(~np.asarray(picked, bool) & np.isin(test_ids, names[counts > m]))
+
+
+def top_k_identities(scores: np.ndarray, gallery_ids: Sequence[str], query_ids: Sequence[str],
+                     ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+    """Top-k accuracy over distinct identities: is a query's identity among the ``k`` best by their best score.
+
+    A tie is broken at random, in expectation: with ``g`` identities scoring above the true one and ``t`` others
+    level with it, the query counts ``clip((k - g) / (t + 1), 0, 1)`` (so a matcher that gives every photo 0 gets
+    chance, not a hit).
+
+    Args:
+        scores: ``[q, g]`` query-gallery scores (higher = more alike). gallery_ids: ``g`` labels;
+            query_ids: ``q`` labels, each present in ``gallery_ids``.
+
+    Returns:
+        ``{"top1": ..., "top5": ..., "top10": ...}`` (one entry per ``k`` of ``ks``), means over the queries.
+    """
+    scores = np.asarray(scores, np.float64)
+    gallery = np.asarray(gallery_ids).astype(str)
+    query = np.asarray(query_ids).astype(str)
+    uniq, code = np.unique(gallery, return_inverse=True)
+    missing = sorted(set(query) - set(uniq))
+    if missing:
+        raise ValueError(f"query identities absent from the gallery: {missing[:5]}")
+    order = np.argsort(code, kind="stable")
+    best = np.maximum.reduceat(scores[:, order], np.searchsorted(code[order], np.arange(len(uniq))), axis=1)
+    own = best[np.arange(len(query)), np.searchsorted(uniq, query)][:, None]
+    above = (best > own).sum(axis=1)
+    level = (best == own).sum(axis=1) - 1
+    return {f"top{k}": float(np.clip((k - above) / (level + 1), 0.0, 1.0).mean()) for k in ks}
+
+
+def pair_verification(scores: np.ndarray, ids: Sequence[str], far: float = 0.01) -> dict:
+    """Seed 002's validation on pairs (section III-E.1): every pair ``i < j`` of one set of images.
+
+    Same identity = positive pair. TPR at FAR = ``far``: the threshold accepting the most positive pairs
+    while accepting at most ``floor(far * n_negative)`` negative pairs (the paper's ``TA(d) / |P+|`` at
+    ``FAR(d) <= far``); ROC AUC = P(positive > negative) + P(tie) / 2, exact. An asymmetric scorer (a
+    query-gallery matcher) scores the pair by the mean of its two directions.
+
+    Args:
+        scores: ``[n, n]`` scores among the images (higher = more alike); the diagonal is not read.
+        ids: ``n`` labels.
+
+    Returns:
+        ``{"tpr_at_far", "auc", "pairs", "positive_pairs"}``.
+
+    Raises:
+        ValueError: the shape is not ``[n, n]``, or the set has no positive or no negative pair.
+    """
+    ids = np.asarray(ids).astype(str)
+    s = np.asarray(scores, np.float64)
+    if s.shape != (len(ids), len(ids)):
+        raise ValueError(f"expected scores [{len(ids)}, {len(ids)}], received {s.shape}")
+    i, j = np.triu_indices(len(ids), k=1)
+    pair = (s[i, j] + s[j, i]) / 2.0
+    same = ids[i] == ids[j]
+    pos, neg = pair[same], np.sort(pair[~same])
+    if not len(pos) or not len(neg):
+        raise ValueError(f"pairs need both kinds: {len(pos)} positive, {len(neg)} negative among {len(ids)} images")
+    allowed = int(np.floor(far * len(neg) + 1e-9))  # false accepts the threshold may let through
+    tpr = 1.0 if allowed >= len(neg) else float((pos > neg[len(neg) - 1 - allowed]).mean())
+    below = np.searchsorted(neg, pos, side="left")
+    ties = np.searchsorted(neg, pos, side="right") - below
+    auc = float((below + 0.5 * ties).mean() / len(neg))
+    return {"tpr_at_far": tpr, "auc": auc, "pairs": int(len(pair)), "positive_pairs": int(len(pos))}
+
+
 def retrieval_protocol(s_train: np.ndarray, s_test: np.ndarray, train_ids: Sequence[str], test_ids: Sequence[str],
                        m: int = 2, redraws: int = 10, seed: int = 0, ks: Sequence[int] = (1, 5, 10),
                        far: float = 0.01) -> dict:
-    """Seed 002's protocol: identities disjoint, gallery = training images + ``m`` images of each test id.
+    """Seed 002's protocol (section III-E): identities disjoint between training and test.
 
-    For each of ``redraws`` draws, ``m`` random images of every test identity (those with more than
-    ``m`` images) join the training images as the gallery; the test identity's other images are the
-    queries. A query is ranked against the gallery's distinct identities by their best score; top-k
-    is whether its identity is among the first ``k``. TPR at FAR = ``far`` and ROC AUC are over every
-    query-gallery pair (same identity = positive). Identities of ``test_ids`` must not occur in
+    Top-k (:func:`top_k_identities`): for each of ``redraws`` draws (:func:`retrieval_draws`), the database is the
+    training images + ``m`` random images of every test identity with more than ``m`` images, the identity's other
+    images are the queries, so each query has exactly ``m`` matching images in the database (section IV-C).
+    TPR at FAR = ``far`` and ROC AUC (:func:`pair_verification`): over all pairs within the test set (the paper's
+    "all possible pairs for the test fold"), whatever the draw. Identities of ``test_ids`` must not occur in
     ``train_ids`` (checked).
+
+    For scores that do not depend on the gallery (an embedding's, the head's). A matcher whose scores change with
+    the gallery (LNBNN votes) runs once per draw on that draw's gallery and uses the three functions above itself
+    (``benchmarks/seed002.py``).
 
     Args:
         s_train: ``[n_test, n_train]`` scores of the test images against the training images.
@@ -138,8 +241,8 @@ def retrieval_protocol(s_train: np.ndarray, s_test: np.ndarray, train_ids: Seque
         train_ids, test_ids: labels of those images.
 
     Returns:
-        ``{"top1": (mean, sd), "top5": ..., "top10": ..., "tpr_at_far": ..., "auc": ..., "queries": n,
-        "identities": n}`` with ``(mean, sd)`` over the redraws.
+        ``{"top1": (mean, sd), "top5": ..., "top10": ...}`` over the redraws (population sd), and
+        ``"tpr_at_far"``, ``"auc"``, ``"pairs"``, ``"positive_pairs"``, ``"queries"`` (per draw), ``"identities"``.
     """
     train_ids, test_ids = np.asarray(train_ids).astype(str), np.asarray(test_ids).astype(str)
     s_train, s_test = np.asarray(s_train, np.float64), np.asarray(s_test, np.float64)
@@ -149,33 +252,16 @@ def retrieval_protocol(s_train: np.ndarray, s_test: np.ndarray, train_ids: Seque
     shared = sorted(set(train_ids) & set(test_ids))
     if shared:
         raise ValueError(f"identities must be disjoint between training and test; shared: {shared[:5]}")
-    names, counts = np.unique(test_ids, return_counts=True)
-    eligible = set(names[counts > m])
-    rng = np.random.default_rng(seed)
     runs: dict[str, list[float]] = {f"top{k}": [] for k in ks}
-    runs.update(tpr_at_far=[], auc=[])
-    for _ in range(int(redraws)):
-        picked = np.zeros(len(test_ids), bool)
-        for name in sorted(eligible):
-            picked[rng.choice(np.flatnonzero(test_ids == name), m, replace=False)] = True
-        queries = np.flatnonzero(~picked & np.isin(test_ids, list(eligible)))
-        scores = np.concatenate([s_train[queries], s_test[np.ix_(queries, np.flatnonzero(picked))]], axis=1)
+    queries = np.zeros(0, np.int64)
+    for picked in retrieval_draws(test_ids, m, redraws, seed):
+        queries = retrieval_queries(test_ids, picked, m)
         gallery = np.concatenate([train_ids, test_ids[picked]])
-        uniq, code = np.unique(gallery, return_inverse=True)
-        order = np.argsort(code, kind="stable")
-        best = np.maximum.reduceat(scores[:, order], np.searchsorted(code[order], np.arange(len(uniq))), axis=1)
-        truth = np.searchsorted(uniq, test_ids[queries])
-        rank = (best > best[np.arange(len(queries)), truth][:, None]).sum(axis=1)  # 0 = first
-        for k in ks:
-            runs[f"top{k}"].append(float((rank < k).mean()))
-        same = gallery[None, :] == test_ids[queries][:, None]
-        pos, neg = scores[same], np.sort(scores[~same])
-        cut = neg[min(len(neg) - 1, int(np.ceil((1.0 - far) * len(neg))))]
-        runs["tpr_at_far"].append(float((pos > cut).mean()))
-        # AUC = P(positive > negative) + 0.5 P(tie), by ranks
-        below = np.searchsorted(neg, pos, side="left")
-        ties = np.searchsorted(neg, pos, side="right") - below
-        runs["auc"].append(float((below + 0.5 * ties).mean() / len(neg)))
-    out = {key: (float(np.mean(v)), float(np.std(v))) for key, v in runs.items()}
-    out.update(queries=int((~picked & np.isin(test_ids, list(eligible))).sum()), identities=len(eligible))
+        scores = np.concatenate([s_train[queries], s_test[np.ix_(queries, np.flatnonzero(picked))]], axis=1)
+        for key, value in top_k_identities(scores, gallery, test_ids[queries], ks).items():
+            runs[key].append(value)
+    out: dict = {key: (float(np.mean(v)), float(np.std(v))) for key, v in runs.items()}
+    out.update(pair_verification(s_test, test_ids, far))
+    names, counts = np.unique(test_ids, return_counts=True)
+    out.update(queries=int(len(queries)), identities=int((counts > m).sum()))
     return out
