@@ -1,4 +1,4 @@
-"""Ensemble runs' score files into a Kaggle submission (the method: :mod:`whale.ensemble.cli`).
+"""Ensemble runs' score files into a Kaggle submission (the method: :mod:`whale.ensemble.cli`; ``whale ensemble``).
 
     python ensemble.py RUN_DIR [RUN_DIR ...] [--weights W ...]
         (--threshold T | --new-whale-fraction F | --tune) [--calibrate]

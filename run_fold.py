@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Train one fold of one model config: a thin entry point over :mod:`whale.training.cli`.
+"""Train one fold of one model config: a thin entry point over :mod:`whale.training.cli` (``whale train``).
 
 Example:
     python run_fold.py --config configs/demo.yaml --fold 0 --data data/synthetic --out runs/demo

@@ -1,4 +1,7 @@
-"""The `whale` command (whale/cli.py): each subcommand is its entry point's main, help loads no Keras."""
+"""The `whale` command (whale/cli.py): one parser tree whose subcommands are their entry points' flags
+(the same add_arguments), help loads no Keras, --debug anywhere, backend start-up logs quiet."""
+import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -37,9 +40,16 @@ def test_python_dash_m_whale_is_the_same_command():
     assert res.returncode == 0 and res.stdout.strip() == cli.help_text().strip(), res.stderr
 
 
+def _usage_and_rest(help_text: str, prog: str) -> tuple[str, str]:
+    """(the usage paragraph with ``prog`` in place of the program and argparse's wrapping undone, the rest)."""
+    usage, _, rest = help_text.partition("\n\n")
+    assert usage.startswith(f"usage: {prog} "), usage
+    return " ".join(usage.removeprefix(f"usage: {prog} ").split()), rest
+
+
 @pytest.mark.parametrize("command", cli.COMMANDS, ids=lambda c: c.name)
 def test_each_subcommand_is_its_entry_points_main_with_the_same_flags(command, capsys):
-    """`whale NAME --help` prints exactly what the entry point it equals prints."""
+    """`whale NAME --help` prints exactly what the entry point it equals prints, under the name `whale NAME`."""
     with pytest.raises(SystemExit) as via_whale:
         cli.main([command.name, "--help"])
     ours = capsys.readouterr().out
@@ -47,8 +57,8 @@ def test_each_subcommand_is_its_entry_points_main_with_the_same_flags(command, c
         cli.command_main(command.name)(["--help"])
     theirs = capsys.readouterr().out
     assert via_whale.value.code == direct.value.code == 0
-    assert ours == theirs and "--" in ours
-    parser, _ = cli.parse_only(cli.command_main(command.name), [], parse=False)
+    parser = cli.command_parser(command.name)
+    assert _usage_and_rest(ours, f"whale {command.name}") == _usage_and_rest(theirs, parser.prog) and "--" in ours
     assert parser.prog in command.same_as, (parser.prog, command.same_as)
 
 
@@ -78,16 +88,16 @@ def test_an_unknown_subcommand_is_one_line_and_status_2(capsys):
     assert err.startswith("whale: error: unknown subcommand 'trian'") and "train" in err and "\n" not in err
 
 
-def test_parse_only_parses_without_running_and_rejects_unknown_flags(capsys):
-    main = cli.command_main("train")
-    _, args = cli.parse_only(main, ["--config", "configs/demo.yaml", "--fold", "1", "--out", "runs/x", "--resume"])
+def test_a_command_s_parser_parses_without_running_and_rejects_unknown_flags(capsys):
+    parser = cli.command_parser("train")
+    args = parser.parse_args(["--config", "configs/demo.yaml", "--fold", "1", "--data", "d", "--out", "runs/x",
+                              "--resume"])
     assert (args.config, args.fold, args.out, args.resume) == ("configs/demo.yaml", 1, "runs/x", True)
     assert not (ROOT / "runs" / "x").exists()
     with pytest.raises(SystemExit) as bad:
-        cli.parse_only(main, ["--config", "configs/demo.yaml", "--flod", "1"])
+        parser.parse_args(["--config", "configs/demo.yaml", "--flod", "1"])
     assert bad.value.code == 2 and "--flod" in capsys.readouterr().err
-    kernels, _ = cli.parse_only(cli.command_main("kernels"), [], parse=False)
-    assert "--code-dataset" in cli.flags(kernels)["make"]
+    assert "--code-dataset" in cli.flags(cli.command_parser("kernels"))["make"]
 
 
 def test_bash_completion_knows_subcommands_and_flags_and_loads_no_keras():
@@ -103,3 +113,88 @@ def test_bash_completion_knows_subcommands_and_flags_and_loads_no_keras():
     if shutil.which("bash"):
         check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
+
+
+def _tree_flags(parser: argparse.ArgumentParser) -> dict:
+    """Every (sub)parser's option strings, nested subcommands by their path."""
+    from whale import command
+
+    out = {(): sorted(o for a in parser._actions for o in a.option_strings)}
+    for name, sub in command.subparsers(parser).items():
+        out |= {(name, *path): flags for path, flags in _tree_flags(sub).items()}
+    return out
+
+
+def test_the_tree_holds_each_entry_point_s_parser_and_whale_s_own_flags():
+    from whale import command
+
+    tree = command.subparsers(cli.build_parser())
+    assert list(tree) == [c.name for c in cli.COMMANDS] + ["completion"]
+    for c in cli.COMMANDS:
+        assert _tree_flags(tree[c.name]) == _tree_flags(cli.command_parser(c.name)), c.name
+        assert tree[c.name].prog == f"whale {c.name}"
+    assert tree["catalogue"].prog == "whale catalogue" and "add" in command.subparsers(tree["catalogue"])
+    assert command.subparsers(tree["catalogue"])["add"].prog == "whale catalogue add"
+
+
+@pytest.mark.parametrize("argv", [["--debug", "catalogue", "status", "CAT"], ["catalogue", "--debug", "status", "CAT"],
+                                  ["catalogue", "status", "CAT", "--debug"], ["catalogue", "status", "CAT"]])
+def test_debug_is_global_and_counts_anywhere(argv):
+    args = cli.build_parser(only=["catalogue"]).parse_args(argv)
+    assert args.debug is ("--debug" in argv) and args.catalogue == "CAT"
+
+
+def test_a_flag_only_the_mode_knows_is_refused_by_the_subcommand(capsys):
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["train", "--config", "configs/demo.yaml", "--fold", "0", "--data", "d"])
+    err = capsys.readouterr().err
+    assert bad.value.code == 2 and "whale train: error: the following arguments are required: --out" in err
+    with pytest.raises(SystemExit):
+        cli.main(["catalogue", "status", "CAT", "--frob"])
+    assert "whale catalogue status: error: unrecognized arguments: --frob" in capsys.readouterr().err
+
+
+def test_bad_input_through_whale_is_one_line_naming_the_subcommand(tmp_path, capsys):
+    assert cli.main(["catalogue", "status", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("whale catalogue: error: ") and "\n" not in err
+
+
+def test_quiet_backend_sets_the_log_level_unless_debug(monkeypatch):
+    from whale import command
+
+    seen = []
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    monkeypatch.delenv(command.DEBUG_ENV, raising=False)
+    parser = command.parser("tool", lambda p: None)
+    run = lambda args: seen.append(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))  # noqa: E731
+    assert command.execute(run, parser.parse_args(["--debug"]), "tool") == 0
+    monkeypatch.setenv(command.DEBUG_ENV, "1")
+    assert command.execute(run, parser.parse_args([]), "tool") == 0
+    monkeypatch.setenv(command.DEBUG_ENV, "0")
+    assert command.execute(run, parser.parse_args([]), "tool") == 0
+    assert seen == [None, None, "2"]
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # the user's own level is kept
+    assert command.execute(run, parser.parse_args([]), "tool") == 0 and seen[-1] == "0"
+
+
+def test_a_command_s_backend_start_up_logs_are_quiet():
+    code = ("import sys\nfrom whale import command\n"
+            "def run(args):\n    import tensorflow as tf\n    print('ran', int(tf.constant(1) + 1))\n"
+            "sys.exit(command.main('tool', lambda p: None, run, []))")
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "WHALE_DEBUG")}
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**env, "KERAS_BACKEND": "tensorflow", "CUDA_VISIBLE_DEVICES": ""})
+    if res.returncode != 0 and "No module named 'tensorflow'" in res.stderr:
+        pytest.skip("TensorFlow is not installed")
+    assert res.returncode == 0 and res.stdout.strip() == "ran 2", res.stderr
+    assert res.stderr == "", res.stderr
+
+
+def test_every_command_module_is_add_arguments_and_run_and_builds_no_parser_of_its_own():
+    for c in cli.COMMANDS:
+        path = ROOT / (c.module.replace(".", "/") + ".py")
+        assert "ArgumentParser(" not in path.read_text(), f"{path}: parsers are built by whale.command / whale.cli"
+        module = cli.command_module(c.name)
+        missing = [name for name in ("PROG", "add_arguments", "run", "main") if not hasattr(module, name)]
+        assert not missing, f"{c.module}: lacks {missing}"

@@ -2,29 +2,27 @@
 the README stays short, and docs/configs.md is what whale.configdoc generates.
 
 A command line inside a ``` block is parsed by the real parser of the command it names, in this
-process, without running it (:func:`whale.cli.parse_only`): a concrete line must parse as a whole
+process, without running it (``whale X`` by whale's tree, ``run_fold.py``, ``python -m whale.Y`` by
+:func:`whale.cli.command_parser`; both from the command's ``add_arguments``): a concrete line must parse as a whole
 (required flags, types, choices); a synopsis line (with ``[...]``, ``(a | b)``, ``...``) must name
 only flags its command (or subcommand) knows. ``tests/test_docs_kaggle.py`` also runs docs/kaggle.md's
 commands with ``--help`` under Kaggle's package versions.
 """
-import importlib
 import re
 import shlex
 from pathlib import Path
 
 import pytest
 
-from whale import cli
+from whale import cli, command
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 README_MAX_LINES = 200
 
-# `python -m NAME` -> the module whose main(argv) it runs
-MODULE_MAINS = {"whale": "whale.cli", "whale.inference": "whale.inference.__main__", "whale.boxes": "whale.boxes.cli",
-                "whale.explain": "whale.explain.cli"}
-SCRIPTS = {"run_fold.py": "whale.training.cli", "ensemble.py": "whale.ensemble.cli"}
+# `python -m NAME` or `python SCRIPT` -> the whale subcommand it equals ("whale.inference": "score", "run_fold.py": "train")
+ENTRY_POINTS = {c.same_as.split()[-1]: c.name for c in cli.COMMANDS}
 # Importing these loads Keras (seconds): their flags are checked against their source instead, as benchmarks'.
 SOURCE_CHECKED = {"whale.models.convert"}
 SYNOPSIS = re.compile(r"[\[\](){}|<>]|\.\.\.|[^\x00-\x7f]")
@@ -81,10 +79,19 @@ def check_command(line: str) -> None:
         targets = re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M)
         assert words[1] in targets, f"{line!r}: no target {words[1]!r} in the Makefile"
         return
-    if words[0] == "whale":
-        module, argv = "whale.cli", words[1:]
-    elif words[1] == "-m":
-        module, argv = MODULE_MAINS.get(words[2], words[2]), words[3:]
+    if words[0] == "whale" or words[1:3] == ["-m", "whale"]:
+        argv = words[1:] if words[0] == "whale" else words[3:]
+        if argv and argv[0] in ("--help", "-h", "--version", "completion"):
+            return
+        name = next((w for w in argv if w != "--debug"), None)
+        assert name in cli.BY_NAME, f"{line!r}: whale has no subcommand {name!r}"
+        tree = cli.build_parser(only=[name])  # `whale X ...` parses with whale's own tree; X's subparser: X's flags
+        parse, parser, rest = tree.parse_args, command.subparsers(tree)[name], argv[argv.index(name) + 1:]
+    elif words[1] == "-m" and words[2] in SOURCE_CHECKED:
+        module, argv = words[2], words[3:]
+        unknown = _source_flags(ROOT / (module.replace(".", "/") + ".py"), FLAG.findall(" ".join(argv)))
+        assert not unknown, f"{line!r}: {module} has no flag {unknown}"
+        return
     elif words[1].startswith("benchmarks/"):
         script = ROOT / words[1]
         assert script.is_file(), f"{line!r}: no {script}"
@@ -92,31 +99,20 @@ def check_command(line: str) -> None:
         assert not unknown, f"{line!r}: {words[1]} has no flag {unknown}"
         return
     else:
-        module, argv = SCRIPTS[words[1]], words[2:]
-    if module == "whale.cli":  # `whale X ...` is X's own main (whale.cli adds no flag)
-        if argv and argv[0] in ("--help", "-h", "--version", "completion"):
-            return
-        assert argv and argv[0] in cli.BY_NAME, f"{line!r}: whale has no subcommand {argv[:1]}"
-        module, argv = cli.BY_NAME[argv[0]].module, argv[1:]
-    if module in SOURCE_CHECKED:
-        unknown = _source_flags(ROOT / (module.replace(".", "/") + ".py"), FLAG.findall(" ".join(argv)))
-        assert not unknown, f"{line!r}: {module} has no flag {unknown}"
-        return
-    main = importlib.import_module(module).main
+        entry, argv = (words[2], words[3:]) if words[1] == "-m" else (words[1], words[2:])
+        assert entry in ENTRY_POINTS, f"{line!r}: {entry} is no entry point of a whale subcommand"
+        parser = cli.command_parser(ENTRY_POINTS[entry])
+        parse, rest = parser.parse_args, argv
     if not synopsis:
         try:
-            if module == "whale.training.cli":  # its parse_args also checks which flags the mode needs
-                importlib.import_module(module).parse_args(argv)
-            else:
-                cli.parse_only(main, argv)
+            parse(argv)
         except SystemExit as stop:
             raise AssertionError(f"{line!r}: its parser refuses it (status {stop.code})") from None
         return
-    parser, _ = cli.parse_only(main, [], parse=False)
     known = cli.flags(parser)
-    sub = next((w for w in argv if w in known and w is not None), None)
+    sub = next((w for w in rest if w in known and w is not None), None)
     allowed = set(known[None]) | (set(known[sub]) if sub else {f for fl in known.values() for f in fl})
-    unknown = sorted(set(FLAG.findall(" ".join(argv))) - allowed)
+    unknown = sorted(set(FLAG.findall(" ".join(rest))) - allowed)
     assert not unknown, f"{line!r}: {parser.prog} {sub or ''} has no flag {unknown}"
 
 

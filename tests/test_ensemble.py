@@ -11,7 +11,6 @@ import pytest
 
 from whale import NEW_WHALE
 from whale.ensemble.cli import main
-from whale.ensemble.cli import run as run_ensemble
 from whale.ensemble.combine import average_score_files, validation_groups
 from whale.ranking import TopIds
 from whale.ranking.calibrate import Calibrator, cross_validate, expected_map_insertion
@@ -60,6 +59,14 @@ def synthetic(rng, n_query, n_ids=12, per_id=3, new_share=0.3, prefix="q", dtype
             scores[q, cols] = rng.uniform(0.55, 1.0, cols.sum())
     query = [f"{prefix}{i}.jpg" for i in range(n_query)]
     return scores.astype(dtype), query, gallery, gallery_ids, truth
+
+
+def run_ensemble(argv, log=print):
+    """``ensemble.py ARGV``'s work on the parsed line, bad input raising (no one-line wrapper)."""
+    from whale.cli import command_parser
+    from whale.ensemble.cli import run
+
+    return run(command_parser("ensemble").parse_args([str(a) for a in argv]), log=log)
 
 
 def run_main(argv):

@@ -95,8 +95,16 @@ def _ident(run_id, fold, split):
             "epoch": 3, "git_revision": "0123456789abcdef", "backend": "tensorflow", "split": split}
 
 
-def test_ensemble_prints_identities_and_refuses_the_same_run_twice(tmp_path):
+def _ensemble(argv, log):
+    """``whale.ensemble.cli.run`` on ``argv`` parsed by ensemble.py's parser (no one-line wrapper)."""
+    from whale.cli import command_parser
     from whale.ensemble.cli import run
+
+    return run(command_parser("ensemble").parse_args(argv), log=log)
+
+
+def test_ensemble_prints_identities_and_refuses_the_same_run_twice(tmp_path):
+    run = _ensemble  # ensemble.py's work on the parsed line, bad input raising
 
     rng = np.random.default_rng(0)
     gallery, gids = [f"g{i}.jpg" for i in range(8)], [f"w{i % 4}" for i in range(8)]
@@ -110,7 +118,7 @@ def test_ensemble_prints_identities_and_refuses_the_same_run_twice(tmp_path):
 
 
 def test_ensemble_refuses_validation_queries_the_model_trained_on(tmp_path):
-    from whale.ensemble.cli import run
+    run = _ensemble  # ensemble.py's work on the parsed line, bad input raising
 
     rng = np.random.default_rng(1)
     gallery, gids = [f"g{i}.jpg" for i in range(8)], [f"w{i % 4}" for i in range(8)]
@@ -233,7 +241,7 @@ def _ensemble_run(tmp_path, rng, n=80):
 
 
 def test_every_mode_prints_the_share_and_warns_when_it_is_implausible(tmp_path):
-    from whale.ensemble.cli import run
+    run = _ensemble  # ensemble.py's work on the parsed line, bad input raising
 
     r = _ensemble_run(tmp_path, np.random.default_rng(4))
     for mode, warn in ((["--threshold", "1.01"], True), (["--new-whale-fraction", "0.3"], False),
@@ -246,7 +254,7 @@ def test_every_mode_prints_the_share_and_warns_when_it_is_implausible(tmp_path):
 
 
 def test_calibrate_with_a_threshold_mode_says_which_rule_wrote_the_submission(tmp_path, monkeypatch):
-    from whale.ensemble.cli import run
+    run = _ensemble  # ensemble.py's work on the parsed line, bad input raising
     from whale.ranking import calibrate
 
     r = _ensemble_run(tmp_path, np.random.default_rng(5))

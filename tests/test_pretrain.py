@@ -147,8 +147,9 @@ def test_init_from_refuses_a_run_of_another_schedule(data, pretrained, tmp_path)
 
 
 def test_run_fold_pretrain_flags(capsys):
-    from whale.training.cli import parse_args
+    from whale.cli import command_parser
 
+    parse_args = command_parser("train").parse_args
     args = parse_args(["--config", "c.yaml", "--pretrain", "--playground", "pg", "--out", "o"])
     assert args.pretrain and args.fold is None and args.data is None
     for bad in (["--pretrain", "--out", "o"],                                          # no --playground

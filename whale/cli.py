@@ -1,13 +1,16 @@
-"""The ``whale`` command: one entry point, one subcommand per step of the journey.
+"""The ``whale`` command: one parser tree, one subcommand per step of the journey.
 
-``whale SUBCOMMAND ARGS...`` runs the same ``main(argv)`` as the entry point it names, with the
-same flags (``whale train`` is ``python run_fold.py``, ``whale score`` is
-``python -m whale.inference``, ...): nothing here parses a subcommand's flags, so the two can
-never disagree. ``whale --help`` lists the subcommands in the order a Kaggle user meets them.
+``whale SUBCOMMAND ARGS...`` is a subparser built by the same ``add_arguments(parser)`` as the
+entry point it equals and runs the same ``run(args)`` (``whale train`` is ``python run_fold.py``,
+``whale score`` is ``python -m whale.inference``, ...; :mod:`whale.command` says what a command
+module holds), so the two can never disagree in a flag. ``--debug`` (anywhere on the line) and
+``--version`` are the tree's own; ``whale --help`` lists the subcommands in the order a Kaggle user
+meets them; ``whale completion bash`` is written from the tree.
 
-Every subcommand's module is imported only when that subcommand runs: ``whale --help`` and
-``whale completion bash`` import neither Keras nor a backend. This module is the one entry
-point allowed to import every package of ``whale`` (lazily; ``tests/test_architecture.py``).
+A subcommand's module is imported only when that subcommand runs (the tree gets only its flags):
+``whale --help`` imports none, ``whale completion bash`` every one but neither Keras nor a backend.
+This module is the one entry point allowed to import every package of ``whale`` (lazily;
+``tests/test_architecture.py``).
 
 Example:
     whale synth --out data/synthetic
@@ -18,16 +21,17 @@ Example:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from whale import command
 
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: its name, the module whose ``main(argv)`` it runs, the command it equals."""
+    """One subcommand: its name, the module whose ``add_arguments`` and ``run`` it is, the command it equals."""
 
     name: str
     module: str
@@ -70,7 +74,7 @@ BY_NAME = {c.name: c for c in COMMANDS}
 def help_text() -> str:
     """What ``whale --help`` prints: the subcommands in the journey's order."""
     width = max(len(c.name) for c in COMMANDS)
-    lines = ["usage: whale SUBCOMMAND [ARGS...]   (whale SUBCOMMAND --help: its flags)", "",
+    lines = ["usage: whale [--debug] SUBCOMMAND [ARGS...]   (whale SUBCOMMAND --help: its flags)", "",
              "Siamese networks with adversarial training for animal re-identification.", "",
              "From Kaggle's folder to a checked submission, in order:"]
     lines += [f"  {c.name:<{width}}  {c.summary}" for c in COMMANDS]
@@ -78,85 +82,84 @@ def help_text() -> str:
     lines += [f"  whale {c.name:<{width}}  = {c.same_as}" for c in COMMANDS]
     lines += ["", "  whale completion bash   print a bash completion script "
                   "(eval \"$(whale completion bash)\")",
-              "  whale --version         print the version"]
+              "  whale --version         print the version",
+              f"  whale --debug ...       {command.DEBUG_HELP}"]
     return "\n".join(lines)
 
 
+def command_module(name: str):
+    """The module of subcommand ``name`` (imports it now): ``PROG``, ``add_arguments``, ``run``, ``main``."""
+    return importlib.import_module(BY_NAME[name].module)
+
+
 def command_main(name: str):
-    """The ``main(argv) -> int`` of subcommand ``name`` (imports its module now)."""
-    return importlib.import_module(BY_NAME[name].module).main
+    """The standalone entry point ``main(argv) -> int`` of subcommand ``name``."""
+    return command_module(name).main
 
 
-class _Parsed(BaseException):
-    """Raised instead of running a command once its parser is known (BaseException: no
-    ``except Exception`` of a command, nor :func:`whale.errors.run_cli`, swallows it)."""
-
-    def __init__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace | None):
-        super().__init__(parser.prog)
-        self.parser, self.namespace = parser, namespace
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The standalone parser of subcommand ``name`` (``prog`` e.g. ``run_fold.py``): the same
+    ``add_arguments`` as ``whale NAME``'s subparser. Parsing runs nothing."""
+    module = command_module(name)
+    return command.parser(module.PROG, module.add_arguments)
 
 
-@contextlib.contextmanager
-def _stop_at_parse(parse: bool) -> Iterator[None]:
-    original = argparse.ArgumentParser.parse_args
+class _Tree(command.Parser):
+    """The root of ``whale``: its help is :func:`help_text`."""
 
-    def stop(self, args=None, namespace=None):
-        raise _Parsed(self, original(self, args, namespace) if parse else None)
-
-    argparse.ArgumentParser.parse_args = stop
-    try:
-        yield
-    finally:
-        argparse.ArgumentParser.parse_args = original
+    def format_help(self) -> str:
+        return help_text() + "\n"
 
 
-def parse_only(main, argv: Sequence[str], parse: bool = True) -> tuple[argparse.ArgumentParser,
-                                                                      argparse.Namespace | None]:
-    """Run ``main(argv)`` up to its ``parse_args`` and stop there: (its parser, the parsed namespace).
+def build_parser(only: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The ``whale`` parser tree: ``whale [--debug] NAME [NAME's flags and subcommands]``, ``whale completion``.
 
-    With ``parse=False`` the parser is returned without parsing ``argv`` (namespace None). Bad
-    flags end as argparse ends them: ``SystemExit(2)`` with the message on stderr. Used by the docs
-    test (every documented command line parses) and by :func:`completion_script`; nothing runs.
-    A ``main`` that returns before parsing raises ``RuntimeError``.
+    Every subcommand is listed; with ``only``, only those named get their flags (and only their
+    modules are imported). Parsing runs nothing.
     """
-    try:
-        with _stop_at_parse(parse):
-            main(list(argv))
-    except _Parsed as stopped:
-        return stopped.parser, stopped.namespace
-    raise RuntimeError(f"{getattr(main, '__module__', main)}: returned before parsing its command line")
+    from whale import __version__
+
+    root = _Tree(prog="whale")
+    root.add_argument("--version", action="version", version=f"whale {__version__}", help="print the version")
+    subs = root.add_subparsers(metavar="SUBCOMMAND", parser_class=command.Parser)
+    for c in COMMANDS:
+        sub = subs.add_parser(c.name, help=c.summary)
+        if only is None or c.name in only:
+            command_module(c.name).add_arguments(sub)
+    completion = subs.add_parser("completion", help="print a bash completion script")
+    completion.add_argument("shell", nargs="*", metavar="bash", help="the shell (bash)")
+    command.add_debug(root)
+    return root
 
 
 def flags(parser: argparse.ArgumentParser) -> dict[str | None, list[str]]:
     """``{subcommand or None: its option strings}`` of a parser (sub-parsers' flags under their name)."""
-    out: dict[str | None, list[str]] = {None: []}
-    for action in parser._actions:
-        out[None] += [o for o in action.option_strings if o.startswith("--")]
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                out[name] = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    out: dict[str | None, list[str]] = {None: [o for a in parser._actions for o in a.option_strings
+                                              if o.startswith("--")]}
+    for name, sub in command.subparsers(parser).items():
+        out[name] = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
     return out
 
 
 def completion_script() -> str:
     """A bash completion function for ``whale``: subcommands, their sub-subcommands and flags.
 
-    Built from the subcommands' own parsers (imports each command's module, not Keras).
+    Written from :func:`build_parser`'s tree (imports each command's module, not Keras).
     """
+    tree = command.subparsers(build_parser())
     cases = []
     for c in COMMANDS:
-        parser, _ = parse_only(command_main(c.name), [], parse=False)
-        found = flags(parser)
+        found = flags(tree[c.name])
         subs = [name for name in found if name]
         words = sorted(set(found[None]) | set(subs) | {f for name in subs for f in found[name]})
         cases.append(f'        {c.name}) words="{" ".join(words)}" ;;')
-    names = " ".join(c.name for c in COMMANDS)
+    top = " ".join([*tree, "--help", "--version", "--debug"])
     return "\n".join([
         "# bash completion for whale: eval \"$(whale completion bash)\"",
         "_whale() {",
         '    local cur="${COMP_WORDS[COMP_CWORD]}" words',
         "    if [ \"$COMP_CWORD\" -eq 1 ]; then",
-        f'        COMPREPLY=($(compgen -W "{names} completion --help --version" -- "$cur")); return',
+        f'        COMPREPLY=($(compgen -W "{top}" -- "$cur")); return',
         "    fi",
         '    case "${COMP_WORDS[1]}" in',
         *cases,
@@ -174,34 +177,36 @@ def completion_script() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``whale SUBCOMMAND ARGS...``: runs that subcommand's ``main(ARGS)`` and returns its status.
+    """``whale SUBCOMMAND ARGS...``: parses the line with the tree and runs that subcommand's ``run(args)``.
 
-    No subcommand or ``-h``/``--help``: the list (status 0); an unknown one: one line naming
-    the valid ones on stderr and status 2, as every command's bad input.
+    No subcommand or ``-h``/``--help``: the list (status 0); ``--version``: the version (0); an
+    unknown subcommand: one line naming the valid ones on stderr and status 2, as every command's
+    bad input. Bad flags and ``whale NAME --help`` end as argparse ends them (``SystemExit``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help", "help"):
+    words = [a for a in argv if a != "--debug"]
+    if not words or words[0] in ("-h", "--help", "help"):
         print(help_text())
         return 0
-    name, rest = argv[0], argv[1:]
+    name = words[0]
     if name == "--version":
         from whale import __version__
 
         print(f"whale {__version__}")
         return 0
+    if name not in BY_NAME and name != "completion":
+        print(f"whale: error: unknown subcommand {name!r}; expected one of "
+              f"{', '.join(c.name for c in COMMANDS)} (whale --help)", file=sys.stderr)
+        return 2
+    args = build_parser(only=[name]).parse_args(argv)
     if name == "completion":
-        if rest != ["bash"]:
-            print(f"whale: error: completion: expected 'bash', received {' '.join(rest) or 'nothing'}",
+        if args.shell != ["bash"]:
+            print(f"whale: error: completion: expected 'bash', received {' '.join(args.shell) or 'nothing'}",
                   file=sys.stderr)
             return 2
         sys.stdout.write(completion_script())
         return 0
-    if name not in BY_NAME:
-        print(f"whale: error: unknown subcommand {name!r}; expected one of "
-              f"{', '.join(c.name for c in COMMANDS)} (whale --help)", file=sys.stderr)
-        return 2
-    status = command_main(name)(rest)
-    return 0 if status is None else int(status)
+    return command.execute(command_module(name).run, args, f"whale {name}")
 
 
 if __name__ == "__main__":

@@ -100,16 +100,19 @@ def training_speed(run_dir: Path, pairs_per_epoch: int) -> str:
             f"{pairs / max(seconds, 1e-9):.1f} pairs/s (mining, validation and checkpoints included)")
 
 
+PROG = "python -m whale.demo"
+
+
 def main(argv=None) -> int:
-    """``python -m whale.demo``; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    from whale.errors import run_cli
+    """``python -m whale.demo``; 2 on bad input (:func:`whale.command.main`)."""
+    from whale import command
 
-    return run_cli(run, argv, "python -m whale.demo")
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv=None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
-    p = argparse.ArgumentParser(prog="python -m whale.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.demo`` and ``whale demo`` (:mod:`whale.command`)."""
+    p.description, p.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     p.add_argument("--data", default="data/synthetic", help="synthetic competition folder")
     p.add_argument("--out", default="runs/demo", help="run folder")
     p.add_argument("--submission", default="submissions/demo.csv")
@@ -117,8 +120,10 @@ def run(argv=None) -> int:
     p.add_argument("--ids", type=int, default=DEMO_IDS, help="ids of the synthetic competition")
     p.add_argument("--baseline-only", action="store_true", help="skip training")
     p.add_argument("--resume", action="store_true", help="resume a killed demo run")
-    args = p.parse_args(argv)
 
+
+def run(args: argparse.Namespace) -> int:
+    """The demo ``args`` describe; raises :class:`whale.errors.WhaleError` on bad input."""
     from whale.config import load_config
     from whale.data import load_competition
     from whale.metrics import map_at_k

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from whale import NEW_WHALE
-from whale.errors import DataError, run_cli
+from whale import NEW_WHALE, command
+from whale.errors import DataError
 
 DEFAULT_THRESHOLD = 6
 """Hamming distance (bits of 64) at or under which two images are duplicates."""
@@ -213,17 +213,17 @@ def answer_test(images, predictions, dups: Duplicates) -> list[list[str]]:
     return out
 
 
+PROG = "python -m whale.duplicates"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    return run_cli(run, argv, "python -m whale.duplicates")
+    """Command-line entry point; 2 on bad input (:func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv: list[str] | None = None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
-    from whale.data import load_competition
-    from whale.files import atomic_write
-
-    p = argparse.ArgumentParser(prog="python -m whale.duplicates", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.duplicates`` and ``whale duplicates`` (:mod:`whale.command`)."""
+    p.description = __doc__.splitlines()[0]
     p.add_argument("--data", required=True, type=Path, help="competition folder")
     p.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD, help="Hamming distance in bits")
     p.add_argument("--report", type=Path, help="write the pairs as CSV (train/train, then train/test)")
@@ -232,7 +232,13 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--drop-val", action="store_true", help="never validate on duplicates (with --out)")
     p.add_argument("--submission", type=Path, help="a submission to answer duplicated test images in")
     p.add_argument("--answered", type=Path, help="where the answered submission goes (with --submission)")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Find the duplicates and write what ``args`` ask for; raises :class:`whale.errors.WhaleError` on bad input."""
+    from whale.data import load_competition
+    from whale.files import atomic_write
+
     if (args.merge_labels or args.drop_val) and args.out is None:
         raise DataError("--merge-labels and --drop-val change train.csv: give --out DIR for the new folder")
     if (args.submission is None) != (args.answered is None):

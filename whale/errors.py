@@ -1,7 +1,8 @@
 """Error types raised on bad user input (files, configs, outputs). All are ``ValueError``s.
 
-:func:`run_cli` is the one wrapper every command's ``main`` uses: bad input, an output that
-cannot be written (read-only folder, full disk) and Ctrl-C each end in one line on stderr.
+:func:`run_guarded` is what every command runs under (``whale.command``), :func:`run_cli` the same
+for a ``main(argv)`` (benchmarks): bad input, an output that cannot be written (read-only folder,
+full disk) and Ctrl-C each end in one line on stderr.
 """
 
 from __future__ import annotations
@@ -56,14 +57,10 @@ def describe_write_error(path, exc: OSError) -> str:
 def run_cli(main, argv=None, prog: str | None = None, interrupted=None) -> int:
     """Run a command's ``main(argv)``; a :class:`WhaleError` becomes one line and exit status 2.
 
-    Every user-facing command calls this, so bad input reads ``PROG: error: MESSAGE`` on
-    stderr instead of a traceback. An ``OSError`` the machine explains (``errno`` in
-    :data:`WRITE_ERRNOS`: a full disk, a read-only folder, no permission) is one line too. Ctrl-C
-    (``KeyboardInterrupt``) prints ``PROG: MESSAGE`` and returns :data:`INTERRUPTED_STATUS`;
-    the message is the interrupt's own (``raise KeyboardInterrupt(MESSAGE)``), else
-    ``interrupted()`` (no arguments, returns str), else ``interrupted``.
-    ``--debug`` anywhere in ``argv`` (default ``sys.argv[1:]``) is removed before ``main``
-    sees it and lets the traceback through. Returns ``main``'s exit status (``None`` counts as 0).
+    Bad input reads ``PROG: error: MESSAGE`` on stderr instead of a traceback (see
+    :func:`run_guarded`, which ``whale.command`` runs every command under). ``--debug`` anywhere in
+    ``argv`` (default ``sys.argv[1:]``) is removed before ``main`` sees it and lets the traceback
+    through; ``prog`` defaults to the script's name. Returns ``main``'s exit status (``None`` counts as 0).
     """
     import os
     import sys
@@ -72,8 +69,23 @@ def run_cli(main, argv=None, prog: str | None = None, interrupted=None) -> int:
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     prog = prog or os.path.basename(sys.argv[0]) or "whale"
+    return run_guarded(lambda: main(argv), prog, debug, interrupted)
+
+
+def run_guarded(call, prog: str, debug: bool = False, interrupted=None) -> int:
+    """``call()``'s exit status, bad input ending in one line on stderr instead of a traceback.
+
+    A :class:`WhaleError` prints ``PROG: error: MESSAGE`` (its first line) and returns 2. An
+    ``OSError`` the machine explains (``errno`` in :data:`WRITE_ERRNOS`: a full disk, a read-only
+    folder, no permission) is one line and 2 too. Ctrl-C (``KeyboardInterrupt``) prints
+    ``PROG: MESSAGE`` and returns :data:`INTERRUPTED_STATUS`; the message is the interrupt's own
+    (``raise KeyboardInterrupt(MESSAGE)``), else ``interrupted()`` (no arguments, returns str), else
+    ``interrupted``. With ``debug`` each of them lets the traceback through. ``None`` counts as 0.
+    """
+    import sys
+
     try:
-        status = main(argv)
+        status = call()
     except WhaleError as err:
         if debug:
             raise

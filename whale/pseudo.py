@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from whale.errors import ConfigError, DataError, run_cli
+from whale import command
+from whale.errors import ConfigError, DataError
 
 ROUNDS_JSON = "pseudo_rounds.json"
 
@@ -101,19 +102,25 @@ def pseudo_round(runs, data, min_score: float, out, log=print) -> pd.DataFrame:
     return added
 
 
+PROG = "python -m whale.pseudo"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    return run_cli(run, argv, "python -m whale.pseudo")
+    """Command-line entry point; 2 on bad input (:func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv: list[str] | None = None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
-    p = argparse.ArgumentParser(prog="python -m whale.pseudo", description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.pseudo`` and ``whale pseudo`` (:mod:`whale.command`)."""
+    p.description = __doc__.splitlines()[0]
     p.add_argument("--runs", nargs="+", required=True, type=Path, help="run folders with scores/test.npz")
     p.add_argument("--data", required=True, type=Path, help="the competition folder the runs trained on")
     p.add_argument("--min-score", required=True, type=float, help="add test images scoring at least this")
     p.add_argument("--out", required=True, type=Path, help="the new competition folder")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """One pseudo-label round as ``args`` say; raises :class:`whale.errors.WhaleError` on bad input."""
     pseudo_round(args.runs, args.data, args.min_score, args.out)
     return 0
 

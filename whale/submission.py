@@ -24,7 +24,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from whale.errors import DataError, run_cli
+from whale import command
+from whale.errors import DataError
 from whale.files import atomic_write
 from whale.formats import DEFAULT, FORMATS, get_format, read_header
 from whale.metrics import as_labels
@@ -290,14 +291,17 @@ def _columns(path: Path, name: str | None) -> tuple[str, str]:
     return fits[0] if fits else DEFAULT.submission_columns
 
 
+PROG = "python -m whale.submission"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry: ``check FILE [--sample SAMPLE]``. Returns the exit status."""
-    return run_cli(run, argv, "python -m whale.submission")
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` when a file cannot be read."""
-    parser = argparse.ArgumentParser(prog="python -m whale.submission", description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.submission`` and ``whale submission`` (:mod:`whale.command`)."""
+    parser.description = __doc__.splitlines()[0]
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="check a submission CSV")
     check.add_argument("file", type=Path)
@@ -305,7 +309,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--format", choices=list(FORMATS), default=None,
                        help="competition format: its submission's columns (default: the one whose columns "
                             f"FILE's header has, else {DEFAULT.name})")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``check``: 0 when the file is a valid submission, else 1; raises :class:`whale.errors.WhaleError`
+    when a file cannot be read."""
     problems = check_submission(args.file, args.sample, _columns(args.file, args.format))
     if problems:
         for problem in problems[:_MAX_PRINTED]:

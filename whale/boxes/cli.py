@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from whale.errors import run_cli
+from whale import command
 from whale.overrides import overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,10 +69,12 @@ def _eval(args) -> int:
     return 0
 
 
-def run(argv=None) -> int:
-    """What :func:`main` runs."""
-    p = argparse.ArgumentParser(prog="python -m whale.boxes", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+PROG = "python -m whale.boxes"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The subcommands and flags of ``python -m whale.boxes`` and ``whale boxes`` (:mod:`whale.command`)."""
+    p.description, p.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="cross-validate and keep the box models")
     t.add_argument("--data", required=True, help="competition folder (images in train/ and test/)")
@@ -91,13 +93,16 @@ def run(argv=None) -> int:
     e.add_argument("--data", required=True)
     e.add_argument("--labels", required=True)
     e.add_argument("--worst", type=int, default=10)
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train, predict or evaluate as ``args.command`` says."""
     return {"train": _train, "predict": _predict, "eval": _eval}[args.command](args)
 
 
 def main(argv=None) -> int:
-    """``python -m whale.boxes``; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    return run_cli(run, argv, "python -m whale.boxes")
+    """``python -m whale.boxes``; 2 on bad input (:func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

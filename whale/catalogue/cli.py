@@ -20,9 +20,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from whale import command
 from whale.catalogue import sql
 from whale.catalogue.db import SIGHTING_COLUMNS
-from whale.errors import DataError, run_cli
+from whale.errors import DataError
 
 
 def _open(args, create: bool = False):
@@ -213,27 +214,30 @@ def _status(args) -> str:
     return " ".join(f"{k}={v}" for k, v in counts.items()) + (f" run={run}" if run else "")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m whale.catalogue", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+PROG = "python -m whale.catalogue"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The subcommands and flags of ``python -m whale.catalogue`` and ``whale catalogue`` (:mod:`whale.command`)."""
+    p.description, p.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     sub = p.add_subparsers(dest="command", required=True)
 
-    def command(name, fn, help):
+    def subcommand(name, fn, help):
         s = sub.add_parser(name, help=help)
         s.add_argument("catalogue", help="catalogue folder")
         s.add_argument("--quiet", action="store_true", help="no progress bars")
         s.set_defaults(fn=fn)
         return s
 
-    command("init", _init, "create an empty catalogue")
-    s = command("add", _add, "add identified photos (creates the catalogue if needed)")
+    subcommand("init", _init, "create an empty catalogue")
+    s = subcommand("add", _add, "add identified photos (creates the catalogue if needed)")
     s.add_argument("--photos", required=True, help="folder of the photos")
     s.add_argument("--labels", required=True, help="CSV image,individual[,date,location,encounter] or Kaggle train.csv")
     s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 (default: whole photos)")
     s.add_argument("--by", help="who adds them (default: $USER)")
     for name, fn, help in (("index", _index, "score the catalogue's new photos with a run"),
                            ("match", _match, "propose individuals for a folder of new photos")):
-        s = command(name, fn, help)
+        s = subcommand(name, fn, help)
         s.add_argument("--run", help="trained run folder (default: the run indexed last)")
         s.add_argument("--checkpoint", help="best, last, snapshot-<size> or a .keras file (default: best)")
     s.add_argument("--photos", required=True, help="folder of new photos")
@@ -248,13 +252,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 of the new photos (default: whole photos)")
     s.add_argument("--rematch", action="store_true",
                    help="replace the proposals of an existing batch (its decisions are kept)")
-    s = command("review", _review, "write the batch's HTML review page")
+    s = subcommand("review", _review, "write the batch's HTML review page")
     s.add_argument("--batch", required=True)
     s.add_argument("--out", help="folder (default: CAT/batches/BATCH/review)")
     s.add_argument("--heatmaps", action="store_true", help="draw the paper's heatmaps beside the photos")
     s.add_argument("--matches", action="store_true",
                    help="draw the keypoint matches of every query and candidate (always for a keypoint batch)")
-    s = command("accept", _accept, "record a reviewer's decisions")
+    s = subcommand("accept", _accept, "record a reviewer's decisions")
     s.add_argument("--batch", required=True)
     s.add_argument("--decisions", required=True,
                    help="CSV photo,decision,individual[,date,location,encounter] (match / new / skip)")
@@ -265,27 +269,25 @@ def parser() -> argparse.ArgumentParser:
                    help="record a decision that differs from an earlier one (and undo what that one did)")
     s.add_argument("--allow-unlisted", action="store_true",
                    help="let 'match' name an individual that is not among the photo's candidates")
-    s = command("export", _export, "write the catalogue as a folder `add` reads back (photos and CSVs)")
+    s = subcommand("export", _export, "write the catalogue as a folder `add` reads back (photos and CSVs)")
     s.add_argument("--out", required=True, help="folder")
-    command("check", _check, "verify every stored photo and feature against its hash")
-    s = command("remove", _remove, "remove a photo or an individual (asks first)")
+    subcommand("check", _check, "verify every stored photo and feature against its hash")
+    s = subcommand("remove", _remove, "remove a photo or an individual (asks first)")
     s.add_argument("what", metavar="PHOTO|INDIVIDUAL",
                    help="an individual, or a photo: its hash (or its first 6+ hex digits), file or source path")
     s.add_argument("--yes", action="store_true", help="remove without asking")
-    command("status", _status, "rows per table")
-    return p
+    subcommand("status", _status, "rows per table")
 
 
-def run(argv=None) -> int:
-    """What :func:`main` runs."""
-    args = parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand ``args`` name and print its one-line summary."""
     print(args.fn(args))
     return 0
 
 
 def main(argv=None) -> int:
-    """``whale catalogue``; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    return run_cli(run, argv, "python -m whale.catalogue")
+    """``whale catalogue``; 2 on bad input (:func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -209,25 +209,33 @@ def fold_summary(train_df: pd.DataFrame, folds: pd.Series, n_folds: int | None =
     return "\n".join(lines)
 
 
+PROG = "python -m whale.data.folds"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI: print the fold summary of ``DIR/train.csv``; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    from whale.errors import run_cli
+    """CLI: print the fold summary of ``DIR/train.csv``; 2 on bad input (:func:`whale.command.main`)."""
+    from whale import command
 
-    return run_cli(run, argv, "python -m whale.data.folds")
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv: list[str] | None = None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
-    from whale.data.competition import read_train_csv
-    from whale.formats import FORMATS, detect_format
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.data.folds`` and ``whale folds`` (:mod:`whale.command`)."""
+    from whale.formats import FORMATS
 
-    parser = argparse.ArgumentParser(prog="python -m whale.data.folds", description=__doc__.splitlines()[0])
+    parser.description = __doc__.splitlines()[0]
     parser.add_argument("--data", required=True, type=Path, help="competition folder holding train.csv")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folds", type=int, default=4)
     parser.add_argument("--format", choices=list(FORMATS), default=None,
                         help="competition format (default: read from train.csv's header)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the fold summary ``args`` ask for; raises :class:`whale.errors.WhaleError` on bad input."""
+    from whale.data.competition import read_train_csv
+    from whale.formats import detect_format
+
     fmt = detect_format(args.data, args.format)
     train = read_train_csv(args.data / "train.csv", fmt)
     folds = assign_folds(train, n_folds=args.folds, seed=args.seed, fmt=fmt)

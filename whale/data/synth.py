@@ -59,8 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
-from whale import NEW_WHALE
-from whale.errors import WRITE_ERRNOS, OutputError, WhaleError, describe_write_error, run_cli
+from whale import NEW_WHALE, command
+from whale.errors import WRITE_ERRNOS, OutputError, WhaleError, describe_write_error
 from whale.files import check_output
 from whale.formats import FORMATS, HUMPBACK2019, Format, get_format
 
@@ -648,18 +648,19 @@ def generate(out, n_ids: int = 200, seed: int = 0, size: int = 256, *, force: bo
     return out
 
 
+PROG = "python -m whale.data.synth"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (2 on bad input, see :func:`whale.errors.run_cli`)."""
-    return run_cli(run, argv, "python -m whale.data.synth")
+    """Command-line entry point; returns the exit status (2 on bad input, see :func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv: list[str] | None = None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
-    parser = argparse.ArgumentParser(
-        prog="python -m whale.data.synth",
-        description="Write a synthetic Kaggle Humpback Whale Identification competition "
-                    "(train.csv, train/, test/, sample_submission.csv, bounding_boxes.csv, "
-                    "test_solution.csv).")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.data.synth`` and ``whale synth`` (:mod:`whale.command`)."""
+    parser.description = ("Write a synthetic Kaggle Humpback Whale Identification competition "
+                          "(train.csv, train/, test/, sample_submission.csv, bounding_boxes.csv, "
+                          "test_solution.csv).")
     parser.add_argument("--out", required=True, type=Path, help="output folder (created)")
     parser.add_argument("--ids", type=int, default=200, help="number of known ids (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -671,7 +672,10 @@ def run(argv: list[str] | None = None) -> int:
                         help=f"the competition's layout (default {HUMPBACK2019.name}; whale.formats)")
     parser.add_argument("--species", type=int, default=4,
                         help=f"species of the happywhale2022 layout (1..{len(SPECIES_2022)}, default 4)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the competition ``args`` describe; raises :class:`whale.errors.WhaleError` on bad input."""
     check_output(args.out, folder=True)
     fresh = not args.out.exists()
     # A folder holding files is refused (without --force) before anything is written: those files are not ours.

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from whale import command
 from whale.ensemble.combine import average_score_files, normalise_weights, validation_groups
 from whale.ensemble.identity import check_inputs, check_no_leak, identity_table, read_identities
 from whale.ensemble.recipe import load_recipe
@@ -45,12 +46,12 @@ KAGGLE_SHARE = 0.28
 from whale.ranking.topids import concat_top_ids, top_ids
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Arguments of ``ensemble.py``."""
-    p = argparse.ArgumentParser(
-        prog="ensemble.py",
-        description="Weighted average of runs' score files -> new_whale insertion -> submission CSV.",
-    )
+PROG = "ensemble.py"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``ensemble.py`` and ``whale ensemble`` (:mod:`whale.command`)."""
+    p.description = "Weighted average of runs' score files -> new_whale insertion -> submission CSV."
     p.add_argument("runs", nargs="*", type=Path, metavar="RUN_DIR",
                    help="run folders with scores/test.npz (and scores/val.npz for --tune/--calibrate), or "
                         "score folders such as a snapshot's RUN_DIR/scores/384")
@@ -80,7 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force-calibrated", action="store_true",
                    help="with --calibrate and a threshold mode: write the calibrated rule even when the "
                         "threshold wins the cross-validation")
-    p.add_argument("--debug", action="store_true", help="show the traceback of a data or config error")
     p.add_argument("--cv-folds", type=int, default=5, help="folds for the cross-validation of --calibrate")
     p.add_argument("--seed", type=int, default=0, help="seed of the cross-validation split")
     p.add_argument("--out", required=True, type=Path, help="submission CSV, e.g. submissions/NAME.csv")
@@ -90,7 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=list(FORMATS), default=None,
                    help="competition format: open-set label and submission columns (default: the data "
                         f"folder recorded in the first run's run.json, else {DEFAULT.name})")
-    return p
+    command.check_with(p, check_args)
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Without ``--recipe``: runs and a threshold mode are needed (a recipe gives both); ``p.error`` otherwise."""
+    if args.recipe is not None:
+        return
+    if not args.runs:
+        p.error("give RUN_DIR ... or --recipe FILE")
+    if args.threshold is None and args.new_whale_fraction is None and not args.tune and not args.calibrate:
+        p.error("one of --threshold, --new-whale-fraction, --tune (or --calibrate) is required")
 
 
 def recorded_sample(run_dirs: Sequence[Path]) -> Path | None:
@@ -203,36 +213,28 @@ def _tuned_weights(runs: Sequence[Path], args, log) -> np.ndarray:
 
 
 def main(argv: Sequence[str] | None = None, log=print) -> int:
-    """``ensemble.py``: 0, or 2 on bad input with a one-line error (:func:`whale.errors.run_cli`)."""
-    from whale.errors import run_cli
-
-    return run_cli(lambda a: run(a, log=log), argv, "ensemble.py")
+    """``ensemble.py``: 0, or 2 on bad input with a one-line error (:func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, lambda args: run(args, log=log), argv)
 
 
-def run(argv: Sequence[str] | None = None, log=print) -> int:
-    """What :func:`main` runs. Files ``--tune`` wrote beside the submission go again if the submission
-    is not written (a full disk): no threshold file speaks for a submission that is not there."""
+def run(args: argparse.Namespace, log=print) -> int:
+    """Write the submission ``args`` describe. Files ``--tune`` wrote beside the submission go again if
+    the submission is not written (a full disk): no threshold file speaks for a submission that is not there."""
     written: list[Path] = []
     try:
-        return _run(argv, log, written)
+        return _run(args, log, written)
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)
         raise
 
 
-def _run(argv: Sequence[str] | None, log, written: list[Path]) -> int:
+def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
     """Run ``ensemble.py``; returns 0. Raises :class:`whale.errors.WhaleError` on bad input."""
     from whale.submission import check_submission, write_submission
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     if args.recipe is not None:
         apply_recipe(args)
-    elif not args.runs:
-        parser.error("give RUN_DIR ... or --recipe FILE")
-    if args.threshold is None and args.new_whale_fraction is None and not args.tune and not args.calibrate:
-        parser.error("one of --threshold, --new-whale-fraction, --tune (or --calibrate) is required")
     if args.tune_new_share is not None and not (args.tune or args.tune_weights):
         raise ConfigError("--tune-new-share weighs the validation queries of --tune / --tune-weights; give one of them")
     if args.tune_new_share is not None and not 0.0 < args.tune_new_share < 1.0:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import DataError, run_cli
+from whale import command
+from whale.errors import DataError
 
 DISPLAY = 192  # pixels per panel side
 
@@ -103,10 +104,12 @@ def _query(args, comp, ex: Explainer) -> str:
     return "\n".join(lines)
 
 
-def run(argv=None) -> int:
-    """What :func:`main` runs."""
-    p = argparse.ArgumentParser(prog="python -m whale.explain", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+PROG = "python -m whale.explain"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.explain`` and ``whale explain`` (:mod:`whale.command`)."""
+    p.description, p.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     p.add_argument("--run", required=True, help="trained run folder")
     p.add_argument("--data", required=True, help="competition folder (gallery, boxes)")
     what = p.add_mutually_exclusive_group(required=True)
@@ -116,7 +119,10 @@ def run(argv=None) -> int:
     p.add_argument("--threshold", type=float, default=None, help="new_whale threshold (default: the run's)")
     p.add_argument("--checkpoint", default="best", help="best, last or a .keras file")
     p.add_argument("--out", required=True, help="PNG file")
-    args = p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Draw what ``args`` ask for; raises :class:`whale.errors.WhaleError` on bad input."""
     if args.top < 1:
         raise DataError(f"--top {args.top}: expected at least 1")
     from whale.data import load_competition
@@ -128,8 +134,8 @@ def run(argv=None) -> int:
 
 
 def main(argv=None) -> int:
-    """``python -m whale.explain``; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    return run_cli(run, argv, "python -m whale.explain")
+    """``python -m whale.explain``; 2 on bad input (:func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

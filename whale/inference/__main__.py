@@ -18,17 +18,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from whale import command
+
+PROG = "python -m whale.inference"
+
 
 def main(argv=None) -> int:
-    """``python -m whale.inference``; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    from whale.errors import run_cli
-
-    return run_cli(run, argv, "python -m whale.inference")
+    """``python -m whale.inference``; 2 on bad input (:func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv=None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
-    p = argparse.ArgumentParser(prog="python -m whale.inference", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.inference`` and ``whale score`` (:mod:`whale.command`)."""
+    p.description, p.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     p.add_argument("--run", help="run folder written by run_fold.py (not with --matcher keypoints)")
     p.add_argument("--data", required=True, help="Kaggle-format folder to score")
     p.add_argument("--out", required=True,
@@ -48,13 +50,23 @@ def run(argv=None) -> int:
                     help="feature store (default $WHALE_CACHE/keypoints or ~/.cache/whale/keypoints)")
     kp.add_argument("--workers", type=int, default=None, help="extraction processes (default: every core)")
     kp.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = p.parse_args(argv)
+    command.check_with(p, check_args)
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--run`` with the trained matcher, none with the keypoint matcher; ``p.error`` otherwise."""
+    if args.matcher == "keypoints" and args.run is not None:
+        p.error("--run and --matcher keypoints exclude each other (the matcher trains nothing)")
+    if args.matcher == "run" and args.run is None:
+        p.error("--run is required (or --matcher keypoints)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the score file ``args`` describe; raises :class:`whale.errors.WhaleError` on bad input."""
     from whale.files import check_output
 
     if args.matcher == "keypoints":
-        return _keypoints(args, p)
-    if args.run is None:
-        p.error("--run is required (or --matcher keypoints)")
+        return _keypoints(args)
     check_output(args.out)  # before the model loads: a folder or a read-only place is refused now
     from whale.inference.runs import score_folder
 
@@ -63,15 +75,13 @@ def run(argv=None) -> int:
     return 0
 
 
-def _keypoints(args, parser) -> int:
+def _keypoints(args) -> int:
     """``--matcher keypoints``: :func:`whale.inference.keypoints.score_competition`."""
     from whale.files import check_output
     from whale.keypoints import load_keypoint_config
     from whale.inference.keypoints import score_competition
     from whale.overrides import overrides
 
-    if args.run is not None:
-        parser.error("--run and --matcher keypoints exclude each other (the matcher trains nothing)")
     out = Path(args.out)
     check_output(out, folder=out.suffix != ".npz")
     cfg = load_keypoint_config(args.config, overrides(args.set))

@@ -30,7 +30,8 @@ import json
 import sys
 from pathlib import Path
 
-from whale.errors import ConfigError, DataError, run_cli
+from whale import command
+from whale.errors import ConfigError, DataError
 from whale.files import write_text_atomic
 from whale.kaggle.codedataset import build_code_dataset
 from whale.kaggle.metadata import (DEFAULT_MACHINE_SHAPE, ENTRY_FILE, GPU_SHAPES, MACHINE_SHAPES, METADATA_FILE,
@@ -192,9 +193,12 @@ def make_kernels(config: str | Path, folds, competition: str, code_dataset: str,
 # ----------------------------------------------------------------------------------- CLI
 
 
-def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m whale.kaggle.kernels", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+PROG = "python -m whale.kaggle.kernels"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The subcommands and flags of ``python -m whale.kaggle.kernels`` and ``whale kernels`` (:mod:`whale.command`)."""
+    p.description, p.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("make", help="write kernel folders (kernel-metadata.json + run.py) per fold")
     m.add_argument("--config", required=True, help="configs/NAME.yaml (the kernel loads NAME.yaml "
@@ -230,17 +234,15 @@ def _parse(argv):
     c.add_argument("--python", default=KAGGLE_PYTHON, help="Python version of Kaggle's image")
     k = sub.add_parser("check", help="validate kernel folders")
     k.add_argument("folders", nargs="+")
-    return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
-    """``python -m whale.kaggle.kernels``; 2 on bad input (:func:`whale.errors.run_cli`)."""
-    return run_cli(run, argv, "python -m whale.kaggle.kernels")
+    """``python -m whale.kaggle.kernels``; 2 on bad input (:func:`whale.command.main`)."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv=None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
-    args = _parse(argv)
+def run(args: argparse.Namespace) -> int:
+    """Make, build or check as ``args.command`` says; raises :class:`whale.errors.WhaleError` on bad input."""
     if args.command == "make":
         folders = make_kernels(args.config, args.folds, args.competition, args.code_dataset, args.out,
                                user=args.user, playground_dataset=args.playground_dataset,

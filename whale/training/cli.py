@@ -31,12 +31,16 @@ import argparse
 import time
 from pathlib import Path
 
+from whale import command
 from whale.files import check_output
 from whale.training.preflight import FolderGuard, check_fold, check_resume, check_training_ids, interrupted_message
 
+PROG = "run_fold.py"
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="run_fold.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``run_fold.py`` and ``whale train`` (:mod:`whale.command`)."""
+    p.description, p.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     p.add_argument("--config", required=True, help="YAML model config (configs/*.yaml)")
     p.add_argument("--fold", type=int, help="validation fold 0..3, or -1 to train on everything (--plan: 0)")
     p.add_argument("--data", help="Kaggle-format competition folder")
@@ -65,7 +69,6 @@ def parse_args(argv=None):
                    help="only write scores/{val,test}.npz from the run's checkpoint")
     p.add_argument("--checkpoint", default="best", help="checkpoint for --score-only: best, last or a path")
     p.add_argument("--verbose", type=int, default=None, help="Keras verbosity 0/1/2 (default: auto)")
-    p.add_argument("--debug", action="store_true", help="show the traceback of a data or config error")
     p.add_argument("--plan", action="store_true", help="print the schedule and its cost; train nothing")
     p.add_argument("--rates", help="--plan: pairs/s per branch, size, precision (JSON of benchmarks/bench_train.py)")
     p.add_argument("--pair-images", type=int,
@@ -80,7 +83,11 @@ def parse_args(argv=None):
     p.add_argument("--hours-per-version", type=float, default=None,
                    help="--plan: training hours of one Kaggle kernel version (default "
                         "8.5 h budget - 45 min scoring margin = 7.75)")
-    args = p.parse_args(argv)
+    command.check_with(p, check_args)
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The flags each mode needs (training, ``--pretrain``, ``--plan``); ``p.error`` otherwise."""
     needed = [] if args.plan else ["playground", "out"] if args.pretrain else ["fold", "data", "out"]
     if args.pretrain and (args.fold is not None or args.init_from or args.score_only):
         p.error("--pretrain trains the PlayGround stages for every fold: no --fold, --init-from or --score-only")
@@ -89,7 +96,6 @@ def parse_args(argv=None):
     missing = [f"--{name.replace('_', '-')}" for name in needed if getattr(args, name) is None]
     if missing:
         p.error(f"the following arguments are required: {', '.join(missing)}")
-    return args
 
 
 def preflight(args, cfg) -> None:
@@ -150,15 +156,12 @@ def plan(args, cfg) -> int:
 
 
 def main(argv=None) -> int:
-    """``run_fold.py``; 2 on bad input, 130 after Ctrl-C (:func:`whale.errors.run_cli`), else :func:`run`'s status."""
-    from whale.errors import run_cli
-
-    return run_cli(run, argv, "run_fold.py")
+    """``run_fold.py``; 2 on bad input, 130 after Ctrl-C (:func:`whale.command.main`), else :func:`run`'s status."""
+    return command.main(PROG, add_arguments, run, argv)
 
 
-def run(argv=None) -> int:
-    """What :func:`main` runs; raises :class:`whale.errors.WhaleError` on bad input."""
-    args = parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Train (or plan, or score) as ``args`` say; raises :class:`whale.errors.WhaleError` on bad input."""
     from whale.config import load_config
 
     from whale.overrides import overrides as set_flags

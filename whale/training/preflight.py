@@ -1,7 +1,7 @@
 """What ``run_fold.py`` checks before the backend loads, and how a failed start leaves the run folder.
 
 Loading Keras and its backend takes seconds and prints lines of its own, so everything that can
-be refused from the files alone is refused first, in one line (:func:`whale.errors.run_cli`):
+be refused from the files alone is refused first, in one line (:func:`whale.errors.run_guarded`):
 the fold's range (:func:`check_fold`), whether the training images give positive pairs and
 whether every id can stand in a submission (:func:`check_training_ids`), and whether a
 ``--resume`` continues the same run on the same data under the same config

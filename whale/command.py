@@ -1,0 +1,115 @@
+"""What every command of ``whale`` is made of: ``add_arguments(parser)``, ``run(args)``, one runner.
+
+A command module (``whale.training.cli``, ``whale.inference.__main__``, ...; ``whale.cli.COMMANDS``
+names them) defines:
+
+* ``PROG``: its standalone entry point as usage lines name it (``"run_fold.py"``,
+  ``"python -m whale.inference"``);
+* ``add_arguments(parser)``: its description and flags (nested subcommands as subparsers), and a
+  check of flags that only make sense together (:func:`check_with`). It runs when ``whale
+  completion bash`` lists every flag, so the module imports no backend at module level;
+* ``run(args) -> int | None``: the work; Keras and the rest are imported inside;
+* ``main(argv=None) -> int``: ``return command.main(PROG, add_arguments, run, argv)``, the standalone
+  entry point (``python -m ...``, ``run_fold.py``, ``ensemble.py``, the ``whale-*`` scripts).
+
+``whale.cli`` puts the same ``add_arguments`` under ``whale NAME`` as one subparser of its tree,
+so ``whale train`` and ``run_fold.py`` cannot differ in a flag. :func:`execute` is the one place a
+command starts: ``--debug`` (anywhere on the line) or ``WHALE_DEBUG=1`` shows tracebacks and the
+backend's start-up logs; otherwise those logs are quiet (:func:`quiet_backend`) and bad input is one
+line and exit status 2 (:func:`whale.errors.run_guarded`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+
+from whale.errors import run_guarded
+
+DEBUG_ENV = "WHALE_DEBUG"
+"""Environment variable: set (not ``0``), every command runs as with ``--debug``."""
+DEBUG_HELP = f"show the traceback of bad input and the backend's start-up logs (also {DEBUG_ENV}=1)"
+_CHECK = "_whale_check"  # namespace keys Parser.parse_args pops: check_with's check,
+_OWNER = "_whale_parser"  # and the innermost (sub)parser the line reached (add_debug sets it)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` for a tree of (sub)commands: unknown flags are refused by the
+    innermost subcommand the line names (its usage, its prog: ``whale train: error: ...``), then the
+    check :func:`check_with` registered for it runs, once the whole line has parsed."""
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_args(args, namespace)
+        owner = vars(parsed).pop(_OWNER, self)
+        if extras:
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        check = vars(parsed).pop(_CHECK, None)
+        if check is not None:
+            check(parsed)
+        return parsed
+
+
+def check_with(parser: argparse.ArgumentParser, check: Callable[[argparse.ArgumentParser, argparse.Namespace], None]) -> None:
+    """After a line for ``parser`` parses, ``check(parser, args)`` runs; it calls ``parser.error`` (usage
+    and status 2, as argparse's own errors) for flags that only make sense together."""
+    parser.set_defaults(**{_CHECK: lambda args: check(parser, args)})
+
+
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """``{name: subparser}`` of ``parser``'s subcommands (one level; empty without subcommands)."""
+    return {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name, sub in action.choices.items()}
+
+
+def add_debug(parser: argparse.ArgumentParser, default=False) -> None:
+    """``--debug`` on ``parser`` and on each of its nested subparsers (whose absent flag leaves the
+    outer value), so that it counts before or after a subcommand. Call after ``add_arguments``."""
+    parser.add_argument("--debug", action="store_true", default=default, help=DEBUG_HELP)
+    parser.set_defaults(**{_OWNER: parser})
+    for sub in subparsers(parser).values():
+        add_debug(sub, argparse.SUPPRESS)
+
+
+def parser(prog: str, add_arguments: Callable[[argparse.ArgumentParser], None]) -> Parser:
+    """The standalone parser of a command: ``add_arguments`` under ``prog``, with ``--debug``."""
+    p = Parser(prog=prog)
+    add_arguments(p)
+    add_debug(p)
+    return p
+
+
+def debugging(args: argparse.Namespace) -> bool:
+    """``--debug`` given, or ``WHALE_DEBUG`` set (not empty, not ``0``)."""
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def quiet_backend() -> None:
+    """Silence the backend's start-up lines: TensorFlow's C++ INFO and WARNING logs (CPU features,
+    oneDNN, absl's "before InitializeLog" notice) and absl's Python warnings. Must run before the
+    backend is imported; a ``TF_CPP_MIN_LOG_LEVEL`` the user set is kept. Errors still print."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        from absl import logging as absl_logging  # light (no backend); installed with TensorFlow and JAX
+    except ImportError:
+        return
+    absl_logging.set_verbosity(absl_logging.ERROR)
+
+
+def execute(run: Callable[[argparse.Namespace], int | None], args: argparse.Namespace, prog: str) -> int:
+    """Run ``run(args)``, a parsed command line: backend logs quiet unless :func:`debugging`, bad
+    input one line and status 2 (:func:`whale.errors.run_guarded`). Returns the exit status."""
+    debug = debugging(args)
+    if not debug:
+        quiet_backend()
+    return run_guarded(lambda: run(args), prog, debug)
+
+
+def main(prog: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+         run: Callable[[argparse.Namespace], int | None], argv: Sequence[str] | None = None) -> int:
+    """A command's standalone entry point: parse ``argv`` (default ``sys.argv[1:]``) and :func:`execute`.
+
+    Bad flags and ``--help`` end as argparse ends them (``SystemExit`` 2 or 0).
+    """
+    args = parser(prog, add_arguments).parse_args(None if argv is None else list(argv))
+    return execute(run, args, prog)
