@@ -38,6 +38,8 @@ STRATEGIES = ("auto", "mirrored", "default")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 """Keras dtype policies a run may train under (``precision``; :mod:`whale.models.precision`)."""
 MINING_MODES = ("exact", "pruned")
+CROPS = ("box", "content")
+"""What a crop cuts out of a photo without a bounding box (``crop``; :func:`whale.data.images.photo_box`)."""
 BATCHINGS = ("pairs", "images")  # batching: the paper's pair batches / whale.training.imagebatches
 CACHE_MODES = ("memory", "jpeg", "none")
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
@@ -186,6 +188,10 @@ class RunConfig:
     scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
     or their head ``scores`` (one pass per view). All off by default.
     ``homography``: the photos and strength of ``dataset: homography`` stages (:class:`HomographyConfig`).
+    ``crop``: what a photo without a bounding box is cropped to: ``box`` (the whole photo, as the
+    paper), or ``content`` (the photo without its near-white border: photos letterboxed on white,
+    such as the 2019 humpback photos; :func:`whale.data.images.content_box`). A photo with a box
+    in ``bounding_boxes.csv`` is cropped to its box either way.
     """
 
     name: str
@@ -214,6 +220,7 @@ class RunConfig:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     batch: BatchConfig | None = None  # P x K; set (defaults filled) exactly when the objective needs it
     homography: HomographyConfig = field(default_factory=HomographyConfig)
+    crop: str = "box"
 
     @property
     def total_epochs(self) -> int:
@@ -259,7 +266,8 @@ class RunConfig:
 _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0, "batching": "pairs",
                 "flip_ids": False, "tta": [], "tta_mode": "features",
                 "objective": "head", "batch": None,
-                "homography": {"photos": [], "R": HomographyConfig.R, "phi": HomographyConfig.phi}}
+                "homography": {"photos": [], "R": HomographyConfig.R, "phi": HomographyConfig.phi},
+                "crop": "box"}
 # ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
 
@@ -386,6 +394,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         objective=objective,
         batch=batch,
         homography=parse_homography(c, raw.get("homography"), "homography"),
+        crop=c.choice(get("crop"), "crop", CROPS),
     )
 
 

@@ -46,6 +46,8 @@ MEANINGS: dict[str, str] = {
     "threshold": "new_whale threshold of the run's own scoring; null = tuned on validation",
     "strategy": "`auto`: data parallel over several GPUs (MirroredStrategy / keras.distribution); "
                 "`mirrored`; `default`: one device",
+    "crop": "a photo without a bounding box: `box` crops the whole photo (the paper); `content` cuts its "
+            "near-white border off (photos letterboxed on white, as the 2019 humpback flukes)",
     "crop_cache": "decoded crops kept between epochs: `memory` (fastest), `jpeg` (a tenth of the memory), `none`",
     "precision": "Keras dtype policy: `mixed_bfloat16` on A100/H100, `mixed_float16` on T4/P100; "
                  "scores stay float32; `--precision` overrides it",

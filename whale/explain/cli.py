@@ -48,13 +48,13 @@ class Explainer:
         from whale.inference.runs import RunScorer, load_run_model
 
         model, self.cfg = load_run_model(run_dir, checkpoint)
-        self.scorer = RunScorer(model, self.cfg.model.channels, self.cfg.box_margin, verbose=False)
+        self.scorer = RunScorer(model, self.cfg.model.channels, self.cfg.box_margin, verbose=False, crop=self.cfg.crop)
         self.tap = FeatureTap(model.get_layer("branch"))
 
     def crop(self, path, box, size: int, channels: int) -> np.ndarray:
         from whale.data import load_crop
 
-        return load_crop(path, box, size, channels=channels, margin=self.cfg.box_margin)
+        return load_crop(path, box, size, channels=channels, margin=self.cfg.box_margin, crop=self.cfg.crop)
 
     def panels(self, path, box, label: str) -> list[tuple[str, np.ndarray]]:
         """``[(label, crop), (label + ' heatmap', overlay)]`` at the display size."""

@@ -70,7 +70,7 @@ class Trainer:
         self.init = init  # the run this one starts from, after its first stages (init_from)
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
-        self.stores = CropStores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
+        self.stores = CropStores(cfg.model.channels, cfg.box_margin, cfg.crop_cache, cfg.crop)
         self.schedule = Schedule.from_config(cfg)
         self.miner = make_miner(cfg.mining, cfg.candidates, progress=verbose != 0)
         self.objective = whale.objectives.build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
