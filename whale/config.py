@@ -37,7 +37,7 @@ STRATEGIES = ("auto", "mirrored", "default")
 """Device strategies (``strategy``; :mod:`whale.training.distribute`)."""
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 """Keras dtype policies a run may train under (``precision``; :mod:`whale.models.precision`)."""
-MINING_MODES = ("exact", "pruned")
+MINING_MODES = ("exact", "pruned", "auto")  # auto: exact up to whale.mining.AUTO_EXACT_MAX images, pruned above
 CROPS = ("box", "content")
 """What a crop cuts out of a photo without a bounding box (``crop``; :func:`whale.data.images.photo_box`)."""
 BATCHINGS = ("pairs", "images")  # batching: the paper's pair batches / whale.training.imagebatches

@@ -33,8 +33,9 @@ MEANINGS: dict[str, str] = {
     "model": "the siamese model (table below)",
     "batch_size": "pairs per optimiser step",
     "mining_interval": "n: Algorithm 1 mines on a stage's epochs 0, n, 2n, ...",
-    "mining": "`exact`: dense train-vs-train score matrix + LAP; `pruned`: top-`candidates` per image + sparse LAP",
-    "candidates": "candidates per image for `mining: pruned`",
+    "mining": "`exact`: dense train-vs-train score matrix + LAP; `pruned`: top-`candidates` per image + sparse LAP; "
+              "`auto`: exact up to 3,000 training images, pruned above (whale.mining.AUTO_EXACT_MAX)",
+    "candidates": "candidates per image for `mining: pruned` (and `auto` above its threshold)",
     "negatives_mix": "share of each epoch's mined negatives swapped for random ones (0 = the paper's Algorithm 1)",
     "batching": "`pairs`: 2B images per B pairs (the paper); `images`: B images shared by B pairs "
                 "(about half the branch's work; one device)",
