@@ -23,6 +23,7 @@ from whale.checker import Checker
 from whale.errors import ConfigError
 from whale.files import write_text_atomic
 from whale.overrides import apply_override
+from whale.inputconfig import parse_crop_aspect
 from whale.homographyconfig import HOMOGRAPHY_K, HomographyConfig, homography_stage, parse_homography  # noqa: F401
 from whale.objectiveconfig import (IDENTITY_OBJECTIVES, OBJECTIVE_PARAMS, OBJECTIVES, BatchConfig,  # noqa: F401
                                    ObjectiveConfig, parse_batch, parse_objective)
@@ -38,8 +39,6 @@ STRATEGIES = ("auto", "mirrored", "default")
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 """Keras dtype policies a run may train under (``precision``; :mod:`whale.models.precision`)."""
 MINING_MODES = ("exact", "pruned", "auto")  # auto: exact up to whale.mining.AUTO_EXACT_MAX images, pruned above
-CROPS = ("box", "content")
-"""What a crop cuts out of a photo without a bounding box (``crop``; :func:`whale.data.images.photo_box`)."""
 BATCHINGS = ("pairs", "images")  # batching: the paper's pair batches / whale.training.imagebatches
 CACHE_MODES = ("memory", "jpeg", "none")
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
@@ -188,10 +187,7 @@ class RunConfig:
     scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
     or their head ``scores`` (one pass per view). All off by default.
     ``homography``: the photos and strength of ``dataset: homography`` stages (:class:`HomographyConfig`).
-    ``crop``: what a photo without a bounding box is cropped to: ``box`` (the whole photo, as the
-    paper), or ``content`` (the photo without its near-white border: photos letterboxed on white,
-    such as the 2019 humpback photos; :func:`whale.data.images.content_box`). A photo with a box
-    in ``bounding_boxes.csv`` is cropped to its box either way.
+    ``crop``, ``aspect`` (width / height of the input; ``image_size``: its height): :mod:`whale.inputconfig`.
     """
 
     name: str
@@ -221,6 +217,7 @@ class RunConfig:
     batch: BatchConfig | None = None  # P x K; set (defaults filled) exactly when the objective needs it
     homography: HomographyConfig = field(default_factory=HomographyConfig)
     crop: str = "box"
+    aspect: float = 1.0
 
     @property
     def total_epochs(self) -> int:
@@ -267,7 +264,7 @@ _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.
                 "flip_ids": False, "tta": [], "tta_mode": "features",
                 "objective": "head", "batch": None,
                 "homography": {"photos": [], "R": HomographyConfig.R, "phi": HomographyConfig.phi},
-                "crop": "box"}
+                "crop": "box", "aspect": 1.0}
 # ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
 
@@ -366,6 +363,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         if s.dataset == "homography" and objective.identities:
             raise c.fail(f"stages[{i}].dataset", f"a pair objective for 'dataset: homography' (its photos have "
                          f"no identities; objective {objective.name!r} trains on identities)", s.dataset)
+    crop, aspect = parse_crop_aspect(c, get("crop"), get("aspect"), [s.image_size for s in stages],
+                                     (MIN_IMAGE_SIZE, MAX_IMAGE_SIZE))
     return RunConfig(
         name=c.string(raw["name"], "name"),
         stages=stages,
@@ -394,7 +393,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         objective=objective,
         batch=batch,
         homography=parse_homography(c, raw.get("homography"), "homography"),
-        crop=c.choice(get("crop"), "crop", CROPS),
+        crop=crop,
+        aspect=aspect,
     )
 
 

@@ -49,6 +49,8 @@ MEANINGS: dict[str, str] = {
                 "`mirrored`; `default`: one device",
     "crop": "a photo without a bounding box: `box` crops the whole photo (the paper); `content` cuts its "
             "near-white border off (photos letterboxed on white, as the 2019 humpback flukes)",
+    "aspect": "model input width / height, a stage's `image_size` being its height: `2` at 64 px is 64 x 128 "
+              "(wide flukes); `1` = square (the paper)",
     "crop_cache": "decoded crops kept between epochs: `memory` (fastest), `jpeg` (a tenth of the memory), `none`",
     "precision": "Keras dtype policy: `mixed_bfloat16` on A100/H100, `mixed_float16` on T4/P100; "
                  "scores stay float32; `--precision` overrides it",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.config import CROPS
+from whale.inputconfig import CROPS
 from whale.errors import DataError
 from whale.imagesize import as_hw
 

@@ -17,9 +17,10 @@ from typing import Sequence
 
 import numpy as np
 
-from whale.config import CACHE_MODES, CROPS
+from whale.config import CACHE_MODES
+from whale.inputconfig import CROPS
 from whale.data import images
-from whale.imagesize import as_hw
+from whale.imagesize import as_hw, canonical, size_label
 
 JPEG_QUALITY = 95
 """Quality of the ``jpeg`` crop cache."""
@@ -31,9 +32,8 @@ CROP_FACTOR = 1.15
 def crop_size_for(image_size, factor: float = CROP_FACTOR):
     """The stored crop for model input ``image_size``: ``round(factor * S)`` for a side ``S``,
     ``(round(factor * H), round(factor * W))`` for ``(H, W)``."""
-    if isinstance(image_size, (tuple, list)):
-        return tuple(int(round(factor * v)) for v in as_hw(image_size))
-    return int(round(factor * as_hw(image_size)[0]))
+    h, w = (int(round(factor * v)) for v in as_hw(image_size))
+    return (h, w) if isinstance(canonical(image_size), tuple) else h
 
 
 class ImageStore:
@@ -78,12 +78,12 @@ class ImageStore:
         if channels not in (1, 3):
             raise ValueError(f"channels: expected 1 or 3, received {channels!r}")
         try:
-            as_hw(crop_size)
+            canonical(crop_size)
         except ValueError:
             raise ValueError(f"crop_size: expected a positive integer or (height, width), received {crop_size!r}") from None
         if crop not in CROPS:
             raise ValueError(f"crop: expected one of {', '.join(CROPS)}, received {crop!r}")
-        self.crop_size = tuple(as_hw(crop_size)) if isinstance(crop_size, (tuple, list)) else int(crop_size)
+        self.crop_size = canonical(crop_size)
         self.crop = crop
         self.channels = int(channels)
         self.margin = float(margin)
@@ -122,8 +122,7 @@ class ImageStore:
         if progress:
             from tqdm.auto import tqdm
 
-            side = "x".join(map(str, self.crop_size)) if isinstance(self.crop_size, tuple) else self.crop_size
-            indices = tqdm(indices, desc=f"loading crops {side}px", unit="img")
+            indices = tqdm(indices, desc=f"loading crops {size_label(self.crop_size)}px", unit="img")
         for i in indices:
             self[i]
         return self

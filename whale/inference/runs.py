@@ -34,10 +34,10 @@ class RunScorer:
     def __init__(self, model, channels: int, margin: float, batch_size: int = 64, verbose=True,
                  views: tuple[str, ...] = (), tta_mode: str = "features", mirror: bool = False,
                  crop: str = "box"):
-        from whale.models import model_image_size
+        from whale.models import model_input_size
 
         self.model, self.channels, self.margin, self.crop = model, channels, margin, crop
-        self.image_size = model_image_size(model)
+        self.image_size = model_input_size(model)  # (height, width)
         self.batch_size, self.verbose = batch_size, verbose
         self.views, self.tta_mode, self.mirror = ("plain", *views), tta_mode, bool(mirror)
         self.scorer = make_scorer(model, constants=True)  # one model, many pairs

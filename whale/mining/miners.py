@@ -163,9 +163,9 @@ class AutoMiner(Miner):
 
     mode = "auto"
 
-    def __init__(self, candidates: int = 100, exact_max: int = AUTO_EXACT_MAX, progress: bool = False):
+    def __init__(self, candidates: int = 100, exact_max: int | None = None, progress: bool = False):
         super().__init__(progress)
-        self.exact_max = int(exact_max)
+        self.exact_max = int(AUTO_EXACT_MAX if exact_max is None else exact_max)
         self.dense, self.pruned = DenseMiner(progress), PrunedMiner(m=candidates, progress=progress)
 
     def choose(self, n_images: int) -> Miner:
