@@ -1,6 +1,7 @@
 """Real humpback flukes: every method through the user's own commands, on Kaggle-like splits. Not a test.
 
     python benchmarks/humpback.py --out runs/humpback [--seeds 0,1,2] [--methods keypoints,learned,fusion]
+    python benchmarks/humpback.py --out runs/humpback --screen '' 'features.upright=true'   # settings, on validation
 
 Data: ``../shared/data/humpback/{train.csv,train/}`` beside the checkout (real 2019 competition photos,
 half of its identified individuals; read in place, copied under ``--out``; the benchmark prints a
@@ -24,17 +25,20 @@ such a query is moved to ``train``).
 Methods, each a user's command line (printed with its wall time), scored from its submission:
 
 * ``keypoints``: ``whale score --matcher keypoints --data D --out K --fold 0`` then
-  ``whale ensemble K --tune --out S.csv`` and ``whale submission check S.csv``;
+  ``whale ensemble K --tune --out S.csv`` and ``whale submission check S.csv``; again with
+  ``--tune-new-share 0.276`` (validation's few open-set queries weighted to the competition's share);
 * ``learned``: ``whale train --config configs/flukes_cpu.yaml --fold 0 --data D --out L`` (it scores its
   fold and the test set when done), then the same ensemble and check;
-* ``fusion``: ``whale ensemble K L --tune --tune-weights --out S.csv``;
+* ``fusion``: ``whale ensemble K L --tune --tune-weights --out S.csv`` (``--keypoint-runs DIR``: ``K`` is
+  ``DIR/seedN/keypoints`` of an earlier ``--methods keypoints`` run, checked to be of the same split);
 * references measured in the same run: raw pixels (32 px gray cosine nearest neighbour, the threshold
   tuned on the same validation fold, :func:`benchmarks.common.evaluate_competition`) and the
   submission of ``new_whale`` alone for every photo.
 
-Reported per method: MAP@5 over all queries and split into known / ``new_whale`` queries, top-1 and
-top-5 of the known queries (the per-id maximum of the test scores, ``new_whale`` left out), the
-``new_whale`` share at rank 1, and the wall time of each command. With several seeds: mean +- sd.
+Reported per method: MAP@5 of the submission over all queries and split into known / ``new_whale``
+queries; for the known queries also the ranking of ids alone (the per-id maximum of the test scores,
+``new_whale`` never predicted: MAP@5 "known, ids only", top-1, top-5); the ``new_whale`` share at rank 1;
+the wall time of each command. With several seeds: mean +- sd.
 The last stdout line is ``{"benchmark": "humpback", "metrics": {...}, "seconds": ...}``.
 """
 from __future__ import annotations
@@ -57,6 +61,9 @@ from benchmarks import common  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 METHODS = ("keypoints", "learned", "fusion", "pixels", "all_new_whale")
+KAGGLE_NEW_SHARE = 0.276
+"""The 2019 competition's share of new_whale test images: what a user would expect a batch to hold, and what
+``--tune-new-share`` weighs validation's open-set queries to (fold 0 here holds about 10% of them)."""
 LEARNED_CONFIG = "configs/flukes_cpu.yaml"
 
 
@@ -144,3 +151,343 @@ def build_split(source: Path, out: Path, seed: int, log=print) -> tuple[Path, di
     if clash:
         raise ValueError(f"{comp}: new_whale queries whose individual is in train, e.g. {clash[0]}")
     return comp, truth, individual
+
+
+# ------------------------------------------------------------------------------ measuring
+def read_submission(path: Path) -> dict[str, list[str]]:
+    """``{image: [5 labels]}`` of a 2019-format submission CSV."""
+    df = pd.read_csv(path)
+    return {str(i): str(p).split() for i, p in zip(df["Image"], df["Id"])}
+
+
+def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dict[str, float]:
+    """MAP@5 over all queries, known and ``new_whale`` ones apart, and the ``new_whale`` share at rank 1."""
+    from whale.metrics import map_at_k
+
+    names = sorted(truth)
+    known = [n for n in names if truth[n] != NEW_WHALE]
+    new = [n for n in names if truth[n] == NEW_WHALE]
+    return {"map5": map_at_k([pred[n] for n in names], [truth[n] for n in names]),
+            "map5_known": map_at_k([pred[n] for n in known], [truth[n] for n in known]),
+            "map5_new": map_at_k([pred[n] for n in new], [truth[n] for n in new]) if new else float("nan"),
+            "new_whale_first": float(np.mean([pred[n][0] == NEW_WHALE for n in names]))}
+
+
+def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:
+    """Top-1 / top-5 and the MAP@5 of the known queries by the per-id maximum (``new_whale`` never predicted)."""
+    from whale.ranking import top_id_scores
+
+    known = np.array([truth[str(q)] != NEW_WHALE for q in query])
+    names, idx, _ = top_id_scores(scores[known], gallery_ids, k=5)
+    top = names[idx]
+    actual = np.array([truth[str(q)] for q in query[known]])
+    hit = top == actual[:, None]
+    return {"top1": float(hit[:, 0].mean()), "top5": float(hit.any(axis=1).mean()),
+            "map5_known_no_new": float((hit / np.arange(1, hit.shape[1] + 1)).sum(axis=1).mean())}
+
+
+def whale_command(args: list[str], log_path: Path, log=print) -> float:
+    """Run ``python -m whale ARGS`` (the user's ``whale`` command), its output into ``log_path``; its wall time.
+
+    Raises:
+        RuntimeError: a non-zero exit (the log file named).
+    """
+    cmd = [sys.executable, "-m", "whale", *args]
+    log(f"$ whale {' '.join(args)}")
+    t0 = time.perf_counter()
+    with open(log_path, "w") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=common.repo_root(),
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"whale {args[0]} failed (exit {proc.returncode}); see {log_path}")
+    log(f"  {seconds:.0f} s  (log {log_path})")
+    return seconds
+
+
+def ensemble_and_check(runs: list[Path], sub: Path, comp: Path, work: Path, extra=(), log=print) -> tuple[float, list[str]]:
+    """``whale ensemble RUNS --tune --out SUB`` and ``whale submission check SUB``; seconds and the ensemble's log lines."""
+    t = whale_command(["ensemble", *map(str, runs), "--tune", "--out", str(sub), *extra], work / f"{sub.stem}.ensemble.log", log)
+    t += whale_command(["submission", "check", str(sub), "--sample", str(comp / "sample_submission.csv")],
+                       work / f"{sub.stem}.check.log", log)
+    return t, (work / f"{sub.stem}.ensemble.log").read_text().splitlines()
+
+
+def tuned_weights(lines: list[str], n: int) -> list[float] | None:
+    """The weights an ensemble's ``--tune-weights`` chose, read from its output."""
+    for line in lines:
+        if line.startswith("tuned weights "):
+            return [float(x) for x in line[len("tuned weights "):].split(":")[0].split(",")][:n]
+    return None
+
+
+def method_row(name: str, sub: Path, test_scores, truth: dict[str, str], seconds: dict) -> dict:
+    row = {"method": name, **submission_metrics(read_submission(sub), truth)}
+    if test_scores is not None:
+        row.update(ranking_metrics(test_scores.scores, test_scores.query, test_scores.gallery_ids, truth))
+    row["seconds"] = seconds
+    return row
+
+
+REFERENCE_PHOTOS = 100
+
+
+def machine_reference(source: Path, config: str) -> float:
+    """Seconds to extract the RootSIFT features of the source's first :data:`REFERENCE_PHOTOS` photos in one
+    process (no store): the machine's speed in the same run, so that times compare across days."""
+    from whale.keypoints import extract, load_keypoint_config
+
+    cfg = load_keypoint_config(config).features
+    paths = sorted((source / "train").glob("*.jpg"))[:REFERENCE_PHOTOS]
+    t0 = time.perf_counter()
+    for p in paths:
+        extract(p, cfg)
+    return time.perf_counter() - t0
+
+
+def run_seed(args, seed: int, log=print) -> list[dict]:
+    """Every method of ``args.methods`` on split ``seed``; one result row per method."""
+    from whale.ensemble.combine import average_score_files
+    from whale.inference.scorefile import load_score_file
+
+    work = Path(args.out) / f"seed{seed}"
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    comp, truth, _ = build_split(args.source, work / "data", seed, log)
+    counts = assert_disjoint(comp, truth)
+    log(f"seed {seed}: split in {time.perf_counter() - t0:.0f} s: {counts}")
+    rows, runs = [], {}
+    reuse = bool(args.keypoint_runs) and "keypoints" not in args.methods  # fusion with an earlier run's matcher
+    if "keypoints" in args.methods or ("fusion" in args.methods and not reuse):
+        kp = work / "keypoints"
+        t = whale_command(["score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp), "--fold", "0",
+                           "--config", args.keypoint_config, "--cache", str(args.cache), "--quiet"],
+                          work / "keypoints.score.log", log)
+        runs["keypoints"] = kp
+        if "keypoints" in args.methods:
+            te, _ = ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
+            test_kp = load_score_file(kp / "test.npz")
+            rows.append(method_row("keypoints", work / "keypoints.csv", test_kp, truth,
+                                   {"score": t, "ensemble": te,
+                                    **json.loads((kp / "run.json").read_text())["seconds"]}))
+            te, _ = ensemble_and_check([kp], work / "keypoints_share.csv", comp, work,
+                                       ["--tune-new-share", str(KAGGLE_NEW_SHARE)], log=log)
+            rows.append(method_row(f"keypoints, --tune-new-share {KAGGLE_NEW_SHARE}", work / "keypoints_share.csv",
+                                   test_kp, truth, {"ensemble": te}))
+    if "learned" in args.methods or "fusion" in args.methods:
+        learned = work / "learned"
+        t = whale_command(["train", "--config", args.learned_config, "--fold", "0", "--data", str(comp),
+                           "--out", str(learned), "--verbose", "0"], work / "learned.train.log", log)
+        runs["learned"] = learned
+        if "learned" in args.methods:
+            te, _ = ensemble_and_check([learned], work / "learned.csv", comp, work, log=log)
+            rows.append(method_row("learned", work / "learned.csv", load_score_file(learned / "scores" / "test.npz"),
+                                   truth, {"train": t, "ensemble": te}))
+    if "fusion" in args.methods:
+        if reuse:  # looked up once the learned run is done: the earlier run may still be writing it
+            runs["keypoints"] = keypoint_run_of(args.keypoint_runs, seed, comp)
+            log(f"  keypoints: the score files of {runs['keypoints']} (the same split, checked)")
+        paths = [runs["keypoints"], runs["learned"]]
+        te, lines = ensemble_and_check(paths, work / "fusion.csv", comp, work, ["--tune-weights"], log=log)
+        w = tuned_weights(lines, 2)
+        fused = average_score_files([score_path_of(p) for p in paths], w)
+        row = method_row("fusion", work / "fusion.csv", fused, truth, {"ensemble": te})
+        row["weights"] = w
+        rows.append(row)
+    if "pixels" in args.methods:
+        rows.append(pixel_row(comp, truth, log))
+    if "all_new_whale" in args.methods:
+        pred = {n: [NEW_WHALE] for n in truth}
+        rows.append({"method": "all_new_whale", **submission_metrics(pred, truth), "seconds": {}})
+    for r in rows:
+        r["seed"] = seed
+    (work / "results.json").write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+def keypoint_run_of(root, seed: int, comp: Path) -> Path:
+    """``ROOT/seedN/keypoints``, the matcher's scores of an earlier ``--methods keypoints`` run, checked to be of
+    split ``comp``: the folder it scored (its ``run.json``'s ``data``) holds the same ``train.csv``,
+    ``test_solution.csv`` and photos, byte for byte, and its score files name the same queries and gallery.
+
+    Raises:
+        ValueError: no such folder, or it scored another split (file named).
+    """
+    from whale.inference.scorefile import load_score_file
+
+    run = Path(root) / f"seed{seed}" / "keypoints"
+    if not all((run / f).is_file() for f in ("test.npz", "val.npz", "run.json")):
+        raise ValueError(f"--keypoint-runs: expected {run}/test.npz, val.npz and run.json (benchmarks/humpback.py "
+                         f"--methods keypoints --out {root}), found none")
+    scored = Path(json.loads((run / "run.json").read_text())["data"])
+
+    def content(folder: Path) -> tuple:
+        photos = sorted((folder / "train").glob("*.jpg")) + sorted((folder / "test").glob("*.jpg"))
+        return ((folder / "train.csv").read_bytes(), (folder / "test_solution.csv").read_bytes(),
+                [p.name for p in photos], common.byte_digests(photos))
+
+    if not scored.is_dir() or content(scored) != content(comp):
+        raise ValueError(f"{run / 'run.json'}: it scored {scored}, another split than {comp}")
+    test = load_score_file(run / "test.npz")
+    if sorted(map(str, test.query)) != sorted(pd.read_csv(comp / "test_solution.csv")["Image"].astype(str)):
+        raise ValueError(f"{run / 'test.npz'}: its queries are not {comp}'s test photos")
+    return run
+
+
+def score_path_of(run: Path) -> Path:
+    from whale.inference.scorefile import score_path
+
+    return score_path(run, "test")
+
+
+def pixel_row(comp: Path, truth: dict[str, str], log=print) -> dict:
+    """Raw pixels (32 px gray, cosine): the threshold tuned on validation fold 0, the same metrics."""
+    from whale.data import ImageSet, fold_data, load_competition
+    from whale.ranking import predict_top5, tune_threshold
+
+    t0 = time.perf_counter()
+    c = load_competition(comp)
+    data = fold_data(c, 0, 0)
+    known = ImageSet.known(c)
+    method = common.PixelMethod(32, 1)
+    f_all = method.features(known.paths)
+    f_gal = f_all[known.positions(data.gallery.names)]
+    t, _, _ = tune_threshold(method.scores(method.features(data.val.paths), f_gal), data.gallery.ids, data.val.ids)
+    test_names = np.array(c.test_images)
+    scores = method.scores(method.features([c.test_path(n) for n in test_names]), f_all)
+    preds = dict(zip(test_names, predict_top5(scores, known.ids, t)))
+    row = {"method": "pixels", **submission_metrics(preds, truth),
+           **ranking_metrics(scores, test_names, known.ids, truth), "seconds": {"all": time.perf_counter() - t0}}
+    log(f"  pixels: {row['seconds']['all']:.0f} s")
+    return row
+
+
+COLUMNS = (("map5", "MAP@5 all"), ("map5_known", "known"), ("map5_new", "new_whale"),
+           ("map5_known_no_new", "known, ids only"), ("top1", "top-1"), ("top5", "top-5"),
+           ("new_whale_first", "new_whale first"))
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one line per method, mean +- sd over the seeds of each column."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    lines = ["| method | " + " | ".join(h for _, h in COLUMNS) + " | seeds |", "| --- " * (len(COLUMNS) + 2) + "|"]
+    for m in methods:
+        rs = [r for r in rows if r["method"] == m]
+        cells = []
+        for k, _ in COLUMNS:
+            v = [r[k] for r in rs if k in r and np.isfinite(r[k])]
+            cells.append("" if not v else (f"{np.mean(v):.3f}" if len(v) == 1 else
+                                           f"{np.mean(v):.3f} +- {np.std(v, ddof=1):.3f}"))
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {len(rs)} |")
+    return "\n".join(lines)
+
+
+def screen(args, settings: list[str], log=print) -> list[dict]:
+    """Keypoint settings compared on validation only: split ``args.seeds``' first seed, fold 0's validation
+    queries against the fold's training images (the queries ``whale ensemble --tune`` sees), never the test
+    set. ``settings``: one string of space-separated ``KEY=VALUE`` overrides of ``--keypoint-config`` each."""
+    from whale.data import fold_data, load_competition
+    from whale.keypoints import FeatureStore, KeypointMatcher, load_keypoint_config
+    from whale.overrides import overrides
+    from whale.ranking import top_id_scores, tune_threshold
+
+    seed = int(args.seeds.split(",")[0])
+    comp_dir = Path(args.out) / f"seed{seed}" / "data"
+    if not (comp_dir / "test_solution.csv").is_file():
+        build_split(args.source, comp_dir, seed, log)
+    data = fold_data(load_competition(comp_dir), 0, 0)
+    known = data.val.ids != NEW_WHALE
+    log(f"screen on split {seed}, fold 0: {len(data.val)} validation queries ({(~known).sum()} new), "
+        f"{len(data.gallery)} gallery photos")
+    rows = []
+    for setting in settings:
+        cfg = load_keypoint_config(args.keypoint_config, overrides(setting.split()))
+        store = FeatureStore(cfg, args.cache)
+        t0 = time.perf_counter()
+        fg = store.features(data.gallery.paths, progress=False)
+        fv = store.features(data.val.paths, progress=False)
+        t_feat = time.perf_counter() - t0
+        matcher = KeypointMatcher(cfg, fg, data.gallery.ids)
+        result = matcher.match(fv, progress=False)
+        names, idx, _ = top_id_scores(result.scores[known], data.gallery.ids, k=5)
+        hit = names[idx] == data.val.ids[known][:, None]
+        _, val_map, _ = tune_threshold(result.scores, data.gallery.ids, data.val.ids)
+        row = {"setting": setting or "(the config as it is)", "map5_known": float((hit / np.arange(1, 6)).sum(1).mean()),
+               "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map),
+               "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
+               "seconds": {"features": t_feat, "index": matcher.index_seconds, **result.seconds}}
+        log(json.dumps(row))
+        rows.append(row)
+    lines = ["| setting | known MAP@5 | top-1 | top-5 | MAP@5, threshold tuned | descriptors/photo |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['setting']} | {r['map5_known']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | {r['map5_tuned']:.3f} | "
+              f"{r['descriptors_per_photo']:.0f} |" for r in rows]
+    log("\n".join(lines))
+    return rows
+
+
+def times_table(rows: list[dict], reference: float) -> str:
+    """Each method's steps in seconds (mean over seeds) and as multiples of the machine reference."""
+    lines = ["| method | step | seconds | x reference |", "| --- | --- | --- | --- |"]
+    for m in dict.fromkeys(r["method"] for r in rows):
+        steps = {}
+        for r in rows:
+            if r["method"] == m:
+                for k, v in r.get("seconds", {}).items():
+                    steps.setdefault(k, []).append(v)
+        for k, v in steps.items():
+            lines.append(f"| {m} | {k} | {np.mean(v):.0f} | {np.mean(v) / reference:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="working folder (splits, runs, submissions, results)")
+    p.add_argument("--seeds", default="0", help="comma-separated split seeds (default 0)")
+    p.add_argument("--methods", default="keypoints,pixels,all_new_whale",
+                   help=f"comma-separated, of {', '.join(METHODS)} (fusion runs keypoints and learned)")
+    p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
+    p.add_argument("--learned-config", default=LEARNED_CONFIG)
+    p.add_argument("--cache", default=None, help="the keypoint feature store (default OUT/keypoint-store)")
+    p.add_argument("--keypoint-runs", default=None, metavar="DIR",
+                   help="fusion with the matcher's scores of an earlier --methods keypoints run (DIR/seedN/keypoints, "
+                        "checked to be of the same split) instead of scoring again")
+    p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
+                   help="instead of the methods: compare keypoint settings on validation (split of the first "
+                        "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")
+    args = p.parse_args(argv)
+    args.source = common.shared_data("humpback")
+    if args.source is None:
+        print("no ../shared/data/humpback beside the checkout: nothing to measure")
+        return 0
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in args.methods if m not in METHODS]
+    if bad:
+        p.error(f"unknown methods {bad}; expected some of {', '.join(METHODS)}")
+    args.cache = Path(args.cache) if args.cache else Path(args.out) / "keypoint-store"
+    if args.screen is not None:
+        rows = screen(args, args.screen)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "screen.json").write_text(json.dumps(rows, indent=2))
+        return 0
+    t0 = time.perf_counter()
+    reference = machine_reference(args.source, args.keypoint_config)
+    print(f"machine reference: {REFERENCE_PHOTOS} photos' keypoints in {reference:.1f} s, one process", flush=True)
+    rows = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        rows += run_seed(args, seed)
+        print(table(rows), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "results.json").write_text(json.dumps({"reference_s": reference, "rows": rows}, indent=2))
+    print(table(rows))
+    print(times_table(rows, reference))
+    summary = {f"{r['method']}_{k}": [x[k] for x in rows if x["method"] == r["method"] and k in x]
+               for r in rows for k, _ in COLUMNS}
+    metrics = {k: float(np.mean(v)) for k, v in summary.items() if v and np.all(np.isfinite(v))}
+    metrics["reference_s"] = reference
+    print(common.final_json("humpback", metrics, time.perf_counter() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
