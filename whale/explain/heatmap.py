@@ -64,6 +64,7 @@ class FeatureTap:
 
     The branch is rebuilt from the registry (:func:`whale.models.transfer_branch`, weights
     copied), so the layer name is the current registry's whatever the checkpoint's age.
+    ``size``: the branch input's ``(height, width)``; ``channels``: its channels.
 
     Example::
 
