@@ -53,6 +53,7 @@ def test_content_crops_hold_no_white_padding(letterboxed):
         assert content[i].shape == (37, 74, 1) and (content[i][:2] < 245).any()
 
 
+@pytest.mark.slow
 @pytest.mark.backend
 def test_a_wide_content_cropped_run_trains_scores_and_explains_at_its_aspect(backend, letterboxed, tmp_path,
                                                                           monkeypatch):
