@@ -29,7 +29,8 @@ Methods, each a user's command line (printed with its wall time), scored from it
   ``--tune-new-share 0.276`` (validation's few open-set queries weighted to the competition's share);
 * ``learned``: ``whale train --config configs/flukes_cpu.yaml --fold 0 --data D --out L`` (it scores its
   fold and the test set when done), then the same ensemble and check;
-* ``fusion``: ``whale ensemble K L --tune --tune-weights --out S.csv``;
+* ``fusion``: ``whale ensemble K L --tune --tune-weights --out S.csv`` (``--keypoint-runs DIR``: ``K`` is
+  ``DIR/seedN/keypoints`` of an earlier ``--methods keypoints`` run, checked to be of the same split);
 * references measured in the same run: raw pixels (32 px gray cosine nearest neighbour, the threshold
   tuned on the same validation fold, :func:`benchmarks.common.evaluate_competition`) and the
   submission of ``new_whale`` alone for every photo.
@@ -256,7 +257,8 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
     counts = assert_disjoint(comp, truth)
     log(f"seed {seed}: split in {time.perf_counter() - t0:.0f} s: {counts}")
     rows, runs = [], {}
-    if "keypoints" in args.methods or "fusion" in args.methods:
+    reuse = bool(args.keypoint_runs) and "keypoints" not in args.methods  # fusion with an earlier run's matcher
+    if "keypoints" in args.methods or ("fusion" in args.methods and not reuse):
         kp = work / "keypoints"
         t = whale_command(["score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp), "--fold", "0",
                            "--config", args.keypoint_config, "--cache", str(args.cache), "--quiet"],
@@ -282,6 +284,9 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
             rows.append(method_row("learned", work / "learned.csv", load_score_file(learned / "scores" / "test.npz"),
                                    truth, {"train": t, "ensemble": te}))
     if "fusion" in args.methods:
+        if reuse:  # looked up once the learned run is done: the earlier run may still be writing it
+            runs["keypoints"] = keypoint_run_of(args.keypoint_runs, seed, comp)
+            log(f"  keypoints: the score files of {runs['keypoints']} (the same split, checked)")
         paths = [runs["keypoints"], runs["learned"]]
         te, lines = ensemble_and_check(paths, work / "fusion.csv", comp, work, ["--tune-weights"], log=log)
         w = tuned_weights(lines, 2)
@@ -298,6 +303,35 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
         r["seed"] = seed
     (work / "results.json").write_text(json.dumps(rows, indent=2))
     return rows
+
+
+def keypoint_run_of(root, seed: int, comp: Path) -> Path:
+    """``ROOT/seedN/keypoints``, the matcher's scores of an earlier ``--methods keypoints`` run, checked to be of
+    split ``comp``: the folder it scored (its ``run.json``'s ``data``) holds the same ``train.csv``,
+    ``test_solution.csv`` and photos, byte for byte, and its score files name the same queries and gallery.
+
+    Raises:
+        ValueError: no such folder, or it scored another split (file named).
+    """
+    from whale.inference.scorefile import load_score_file
+
+    run = Path(root) / f"seed{seed}" / "keypoints"
+    if not all((run / f).is_file() for f in ("test.npz", "val.npz", "run.json")):
+        raise ValueError(f"--keypoint-runs: expected {run}/test.npz, val.npz and run.json (benchmarks/humpback.py "
+                         f"--methods keypoints --out {root}), found none")
+    scored = Path(json.loads((run / "run.json").read_text())["data"])
+
+    def content(folder: Path) -> tuple:
+        photos = sorted((folder / "train").glob("*.jpg")) + sorted((folder / "test").glob("*.jpg"))
+        return ((folder / "train.csv").read_bytes(), (folder / "test_solution.csv").read_bytes(),
+                [p.name for p in photos], common.byte_digests(photos))
+
+    if not scored.is_dir() or content(scored) != content(comp):
+        raise ValueError(f"{run / 'run.json'}: it scored {scored}, another split than {comp}")
+    test = load_score_file(run / "test.npz")
+    if sorted(map(str, test.query)) != sorted(pd.read_csv(comp / "test_solution.csv")["Image"].astype(str)):
+        raise ValueError(f"{run / 'test.npz'}: its queries are not {comp}'s test photos")
+    return run
 
 
 def score_path_of(run: Path) -> Path:
@@ -415,6 +449,9 @@ def main(argv=None) -> int:
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
     p.add_argument("--learned-config", default=LEARNED_CONFIG)
     p.add_argument("--cache", default=None, help="the keypoint feature store (default OUT/keypoint-store)")
+    p.add_argument("--keypoint-runs", default=None, metavar="DIR",
+                   help="fusion with the matcher's scores of an earlier --methods keypoints run (DIR/seedN/keypoints, "
+                        "checked to be of the same split) instead of scoring again")
     p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
                    help="instead of the methods: compare keypoint settings on validation (split of the first "
                         "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")

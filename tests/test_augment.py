@@ -147,3 +147,30 @@ def test_koch_affine_output_deterministic_and_blank_stays_blank():
     assert isinstance(build_augmenter(105, 1, strength=0, style="koch"), type(build_plain(105, 1)))
     with pytest.raises(ValueError, match="style"):
         build_augmenter(105, 1, style="nope")
+
+
+@pytest.mark.parametrize("style", ["paper", "koch"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_non_square_sizes_keep_their_shape_and_aspect(style, channels):
+    """A run's ``aspect``: ``(height, width)`` outputs from crops stored at 1.15 x each side."""
+    img = np.concatenate([image(37, channels, 0), image(37, channels, 1)], axis=1)  # 37 x 74: 2:1
+    aug = build_augmenter((32, 64), channels, style=style)
+    outs = [aug(img, np.random.default_rng(i)) for i in range(12)]
+    assert all(o.shape == (32, 64, channels) and o.dtype == np.uint8 for o in outs)
+    assert np.array_equal(outs[0], build_augmenter((32, 64), channels, style=style)(img, np.random.default_rng(0)))
+    assert build_plain((32, 64), channels)(img).shape == (32, 64, channels)
+
+
+def test_non_square_views_take_windows_of_the_output_aspect():
+    from whale.data.augment import VIEW_WINDOW, build_view
+
+    img = np.arange(40 * 80, dtype=np.uint16).reshape(40, 80, 1).astype(np.uint8)
+    left = build_view("shift_left", (40, 80), 1)(img)
+    mh, mw = round(VIEW_WINDOW * 40), round(VIEW_WINDOW * 80)  # 36 x 72: the largest 2:1 window is the image
+    want = build_plain((40, 80), 1)(np.ascontiguousarray(img[2:2 + mh, :mw]))
+    np.testing.assert_array_equal(left, want)
+    right = build_view("shift_right", (40, 80), 1)(img)
+    np.testing.assert_array_equal(right, build_plain((40, 80), 1)(np.ascontiguousarray(img[2:2 + mh, 80 - mw:])))
+    # A square output of the same crop keeps the paper's square window (0.9 of the shorter side).
+    sq = build_view("shift_left", 16, 1)(img)
+    np.testing.assert_array_equal(sq, build_plain(16, 1)(np.ascontiguousarray(img[2:38, :36])))

@@ -249,3 +249,13 @@ def test_model_stem_is_for_seresnext50_only_and_absent_from_configs_without_one(
 def test_a_keypoint_config_given_to_training_says_what_it_is():
     with pytest.raises(ConfigError, match="keypoint matcher's settings.*whale score --matcher keypoints"):
         load_config(CONFIGS / "keypoints.yaml")
+
+
+def test_crop_key_default_box_validated_and_absent_from_configs_without_it(tmp_path):
+    plain = load_config(write(tmp_path, MINIMAL))
+    assert plain.crop == "box" and "crop:" not in plain.to_yaml()  # configs without it keep their hash
+    cfg = load_config(write(tmp_path, {**MINIMAL, "crop": "content"}))
+    assert cfg.crop == "content" and load_config(write(tmp_path, cfg.to_dict())) == cfg
+    p = write(tmp_path, {**MINIMAL, "crop": "white"})
+    with pytest.raises(ConfigError, match=rf"{p}: crop: expected one of box, content, received 'white'"):
+        load_config(p)

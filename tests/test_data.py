@@ -9,6 +9,8 @@ import pytest
 from PIL import Image
 
 from whale.data import (
+    ImageStore,
+    crop_size_for,
     crop_to_box,
     load_competition,
     load_crop,
@@ -17,6 +19,7 @@ from whale.data import (
     read_train_csv,
     safe_image_path,
 )
+from whale.data.images import photo_box
 from whale.errors import DataError
 
 
@@ -328,3 +331,52 @@ def test_load_crop(tmp_path):
     assert gray.shape == (16, 16, 1) and gray.dtype == np.uint8
     with pytest.raises(DataError, match=r"a\.png.*does not overlap"):
         load_crop(path, (100, 100, 120, 120), 8)
+
+
+def _letterboxed(tmp_path, name="wide.png"):
+    """A 64 x 32 pattern (a wide fluke) letterboxed on white into 64 x 64, as the 2019 humpback photos."""
+    rng = np.random.default_rng(0)
+    pattern = rng.integers(0, 200, (32, 64, 3), dtype=np.uint8)
+    canvas = np.full((64, 64, 3), 255, np.uint8)
+    canvas[16:48] = pattern
+    _write_png(tmp_path / name, canvas)
+    return tmp_path / name, pattern
+
+
+def test_crop_content_cuts_the_white_padding_of_a_photo_without_box(tmp_path):
+    path, pattern = _letterboxed(tmp_path)
+    whole = load_crop(path, None, (32, 64), margin=0.0)  # crop: box (default): the padding stays
+    assert (whole[:8] == 255).all() and (whole[-8:] == 255).all()
+    cut = load_crop(path, None, (32, 64), margin=0.0, crop="content")
+    assert cut.shape == (32, 64, 3) and np.array_equal(cut, pattern)  # exactly the pattern, no white row
+    # A bounding box wins over the content rule.
+    boxed = load_crop(path, (0, 0, 32, 16), 8, margin=0.0, crop="content")
+    assert (boxed == 255).all()
+    assert photo_box(np.asarray(Image.open(path)), None, "content") == (0, 16, 64, 48)
+    assert photo_box(np.asarray(Image.open(path)), None, "box") is None
+    with pytest.raises(ValueError, match="crop: expected one of box, content"):
+        load_crop(path, None, 8, crop="white")
+
+
+def test_load_crop_size_as_height_width(tmp_path):
+    path, _ = _letterboxed(tmp_path)
+    assert load_crop(path, None, (24, 48), channels=1).shape == (24, 48, 1)
+    assert load_crop(path, None, 16).shape == (16, 16, 3)
+    for bad in (0, (16,), (16, 0), 2.5):
+        with pytest.raises(ValueError, match="size: expected a positive integer or"):
+            load_crop(path, None, bad)
+
+
+def test_image_store_crops_content_at_a_non_square_size(tmp_path):
+    path, pattern = _letterboxed(tmp_path)
+    store = ImageStore([path, path], [None, (0, 0, 64, 64)], (32, 64), margin=0.0, crop="content",
+                       flips=[False, True])
+    assert store.crop_size == (32, 64) and store.crop == "content"
+    assert np.array_equal(store[0], pattern)
+    assert store[1].shape == (32, 64, 3) and (store[1][:8] == 255).all()  # its box: the whole canvas, mirrored
+    assert ImageStore([path], None, 16).crop == "box"
+    with pytest.raises(ValueError, match="crop: expected one of box, content"):
+        ImageStore([path], None, 16, crop="white")
+    with pytest.raises(ValueError, match="crop_size: expected a positive integer or"):
+        ImageStore([path], None, (16, -1))
+    assert crop_size_for(64) == 74 and crop_size_for((64, 128)) == (74, 147)

@@ -60,7 +60,7 @@ def test_every_branch_has_its_registry_heatmap_layer(backend, name):
     if name != "inceptionv3":  # its last BatchNormalizations are unnamed: the registry names mixed10
         assert isinstance(layer, keras.layers.BatchNormalization)
     tap = FeatureTap(branch)
-    maps = tap(np.zeros((1, tap.size, tap.size, 3), np.float32))
+    maps = tap(np.zeros((1, *tap.size, 3), np.float32))  # size: the branch input's (height, width)
     assert maps.ndim == 4 and maps.shape[0] == 1
     assert set(BRANCHES) == {"tiny", "small", "convnet_v1", "convnet_v2", "densenet121", "resnet50",
                              "inceptionv3", "seresnext50"}

@@ -57,7 +57,7 @@ def test_overwrite_refuses_a_folder_that_holds_no_run(tmp_path):
 
 def test_score_only_refuses_another_fold(tmp_path):
     from whale.config import config_from_dict
-    from whale.training.trainer import score_fold
+    from whale.training.rescore import score_fold
 
     run = _run_folder(tmp_path / "run", fold=0, seed=3)
     cfg = config_from_dict({"name": "t", "seed": 3, "model": {"branch": "tiny"},

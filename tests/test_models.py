@@ -19,6 +19,8 @@ from whale.models import (
     compile_siamese,
     head_param_count,
     load_model,
+    model_image_size,
+    model_input_size,
     resize_siamese,
     save_model,
     set_branch_trainable,
@@ -101,11 +103,28 @@ def test_unknown_branch_lists_valid_names():
         assert name in str(err.value)
 
 
-@pytest.mark.parametrize("shape", [(63, 63, 3), (1025, 1025, 3), (64, 96, 3), (64, 64, 2),
+@pytest.mark.parametrize("shape", [(63, 63, 3), (1025, 1025, 3), (64, 63, 3), (64, 1025, 3), (64, 64, 2),
                                    (64, 64)])
 def test_bad_input_shapes_raise(shape):
     with pytest.raises(ConfigError):
         build_branch("convnet_v1", shape)
+
+
+@pytest.mark.parametrize("name", ["small", "tiny"])
+def test_a_non_square_branch_transfers_its_weights_to_any_shape(name):
+    """A run's ``aspect``: (H, W) inputs; the weights do not depend on the shape (global max pooling)."""
+    wide = build_branch(name, (32, 64, 1))
+    assert model_input_size(wide) == (32, 64) and model_image_size(wide) == 32
+    x = np.random.default_rng(0).integers(0, 256, (2, 48, 96, 1)).astype("float32")
+    bigger = transfer_branch(wide, (48, 96))
+    square = transfer_branch(wide, 64)
+    assert model_input_size(bigger) == (48, 96) and model_input_size(square) == (64, 64)
+    for a, b in zip(wide.get_weights(), bigger.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    f = _np(bigger(x))
+    assert f.shape == (2, FEATURES[name]) and np.isfinite(f).all()
+    with pytest.raises(ConfigError, match="accepts input sides 32..1024 px, got 32 x 31"):
+        build_branch(name, (32, 31, 1))
 
 
 @pytest.mark.parametrize("name", ["small", "tiny"])

@@ -342,8 +342,27 @@ def test_pruned_miner_counts_fallback_pairs_outside_the_candidates(heads):
     assert fallbacks_seen[0] > 0 and fallbacks_seen[1] == 0  # 2 candidates cannot feed 4 epochs; 8 feed 2
 
 
+def test_auto_miner_is_exact_up_to_its_threshold_and_pruned_above(heads):
+    from whale.mining import AUTO_EXACT_MAX, AutoMiner, make_miner, mine_pruned
+
+    scorer, f, ids = _mining_set(heads, 14, 30, 7)
+    miner = make_miner("auto", candidates=4)
+    assert isinstance(miner, AutoMiner) and miner.exact_max == AUTO_EXACT_MAX >= 1000
+    assert miner.choose(AUTO_EXACT_MAX).mode == "exact" and miner.choose(AUTO_EXACT_MAX + 1).mode == "pruned"
+    S = scorer.matrix(f, progress=False)
+    got = miner.mine(scorer, f, ids, 0.5, 2, np.random.default_rng(3))  # 30 images: exact
+    for a, b in zip(got, mine_negatives(S, ids, 0.5, 2, np.random.default_rng(3))):
+        np.testing.assert_array_equal(a, b)
+    assert miner.last_stats.mode == "exact" and "negatives (exact)" in miner.last_stats.line()
+    small = AutoMiner(candidates=4, exact_max=29)  # the same 30 images above a lower line: pruned
+    got = small.mine(scorer, f, ids, 0.5, 2, np.random.default_rng(3))
+    for a, b in zip(got, mine_pruned(scorer, f, ids, 0.5, 2, np.random.default_rng(3), m=4)):
+        np.testing.assert_array_equal(a, b)
+    assert small.last_stats.mode == "pruned" and small.last_stats.images == 30
+
+
 def test_make_miner_rejects_an_unknown_mode():
     from whale.mining import make_miner
 
-    with pytest.raises(ValueError, match="exact, pruned"):
+    with pytest.raises(ValueError, match="exact, pruned, auto"):
         make_miner("greedy")

@@ -23,6 +23,7 @@ from whale.checker import Checker
 from whale.errors import ConfigError
 from whale.files import write_text_atomic
 from whale.overrides import apply_override
+from whale.inputconfig import parse_crop_aspect
 from whale.homographyconfig import HOMOGRAPHY_K, HomographyConfig, homography_stage, parse_homography  # noqa: F401
 from whale.objectiveconfig import (IDENTITY_OBJECTIVES, OBJECTIVE_PARAMS, OBJECTIVES, BatchConfig,  # noqa: F401
                                    ObjectiveConfig, parse_batch, parse_objective)
@@ -37,7 +38,7 @@ STRATEGIES = ("auto", "mirrored", "default")
 """Device strategies (``strategy``; :mod:`whale.training.distribute`)."""
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 """Keras dtype policies a run may train under (``precision``; :mod:`whale.models.precision`)."""
-MINING_MODES = ("exact", "pruned")
+MINING_MODES = ("exact", "pruned", "auto")  # auto: exact up to whale.mining.AUTO_EXACT_MAX images, pruned above
 BATCHINGS = ("pairs", "images")  # batching: the paper's pair batches / whale.training.imagebatches
 CACHE_MODES = ("memory", "jpeg", "none")
 """How decoded box crops are kept (``crop_cache``; :class:`whale.data.ImageStore`)."""
@@ -186,6 +187,7 @@ class RunConfig:
     scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
     or their head ``scores`` (one pass per view). All off by default.
     ``homography``: the photos and strength of ``dataset: homography`` stages (:class:`HomographyConfig`).
+    ``crop``, ``aspect`` (width / height of the input; ``image_size``: its height): :mod:`whale.inputconfig`.
     """
 
     name: str
@@ -214,6 +216,8 @@ class RunConfig:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     batch: BatchConfig | None = None  # P x K; set (defaults filled) exactly when the objective needs it
     homography: HomographyConfig = field(default_factory=HomographyConfig)
+    crop: str = "box"
+    aspect: float = 1.0
 
     @property
     def total_epochs(self) -> int:
@@ -257,9 +261,9 @@ class RunConfig:
 
 
 _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0, "batching": "pairs",
-                "flip_ids": False, "tta": [], "tta_mode": "features",
-                "objective": "head", "batch": None,
-                "homography": {"photos": [], "R": HomographyConfig.R, "phi": HomographyConfig.phi}}
+                "flip_ids": False, "tta": [], "tta_mode": "features", "objective": "head", "batch": None,
+                "homography": {"photos": [], "R": HomographyConfig.R, "phi": HomographyConfig.phi}, "crop": "box",
+                "aspect": 1.0}
 # ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
 
@@ -338,8 +342,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     c = Checker(source)
     allowed, required = dataclass_fields(RunConfig)
     if isinstance(raw, dict) and "stages" not in raw and {"features", "verify"} & set(raw):
-        raise ConfigError(f"{source}: a keypoint matcher's settings, not a training config: "
-                          "use it with `whale score --matcher keypoints --config ...`")
+        raise ConfigError(f"{source}: a keypoint matcher's settings, not a training config: use it with `whale score --matcher keypoints --config ...`")
     raw = c.mapping(raw, "", allowed, required)
     stages_raw = raw["stages"]
     if not isinstance(stages_raw, (list, tuple)) or not stages_raw:
@@ -361,6 +364,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         if s.dataset == "homography" and objective.identities:
             raise c.fail(f"stages[{i}].dataset", f"a pair objective for 'dataset: homography' (its photos have "
                          f"no identities; objective {objective.name!r} trains on identities)", s.dataset)
+    crop, aspect = parse_crop_aspect(c, get("crop"), get("aspect"), [s.image_size for s in stages], (MIN_IMAGE_SIZE, MAX_IMAGE_SIZE))
     return RunConfig(
         name=c.string(raw["name"], "name"),
         stages=stages,
@@ -389,6 +393,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         objective=objective,
         batch=batch,
         homography=parse_homography(c, raw.get("homography"), "homography"),
+        crop=crop,
+        aspect=aspect,
     )
 
 

@@ -33,8 +33,9 @@ MEANINGS: dict[str, str] = {
     "model": "the siamese model (table below)",
     "batch_size": "pairs per optimiser step",
     "mining_interval": "n: Algorithm 1 mines on a stage's epochs 0, n, 2n, ...",
-    "mining": "`exact`: dense train-vs-train score matrix + LAP; `pruned`: top-`candidates` per image + sparse LAP",
-    "candidates": "candidates per image for `mining: pruned`",
+    "mining": "`exact`: dense train-vs-train score matrix + LAP; `pruned`: top-`candidates` per image + sparse LAP; "
+              "`auto`: exact up to 3,000 training images, pruned above (whale.mining.AUTO_EXACT_MAX)",
+    "candidates": "candidates per image for `mining: pruned` (and `auto` above its threshold)",
     "negatives_mix": "share of each epoch's mined negatives swapped for random ones (0 = the paper's Algorithm 1)",
     "batching": "`pairs`: 2B images per B pairs (the paper); `images`: B images shared by B pairs "
                 "(about half the branch's work; one device)",
@@ -46,6 +47,10 @@ MEANINGS: dict[str, str] = {
     "threshold": "new_whale threshold of the run's own scoring; null = tuned on validation",
     "strategy": "`auto`: data parallel over several GPUs (MirroredStrategy / keras.distribution); "
                 "`mirrored`; `default`: one device",
+    "crop": "a photo without a bounding box: `box` crops the whole photo (the paper); `content` cuts its "
+            "near-white border off (photos letterboxed on white, as the 2019 humpback flukes)",
+    "aspect": "model input width / height, a stage's `image_size` being its height: `2` at 64 px is 64 x 128 "
+              "(wide flukes); `1` = square (the paper)",
     "crop_cache": "decoded crops kept between epochs: `memory` (fastest), `jpeg` (a tenth of the memory), `none`",
     "precision": "Keras dtype policy: `mixed_bfloat16` on A100/H100, `mixed_float16` on T4/P100; "
                  "scores stay float32; `--precision` overrides it",

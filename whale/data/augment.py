@@ -11,8 +11,8 @@ colour augmentations, graying and random crops; in detail:
 
 Mapping onto albumentations 2.0.8 (``build_augmenter``), in the order applied:
 
-- random crop: ``RandomResizedCrop`` keeping 76-100% of the area (aspect 0.9-1.1) and resizing to
-  ``image_size``. The inputs are box crops of side ``crop_size = round(1.15 * image_size)``
+- random crop: ``RandomResizedCrop`` keeping 76-100% of the area (aspect 0.9-1.1 times the
+  input's) and resizing to ``image_size``. The inputs are box crops of side ``crop_size = round(1.15 * image_size)``
   (see :func:`whale.data.store.crop_size_for`); ``1 / 1.15**2 = 0.756``, so even the smallest crop
   still has at least ``image_size`` pixels a side and is never upsampled.
 - shear / rotation / skew: ``Affine`` with rotation within +-15 degrees, shear within
@@ -31,6 +31,10 @@ Mapping onto albumentations 2.0.8 (``build_augmenter``), in the order applied:
 
 ``strength`` scales every magnitude (angles, limits, noise, lowest JPEG quality, crop area);
 ``strength = 0`` gives :func:`build_plain`.
+
+Sizes: ``image_size`` is a side ``S`` (square outputs, the paper's) or ``(height, width)``
+(:func:`whale.imagesize.as_hw`; a run's ``aspect``, e.g. 64 x 128 for 2:1 flukes): every
+transform keeps that shape, the random crops and the views keep its aspect.
 
 ``style="koch"`` (:class:`KochAffine`) replaces all of this by the affine distortions of Koch
 et al. (2015) for Omniglot: rotation within +-10 degrees, shear within +-0.3 rad, scale 0.8-1.2
@@ -60,6 +64,7 @@ import cv2
 import numpy as np
 
 from whale.config import AUGMENT_STYLES, TTA_VIEWS
+from whale.imagesize import as_hw, canonical
 
 AugmentFn = Callable[[np.ndarray, np.random.Generator], np.ndarray]
 STYLES = AUGMENT_STYLES
@@ -81,23 +86,25 @@ def _check_image(image: np.ndarray, channels: int) -> None:
         raise ValueError(f"expected {channels} channel(s), received an image of shape {image.shape}")
 
 
-def _resize(image: np.ndarray, size: int) -> np.ndarray:
+def _resize(image: np.ndarray, size) -> np.ndarray:
     h, w = image.shape[:2]
-    if (h, w) == (size, size):
+    th, tw = as_hw(size)
+    if (h, w) == (th, tw):
         out = image
     else:
-        interp = cv2.INTER_AREA if size < min(h, w) else cv2.INTER_LINEAR
-        out = cv2.resize(image, (size, size), interpolation=interp)
+        interp = cv2.INTER_AREA if th < h and tw < w else cv2.INTER_LINEAR
+        out = cv2.resize(image, (tw, th), interpolation=interp)
     if out.ndim == 2:
         out = out[:, :, None]
     return np.ascontiguousarray(out)
 
 
 class PlainResize:
-    """Resize only (validation, test, scoring): ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``."""
+    """Resize only (validation, test, scoring): ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``
+    (``[h, w, C]`` for ``image_size=(h, w)``)."""
 
-    def __init__(self, image_size: int, channels: int = 3):
-        self.image_size = int(image_size)
+    def __init__(self, image_size, channels: int = 3):
+        self.image_size = canonical(image_size)
         self.channels = int(channels)
 
     def __call__(self, image: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -108,13 +115,13 @@ class PlainResize:
         return f"PlainResize(image_size={self.image_size}, channels={self.channels})"
 
 
-def build_plain(image_size: int, channels: int = 3) -> PlainResize:
-    """Resize only: a callable ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``."""
+def build_plain(image_size, channels: int = 3) -> PlainResize:
+    """Resize only: a callable ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]`` (``image_size``: ``S`` or ``(h, w)``)."""
     return PlainResize(image_size, channels)
 
 
 VIEW_WINDOW = 0.9
-"""Side of the shifted and zoomed views' window, as a share of the stored crop's side."""
+"""Side of the shifted and zoomed views' window, as a share of the largest window of the output's aspect."""
 VIEW_GAIN = 1.15
 """Brightness factor of the ``bright`` view (``dark``: its inverse)."""
 
@@ -123,12 +130,13 @@ class View(PlainResize):
     """One deterministic test-time view: ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``.
 
     ``plain``: the whole crop resized (what scoring always uses); ``shift_left`` /
-    ``shift_right`` / ``zoom``: a window of :data:`VIEW_WINDOW` of the crop's side at its left
-    edge, right edge or centre (rows centred), resized; ``bright`` / ``dark``: the plain view
-    times :data:`VIEW_GAIN` or divided by it, clipped to 0..255.
+    ``shift_right`` / ``zoom``: a window of the output's aspect, :data:`VIEW_WINDOW` of the largest
+    such window of the crop (a square output: 0.9 of the crop's shorter side), at its left edge,
+    right edge or centre (rows centred), resized; ``bright`` / ``dark``: the plain view times
+    :data:`VIEW_GAIN` or divided by it, clipped to 0..255.
     """
 
-    def __init__(self, name: str, image_size: int, channels: int = 3):
+    def __init__(self, name: str, image_size, channels: int = 3):
         if name not in ("plain",) + TTA_VIEWS:
             raise ValueError(f"view: expected one of plain, {', '.join(TTA_VIEWS)}, received {name!r}")
         super().__init__(image_size, channels)
@@ -138,10 +146,12 @@ class View(PlainResize):
         _check_image(image, self.channels)
         h, w = image.shape[:2]
         if self.name in ("shift_left", "shift_right", "zoom"):
-            m = max(1, int(round(VIEW_WINDOW * min(h, w))))
-            top = (h - m) // 2
-            left = {"shift_left": 0, "shift_right": w - m, "zoom": (w - m) // 2}[self.name]
-            image = image[top:top + m, left:left + m]
+            th, tw = as_hw(self.image_size)
+            mw = max(1, int(round(VIEW_WINDOW * min(w, h * tw / th))))
+            mh = max(1, int(round(VIEW_WINDOW * min(h, w * th / tw))))
+            top = (h - mh) // 2
+            left = {"shift_left": 0, "shift_right": w - mw, "zoom": (w - mw) // 2}[self.name]
+            image = image[top:top + mh, left:left + mw]
         out = _resize(image, self.image_size)
         if self.name in ("bright", "dark"):
             gain = VIEW_GAIN if self.name == "bright" else 1.0 / VIEW_GAIN
@@ -152,21 +162,22 @@ class View(PlainResize):
         return f"View({self.name!r}, image_size={self.image_size}, channels={self.channels})"
 
 
-def build_view(name: str, image_size: int, channels: int = 3) -> View:
+def build_view(name: str, image_size, channels: int = 3) -> View:
     """Test-time view ``name`` (``plain`` or one of :data:`whale.config.TTA_VIEWS`) as a callable
     ``(uint8 [H, W, C], rng=None) -> uint8 [S, S, C]``; see :class:`View`."""
     return View(name, image_size, channels)
 
 
-def _compose(image_size: int, channels: int, strength: float, flip_p: float):
+def _compose(image_size, channels: int, strength: float, flip_p: float):
     import albumentations as A
 
     s = float(strength)
-    size = int(image_size)
-    blur_k = _odd(3 + size / 128)  # 3 at 64 px, 5 at 224-384, 7 at 512, 11 at 1024
+    h, w = as_hw(image_size)
+    blur_k = _odd(3 + min(h, w) / 128)  # 3 at 64 px, 5 at 224-384, 7 at 512, 11 at 1024
     min_area = max(0.5, 1.0 - 0.244 * s)
+    aspect = w / h  # the stored crop's too (whale.data.store.crop_size_for keeps it)
     transforms = [
-        A.RandomResizedCrop(size=(size, size), scale=(min_area, 1.0), ratio=(0.9, 1.0 / 0.9), p=1.0),
+        A.RandomResizedCrop(size=(h, w), scale=(min_area, 1.0), ratio=(0.9 * aspect, aspect / 0.9), p=1.0),
         A.Affine(
             rotate=(-15 * s, 15 * s),
             shear=(-20 * s, 20 * s),
@@ -216,14 +227,14 @@ class Augmenter:
     Picklable (for multiprocessing workers); each thread builds its own pipeline.
     """
 
-    def __init__(self, image_size: int, channels: int = 3, strength: float = 1.0, flip_p: float = 0.02):
+    def __init__(self, image_size, channels: int = 3, strength: float = 1.0, flip_p: float = 0.02):
         if channels not in (1, 3):
             raise ValueError(f"channels: expected 1 or 3, received {channels!r}")
         if not strength >= 0:
             raise ValueError(f"strength: expected a number >= 0, received {strength!r}")
         if not 0.0 <= flip_p <= 1.0:
             raise ValueError(f"flip_p: expected a probability in [0, 1], received {flip_p!r}")
-        self.image_size = int(image_size)
+        self.image_size = canonical(image_size)
         self.channels = int(channels)
         self.strength = float(strength)
         self.flip_p = float(flip_p)
@@ -247,7 +258,7 @@ class Augmenter:
         out = compose(image=image)["image"]
         if out.ndim == 2:
             out = out[:, :, None]
-        if out.shape != (self.image_size, self.image_size, self.channels):
+        if out.shape != (*as_hw(self.image_size), self.channels):
             out = _resize(out, self.image_size)
         return np.ascontiguousarray(out, dtype=np.uint8)
 
@@ -270,22 +281,22 @@ class Augmenter:
 class KochAffine:
     """Koch et al.'s affine distortions: ``aug(uint8 [H, W, C], rng) -> uint8 [S, S, C]``.
 
-    The image is resized to ``S x S``, then warped once by ``T(t) R(theta) Sh(rho) Sc(s)``
+    The image is resized to ``S x S`` (or ``(h, w)``), then warped once by ``T(t) R(theta) Sh(rho) Sc(s)``
     about its centre, each factor present with probability 0.5: ``theta`` in +-10 degrees,
     ``rho_x, rho_y`` in +-0.3 (shear), ``s_x, s_y`` in 0.8-1.2, ``t_x, t_y`` in +-2 px.
     ``strength`` scales the ranges (0 = identity). Deterministic given ``rng``'s state.
     """
 
-    def __init__(self, image_size: int, channels: int = 3, strength: float = 1.0):
+    def __init__(self, image_size, channels: int = 3, strength: float = 1.0):
         if channels not in (1, 3):
             raise ValueError(f"channels: expected 1 or 3, received {channels!r}")
         if not strength >= 0:
             raise ValueError(f"strength: expected a number >= 0, received {strength!r}")
-        self.image_size, self.channels, self.strength = int(image_size), int(channels), float(strength)
+        self.image_size, self.channels, self.strength = canonical(image_size), int(channels), float(strength)
 
     def matrix(self, rng: np.random.Generator) -> np.ndarray:
         """The ``[2, 3]`` float64 affine map of one draw (pixel coordinates of the ``S x S`` image)."""
-        s, size = self.strength, self.image_size
+        s, (h, w) = self.strength, as_hw(self.image_size)
         on = rng.random(4) < 0.5
         theta = np.deg2rad(rng.uniform(-10, 10) * s) if on[0] else 0.0
         rho = rng.uniform(-0.3, 0.3, 2) * s if on[1] else np.zeros(2)
@@ -293,13 +304,13 @@ class KochAffine:
         shift = rng.uniform(-2, 2, 2) * s if on[3] else np.zeros(2)
         c, si = np.cos(theta), np.sin(theta)
         a = np.array([[c, -si], [si, c]]) @ np.array([[1, rho[0]], [rho[1], 1]]) @ np.diag(scale)
-        centre = np.full(2, (size - 1) / 2)
+        centre = np.array([(w - 1) / 2, (h - 1) / 2])
         return np.hstack([a, (centre - a @ centre + shift)[:, None]])
 
     def __call__(self, image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         _check_image(image, self.channels)
         img = _resize(image, self.image_size)
-        out = cv2.warpAffine(img, self.matrix(rng), (self.image_size, self.image_size),
+        out = cv2.warpAffine(img, self.matrix(rng), as_hw(self.image_size)[::-1],
                              flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if out.ndim == 2:
             out = out[:, :, None]
@@ -310,11 +321,11 @@ class KochAffine:
 
 
 def build_augmenter(
-    image_size: int, channels: int = 3, strength: float = 1.0, flip_p: float = 0.02, style: str = "paper"
+    image_size, channels: int = 3, strength: float = 1.0, flip_p: float = 0.02, style: str = "paper"
 ) -> AugmentFn:
     """The training augmentation as ``aug(uint8 [H, W, C], rng) -> uint8 [S, S, C]``.
 
-    ``image_size`` S: output side. ``channels``: 1 (gray; colour transforms skipped) or 3 (RGB).
+    ``image_size``: output side S, or ``(height, width)``. ``channels``: 1 (gray; colour transforms skipped) or 3 (RGB).
     ``strength``: multiplies every magnitude; 0 returns :func:`build_plain`. ``flip_p``:
     probability of a horizontal flip (rare on purpose, see the module docstring; paper style
     only). ``style``: ``"paper"`` (:class:`Augmenter`) or ``"koch"`` (:class:`KochAffine`).

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from whale.inputconfig import CROPS
 from whale.errors import DataError
+from whale.imagesize import as_hw
 
 Box = tuple[int, int, int, int]
 
@@ -187,37 +189,55 @@ def crop_to_box(img: np.ndarray, box: Box | None, margin: float = 0.05) -> np.nd
     return img[cy0:cy1, cx0:cx1]
 
 
-def load_crop(
-    path: str | Path, box: Box | None, size: int, channels: int = 3, margin: float = 0.05
-) -> np.ndarray:
-    """Load an image, crop it to its box (with margin) and resize it to a square.
+def photo_box(img: np.ndarray, box: Box | None, crop: str = "box") -> Box | None:
+    """The box a crop of ``img`` starts from (before its margin) under a config's ``crop`` rule.
 
-    The aspect ratio is not preserved (as in the reference code); resizing uses
-    ``cv2.INTER_AREA``.
+    ``box`` when there is one (``bounding_boxes.csv``); otherwise ``None`` (the whole photo) for
+    ``crop="box"`` and :func:`content_box` (the photo without its near-white padding) for
+    ``crop="content"``.
+
+    Raises:
+        ValueError: ``crop`` is not one of :data:`whale.config.CROPS`.
+    """
+    if crop not in CROPS:
+        raise ValueError(f"crop: expected one of {', '.join(CROPS)}, received {crop!r}")
+    if box is not None or crop == "box":
+        return box
+    return content_box(img)
+
+
+def load_crop(
+    path: str | Path, box: Box | None, size, channels: int = 3, margin: float = 0.05, crop: str = "box"
+) -> np.ndarray:
+    """Load an image, crop it to its box (with margin) and resize it to ``size``.
+
+    The aspect ratio is not preserved (as in the reference code): a square ``size`` stretches a
+    wide crop; ``(height, width)`` chooses the shape. Resizing uses ``cv2.INTER_AREA``.
 
     Args:
         path: the image file.
-        box: ``(x0, y0, x1, y1)`` or None for the whole image.
-        size: output side in pixels.
+        box: ``(x0, y0, x1, y1)`` or None for no bounding box (see ``crop``).
+        size: output side ``S`` (square) or ``(height, width)`` in pixels.
         channels: 3 (RGB) or 1 (gray).
         margin: see :func:`crop_to_box`.
+        crop: the rule for a photo without ``box`` (:func:`photo_box`): ``"box"`` keeps the
+            whole photo, ``"content"`` cuts its white padding off.
 
     Returns:
-        ``uint8`` array ``[size, size, channels]``.
+        ``uint8`` array ``[height, width, channels]``.
 
     Raises:
         DataError: as :func:`load_image`, or the box lies outside the image (names the file).
     """
     import cv2
 
-    if int(size) != size or size < 1:
-        raise ValueError(f"size must be a positive integer, got {size!r}")
+    h, w = as_hw(size)
     img = load_image(path, channels=channels)
     try:
-        crop = crop_to_box(img, box, margin)
+        cut = crop_to_box(img, photo_box(img, box, crop), margin)
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
-    out = cv2.resize(np.ascontiguousarray(crop), (int(size), int(size)), interpolation=cv2.INTER_AREA)
+    out = cv2.resize(np.ascontiguousarray(cut), (w, h), interpolation=cv2.INTER_AREA)
     if out.ndim == 2:
         out = out[:, :, None]
     return out

@@ -53,8 +53,9 @@ class ImageSet:
                         np.concatenate([self.ids, ids]).astype(str), self.paths + self.paths,
                         self.boxes + self.boxes, np.repeat([False, True], len(self.names)))
 
-    def store(self, crop_size: int, **kwargs):
-        """An :class:`whale.data.ImageStore` of these images (``kwargs``: channels, margin, cache)."""
+    def store(self, crop_size, **kwargs):
+        """An :class:`whale.data.ImageStore` of these images (``crop_size``: a side or ``(height, width)``;
+        ``kwargs``: channels, margin, cache, crop)."""
         from whale.data.store import ImageStore
 
         return ImageStore(self.paths, self.boxes, crop_size, flips=self.flip_flags, **kwargs)

@@ -24,7 +24,7 @@ import numpy as np
 from whale import command
 from whale.errors import DataError
 
-DISPLAY = 192  # pixels per panel side
+DISPLAY = 192  # pixels per panel side (its height for a model of another aspect)
 
 
 def _resolve(comp, arg: str) -> tuple[Path, tuple | None]:
@@ -49,13 +49,13 @@ class Explainer:
         from whale.inference.runs import RunScorer, load_run_model
 
         model, self.cfg = load_run_model(run_dir, checkpoint)
-        self.scorer = RunScorer(model, self.cfg.model.channels, self.cfg.box_margin, verbose=False)
+        self.scorer = RunScorer(model, self.cfg.model.channels, self.cfg.box_margin, verbose=False, crop=self.cfg.crop)
         self.tap = FeatureTap(model.get_layer("branch"))
 
-    def crop(self, path, box, size: int, channels: int) -> np.ndarray:
+    def crop(self, path, box, size, channels: int) -> np.ndarray:
         from whale.data import load_crop
 
-        return load_crop(path, box, size, channels=channels, margin=self.cfg.box_margin)
+        return load_crop(path, box, size, channels=channels, margin=self.cfg.box_margin, crop=self.cfg.crop)
 
     def panels(self, path, box, label: str) -> list[tuple[str, np.ndarray]]:
         """``[(label, crop), (label + ' heatmap', overlay)]`` at the display size."""
@@ -63,7 +63,8 @@ class Explainer:
 
         x = self.crop(path, box, self.tap.size, self.tap.channels)[None].astype(np.float32)
         heat = heatmap(self.tap(x)[0])
-        shown = self.crop(path, box, DISPLAY, 3)
+        h, w = self.tap.size
+        shown = self.crop(path, box, (DISPLAY, round(DISPLAY * w / h)), 3)  # the model's aspect
         return [(label, shown), (f"heatmap ({self.tap.layer})", overlay(shown, heat))]
 
 

@@ -64,20 +64,21 @@ class FeatureTap:
 
     The branch is rebuilt from the registry (:func:`whale.models.transfer_branch`, weights
     copied), so the layer name is the current registry's whatever the checkpoint's age.
+    ``size``: the branch input's ``(height, width)``; ``channels``: its channels.
 
     Example::
 
         tap = FeatureTap(model.get_layer("branch"))
-        maps = tap(images)          # float32 [b, S, S, C] raw 0..255 -> [b, h, w, c]
+        maps = tap(images)          # float32 [b, S, S, C] (or [b, H, W, C]) raw 0..255 -> [b, h, w, c]
     """
 
     def __init__(self, branch):
         import keras
 
-        from whale.models import branch_spec, get_branch_def, model_image_size, transfer_branch
+        from whale.models import branch_spec, get_branch_def, model_input_size, transfer_branch
 
         name, self.channels = branch_spec(branch)
-        self.size = model_image_size(branch)
+        self.size = model_input_size(branch)  # (height, width)
         self.layer = get_branch_def(name).heatmap_layer
         fresh = transfer_branch(branch, self.size)
         backbone = fresh.get_layer("backbone")
@@ -90,6 +91,6 @@ class FeatureTap:
         self.tap = keras.Model(backbone.inputs, out, name=f"{name}_heatmap_tap")
 
     def __call__(self, images: np.ndarray) -> np.ndarray:
-        """float32 ``[b, S, S, C]`` raw 0..255 -> ``[b, h, w, c]`` float32 feature maps."""
+        """float32 ``[b, H, W, C]`` (:attr:`size`) raw 0..255 -> ``[b, h, w, c]`` float32 feature maps."""
         x = self.preprocess(np.asarray(images, np.float32))
         return np.asarray(self.tap(x, training=False), dtype=np.float32)

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from whale.data.augment import build_view
+from whale.imagesize import as_hw, canonical
 from whale.progress import progress_bar
 
 
@@ -87,8 +88,8 @@ class ImageBatches(keras.utils.PyDataset):
     """Plain (resized, un-augmented) images of ``store`` at ``indices``, in order, for predict.
 
     ``ImageBatches(store, indices, image_size, batch_size=64, ...)``; ``indices=None`` means
-    every image of the store. Each batch: float32 ``[B, S, S, C]`` (0..255); the last batch may
-    be smaller. ``view``: ``plain`` (resized) or a test-time view of
+    every image of the store. Each batch: float32 ``[B, S, S, C]`` (0..255; ``[B, h, w, C]`` for
+    ``image_size=(h, w)``); the last batch may be smaller. ``view``: ``plain`` (resized) or a test-time view of
     :func:`whale.data.augment.build_view`.
     """
 
@@ -96,7 +97,7 @@ class ImageBatches(keras.utils.PyDataset):
         self,
         store,
         indices: Sequence[int] | np.ndarray | None,
-        image_size: int,
+        image_size,
         batch_size: int = 64,
         workers: int = 1,
         use_multiprocessing: bool = False,
@@ -110,7 +111,7 @@ class ImageBatches(keras.utils.PyDataset):
             raise ValueError(f"indices must be in [0, {len(store)}), received {self.indices.min()}..{self.indices.max()}")
         if int(batch_size) < 1:
             raise ValueError(f"batch_size: expected a positive integer, received {batch_size!r}")
-        self.image_size = int(image_size)
+        self.image_size = canonical(image_size)
         self.batch_size = int(batch_size)
         channels = getattr(store, "channels", None)
         if channels is None:
@@ -130,8 +131,7 @@ class ImageBatches(keras.utils.PyDataset):
         if not 0 <= idx < len(self):
             raise IndexError(f"batch {idx} out of range for {len(self)} batches")
         rows = self.indices[idx * self.batch_size : (idx + 1) * self.batch_size]
-        s = self.image_size
-        out = np.empty((len(rows), s, s, self.channels), np.float32)
+        out = np.empty((len(rows), *as_hw(self.image_size), self.channels), np.float32)
         for j, i in enumerate(rows):
             out[j] = self._plain(self.store[int(i)])
         return out

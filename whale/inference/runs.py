@@ -27,24 +27,26 @@ class RunScorer:
     ``scores`` averages one head pass per view. ``mirror``: the mirrored query is also scored
     against the mirrored gallery (the flipped identities a ``flip_ids`` run trained on, whose
     ids are folded back onto the originals), and the two scores are averaged. With neither,
-    scoring is the plain resize and one head pass.
+    scoring is the plain resize and one head pass. ``crop``: the run's ``crop`` rule for photos
+    without a box (``content``: their white padding cut off, as training cut it).
     """
 
     def __init__(self, model, channels: int, margin: float, batch_size: int = 64, verbose=True,
-                 views: tuple[str, ...] = (), tta_mode: str = "features", mirror: bool = False):
-        from whale.models import model_image_size
+                 views: tuple[str, ...] = (), tta_mode: str = "features", mirror: bool = False,
+                 crop: str = "box"):
+        from whale.models import model_input_size
 
-        self.model, self.channels, self.margin = model, channels, margin
-        self.image_size = model_image_size(model)
+        self.model, self.channels, self.margin, self.crop = model, channels, margin, crop
+        self.image_size = model_input_size(model)  # (height, width)
         self.batch_size, self.verbose = batch_size, verbose
         self.views, self.tta_mode, self.mirror = ("plain", *views), tta_mode, bool(mirror)
         self.scorer = make_scorer(model, constants=True)  # one model, many pairs
 
     @classmethod
     def for_config(cls, model, cfg, verbose=True) -> "RunScorer":
-        """The scorer a run's config asks for: its channels, box margin, ``tta`` and ``flip_ids``."""
+        """The scorer a run's config asks for: its channels, box margin, ``crop``, ``tta`` and ``flip_ids``."""
         return cls(model, cfg.model.channels, cfg.box_margin, verbose=verbose, views=cfg.tta,
-                   tta_mode=cfg.tta_mode, mirror=cfg.flip_ids)
+                   tta_mode=cfg.tta_mode, mirror=cfg.flip_ids, crop=cfg.crop)
 
     def features(self, paths, boxes) -> np.ndarray:
         """``[G, V, n, d] float32`` branch features of the box crops of ``paths``.
@@ -57,7 +59,7 @@ class RunScorer:
             # The same crops as training sees them (stored at crop_size_for, resized to the input).
             store = ImageStore(list(paths), list(boxes), crop_size_for(self.image_size),
                                channels=self.channels, margin=self.margin, cache=len(self.views) > 1,
-                               flips=np.full(len(paths), flip))
+                               flips=np.full(len(paths), flip), crop=self.crop)
             out.append([compute_features(self.model.get_layer("branch"),
                                          ImageBatches(store, None, self.image_size, self.batch_size, view=v),
                                          n=len(store), progress=self.verbose) for v in self.views])

@@ -14,6 +14,9 @@ and the branch features of the training images) into the negative pairs of the n
   partners (:func:`whale.mining.candidates.candidates`), then the sparse assignment
   (:func:`whale.mining.assignment.mine_negatives_sparse`, ``lap.lapmod``). Pairs the sparse
   solver had to add outside the candidates are reported as fallback pairs.
+* :class:`AutoMiner` (``mining: auto``): dense up to :data:`AUTO_EXACT_MAX` images, pruned above,
+  decided at each mining by the number of images (a stage on another dataset, or ``flip_ids``'s
+  doubled set, may cross the line); its statistics name the miner that ran.
 
 Both check their output (:func:`whale.mining.assignment.validate_negative_pairs`: every image
 once per column and epoch, never a same-id pair, no ordered pair repeated) and record
@@ -33,7 +36,17 @@ from whale.config import MINING_MODES
 from whale.mining.assignment import mine_negatives, mine_negatives_sparse, validate_negative_pairs
 from whale.mining.candidates import candidate_counts, candidates
 
-__all__ = ["MiningStats", "Miner", "DenseMiner", "PrunedMiner", "make_miner", "mine_pruned"]
+__all__ = ["AUTO_EXACT_MAX", "MiningStats", "Miner", "DenseMiner", "PrunedMiner", "AutoMiner", "make_miner",
+           "mine_pruned"]
+
+AUTO_EXACT_MAX = 3000
+"""``mining: auto`` mines exactly up to this many training images and pruned above. Dense ``lapjv``
+solves the whole ``n x n`` cost matrix: at n = 3,000 one mining took 7-32 s (K = 0.25 / 0.05,
+docs/scoring.md, 2 loaded CPU cores), at 7,340 (the real flukes of issue 41, K = 0.25) 597 s,
+about the ``n^3`` growth of the solver; pruned mining keeps to ``n x candidates`` pairs (one epoch
+at n = 15,697: 175 s on the same loaded cores) and mined as hard at 3,000 (mean head score 0.998
+of the dense miner's). Below the line exact costs seconds and is the paper's; above it, minutes
+per mining, more than the epochs between minings on 2 CPU cores."""
 
 
 @dataclass(frozen=True)
@@ -142,12 +155,39 @@ class PrunedMiner(Miner):
         return pairs, float(mined_scores.mean()), int(off.sum())
 
 
+class AutoMiner(Miner):
+    """:class:`DenseMiner` for up to ``exact_max`` images (:data:`AUTO_EXACT_MAX`), :class:`PrunedMiner` above.
+
+    :attr:`last_stats` is the stats of the miner that ran (its ``mode`` says which).
+    """
+
+    mode = "auto"
+
+    def __init__(self, candidates: int = 100, exact_max: int | None = None, progress: bool = False):
+        super().__init__(progress)
+        self.exact_max = int(AUTO_EXACT_MAX if exact_max is None else exact_max)
+        self.dense, self.pruned = DenseMiner(progress), PrunedMiner(m=candidates, progress=progress)
+
+    def choose(self, n_images: int) -> Miner:
+        """The miner for ``n_images`` training images."""
+        return self.dense if n_images <= self.exact_max else self.pruned
+
+    def mine(self, scorer, features, ids, k: float, epochs: int, rng: np.random.Generator) -> list[np.ndarray]:
+        miner = self.choose(len(features))
+        pairs = miner.mine(scorer, features, ids, k, epochs, rng)
+        self.last_stats = miner.last_stats
+        return pairs
+
+
 def make_miner(mode: str, candidates: int = 100, progress: bool = False) -> Miner:
-    """The miner of a config's ``mining`` key: ``"exact"`` -> :class:`DenseMiner`, ``"pruned"`` -> :class:`PrunedMiner`."""
+    """The miner of a config's ``mining`` key: ``"exact"`` -> :class:`DenseMiner`, ``"pruned"`` ->
+    :class:`PrunedMiner`, ``"auto"`` -> :class:`AutoMiner` (:data:`AUTO_EXACT_MAX`)."""
     if mode == "exact":
         return DenseMiner(progress=progress)
     if mode == "pruned":
         return PrunedMiner(m=candidates, progress=progress)
+    if mode == "auto":
+        return AutoMiner(candidates, progress=progress)
     raise ValueError(f"mining: expected one of {', '.join(MINING_MODES)}, received {mode!r}")
 
 

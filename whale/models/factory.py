@@ -26,7 +26,8 @@ def build_branch(name: str, input_shape, weights=None, options: dict | None = No
 
     Args:
         name: a key of :data:`BRANCHES`.
-        input_shape: ``(S, S, C)``, square, ``C`` in {1, 3}, ``min_size <= S <= 1024``.
+        input_shape: ``(H, W, C)`` (``(S, S, C)``: square, the paper's), ``C`` in {1, 3}, each side in
+            ``min_size..1024``.
         weights: ``None`` (random init), ``"imagenet"`` (keras.applications backbones only;
             downloads; with ``C = 1`` the first convolution is adapted, see
             :func:`whale.models.adapt_first_conv`), or a path to a ``.weights.h5`` / ``.h5``

@@ -2,7 +2,7 @@
 
 A branch is a ``keras.Model`` named ``"branch"`` with layers
 
-    ``image`` (Input, float32 ``[b, S, S, C]``, raw 0..255)
+    ``image`` (Input, float32 ``[b, S, S, C]`` or ``[b, H, W, C]``, raw 0..255)
     -> ``preprocess`` (:class:`~whale.models.preprocessing.Preprocess`, stores the branch name)
     -> ``backbone`` (nested functional model, last feature map ``[b, s, s, d]``)
     -> ``gmp`` (GlobalMaxPooling2D) -> ``[b, d]`` float32.
@@ -32,7 +32,7 @@ class BranchDef:
         backbone: ``f(input_shape, weights) -> keras.Model`` named ``"backbone"``.
         preprocess: :class:`Preprocess` mode.
         feature_dim: ``d``, the length of the feature vector.
-        min_size: smallest accepted square input size in pixels.
+        min_size: smallest accepted input side in pixels.
         imagenet: whether ``weights="imagenet"`` is available.
         heatmap_layer: the backbone layer whose output the paper's heatmaps read
             (:mod:`whale.explain`): the last BatchNormalization (DenseNet121's ``bn``, 16 x 16 x 1024
@@ -82,21 +82,23 @@ def get_branch_def(name: str) -> BranchDef:
 
 
 def check_input_shape(name: str, input_shape) -> tuple[int, int, int]:
-    """Validate ``(S, S, C)`` for branch ``name``; returns it as a tuple of ints."""
+    """Validate ``(H, W, C)`` for branch ``name`` (square ``(S, S, C)`` as the paper's, or a run's
+    ``aspect``); returns it as a tuple of ints."""
     spec = get_branch_def(name)
     try:
         shape = tuple(int(v) for v in input_shape)
     except (TypeError, ValueError):
-        raise ConfigError(f"input_shape must be (S, S, C), got {input_shape!r}") from None
-    if len(shape) != 3 or shape[0] != shape[1]:
-        raise ConfigError(f"input_shape must be square (S, S, C), got {input_shape!r}")
-    size, _, channels = shape
+        raise ConfigError(f"input_shape must be (H, W, C), got {input_shape!r}") from None
+    if len(shape) != 3:
+        raise ConfigError(f"input_shape must be (H, W, C), got {input_shape!r}")
+    height, width, channels = shape
     if channels not in (1, 3):
         raise ConfigError(f"input_shape channels must be 1 or 3, got {channels}")
-    if not spec.min_size <= size <= MAX_SIZE:
-        raise ConfigError(
-            f"branch {name!r} accepts input sizes {spec.min_size}..{MAX_SIZE} px, got {size}"
-        )
+    for side in (height, width):
+        if not spec.min_size <= side <= MAX_SIZE:
+            raise ConfigError(
+                f"branch {name!r} accepts input sides {spec.min_size}..{MAX_SIZE} px, got {height} x {width}"
+            )
     return shape
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from whale.imagesize import as_hw
 from whale.models.factory import build_branch
 from whale.models.registry import branch_options, branch_spec
 
@@ -113,27 +114,32 @@ def set_l2(model: keras.Model, l2: float) -> None:
 
 
 def model_image_size(model: keras.Model) -> int:
-    """Input side S of a siamese model (or of a branch)."""
+    """Input height S of a siamese model (or of a branch): its side when square (:func:`model_input_size`)."""
+    return model_input_size(model)[0]
+
+
+def model_input_size(model: keras.Model) -> tuple[int, int]:
+    """``(height, width)`` of a siamese model's (or a branch's) input."""
     branch = model.get_layer("branch") if any(l.name == "branch" for l in model.layers) else model
-    return int(branch.inputs[0].shape[1])
+    return int(branch.inputs[0].shape[1]), int(branch.inputs[0].shape[2])
 
 
-def transfer_branch(branch: keras.Model, new_size: int) -> keras.Model:
-    """The same branch architecture at input ``new_size x new_size``, with all weights copied.
+def transfer_branch(branch: keras.Model, new_size) -> keras.Model:
+    """The same branch architecture at input ``new_size`` (a side ``S`` or ``(height, width)``), with
+    all weights copied.
 
     Works because every branch ends in global max pooling: no weight depends on the input
-    size. The trainable flag is carried over too.
+    size (or shape). The trainable flag is carried over too.
     """
     name, channels = branch_spec(branch)
-    new = build_branch(name, (int(new_size), int(new_size), channels), weights=None,
-                       options=branch_options(branch))
+    new = build_branch(name, (*as_hw(new_size), channels), weights=None, options=branch_options(branch))
     new.set_weights(branch.get_weights())
     new.trainable = branch.trainable
     return new
 
 
-def resize_siamese(model: keras.Model, new_size: int) -> keras.Model:
-    """A new siamese model at ``new_size`` px with copies of ``model``'s branch and head weights.
+def resize_siamese(model: keras.Model, new_size) -> keras.Model:
+    """A new siamese model at ``new_size`` px (a side or ``(height, width)``) with copies of ``model``'s branch and head weights.
 
     The returned model (of the same form, see :func:`is_shared`) is uncompiled and shares no
     variables with ``model``.

@@ -185,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
         check_fold(args.fold)
     try:
         with FolderGuard(Path(args.out), cleared=args.overwrite):
-            from whale.training.trainer import score_fold, train_fold, train_pretrain
+            from whale.training.rescore import score_fold
+            from whale.training.trainer import train_fold, train_pretrain
 
             if args.score_only:
                 score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)

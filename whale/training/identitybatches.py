@@ -28,6 +28,7 @@ import numpy as np
 
 from whale.arrays import id_codes
 from whale.data.augment import build_plain
+from whale.imagesize import canonical
 from whale.training.imagebatches import load_images
 
 _PURPOSE_AUGMENT_IDS = 104
@@ -131,7 +132,7 @@ class IdentityBatchDataset(keras.utils.PyDataset):
     Each batch: ``images`` float32 ``[B, S, S, C]`` (0..255), ``codes`` int32 ``[B]``.
     """
 
-    def __init__(self, store, batches: np.ndarray, codes: np.ndarray, image_size: int,
+    def __init__(self, store, batches: np.ndarray, codes: np.ndarray, image_size,
                  augmenter: Callable | None, seed: int, epoch: int, workers: int = 1,
                  use_multiprocessing: bool = False, max_queue_size: int = 10):
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
@@ -142,7 +143,7 @@ class IdentityBatchDataset(keras.utils.PyDataset):
         if self.batches.min() < 0 or self.batches.max() >= len(store) or len(self.codes) != len(store):
             raise ValueError(f"batches index {len(store)} images with {len(self.codes)} codes; received indices "
                              f"in [{self.batches.min()}, {self.batches.max()}]")
-        self.store, self.image_size, self.augmenter = store, int(image_size), augmenter
+        self.store, self.image_size, self.augmenter = store, canonical(image_size), augmenter
         self.seed, self.epoch = int(seed), int(epoch)
         channels = getattr(store, "channels", None) or np.asarray(store[int(self.batches[0, 0])]).shape[-1]
         self.channels = int(channels)
@@ -169,7 +170,7 @@ def class_counts(ids) -> np.ndarray:
     return np.bincount(id_codes(np.asarray(ids)))
 
 
-def epoch_data(store, dataset, cfg, image_size: int, epoch: int, negatives: np.ndarray | None, augmenter,
+def epoch_data(store, dataset, cfg, image_size, epoch: int, negatives: np.ndarray | None, augmenter,
                rng: np.random.Generator) -> tuple[IdentityBatchDataset, str]:
     """One epoch of a fold's identity batches for ``fit`` and its line for the log.
 

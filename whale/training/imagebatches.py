@@ -26,6 +26,7 @@ import keras
 import numpy as np
 
 from whale.data.augment import build_plain
+from whale.imagesize import as_hw, canonical
 from whale.training.pairs import _PURPOSE_SHUFFLE, check_pair_inputs
 
 # Third word of the augmentation seeds (PairDataset's streams use 101 and 102).
@@ -110,11 +111,11 @@ def pack_pairs(pairs: np.ndarray, labels: np.ndarray, batch_size: int,
     return out
 
 
-def load_images(store, rows, image_size: int, channels: int, plain: Callable, augmenter: Callable | None,
+def load_images(store, rows, image_size, channels: int, plain: Callable, augmenter: Callable | None,
                 keys: tuple[int, ...]) -> np.ndarray:
-    """``float32 [len(rows), S, S, C]`` (0..255): the crops ``store[rows]``, resized by ``plain`` or augmented
+    """``float32 [len(rows), S, S, C]`` (0..255; ``image_size`` ``S`` or ``(h, w)``): the crops ``store[rows]``, resized by ``plain`` or augmented
     with the generator of ``(*keys, slot)`` (keys: seed, epoch, purpose, batch), whatever worker builds them."""
-    x = np.empty((len(rows), image_size, image_size, channels), np.float32)
+    x = np.empty((len(rows), *as_hw(image_size), channels), np.float32)
     for j, r in enumerate(rows):
         img = store[int(r)]
         x[j] = plain(img) if augmenter is None else augmenter(img, np.random.default_rng([*keys, j]))
@@ -131,12 +132,12 @@ class ImageBatchDataset(keras.utils.PyDataset):
     ``pair_index`` int32 ``[B, 2]``, ``y`` float32 ``[B, 1]``, ``weight`` float32 ``[B]``.
     """
 
-    def __init__(self, store, pairs: np.ndarray, labels: np.ndarray, image_size: int,
+    def __init__(self, store, pairs: np.ndarray, labels: np.ndarray, image_size,
                  augmenter: Callable | None, batch_size: int, seed: int, epoch: int,
                  workers: int = 1, use_multiprocessing: bool = False, max_queue_size: int = 10):
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
         pairs, labels = check_pair_inputs(store, pairs, labels, batch_size)
-        self.store, self.image_size, self.augmenter = store, int(image_size), augmenter
+        self.store, self.image_size, self.augmenter = store, canonical(image_size), augmenter
         self.seed, self.epoch = int(seed), int(epoch)
         self.packed = pack_pairs(pairs, labels, batch_size,
                                  np.random.default_rng([self.seed, self.epoch, _PURPOSE_SHUFFLE]))

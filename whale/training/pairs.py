@@ -20,6 +20,7 @@ import keras
 import numpy as np
 
 from whale.data.augment import build_plain
+from whale.imagesize import as_hw, canonical
 
 # Third word of the rng seeds ``[seed, epoch, purpose, ...]`` (one stream per use).
 _PURPOSE_SHUFFLE = 101
@@ -109,7 +110,7 @@ class PairDataset(keras.utils.PyDataset):
         store: :class:`whale.data.ImageStore` (or any sequence of ``uint8 [H, W, C]`` images).
         pairs: ``(m, 2)`` int indices into ``store``.
         labels: ``(m,)`` float (1 = same id, 0 = different ids).
-        image_size: model input side S.
+        image_size: model input side S, or ``(height, width)``.
         augmenter: ``aug(uint8 image, rng) -> uint8 [S, S, C]`` (see :mod:`whale.data.augment`), or
             None for resize only. The two images of a pair are augmented independently.
         batch_size: pairs per batch. The last batch is topped up with the first pairs of the
@@ -128,7 +129,7 @@ class PairDataset(keras.utils.PyDataset):
         store,
         pairs: np.ndarray,
         labels: np.ndarray,
-        image_size: int,
+        image_size,
         augmenter: Callable | None,
         batch_size: int,
         seed: int,
@@ -143,7 +144,7 @@ class PairDataset(keras.utils.PyDataset):
         self.store = store
         self.pairs = pairs
         self.labels = labels
-        self.image_size = int(image_size)
+        self.image_size = canonical(image_size)
         self.augmenter = augmenter
         self.batch_size = int(batch_size)
         self.seed = int(seed)
@@ -178,9 +179,9 @@ class PairDataset(keras.utils.PyDataset):
         short = min(self.batch_size, len(self.order)) - len(rows)
         if short > 0:
             rows = np.concatenate([rows, self.order[:short]])
-        s, c = self.image_size, self.channels
-        a = np.empty((len(rows), s, s, c), np.float32)
-        b = np.empty((len(rows), s, s, c), np.float32)
+        shape = (len(rows), *as_hw(self.image_size), self.channels)
+        a = np.empty(shape, np.float32)
+        b = np.empty(shape, np.float32)
         for j, r in enumerate(rows):
             a[j] = self._image(r, 0)
             b[j] = self._image(r, 1)

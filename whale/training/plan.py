@@ -153,6 +153,8 @@ def plan_fold(cfg: RunConfig, pair_images: dict[str, int], rates: list[dict] | N
         pairs = 2 * int(pair_images[stage.dataset])
         rate, source = (_rate(rates, cfg.model.branch, cfg.precision, stage.image_size, cfg.model.stem, cfg.batching)
                         if rates else (None, ""))
+        if rate and cfg.aspect != 1:  # an input of aspect a has a times the pixels of the square
+            rate, source = rate / cfg.aspect, f"{source}, / aspect {cfg.aspect:g}"
         train = stage.epochs * pairs / rate / 3600 * slowdown if rate else None
         mining = minings * mining_seconds / 3600 if rate else None
         out.append(StagePlan(index + 1, stage.epochs, stage.image_size, stage.dataset, pairs, minings,

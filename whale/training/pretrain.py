@@ -31,7 +31,7 @@ PRETRAIN_FOLD = "pretrain"
 """What a pre-training run records as its ``fold`` in ``run.json`` (no fold of the main data)."""
 MODEL_KEYS = ("branch", "channels", "head_mid", "head_hidden")
 """Model fields a run must share with the run it starts from (the architecture)."""
-RUN_KEYS = ("seed", "batch_size", "mining_interval", "mining", "candidates", "box_margin", "augment", "precision",
+RUN_KEYS = ("seed", "batch_size", "mining_interval", "mining", "candidates", "box_margin", "crop", "augment", "precision",
             "objective", "batch")
 """Run fields it must share too: they decide what the shared stages trained (the objective: the model's top)."""
 

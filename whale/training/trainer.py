@@ -21,11 +21,12 @@ import numpy as np
 from whale.config import RunConfig, Stage
 from whale.data import FoldData, ImageSet, crop_size_for, fold_data, load_competition, playground_data, unlabelled
 from whale.files import write_json_atomic
-from whale.errors import CheckpointError, ConfigError
+from whale.imagesize import input_size, size_label
+from whale.errors import ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
 import whale.objectives  # noqa: F401 - registers every objective's layers and losses, so checkpoints load
 from whale.training.plots import plot_training
-from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, read_run_json, write_log,
+from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, write_log,
                                    write_run_metadata)
 from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
 from whale.training.minedfiles import load_mined, save_mined, training_key
@@ -70,7 +71,7 @@ class Trainer:
         self.init = init  # the run this one starts from, after its first stages (init_from)
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
-        self.stores = CropStores(cfg.model.channels, cfg.box_margin, cfg.crop_cache)
+        self.stores = CropStores(cfg.model.channels, cfg.box_margin, cfg.crop_cache, cfg.crop)
         self.schedule = Schedule.from_config(cfg)
         self.miner = make_miner(cfg.mining, cfg.candidates, progress=verbose != 0)
         self.objective = whale.objectives.build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
@@ -96,19 +97,20 @@ class Trainer:
         started from one trained with the other; ArcFace's classes on another dataset) needs a
         fresh compile to take effect.
         """
-        from whale.models import build_branch, model_image_size, set_branch_trainable, set_l2, transfer_branch
+        from whale.models import build_branch, model_input_size, set_branch_trainable, set_l2, transfer_branch
         from whale.training.identitybatches import class_counts
 
         shared = self.cfg.batching == "images" and not self.objective.identities
         # An identity objective's classes: images per training identity (ArcFace's classes and margins).
         classes = class_counts(self._training(dataset).pairs.ids) if self.objective.identities else None
         fresh = self.model is None or getattr(self.model, "optimizer", None) is None
+        size = self._input(stage)
         if self.model is None:
-            m, size = self.cfg.model, stage.image_size
-            branch = build_branch(m.branch, (size, size, m.channels), weights=m.weights, options=m.branch_options())
+            m = self.cfg.model
+            branch = build_branch(m.branch, (*size, m.channels), weights=m.weights, options=m.branch_options())
             self.model = self.objective.build(branch, shared=shared, classes=classes)
-        if model_image_size(self.model) != stage.image_size:
-            branch = transfer_branch(self.model.get_layer("branch"), stage.image_size)
+        if model_input_size(self.model) != size:
+            branch = transfer_branch(self.model.get_layer("branch"), size)
             self.model = self.objective.rebuild(self.model, branch, shared, classes)
             fresh = True
         if self.objective.needs_rebuild(self.model, shared, classes):
@@ -125,15 +127,21 @@ class Trainer:
             # Regularisers are read when the train step is traced: trace it again.
             self.model.make_train_function(force=True)
 
+    def _input(self, stage: Stage) -> tuple[int, int]:
+        """``(height, width)`` of ``stage``'s model input (its ``image_size`` under the run's ``aspect``)."""
+        return input_size(stage.image_size, self.cfg.aspect)
+
     # -------------------------------------------------------------- features
-    def _features(self, key: str, images: ImageSet, image_size: int,
+    def _features(self, key: str, images: ImageSet, stage: Stage,
                   indices: np.ndarray | None = None) -> np.ndarray:
-        """Branch features ``[n, d] float32`` of un-augmented crops (``images[indices]``, default all)."""
+        """Branch features ``[n, d] float32`` of un-augmented crops (``images[indices]``, default all)
+        at ``stage``'s input size."""
         from whale.inference.features import ImageBatches, compute_features
 
-        store = self.stores.get(key, images, crop_size_for(image_size))
+        size = self._input(stage)
+        store = self.stores.get(key, images, crop_size_for(size))
         indices = np.arange(len(images)) if indices is None else indices
-        batches = ImageBatches(store, indices, image_size, batch_size=max(self.cfg.batch_size, 32))
+        batches = ImageBatches(store, indices, size, batch_size=max(self.cfg.batch_size, 32))
         return compute_features(self.model.get_layer("branch"), batches, n=len(indices),
                                 progress=self.verbose != 0)
 
@@ -152,28 +160,28 @@ class Trainer:
             return [unlabelled.random_negatives(len(dataset.pairs), rng) for rng in rngs]
         self.log(f"mining the negatives of {what} (K={ep.k:g})")
         dataset = self._training(dataset)
-        feats = self._features(ep.stage.dataset, dataset.gallery, ep.stage.image_size, dataset.pairs_in_gallery)
+        feats = self._features(ep.stage.dataset, dataset.gallery, ep.stage, dataset.pairs_in_gallery)
         mined = self.miner.mine(self._scorer(), feats, dataset.pairs.ids, ep.k, ep.block_epochs,
                                 _rng(self.cfg.seed, _MINING, ep.block_start))
         self.log(self.miner.last_stats.line())
         return mined
 
     # ------------------------------------------------------------ evaluation
-    def validate(self, image_size: int) -> tuple[float, float]:
-        """Validation MAP@5: ``(map5, threshold)``.
+    def validate(self, stage: Stage) -> tuple[float, float]:
+        """Validation MAP@5 at ``stage``'s input size: ``(map5, threshold)``.
 
         The threshold is the config's, or (``threshold: null``) the best one on this validation set.
         """
         from whale.ranking import tune_threshold
 
         grid, d = None if self.cfg.threshold is None else np.array([self.cfg.threshold]), self.data
-        t, best, _ = tune_threshold(self.val_scores(image_size), d.gallery.ids, d.val.ids, grid=grid, open_label=d.open_label)
+        t, best, _ = tune_threshold(self.val_scores(stage), d.gallery.ids, d.val.ids, grid=grid, open_label=d.open_label)
         return float(best), float(t)
 
-    def val_scores(self, image_size: int) -> np.ndarray:
-        """``[n_val, n_gallery] float32``: validation queries against the fold's gallery."""
-        fq = self._features("val", self.data.val, image_size)
-        fg = self._features("main", self._training(self.data).gallery, image_size,
+    def val_scores(self, stage: Stage) -> np.ndarray:
+        """``[n_val, n_gallery] float32``: validation queries against the fold's gallery at ``stage``'s size."""
+        fq = self._features("val", self.data.val, stage)
+        fg = self._features("main", self._training(self.data).gallery, stage,
                             np.arange(len(self.data.gallery)))
         return self._scorer().matrix(fq, fg, progress=self.verbose != 0)
 
@@ -253,7 +261,7 @@ class Trainer:
             done = ep.epoch + 1
             epochs_this_call += 1
             if ep.ends_block and len(self.data.val):
-                vmap, vt = self.validate(stage.image_size)
+                vmap, vt = self.validate(stage)
                 row.update(val_map5=round(vmap, 5), val_threshold=vt)
                 self.log(f"epoch {done}: validation MAP@5 {vmap:.4f} at threshold {vt:g}")
                 if state["best_val_map5"] is None or vmap > state["best_val_map5"]:
@@ -293,14 +301,15 @@ class Trainer:
 
         cfg, stage, dataset = self.cfg, ep.stage, self._training(dataset)
         gallery = unlabelled.first_views(dataset) if stage.dataset == "homography" else dataset.gallery
-        store = self.stores.get(stage.dataset, gallery, crop_size_for(stage.image_size))
+        size = self._input(stage)
+        store = self.stores.get(stage.dataset, gallery, crop_size_for(size))
         # With flip_ids a mirror image is another whale: no random flips inside an id.
-        augmenter = (build_augmenter(stage.image_size, channels=cfg.model.channels, style=cfg.augment_style,
+        augmenter = (build_augmenter(size, channels=cfg.model.channels, style=cfg.augment_style,
                                      flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
         if stage.dataset == "homography":  # two views of each photo, each slot warped by its own homography first
-            store, augmenter = unlabelled.view_inputs(store, augmenter, cfg.homography, stage.image_size)
+            store, augmenter = unlabelled.view_inputs(store, augmenter, cfg.homography, size)
         if self.objective.identities:
-            data, what = identitybatches.epoch_data(store, dataset, cfg, stage.image_size, ep.epoch, negatives, augmenter,
+            data, what = identitybatches.epoch_data(store, dataset, cfg, size, ep.epoch, negatives, augmenter,
                                                     _rng(cfg.seed, _PAIRS, ep.epoch))
             what += f", objective {self.objective.name}"
         else:
@@ -310,11 +319,11 @@ class Trainer:
                                                  _rng(cfg.seed, _MIX, ep.epoch))
             pairs, labels = make_epoch_pairs(positives, negatives, _rng(cfg.seed, _PAIRS, ep.epoch))
             kind = ImageBatchDataset if cfg.batching == "images" else PairDataset
-            data = kind(store, dataset.pairs_in_gallery[pairs], labels, stage.image_size, augmenter,
+            data = kind(store, dataset.pairs_in_gallery[pairs], labels, size, augmenter,
                         batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
             what = describe(data.packed) if kind is ImageBatchDataset else f"{len(pairs)} pairs"
         self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
-                 f"{stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
+                 f"{size_label(size) if cfg.aspect != 1 else stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
                  f"{', branch frozen' if stage.freeze_branch else ''}): {what}")
         return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
 
@@ -422,29 +431,3 @@ def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, i
         then(result)
     return result
 
-
-def score_fold(out_dir, data_dir, fold: int, cfg: RunConfig, checkpoint: str = "best",
-               log=print) -> dict:
-    """Write the score files of an existing run folder from one of its checkpoints.
-
-    Raises:
-        ConfigError: ``out_dir`` holds no run, or ``fold``/the seed differ from its ``run.json``
-            (scoring another fold would validate on the model's own training images).
-    """
-    from whale.inference.runs import score_run
-    from whale.training.distribute import strategy_scope
-
-    meta = read_run_json(out_dir)
-    if meta is None:
-        raise ConfigError(f"{Path(out_dir) / 'run.json'}: not found; --score-only needs a run folder "
-                          "written by run_fold.py")
-    if meta.get("fold") != fold or meta.get("seed") != cfg.seed:
-        raise ConfigError(f"{Path(out_dir) / 'run.json'}: the run trained fold {meta.get('fold')} with seed "
-                          f"{meta.get('seed')}, but --score-only asked for fold {fold}, seed {cfg.seed}; "
-                          "another fold's validation images are this model's training images: "
-                          f"use --fold {meta.get('fold')}")
-
-    comp = load_competition(data_dir)
-    data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
-    with strategy_scope(cfg.strategy):
-        return score_run(out_dir, comp, data, checkpoint=checkpoint, log=log)

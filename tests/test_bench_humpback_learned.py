@@ -1,0 +1,57 @@
+"""benchmarks/humpback.py's learned path: ``--keypoint-runs`` reuses the matcher's score files of the same split only."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import humpback  # noqa: E402
+
+
+def fake_source(root: Path, counts=(1,) * 8 + (3,) * 6 + (5,) * 4, seed=0) -> Path:
+    """A humpback-like folder: ``train.csv`` and distinct small JPEGs, ``counts[i]`` photos of individual i."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    (root / "train").mkdir(parents=True)
+    rows = []
+    for i, n in enumerate(counts):
+        for j in range(n):
+            name = f"{i:03d}{j:02d}.jpg"
+            cv2.imwrite(str(root / "train" / name), rng.integers(0, 255, (24, 40, 3), dtype=np.uint8))
+            rows.append((name, f"w_{i:03d}"))
+    pd.DataFrame(rows, columns=["Image", "Id"]).to_csv(root / "train.csv", index=False)
+    return root
+
+
+def _matcher_files(comp: Path, run: Path) -> None:
+    """Score files as ``whale score --matcher keypoints --fold 0`` writes them for ``comp`` (random scores)."""
+    from whale.data import ImageSet, fold_data, load_competition
+    from whale.inference.scorefile import write_scores
+
+    c = load_competition(comp)
+    data, known = fold_data(c, 0, 0), ImageSet.known(c)
+    rng = np.random.default_rng(0)
+    write_scores(run / "val.npz", rng.random((len(data.val), len(data.gallery))).astype(np.float32),
+                 data.val.names, data.gallery.names, data.gallery.ids, query_ids=data.val.ids)
+    write_scores(run / "test.npz", rng.random((len(c.test_images), len(known))).astype(np.float32),
+                 c.test_images, known.names, known.ids)
+    (run / "run.json").write_text(json.dumps({"data": str(comp), "matcher": "keypoints"}))
+
+
+def test_keypoint_runs_are_taken_for_their_own_split_only(tmp_path):
+    src = fake_source(tmp_path / "src")
+    comps = {s: humpback.build_split(src, tmp_path / f"seed{s}" / "data", s, log=lambda m: None)[0] for s in (0, 1)}
+    _matcher_files(comps[0], tmp_path / "seed0" / "keypoints")
+    assert humpback.keypoint_run_of(tmp_path, 0, comps[0]) == tmp_path / "seed0" / "keypoints"
+    copy = shutil.copytree(comps[0], tmp_path / "copy" / "data")  # the same split written elsewhere
+    assert humpback.keypoint_run_of(tmp_path, 0, copy) == tmp_path / "seed0" / "keypoints"
+    with pytest.raises(ValueError, match="another split"):
+        humpback.keypoint_run_of(tmp_path, 0, comps[1])
+    with pytest.raises(ValueError, match="found none"):
+        humpback.keypoint_run_of(tmp_path, 1, comps[1])

@@ -1,0 +1,37 @@
+"""``run_fold.py --score-only``: an existing run folder's score files, written again from one of its checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from whale.config import RunConfig
+from whale.data import fold_data, load_competition
+from whale.errors import ConfigError
+from whale.training.runlog import read_run_json
+
+
+def score_fold(out_dir, data_dir, fold: int, cfg: RunConfig, checkpoint: str = "best",
+               log=print) -> dict:
+    """Write the score files of an existing run folder from one of its checkpoints.
+
+    Raises:
+        ConfigError: ``out_dir`` holds no run, or ``fold``/the seed differ from its ``run.json``
+            (scoring another fold would validate on the model's own training images).
+    """
+    from whale.inference.runs import score_run
+    from whale.training.distribute import strategy_scope
+
+    meta = read_run_json(out_dir)
+    if meta is None:
+        raise ConfigError(f"{Path(out_dir) / 'run.json'}: not found; --score-only needs a run folder "
+                          "written by run_fold.py")
+    if meta.get("fold") != fold or meta.get("seed") != cfg.seed:
+        raise ConfigError(f"{Path(out_dir) / 'run.json'}: the run trained fold {meta.get('fold')} with seed "
+                          f"{meta.get('seed')}, but --score-only asked for fold {fold}, seed {cfg.seed}; "
+                          "another fold's validation images are this model's training images: "
+                          f"use --fold {meta.get('fold')}")
+
+    comp = load_competition(data_dir)
+    data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
+    with strategy_scope(cfg.strategy):
+        return score_run(out_dir, comp, data, checkpoint=checkpoint, log=log)
