@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -14,19 +13,10 @@ from benchmarks import humpback  # noqa: E402
 
 
 def fake_source(root: Path, counts=(1,) * 8 + (3,) * 6 + (5,) * 4, seed=0) -> Path:
-    """A humpback-like folder: ``train.csv`` and distinct small JPEGs, ``counts[i]`` photos of individual i."""
-    import cv2
+    """test_bench_humpback's fake source, with enough individuals of 3 and 5 photos for a fold to train on."""
+    from tests.test_bench_humpback import fake_source as make
 
-    rng = np.random.default_rng(seed)
-    (root / "train").mkdir(parents=True)
-    rows = []
-    for i, n in enumerate(counts):
-        for j in range(n):
-            name = f"{i:03d}{j:02d}.jpg"
-            cv2.imwrite(str(root / "train" / name), rng.integers(0, 255, (24, 40, 3), dtype=np.uint8))
-            rows.append((name, f"w_{i:03d}"))
-    pd.DataFrame(rows, columns=["Image", "Id"]).to_csv(root / "train.csv", index=False)
-    return root
+    return make(root, counts, seed)
 
 
 def _matcher_files(comp: Path, run: Path) -> None:

@@ -17,8 +17,8 @@ import numpy as np
 
 from whale.catalogue import sql
 from whale.catalogue.db import Catalogue
-from whale.catalogue.ingest import check_photo, image_path
-from whale.catalogue.match import check_batch, groups_of, list_photos, record_proposals
+from whale.catalogue.ingest import image_path
+from whale.catalogue.match import batch_photos, check_batch, groups_of, record_proposals
 from whale.catalogue.proposals import Proposals
 from whale.errors import DataError
 
@@ -65,17 +65,7 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
     from whale.keypoints import KeypointMatcher
 
     photos_dir = Path(photos_dir)
-    check_batch(cat, photos_dir, batch, rematch)
-    if int(top) < 1:
-        raise DataError(f"--top {top}: expected at least 1")
-    photos = list_photos(photos_dir)
-    boxes = {}
-    if boxes_csv is not None:
-        from whale.data.competition import read_boxes
-
-        boxes = read_boxes(boxes_csv)
-    for p in photos:
-        check_photo(p, boxes.get(p.name), f"{photos_dir}: photo {p.name}")
+    photos, boxes = batch_photos(cat, photos_dir, batch, rematch, top, boxes_csv)
     threshold = float(cfg.verify.new_threshold if threshold is None else threshold)
     with cat.writing():
         batch = check_batch(cat, photos_dir, batch, rematch)

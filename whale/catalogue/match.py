@@ -251,6 +251,25 @@ def check_batch(cat: Catalogue, photos_dir, batch: str | None = None, rematch: b
     return batch
 
 
+def batch_photos(cat: Catalogue, photos_dir: Path, batch: str | None, rematch: bool, top: int,
+                 boxes_csv=None) -> tuple[list[Path], dict]:
+    """A batch's photos and boxes, each photo decoded, before any model or matcher loads: ``(photos, boxes by
+    file name)``. Raises DataError on a bad or existing batch (:func:`check_batch`), ``top`` < 1, a photo that
+    is not an image (naming it) or a bad boxes CSV."""
+    check_batch(cat, photos_dir, batch, rematch)
+    if int(top) < 1:
+        raise DataError(f"--top {top}: expected at least 1")
+    photos = list_photos(photos_dir)
+    boxes = {}
+    if boxes_csv is not None:
+        from whale.data.competition import read_boxes
+
+        boxes = read_boxes(boxes_csv)
+    for p in photos:
+        check_photo(p, boxes.get(p.name), f"{photos_dir}: photo {p.name}")
+    return photos, boxes
+
+
 def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None = None, top: int = 10,
                 method: str = "auto", threshold: float | None = None, boxes_csv=None,
                 pool: int = DEFAULT_POOL, rematch: bool = False) -> tuple[Proposals, Path]:
@@ -265,17 +284,7 @@ def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None 
         DataError: a bad batch name, an existing batch, a photo that is not an image (naming it), ...
     """
     photos_dir = Path(photos_dir)
-    check_batch(cat, photos_dir, batch, rematch)
-    if int(top) < 1:
-        raise DataError(f"--top {top}: expected at least 1")
-    photos = list_photos(photos_dir)
-    boxes = {}
-    if boxes_csv is not None:
-        from whale.data.competition import read_boxes
-
-        boxes = read_boxes(boxes_csv)
-    for p in photos:
-        check_photo(p, boxes.get(p.name), f"{photos_dir}: photo {p.name}")
+    photos, boxes = batch_photos(cat, photos_dir, batch, rematch, top, boxes_csv)
     with cat.writing():
         return _match(cat, run, photos_dir, photos, boxes, check_batch(cat, photos_dir, batch, rematch), top,
                       method, threshold, pool)
