@@ -39,9 +39,9 @@ def _fake_crops(monkeypatch):
     """load_crop returns a distinct asymmetric crop per path: pixel (y, x) = 10 * path + x."""
     from whale.data import images
 
-    def fake(path, box, crop, channels=3, margin=0.05):
-        row = (10 * int(Path(path).stem) + np.arange(crop)).astype(np.uint8)
-        return np.repeat(np.broadcast_to(row, (crop, crop))[:, :, None], channels, axis=2).copy()
+    def fake(path, box, size, channels=3, margin=0.05, crop="box"):
+        row = (10 * int(Path(path).stem) + np.arange(size)).astype(np.uint8)
+        return np.repeat(np.broadcast_to(row, (size, size))[:, :, None], channels, axis=2).copy()
 
     monkeypatch.setattr(images, "load_crop", fake)
 
