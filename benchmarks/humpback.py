@@ -382,48 +382,99 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def mirror_split(comp_dir: Path, seed: int) -> tuple:
+    """A validation split drawn from ``train`` as the test set was drawn from the whole data: one photo per
+    individual with two or more ``train`` photos is a known query (so 1-photo galleries occur, as in the
+    test), every ``train`` photo labelled ``new_whale`` an open-set query, the other known photos the gallery.
+
+    Returns:
+        ``(gallery_paths, gallery_ids, query_paths, query_ids)``, ids as str arrays.
+    """
+    df = pd.read_csv(comp_dir / "train.csv")
+    known = df[df["Id"] != NEW_WHALE]
+    rng = np.random.default_rng(1000 + seed)
+    query_rows = [g.index[rng.integers(len(g))] for _, g in known.groupby("Id", sort=True) if len(g) >= 2]
+    gallery = known.drop(index=query_rows)
+    queries = pd.concat([known.loc[query_rows], df[df["Id"] == NEW_WHALE]])
+
+    def paths(frame):
+        return [comp_dir / "train" / name for name in frame["Image"]]
+
+    return (paths(gallery), gallery["Id"].to_numpy(str), paths(queries), queries["Id"].to_numpy(str))
+
+
 def screen(args, settings: list[str], log=print) -> list[dict]:
-    """Keypoint settings compared on validation only: split ``args.seeds``' first seed, fold 0's validation
-    queries against the fold's training images (the queries ``whale ensemble --tune`` sees), never the test
-    set. ``settings``: one string of space-separated ``KEY=VALUE`` overrides of ``--keypoint-config`` each."""
+    """Keypoint settings compared on validation only, never on the test set: split ``args.seeds``' first seed,
+    either fold 0's validation queries against the fold's training images (``args.screen_on == "fold0"``: the
+    queries ``whale ensemble --tune`` sees; every known one has two or more gallery photos) or
+    :func:`mirror_split` (``"mirror"``: drawn from ``train`` as the test was, 1-photo galleries included).
+    ``settings``: one string of space-separated ``KEY=VALUE`` overrides of ``--keypoint-config`` each."""
     from whale.data import fold_data, load_competition
-    from whale.keypoints import FeatureStore, KeypointMatcher, load_keypoint_config
+    from whale.keypoints import load_keypoint_config
     from whale.overrides import overrides
-    from whale.ranking import top_id_scores, tune_threshold
 
     seed = int(args.seeds.split(",")[0])
     comp_dir = Path(args.out) / f"seed{seed}" / "data"
     if not (comp_dir / "test_solution.csv").is_file():
         build_split(args.source, comp_dir, seed, log)
-    data = fold_data(load_competition(comp_dir), 0, 0)
-    known = data.val.ids != NEW_WHALE
-    log(f"screen on split {seed}, fold 0: {len(data.val)} validation queries ({(~known).sum()} new), "
-        f"{len(data.gallery)} gallery photos")
+    if args.screen_on == "mirror":
+        g_paths, g_ids, q_paths, q_ids = mirror_split(comp_dir, seed)
+    else:
+        data = fold_data(load_competition(comp_dir), 0, 0)
+        g_paths, g_ids, q_paths, q_ids = data.gallery.paths, data.gallery.ids, data.val.paths, data.val.ids
+    known = q_ids != NEW_WHALE
+    single = single_photo_queries(g_ids, q_ids)
+    log(f"screen on split {seed}, {args.screen_on}: {len(q_ids)} validation queries ({(~known).sum()} new, "
+        f"{single.sum()} known with one gallery photo), {len(g_ids)} gallery photos")
     rows = []
     for setting in settings:
         cfg = load_keypoint_config(args.keypoint_config, overrides(setting.split()))
-        store = FeatureStore(cfg, args.cache)
-        t0 = time.perf_counter()
-        fg = store.features(data.gallery.paths, progress=False)
-        fv = store.features(data.val.paths, progress=False)
-        t_feat = time.perf_counter() - t0
-        matcher = KeypointMatcher(cfg, fg, data.gallery.ids)
-        result = matcher.match(fv, progress=False)
-        names, idx, _ = top_id_scores(result.scores[known], data.gallery.ids, k=5)
-        hit = names[idx] == data.val.ids[known][:, None]
-        _, val_map, _ = tune_threshold(result.scores, data.gallery.ids, data.val.ids)
-        row = {"setting": setting or "(the config as it is)", "map5_known": float((hit / np.arange(1, 6)).sum(1).mean()),
-               "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map),
-               "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
-               "seconds": {"features": t_feat, "index": matcher.index_seconds, **result.seconds}}
+        row = {"setting": setting or "(the config as it is)", "screen_on": args.screen_on,
+               **evaluate_setting(cfg, args.cache, g_paths, g_ids, q_paths, q_ids)}
         log(json.dumps(row))
         rows.append(row)
-    lines = ["| setting | known MAP@5 | top-1 | top-5 | MAP@5, threshold tuned | descriptors/photo |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['setting']} | {r['map5_known']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | {r['map5_tuned']:.3f} | "
-              f"{r['descriptors_per_photo']:.0f} |" for r in rows]
-    log("\n".join(lines))
+    log(screen_table(rows))
     return rows
+
+
+def single_photo_queries(g_ids: np.ndarray, q_ids: np.ndarray) -> np.ndarray:
+    """``[known queries] bool``: the known queries whose individual has one gallery photo."""
+    photos_of = pd.Series(g_ids).value_counts()
+    return photos_of.reindex(q_ids[q_ids != NEW_WHALE]).to_numpy() == 1
+
+
+def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
+    """One keypoint config on a validation split: known MAP@5 (all, one gallery photo), top-1/5, MAP@5 with
+    ``new_whale`` at the threshold tuned on the same queries, descriptors per photo, seconds."""
+    from whale.keypoints import FeatureStore, KeypointMatcher
+    from whale.ranking import top_id_scores, tune_threshold
+
+    known = q_ids != NEW_WHALE
+    single = single_photo_queries(g_ids, q_ids)
+    store = FeatureStore(cfg, cache)
+    t0 = time.perf_counter()
+    fg = store.features(g_paths, progress=False)
+    fv = store.features(q_paths, progress=False)
+    t_feat = time.perf_counter() - t0
+    matcher = KeypointMatcher(cfg, fg, g_ids)
+    result = matcher.match(fv, progress=False)
+    names, idx, _ = top_id_scores(result.scores[known], g_ids, k=5)
+    hit = names[idx] == q_ids[known][:, None]
+    ap5 = (hit / np.arange(1, 6)).sum(1)
+    _, val_map, _ = tune_threshold(result.scores, g_ids, q_ids)
+    return {"map5_known": float(ap5.mean()), "map5_known_single": float(ap5[single].mean()) if single.any() else None,
+            "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map),
+            "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
+            "seconds": {"features": t_feat, "index": matcher.index_seconds, **result.seconds}}
+
+
+def screen_table(rows: list[dict]) -> str:
+    lines = ["| setting | known MAP@5 | 1 gallery photo | top-1 | top-5 | MAP@5, threshold tuned | descriptors/photo |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['setting']} | {r['map5_known']:.3f} | "
+              f"{'-' if r['map5_known_single'] is None else format(r['map5_known_single'], '.3f')} | {r['top1']:.3f} | "
+              f"{r['top5']:.3f} | {r['map5_tuned']:.3f} | {r['descriptors_per_photo']:.0f} |" for r in rows]
+    return "\n".join(lines)
 
 
 def times_table(rows: list[dict], reference: float) -> str:
@@ -455,6 +506,9 @@ def main(argv=None) -> int:
     p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
                    help="instead of the methods: compare keypoint settings on validation (split of the first "
                         "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")
+    p.add_argument("--screen-on", choices=("fold0", "mirror"), default="fold0",
+                   help="--screen's queries: fold 0's validation (default) or a split of train drawn as the test "
+                        "was (mirror: known whales with a single gallery photo included)")
     args = p.parse_args(argv)
     args.source = common.shared_data("humpback")
     if args.source is None:

@@ -116,3 +116,22 @@ def test_breakdown_bins_known_queries_by_gallery_photos(tmp_path):
     got = hb.breakdown(seed, "keypoints")
     assert got == {"1": (1, 1.0), "2": (1, 0.5), "3-5": (1, 0.0), "6+": (0, 0.0)}
     assert hb.main([str(tmp_path)]) == 0
+
+
+def test_mirror_screen_draws_validation_from_train_as_the_test_was(tmp_path, monkeypatch):
+    src = fake_source(tmp_path / "src", counts=(1,) * 8 + (2,) * 4 + (3,) * 6 + (5,) * 4)
+    monkeypatch.setattr(humpback.common, "shared_data", lambda *a: src)
+    out = tmp_path / "out"
+    monkeypatch.setattr("builtins.print", lambda *a, **k: None)
+    assert humpback.main(["--out", str(out), "--screen-on", "mirror", "--screen", ""]) == 0
+    g_paths, g_ids, q_paths, q_ids = humpback.mirror_split(out / "seed0" / "data", 0)
+    train = pd.read_csv(out / "seed0" / "data" / "train.csv")
+    known = train[train.Id != NEW_WHALE]
+    assert sorted(map(str, g_paths + q_paths)) == sorted(str(out / "seed0" / "data" / "train" / n) for n in train.Image)
+    assert set(map(str, g_paths)).isdisjoint(map(str, q_paths))
+    assert sorted(q_ids[q_ids != NEW_WHALE]) == sorted(w for w, n in known.Id.value_counts().items() if n >= 2)
+    assert (q_ids == NEW_WHALE).sum() == (train.Id == NEW_WHALE).sum()
+    assert humpback.single_photo_queries(g_ids, q_ids).any()  # whales with one gallery photo, as in the test
+    row = json.loads((out / "screen.json").read_text())[0]
+    assert row["screen_on"] == "mirror" and 0 <= row["map5_known_single"] <= 1
+    assert not (out / "seed0" / "keypoints").exists()  # no test scoring

@@ -4,7 +4,8 @@ RootSIFT on contrast-normalised photos without their white padding (:mod:`~whale
 kept per photo content (:mod:`~whale.keypoints.store`), searched over the whole gallery
 (:mod:`~whale.keypoints.index`), LNBNN votes and geometric verification (:mod:`~whale.keypoints.matcher`),
 score files like a trained run's (:mod:`whale.inference.keypoints`). Settings: :mod:`~whale.keypoints.config`,
-``configs/keypoints.yaml``. No Keras import.
+``configs/keypoints.yaml``. No Keras import here: a learned descriptor (:mod:`~whale.keypoints.descriptor`,
+on :mod:`~whale.keypoints.patches`) loads Keras when a config names one.
 """
 from whale.keypoints.config import KeypointConfig, load_keypoint_config
 from whale.keypoints.extract import Features, extract

@@ -17,6 +17,7 @@ from typing import Any
 
 from whale.checker import Checker
 from whale.errors import ConfigError
+from whale.files import file_hash
 from whale.overrides import apply_override
 
 GEOMETRIES = ("homography", "affine", "similarity")
@@ -33,6 +34,9 @@ AUTO_IVF_FROM = 200_000
 """Gallery descriptors from which ``index: auto`` takes the approximate index."""
 FEATURE_VERSION = 2
 """Bumped when extraction changes in a way the settings do not show (stored descriptors are then redone)."""
+_LATER_FEATURE_KEYS = {"min_side": 0, "descriptor": "rootsift"}
+"""Feature settings added after :data:`FEATURE_VERSION` 2, named in the fingerprint only when set away from
+this default, so that features stored before they existed stay valid."""
 
 
 @dataclass(frozen=True)
@@ -41,20 +45,24 @@ class FeatureConfig:
 
     ``trim_white``: cut the white padding the photo's publisher added (rows and columns at the border
     that are almost all near-white). ``max_side``: the longer side after trimming, larger photos shrunk
-    (0 = as they are). ``clahe``: clip limit of the contrast normalisation (0 = off). ``n_features``:
+    (0 = as they are); ``min_side``: smaller photos enlarged (cubic) until their longer side is this
+    (0 = as they are: the fluke of a 300 px letterboxed photo is about 300 x 120 px). ``clahe``: clip limit of the contrast normalisation (0 = off). ``n_features``:
     the strongest SIFT keypoints kept; ``contrast``: SIFT's contrast threshold (lower = more, weaker
     keypoints). ``sigma``: SIFT's blur of the first octave (larger = fewer fine-scale keypoints, such as
     ripples of water). ``upright``: every keypoint's orientation set to 0 (photos taken the right way up;
-    more distinctive, not rotation invariant).
+    more distinctive, not rotation invariant). ``descriptor``: ``rootsift``, or the folder of a learned
+    descriptor (:mod:`whale.keypoints.descriptor`) describing the same keypoints' patches.
     """
 
     trim_white: bool = True
     max_side: int = 0
+    min_side: int = 0
     clahe: float = 2.0
     n_features: int = 1000
     contrast: float = 0.04
     sigma: float = 1.2
     upright: bool = True
+    descriptor: str = "rootsift"
 
 
 @dataclass(frozen=True)
@@ -112,7 +120,14 @@ class KeypointConfig:
 
     def fingerprint(self) -> str:
         """12 hex digits naming the feature settings (and :data:`FEATURE_VERSION`)."""
-        payload = json.dumps({"v": FEATURE_VERSION, **dataclasses.asdict(self.features)}, sort_keys=True)
+        features = {k: v for k, v in dataclasses.asdict(self.features).items()
+                    if _LATER_FEATURE_KEYS.get(k, object()) != v}
+        if self.features.descriptor != "rootsift":  # a retrained descriptor is another feature
+            from whale.keypoints.descriptor import WEIGHTS  # descriptor imports nothing of this package's but patches
+
+            weights = Path(self.features.descriptor) / WEIGHTS
+            features["descriptor"] = file_hash(weights) if weights.is_file() else f"missing {weights}"
+        payload = json.dumps({"v": FEATURE_VERSION, **features}, sort_keys=True)
         return hashlib.sha1(payload.encode()).hexdigest()[:12]
 
     def config_hash(self) -> str:
@@ -141,11 +156,13 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
     features = FeatureConfig(
         trim_white=check.boolean(f.get("trim_white", d.trim_white), "features.trim_white"),
         max_side=check.number(f.get("max_side", d.max_side), "features.max_side", int, lo=0, hi=4096),
+        min_side=check.number(f.get("min_side", d.min_side), "features.min_side", int, lo=0, hi=4096),
         clahe=check.number(f.get("clahe", d.clahe), "features.clahe", float, lo=0),
         n_features=check.number(f.get("n_features", d.n_features), "features.n_features", int, lo=8, hi=20000),
         contrast=check.number(f.get("contrast", d.contrast), "features.contrast", float, lo=0, lo_open=True),
         sigma=check.number(f.get("sigma", d.sigma), "features.sigma", float, lo=0.5, hi=8),
-        upright=check.boolean(f.get("upright", d.upright), "features.upright"))
+        upright=check.boolean(f.get("upright", d.upright), "features.upright"),
+        descriptor=str(f.get("descriptor", d.descriptor)))
     d = SearchConfig()
     search = SearchConfig(
         k=check.number(s.get("k", d.k), "search.k", int, lo=1, hi=64),

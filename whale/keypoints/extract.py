@@ -73,8 +73,11 @@ def prepare(gray: np.ndarray, cfg: FeatureConfig) -> tuple[np.ndarray, float, in
     scale = 1.0
     if cfg.max_side and max(gray.shape) > cfg.max_side:
         scale = cfg.max_side / max(gray.shape)
+    elif cfg.min_side and max(gray.shape) < cfg.min_side:
+        scale = cfg.min_side / max(gray.shape)
+    if scale != 1.0:
         size = (max(1, round(gray.shape[1] * scale)), max(1, round(gray.shape[0] * scale)))
-        gray = cv2.resize(gray, size, interpolation=cv2.INTER_AREA)
+        gray = cv2.resize(gray, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_CUBIC)
     if cfg.clahe > 0:
         gray = cv2.createCLAHE(clipLimit=cfg.clahe, tileGridSize=(8, 8)).apply(gray)
     return gray, scale, x0, y0
@@ -103,11 +106,20 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
     if cfg.upright:
         for kp in keypoints:
             kp.angle = 0.0
-    keypoints, desc = sift.compute(image, keypoints) if keypoints else ((), None)
-    if desc is None or not len(keypoints):
-        return Features.empty(original.shape)
-    desc = desc / np.maximum(desc.sum(axis=1, keepdims=True), 1e-7)
-    root = np.clip(np.sqrt(desc) * DESCRIPTOR_SCALE + 0.5, 0, 255).astype(np.uint8)
+    if cfg.descriptor != "rootsift" and keypoints:
+        from whale.keypoints.descriptor import load
+        from whale.keypoints.patches import patches
+
+        described = load(cfg.descriptor)
+        root = described(patches(image, np.array([kp.pt for kp in keypoints], np.float32),
+                                 np.array([kp.size for kp in keypoints], np.float32), described.size))
+    else:
+        keypoints, desc = sift.compute(image, keypoints) if keypoints else ((), None)
+        if desc is None or not len(keypoints):
+            return Features.empty(original.shape)
+        desc = desc / np.maximum(desc.sum(axis=1, keepdims=True), 1e-7)
+        root = np.sqrt(desc)
+    root = np.clip(root * DESCRIPTOR_SCALE + 0.5, 0, 255).astype(np.uint8)
     pts = np.array([kp.pt for kp in keypoints], dtype=np.float32) / scale + np.float32([x0, y0])
     shape = np.array([(kp.size / scale, kp.angle) for kp in keypoints], dtype=np.float32)
     return Features(pts, shape, root, tuple(original.shape))
