@@ -104,6 +104,13 @@ def quiet_backend() -> None:
     absl_logging.set_verbosity(absl_logging.ERROR)
 
 
+def quiet_unless_debugging() -> None:
+    """:func:`quiet_backend` unless ``WHALE_DEBUG`` is set: the start of a script outside the command tree
+    (the benchmarks), which has no ``--debug`` of its own. Call before the backend is imported."""
+    if not debugging(argparse.Namespace()):
+        quiet_backend()
+
+
 def execute(run: Callable[[argparse.Namespace], int | None], args: argparse.Namespace, prog: str) -> int:
     """Run ``run(args)``, a parsed command line: backend logs quiet unless :func:`debugging`, bad
     input one line and status 2 (:func:`whale.errors.run_guarded`). Returns the exit status."""
