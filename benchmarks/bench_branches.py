@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from whale.command import quiet_unless_debugging  # noqa: E402
+
+quiet_unless_debugging()  # before anything imports the backend
 
 
 def bench(name: str, size: int, channels: int, batch: int, warmup: int, batches: int) -> dict:

@@ -307,7 +307,9 @@ PHASES = {"train": phase_train, "speed": phase_speed, "quality": phase_quality,
 
 
 def main():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from whale.command import quiet_unless_debugging
+
+    quiet_unless_debugging()
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # this benchmark measures the CPU
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -583,7 +583,9 @@ def setup_tensorflow(threads: int = 2) -> None:
     Does nothing under another Keras backend (``KERAS_BACKEND=jax`` on the GPU machine)."""
     import os
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from whale.command import quiet_unless_debugging
+
+    quiet_unless_debugging()
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     if os.environ["KERAS_BACKEND"] != "tensorflow":
         return

@@ -655,7 +655,9 @@ _ARGS = None
 def main(argv=None) -> int:
     global _ARGS
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from whale.command import quiet_unless_debugging
+
+    quiet_unless_debugging()
     args = _ARGS = parse_args(argv)
     # Compiled programs persist across the steps' processes and the session's calls (same shapes, same
     # program: the trainer's compile of a model the model-only step compiled is then a cache hit).

@@ -56,7 +56,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from whale.command import quiet_unless_debugging  # noqa: E402
+
+quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 

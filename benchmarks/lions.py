@@ -34,13 +34,14 @@ The last stdout line is ``{"benchmark": "lions", "metrics": {...}, "seconds": ..
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from whale.command import quiet_unless_debugging  # noqa: E402
+
+quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 

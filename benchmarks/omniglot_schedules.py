@@ -17,14 +17,15 @@ and 5 per 24-epoch one on 2 CPU cores (all of :data:`SCHEDULES`: ~28 minutes).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from whale.command import quiet_unless_debugging  # noqa: E402
+
+quiet_unless_debugging()  # before anything imports the backend
 
 from benchmarks import common, omniglot  # noqa: E402
 

@@ -178,6 +178,18 @@ def test_quiet_backend_sets_the_log_level_unless_debug(monkeypatch):
     assert command.execute(run, parser.parse_args([]), "tool") == 0 and seen[-1] == "0"
 
 
+def test_scripts_outside_the_tree_are_quiet_unless_whale_debug(monkeypatch):
+    from whale import command
+
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    monkeypatch.setenv(command.DEBUG_ENV, "1")
+    command.quiet_unless_debugging()
+    assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+    monkeypatch.delenv(command.DEBUG_ENV)
+    command.quiet_unless_debugging()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "2"
+
+
 def test_a_command_s_backend_start_up_logs_are_quiet():
     code = ("import sys\nfrom whale import command\n"
             "def run(args):\n    import tensorflow as tf\n    print('ran', int(tf.constant(1) + 1))\n"

@@ -40,14 +40,22 @@ class Parser(argparse.ArgumentParser):
     check :func:`check_with` registered for it runs, once the whole line has parsed."""
 
     def parse_args(self, args=None, namespace=None):
+        return self._parse(args, namespace, strict=True)[0]
+
+    def parse_checked_known_args(self, args=None, namespace=None) -> tuple[argparse.Namespace, list[str]]:
+        """As :meth:`parse_args`, but the arguments no parser of the tree knows are returned beside the
+        namespace, ``(args, extras)``, not refused (a Kaggle kernel's line may carry its runner's own)."""
+        return self._parse(args, namespace, strict=False)
+
+    def _parse(self, args, namespace, strict: bool) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = self.parse_known_args(args, namespace)
         owner = vars(parsed).pop(_OWNER, self)
-        if extras:
+        if extras and strict:
             owner.error(f"unrecognized arguments: {' '.join(extras)}")
         check = vars(parsed).pop(_CHECK, None)
         if check is not None:
             check(parsed)
-        return parsed
+        return parsed, extras
 
 
 def check_with(parser: argparse.ArgumentParser, check: Callable[[argparse.ArgumentParser, argparse.Namespace], None]) -> None:
@@ -94,6 +102,13 @@ def quiet_backend() -> None:
     except ImportError:
         return
     absl_logging.set_verbosity(absl_logging.ERROR)
+
+
+def quiet_unless_debugging() -> None:
+    """:func:`quiet_backend` unless ``WHALE_DEBUG`` is set: the start of a script outside the command tree
+    (the benchmarks), which has no ``--debug`` of its own. Call before the backend is imported."""
+    if not debugging(argparse.Namespace()):
+        quiet_backend()
 
 
 def execute(run: Callable[[argparse.Namespace], int | None], args: argparse.Namespace, prog: str) -> int:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from whale.arrays import IdGroups
+
 __all__ = ["precision_at_k_per_image", "map_at_k", "top_k_accuracy", "retrieval_protocol", "retrieval_draws",
            "retrieval_queries", "top_k_identities", "pair_verification"]
 
@@ -171,13 +173,12 @@ def top_k_identities(scores: np.ndarray, gallery_ids: Sequence[str], query_ids: 
     scores = np.asarray(scores, np.float64)
     gallery = np.asarray(gallery_ids).astype(str)
     query = np.asarray(query_ids).astype(str)
-    uniq, code = np.unique(gallery, return_inverse=True)
-    missing = sorted(set(query) - set(uniq))
+    groups = IdGroups.of(gallery, open_label=None)
+    missing = sorted(set(query) - set(groups.names))
     if missing:
         raise ValueError(f"query identities absent from the gallery: {missing[:5]}")
-    order = np.argsort(code, kind="stable")
-    best = np.maximum.reduceat(scores[:, order], np.searchsorted(code[order], np.arange(len(uniq))), axis=1)
-    own = best[np.arange(len(query)), np.searchsorted(uniq, query)][:, None]
+    best = groups.max(scores, dtype=np.float64)
+    own = best[np.arange(len(query)), np.searchsorted(groups.names, query)][:, None]
     above = (best > own).sum(axis=1)
     level = (best == own).sum(axis=1) - 1
     return {f"top{k}": float(np.clip((k - above) / (level + 1), 0.0, 1.0).mean()) for k in ks}

@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from whale import command
 from whale.errors import DataError, WhaleError
 from whale.files import write_json_atomic, write_text_atomic
 
@@ -215,9 +216,13 @@ def _record(run_dir: Path, args, session: dict) -> None:
         "competition": args.competition, "sessions": sessions + [session]})
 
 
-def _parse(argv):
-    p = argparse.ArgumentParser(prog="whale.kaggle.entry", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+PROG = "python -m whale.kaggle.entry"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m whale.kaggle.entry``, which a kernel's ``run.py`` bakes in (:mod:`whale.command`)."""
+    p = parser
+    p.description, p.formatter_class = __doc__, argparse.RawDescriptionHelpFormatter
     p.add_argument("--config", required=True, help="config name (NAME.yaml in the code dataset) or path")
     p.add_argument("--fold", type=int, help="the fold (required unless --pretrain)")
     p.add_argument("--pretrain", action="store_true",
@@ -236,11 +241,22 @@ def _parse(argv):
     p.add_argument("--verbose", type=int, default=2, help="Keras verbosity (2: one line per epoch)")
     p.add_argument("--started", type=float, help=argparse.SUPPRESS)  # time.time() at run.py's start
     p.add_argument("--max-epochs", type=int, help=argparse.SUPPRESS)  # tests: stop after N epochs
-    args, unknown = p.parse_known_args(argv)
+    command.check_with(p, _check_fold_or_pretrain)
+
+
+def _check_fold_or_pretrain(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if (args.fold is None) != args.pretrain or (args.pretrain and not args.playground):
+        parser.error("give --fold K or --pretrain --playground SLUG")
+
+
+def _parse(argv) -> argparse.Namespace:
+    """``argv`` parsed by :func:`add_arguments`'s flags; arguments it does not know are noted on stderr and
+    ignored (the kernel's ``run.py`` passes its own command line on), not refused as by the other commands."""
+    parser = command.Parser(prog=PROG)
+    add_arguments(parser)
+    args, unknown = parser.parse_checked_known_args(argv)
     if unknown:
         print(f"whale.kaggle.entry: ignoring arguments {unknown}", file=sys.stderr)
-    if (args.fold is None) != args.pretrain or (args.pretrain and not args.playground):
-        p.error("give --fold K or --pretrain --playground SLUG")
     return args
 
 
@@ -259,8 +275,16 @@ def find_pretrained(input_dir: Path, slug: str) -> Path:
 
 
 def main(argv=None) -> int:
+    """The kernel's ``run.py`` calls this: parse ``argv`` (default ``sys.argv[1:]``) and :func:`run` the session.
+
+    Errors keep their traceback, for the kernel's log (the other commands' :func:`whale.command.main` makes
+    bad input one line).
+    """
+    return run(_parse(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     """Run one session; returns 0 when the schedule is finished, 3 when paused (as run_fold.py)."""
-    args = _parse(argv)
     started = args.started or time.time()
     root = kaggle_root()
     input_dir, run_dir = root / "input", root / "working" / RUN_DIR

@@ -1,7 +1,8 @@
 """Per-id scores and each query's best ids: the first step from a score matrix to a ranking.
 
 Per id, a query's probability is the maximum over that id's gallery images
-(:func:`per_id_scores`: gallery columns sorted by id, then ``np.maximum.reduceat``); gallery
+(:func:`per_id_scores`: gallery columns sorted by id, then ``np.maximum.reduceat``, through
+:class:`whale.arrays.IdGroups`, the toolkit's one per-id reduction); gallery
 images labelled ``new_whale`` are dropped, so ``new_whale`` is never predicted as an id.
 The best ids are ordered by probability, ties broken by id name (ascending). The full test
 matrix (7,960 x 25,361) is handled in blocks of queries (:func:`top_id_scores`) so that the
@@ -18,72 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from whale import NEW_WHALE
+from whale.arrays import IdGroups
 from whale.errors import DataError
 
 TOP_K = 5
 DEFAULT_BLOCK = 1024
 N_TOP = 20
 """Ids kept per query in a :class:`TopIds` (the calibration features use up to 20)."""
-
-
-@dataclass(frozen=True)
-class IdGroups:
-    """Gallery columns grouped by id: the one per-id reduction of the toolkit.
-
-    Inference, the ensemble, explain and the catalogue reduce a ``[b, n_gallery]`` block of scores
-    to each id's maximum (and, where a person looks at it, the column that holds it) through this.
-
-    Attributes:
-        names: ``[n_ids]`` ids ascending (str or int codes), the open-set label dropped.
-        columns: ``[m]`` int64 gallery columns sorted by id; None = all columns, already in order.
-        starts: ``[n_ids]`` int64 offsets into the sorted columns where each id's group starts.
-
-    Example:
-        >>> g = IdGroups.of(np.array(["b", "a", "b"]))
-        >>> g.max(np.array([[0.1, 0.5, 0.9]], np.float32))
-        array([[0.5, 0.9]], dtype=float32)
-        >>> g.best_columns(np.array([[0.1, 0.5, 0.9]], np.float32), np.array([[1, 0]]))
-        array([[2, 1]])
-    """
-
-    names: np.ndarray
-    columns: np.ndarray | None
-    starts: np.ndarray
-
-    @classmethod
-    def of(cls, gallery_ids: np.ndarray, open_label: str | None = NEW_WHALE) -> "IdGroups":
-        """Groups of ``gallery_ids`` ``[n_gallery]`` (str or int); columns labelled ``open_label`` dropped."""
-        gallery_ids = np.asarray(gallery_ids)
-        keep = (np.flatnonzero(gallery_ids != open_label) if open_label is not None and gallery_ids.dtype.kind in "UO"
-                else np.arange(gallery_ids.size))
-        kept = gallery_ids[keep]
-        order = np.argsort(kept, kind="stable")
-        columns = keep[order].astype(np.int64)
-        names, starts = np.unique(kept[order], return_index=True)
-        if columns.size == gallery_ids.size and np.array_equal(columns, np.arange(columns.size)):
-            columns = None  # already grouped by id: no gather needed
-        return cls(names=names, columns=columns, starts=starts.astype(np.int64))
-
-    def max(self, block: np.ndarray) -> np.ndarray:
-        """``[b, n_gallery]`` scores -> ``[b, n_ids]`` float32, the maximum over each id's columns."""
-        if self.names.size == 0:
-            return np.empty((block.shape[0], 0), dtype=np.float32)
-        # np.take is markedly faster than fancy indexing for a column gather.
-        grouped = block if self.columns is None else np.take(block, self.columns, axis=1)
-        # float16 arithmetic is slow; rounding is monotonic, so casting first keeps the max exact.
-        grouped = grouped.astype(np.float32, copy=False)
-        return np.maximum.reduceat(grouped, self.starts, axis=1)
-
-    def best_columns(self, block: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        """The gallery column holding the maximum of id ``ids[r, j]`` (an index into ``names``) in row ``r`` of
-        ``block`` ``[b, n_gallery]``: ``[b, j]`` int64 (the first such column on a tie)."""
-        ends = np.r_[self.starts[1:], self.columns.size if self.columns is not None else block.shape[1]]
-        sorted_cols = self.columns if self.columns is not None else np.arange(block.shape[1])
-        out = np.empty(ids.shape, np.int64)
-        for r, j in np.ndindex(*ids.shape):
-            cols = sorted_cols[self.starts[ids[r, j]]:ends[ids[r, j]]]
-            out[r, j] = cols[np.argmax(block[r, cols])]
-        return out
 
 
 def check_scores(scores, gallery_ids) -> tuple[np.ndarray, np.ndarray]:
