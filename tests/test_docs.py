@@ -24,7 +24,7 @@ README_MAX_LINES = 200
 # `python -m NAME` or `python SCRIPT` -> the whale subcommand it equals ("whale.inference": "score", "run_fold.py": "train")
 ENTRY_POINTS = {c.same_as.split()[-1]: c.name for c in cli.COMMANDS}
 # Importing these loads Keras (seconds): their flags are checked against their source instead, as benchmarks'.
-SOURCE_CHECKED = {"whale.models.convert"}
+SOURCE_CHECKED = {"whale.models.convert", "whale.keypoints.learn"}
 SYNOPSIS = re.compile(r"[\[\](){}|<>]|\.\.\.|[^\x00-\x7f]")
 FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 
