@@ -248,8 +248,10 @@ def summary(rows: list[dict]) -> tuple[str, dict]:
 
 
 def main(argv=None) -> int:
-    from whale.config import OBJECTIVES
     from whale.files import write_json_atomic
+    from whale.objectiveconfig import objective_names
+
+    OBJECTIVES = objective_names()
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="work folder (data, run folders, results.json)")

@@ -199,3 +199,41 @@ def test_the_catalogue_s_inserts_name_their_columns():
         text = _modules()[m].read_text()
         lines = [line for line in text.splitlines() if positional.search(line)]
         assert not lines, f"{m}: INSERT without column names: {lines}"
+
+
+def _name_dispatch(path: Path, names: set[str]) -> list[str]:
+    """Comparisons of an objective's name (``name``, ``self.name``, ``cfg.objective.name``, ``objective``, ...) with a
+    name in ``names``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        literals = {c.value for o in operands for c in ([o] if isinstance(o, ast.Constant) else getattr(o, "elts", []))
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        asks = any(re.search(r"objective|\bcfg\b|^(self\.)?name$", ast.unparse(o)) for o in operands
+                   if not isinstance(o, (ast.Constant, ast.Tuple, ast.List, ast.Set)))
+        if literals & names and asks:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_dispatch_on_objective_names_outside_the_registry():
+    # An objective is one module of whale/objectives registered by name: nothing asks `if name == "triplet"`.
+    from whale.objectiveconfig import objective_modules, objective_names
+
+    names = set(objective_names())
+    assert {"head", "triplet", "arcface"} <= names
+    registry = {_modules()[m] for m in ("whale.objectives.registry", *objective_modules())}
+    planted = ROOT / "tests" / "test_architecture.py"
+    found = [line for p in [*_modules().values(), ROOT / "run_fold.py", ROOT / "ensemble.py"] if p not in registry
+             for line in _name_dispatch(p, names)]
+    assert not found, "dispatch on objective names outside the registry: " + "; ".join(found)
+    assert _name_dispatch(planted, {"planted"}) == [f"tests/test_architecture.py:{_PLANTED}: self.name == 'planted'"]
+
+
+def _planted_dispatch(self):  # the rule's own check: one comparison it must find
+    return self.name == "planted"
+
+
+_PLANTED = _planted_dispatch.__code__.co_firstlineno + 1

@@ -25,8 +25,7 @@ from whale.files import write_text_atomic
 from whale.overrides import apply_override
 from whale.inputconfig import parse_crop_aspect
 from whale.homographyconfig import HOMOGRAPHY_K, HomographyConfig, homography_stage, parse_homography  # noqa: F401
-from whale.objectiveconfig import (IDENTITY_OBJECTIVES, OBJECTIVE_PARAMS, OBJECTIVES, BatchConfig,  # noqa: F401
-                                   ObjectiveConfig, parse_batch, parse_objective)
+from whale.objectiveconfig import BatchConfig, ObjectiveConfig, parse_batch, parse_objective  # noqa: F401
 
 KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "convnet_v1", "convnet_v2", "small",
                   "tiny")

@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from whale import config
+from whale.objectiveconfig import objective_specs
 
 UNDESCRIBED = "(no meaning written yet: add it to whale.configdoc.MEANINGS)"
 
@@ -149,7 +150,8 @@ def _default(f: dataclasses.Field, path: str) -> str:
     return f"`{value}`"
 
 
-# One line per objective parameter (whale.config.OBJECTIVE_PARAMS holds kinds, bounds and defaults).
+# One line per objective parameter shared by several objectives (each objective's module declares its parameters'
+# kinds, bounds and defaults, and may give its own meanings: whale.objectiveconfig.ObjectiveSpec.meanings).
 PARAM_MEANINGS: dict[str, str] = {
     "embedding": "width E of the linear Dense(E) embedding on the branch",
     "normalize": "unit-normalise the embedding (seed 002: off; its ablation lost 15 points of top-1 with it)",
@@ -188,13 +190,13 @@ def _bounds(kind: type, lo, hi) -> str:
 
 def _objective_table() -> list[str]:
     rows = ["| objective | parameter | default | accepts | meaning |", "| --- | --- | --- | --- | --- |"]
-    for name, table in config.OBJECTIVE_PARAMS.items():
-        if not table:
-            rows.append(f"| `{name}` | (none) | | | the paper's head: `model.head_mid`, `model.head_hidden` |")
-        for key, (kind, lo, hi, default) in table.items():
+    for name, spec in objective_specs().items():
+        if not spec.params:
+            rows.append(f"| `{name}` | (none) | | | {spec.meanings.get('', 'no parameters')} |")
+        for key, (kind, lo, hi, default) in spec.params.items():
             value = str(default).lower() if kind is bool else default
-            rows.append(f"| `{name}` | `{key}` | `{value}` | {_bounds(kind, lo, hi)} | "
-                        f"{PARAM_MEANINGS.get(key, UNDESCRIBED)} |")
+            meaning = spec.meanings.get(key, PARAM_MEANINGS.get(key, UNDESCRIBED))
+            rows.append(f"| `{name}` | `{key}` | `{value}` | {_bounds(kind, lo, hi)} | {meaning} |")
     return rows
 
 

@@ -21,6 +21,7 @@ from whale.models.scorer import HeadScorer
 from whale.models.siamese import (
     PairGather,
     build_siamese,
+    compile_model,
     compile_siamese,
     is_shared,
     model_image_size,
@@ -47,6 +48,7 @@ __all__ = [
     "build_head",
     "build_siamese",
     "check_input_shape",
+    "compile_model",
     "compile_siamese",
     "feature_dim",
     "get_branch_def",

@@ -88,14 +88,20 @@ def compile_siamese(model: keras.Model, lr: float, l2: float = 0.0) -> keras.Mod
     reference kernel's ``kernel_regularizer``); ``l2 = 0`` removes it. Call again after
     :func:`set_branch_trainable`. Returns ``model`` for chaining.
     """
+    return compile_model(model, lr, keras.losses.BinaryCrossentropy(), [keras.metrics.BinaryAccuracy(name="acc")], l2)
+
+
+def compile_model(model: keras.Model, lr: float, loss, metrics=(), l2: float = 0.0) -> keras.Model:
+    """The one compile of every training model: Adam(lr), ``loss``, ``metrics`` (fresh metric objects), and
+    ``l2`` on every Conv2D/Dense kernel (:func:`set_l2`). Returns ``model``.
+
+    Raises:
+        ValueError: ``lr <= 0`` or ``l2 < 0``.
+    """
     if lr <= 0:
         raise ValueError(f"learning rate must be > 0, got {lr}")
     set_l2(model, l2)
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate=lr),
-        loss=keras.losses.BinaryCrossentropy(),
-        metrics=[keras.metrics.BinaryAccuracy(name="acc")],
-    )
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=lr), loss=loss, metrics=list(metrics) or None)
     return model
 
 

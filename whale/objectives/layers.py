@@ -18,11 +18,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from whale.objectives.distances import l2_normalize, pair_sq_distances
+
 SCORES = ("cauchy", "cosine")
-
-
-def _l2_normalize(x):
-    return x / ops.sqrt(ops.maximum(ops.sum(ops.square(x), axis=-1, keepdims=True), 1e-12))
 
 
 @keras.saving.register_keras_serializable(package="whale")
@@ -42,7 +40,7 @@ class Embedding(keras.layers.Layer):
 
     def call(self, x):
         e = self.dense(ops.cast(x, "float32"))
-        return _l2_normalize(e) if self.normalize else e
+        return l2_normalize(e) if self.normalize else e
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.dim)
@@ -61,7 +59,7 @@ class PairDistance(keras.layers.Layer):
 
     def call(self, inputs):
         a, b = inputs
-        return ops.sum(ops.square(ops.cast(a, "float32") - ops.cast(b, "float32")), axis=-1, keepdims=True)
+        return pair_sq_distances(a, b, keepdims=True)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0][0], 1)
@@ -81,8 +79,8 @@ class SubCenterArcFace(keras.layers.Layer):
                                        initializer="glorot_uniform", name="centers")
 
     def call(self, e):
-        e = _l2_normalize(ops.cast(e, "float32"))
-        w = _l2_normalize(self.centers)
+        e = l2_normalize(ops.cast(e, "float32"))
+        w = l2_normalize(self.centers)
         cos = ops.einsum("be,nke->bnk", e, w)
         return ops.max(cos, axis=-1)
 

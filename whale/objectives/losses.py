@@ -10,8 +10,9 @@ for equality, except in the ArcFace functions, which cast them to int32 indices.
 Sources (the seeds are in ``../shared/seeds/``; ``docs/`` of the shared folder summarises them):
 
 * **Contrastive loss** (DrLIM; Hadsell, Chopra, LeCun 2006, eq. 4): per pair
-  ``same * d^2 + (1 - same) * max(0, margin - d)^2``. DrLIM's factors 1/2 are left out (a
-  constant scale). ``d`` is the Euclidean distance, taken with :func:`safe_sqrt`.
+  ``same * d^2 + (1 - same) * max(0, margin - d)^2``. ``objective: contrastive`` leaves DrLIM's factors 1/2
+  out (a constant scale); seed 004's ``drlim`` baseline keeps them (``half=True``). ``d`` is the Euclidean
+  distance, taken with :func:`safe_sqrt`. The distances themselves are :mod:`whale.objectives.distances`.
 * **Triplet loss with semi-hard online mining** (seed 002, Moskvyak et al., section III-C/D, eq. 1;
   FaceNet, Schroff et al. 2015; the rule of ``tf.contrib`` / TensorFlow Addons'
   ``triplet_semihard_loss`` that seed 002's code calls): squared distances; for every ordered
@@ -33,8 +34,10 @@ from __future__ import annotations
 import numpy as np
 from keras import ops
 
-SQRT_EPS = 1e-12
-"""Below this squared distance :func:`safe_sqrt` returns exactly 0 (and a zero gradient)."""
+from whale.objectives.distances import SQRT_EPS, l2_normalize, pairwise_sq_distances, safe_sqrt  # noqa: F401
+from whale.objectives.distances import check_rank as _check_rank
+from whale.objectives.distances import off_diagonal as _off_diagonal
+
 COS_EPS = 1e-7
 """ArcFace clips the true class's cosine to ``[-1 + COS_EPS, 1 - COS_EPS]`` before ``sqrt(1 - cos^2)``."""
 HAPPYWHALE_2022_MARGINS = {"a": 0.27126, "p": -0.364399, "c": 0.05}
@@ -50,23 +53,10 @@ def _flat_labels(labels):
     return ops.reshape(ops.convert_to_tensor(labels), (-1,))
 
 
-def _check_rank(x, rank: int, name: str, shape: str) -> None:
-    """Static rank check (no tensor values are read)."""
-    n = len(x.shape)
-    if n != rank:
-        raise ValueError(f"{name}: expected a {rank}-D tensor {shape}, received shape {tuple(x.shape)}")
-
-
 def _same_id(labels):
     """``[B, B]`` float32: 1 where ``labels[i] == labels[j]`` (the diagonal included)."""
     y = _flat_labels(labels)
     return ops.cast(ops.equal(ops.expand_dims(y, 1), ops.expand_dims(y, 0)), "float32")
-
-
-def _off_diagonal(n):
-    """``[n, n]`` float32: 1 off the diagonal, 0 on it (``n`` may be a traced batch size)."""
-    i = ops.arange(n)
-    return ops.cast(ops.not_equal(ops.expand_dims(i, 1), ops.expand_dims(i, 0)), "float32")
 
 
 def _upper(n):
@@ -75,59 +65,27 @@ def _upper(n):
     return ops.cast(ops.less(ops.expand_dims(i, 1), ops.expand_dims(i, 0)), "float32")
 
 
-def safe_sqrt(x, eps: float = SQRT_EPS):
-    """``sqrt(x)`` with a finite gradient at 0: exactly 0 (and gradient 0) where ``x <= eps``.
-
-    ``sqrt``'s derivative is infinite at 0, and ``0 * inf`` is NaN in a backward pass even where
-    the distance does not matter; the inner ``maximum`` keeps both branches of the ``where`` finite.
-    Any shape, float32.
-    """
-    x = ops.cast(x, "float32")
-    return ops.where(x > eps, ops.sqrt(ops.maximum(x, eps)), ops.zeros_like(x))
-
-
-def l2_normalize(x, axis: int = -1, eps: float = SQRT_EPS):
-    """``x / ||x||`` along ``axis`` (a zero vector stays zero, gradient finite). Any shape, float32."""
-    x = ops.cast(x, "float32")
-    return x / ops.sqrt(ops.maximum(ops.sum(x * x, axis=axis, keepdims=True), eps))
-
-
-# ------------------------------------------------------------------------------ distances
-def pairwise_sq_distances(emb):
-    """Squared Euclidean distances between the rows of ``emb``.
-
-    Args:
-        emb: ``[B, D]`` float embeddings.
-
-    Returns:
-        ``[B, B]`` float32, ``||e_i - e_j||^2`` from ``|e_i|^2 + |e_j|^2 - 2 e_i.e_j``, clipped at 0
-        (rounding can make it slightly negative) and exactly 0 on the diagonal. Its gradient is
-        finite everywhere, identical embeddings included.
-    """
-    emb = ops.cast(ops.convert_to_tensor(emb), "float32")
-    _check_rank(emb, 2, "pairwise_sq_distances(emb)", "[B, D]")
-    sq = ops.sum(emb * emb, axis=1)
-    d = ops.expand_dims(sq, 1) - 2.0 * ops.matmul(emb, ops.transpose(emb)) + ops.expand_dims(sq, 0)
-    return ops.maximum(d, 0.0) * _off_diagonal(ops.shape(emb)[0])
-
-
 # ------------------------------------------------------------------------------ contrastive
-def contrastive_loss(same, sq_dist, margin: float = 1.0):
+def contrastive_loss(same, sq_dist, margin: float = 1.0, *, half: bool = False, eps: float = SQRT_EPS):
     """DrLIM's contrastive loss per pair.
 
     Args:
         same: ``[B]`` float (or bool/int) 1 for a matching pair, 0 otherwise.
         sq_dist: ``[B]`` float squared Euclidean distance of each pair.
         margin: the distance beyond which a non-matching pair costs nothing.
+        half: multiply by DrLIM's 1/2 (seed 004's ``drlim`` baseline, :func:`whale.objectives.similarity.drlim_loss`);
+            ``objective: contrastive`` leaves it out (a constant scale), as it always has.
+        eps: :func:`safe_sqrt`'s threshold (the baseline's is 0).
 
     Returns:
-        ``[B]`` float32: ``same * d^2 + (1 - same) * max(0, margin - d)^2`` with
-        ``d = safe_sqrt(sq_dist)`` (finite gradient at ``d = 0``).
+        ``[B]`` float32: ``same * d^2 + (1 - same) * max(0, margin - d)^2`` (times 1/2 with ``half``) with
+        ``d = safe_sqrt(sq_dist, eps)`` (finite gradient at ``d = 0``).
     """
     same = ops.cast(ops.reshape(ops.convert_to_tensor(same), (-1,)), "float32")
     sq_dist = ops.cast(ops.reshape(ops.convert_to_tensor(sq_dist), (-1,)), "float32")
-    d = safe_sqrt(sq_dist)
-    return same * sq_dist + (1.0 - same) * ops.square(ops.relu(margin - d))
+    d = safe_sqrt(sq_dist, eps)
+    loss = same * sq_dist + (1.0 - same) * ops.square(ops.relu(margin - d))
+    return 0.5 * loss if half else loss
 
 
 # ------------------------------------------------------------------------------ semi-hard triplets

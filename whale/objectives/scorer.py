@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from whale.arrays import as_features
+from whale.objectives.distances import np_l2_normalize, np_pair_sq_distances, np_sq_distance_matrix
 from whale.progress import progress_bar
 
 __all__ = ["EmbeddingScorer", "make_scorer"]
@@ -69,7 +70,7 @@ class EmbeddingScorer:
         """``[n, d]`` branch features -> ``[n, E]`` float32 embeddings (unit rows when the layer normalises)."""
         e = as_features(features, "features", self.d) @ self.kernel + self.bias
         if self.normalize:
-            e /= np.sqrt(np.maximum((e * e).sum(axis=1, keepdims=True), 1e-12))
+            np_l2_normalize(e)
         return e.astype(np.float32, copy=False)
 
     def _scores(self, ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
@@ -84,8 +85,7 @@ class EmbeddingScorer:
         self.pairs_computed += dot.size
         if self.score == "cosine":
             return np.clip((1.0 + dot) * 0.5, 0.0, 1.0, out=dot)
-        sq = (ea * ea).sum(1)[:, None] + (eb * eb).sum(1)[None, :] - 2.0 * dot
-        return 1.0 / (1.0 + np.maximum(sq, 0.0))
+        return 1.0 / (1.0 + np_sq_distance_matrix(ea, eb, dot))
 
     def _row_scores(self, ea: np.ndarray, eb: np.ndarray) -> np.ndarray:
         """Scores of row pairs ``(ea[i], eb[i])`` -> ``[n]`` float32."""
@@ -99,7 +99,7 @@ class EmbeddingScorer:
             return _g_numpy(kind, d, beta, delta)
         if self.score == "cosine":
             return np.clip((1.0 + (ea * eb).sum(1)) * 0.5, 0.0, 1.0)
-        return 1.0 / (1.0 + ((ea - eb) ** 2).sum(1))
+        return 1.0 / (1.0 + np_pair_sq_distances(ea, eb))
 
     def matrix(self, fa, fb=None, block=None, dtype=np.float32, progress: bool = True) -> np.ndarray:
         """``[n_a, n_b]`` scores of features ``fa`` against ``fb`` (``fb=None``: ``fa`` against itself)."""

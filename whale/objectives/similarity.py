@@ -44,6 +44,9 @@ import keras
 import numpy as np
 from keras import ops
 
+from whale.objectives.distances import safe_sqrt
+from whale.objectives.losses import contrastive_loss
+
 __all__ = [
     "SIMILARITIES", "BASELINES", "KINDS", "EPS", "G_MIN",
     "distance", "logit", "similarity", "pair_loss", "clipped_l1_loss", "drlim_loss",
@@ -147,17 +150,11 @@ def similarity(kind: str, h1, h2, alpha=None, beta: float = DEFAULT_BETA,
     elif kind == "clipped_l1":
         g = ops.exp(-distance(kind, h1, h2, alpha))
     elif kind == "drlim":
-        g = ops.exp(-_safe_sqrt(distance(kind, h1, h2, alpha)))
+        g = ops.exp(-safe_sqrt(distance(kind, h1, h2, alpha), eps=0.0))
     else:
         log_g, _ = _log_g_and_one_minus_g(kind, distance(kind, h1, h2, alpha), beta, delta)
         g = ops.exp(log_g)
     return ops.maximum(g, G_MIN)
-
-
-def _safe_sqrt(x):
-    # sqrt'(0) is infinite: the double where keeps the gradient at h1 == h2 finite (0 there).
-    positive = x > 0
-    return ops.where(positive, ops.sqrt(ops.where(positive, x, 1.0)), 0.0)
 
 
 def clipped_l1_loss(same, h1, h2, delta: float = DEFAULT_DELTA):
@@ -174,13 +171,13 @@ def clipped_l1_loss(same, h1, h2, delta: float = DEFAULT_DELTA):
 def drlim_loss(same, h1, h2, margin: float = DEFAULT_MARGIN):
     """DrLIM's contrastive loss (Hadsell, Chopra, LeCun 2006), per pair.
 
-    ``D = ||h1 - h2||_2``; loss ``D^2 / 2`` if ``same`` else ``max(0, margin - D)^2 / 2``.
+    ``D = ||h1 - h2||_2``; loss ``D^2 / 2`` if ``same`` else ``max(0, margin - D)^2 / 2``: the toolkit's one
+    contrastive loss (:func:`whale.objectives.losses.contrastive_loss`) with DrLIM's 1/2 kept and ``D`` exactly 0
+    only at ``D^2 = 0`` (``half=True``, ``eps=0``; ``objective: contrastive`` trains without the 1/2).
     same: ``[B]`` (or ``[B, 1]``) 0/1; h1, h2: ``[B, D]`` float32. Returns ``[B]`` float32.
     """
     s = ops.reshape(ops.cast(same, "float32"), (-1,))
-    d2 = distance("drlim", h1, h2)
-    dist = _safe_sqrt(d2)
-    return 0.5 * (s * d2 + (1.0 - s) * ops.square(ops.maximum(0.0, margin - dist)))
+    return contrastive_loss(s, distance("drlim", h1, h2), margin, half=True, eps=0.0)
 
 
 def pair_loss(kind: str, same, h1, h2, alpha=None, beta: float = DEFAULT_BETA,

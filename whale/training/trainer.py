@@ -146,9 +146,7 @@ class Trainer:
                                 progress=self.verbose != 0)
 
     def _scorer(self):
-        from whale.objectives import make_scorer
-
-        return make_scorer(self.model)
+        return self.objective.scorer(self.model)
 
     # ---------------------------------------------------------------- mining
     def _mine(self, dataset: FoldData, ep: EpochPlan) -> list[np.ndarray]:
