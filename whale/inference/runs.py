@@ -81,17 +81,18 @@ class RunScorer:
         return (total / (fq.shape[0] * fq.shape[1])).astype(np.float16)
 
 
-def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False):
+def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False, cfg=None):
     """``(model, config)`` of a run: checkpoint ``best``, ``last``, ``snapshot-<size>`` or a path to a .keras file.
 
     ``with_state=True`` returns ``(model, config, state)``, ``state`` being the checkpoint's
-    JSON state (``{}`` for a bare .keras file).
+    JSON state (``{}`` for a bare .keras file). ``cfg``: the run's config when the caller holds it
+    (the trainer, which wrote it), else read from the run's ``config.yaml``.
     """
     from whale.config import load_config
     from whale.models import load_model
 
     run_dir = Path(run_dir)
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_config(run_dir / "config.yaml") if cfg is None else cfg
     if checkpoint in ("best", "last") or snapshot_name(checkpoint):
         model, state = load_checkpoint(run_dir / "checkpoints", checkpoint)
     else:
@@ -140,11 +141,15 @@ def scores_dir(run_dir, checkpoint: str = "best") -> Path:
 
 
 def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
-              progress: bool = True) -> dict[str, Path]:
-    """Write ``val.npz`` (when the fold validates) and ``test.npz`` of a run into :func:`scores_dir`."""
+              progress: bool = True, cfg=None) -> dict[str, Path]:
+    """Write ``val.npz`` (when the fold validates) and ``test.npz`` of a run into :func:`scores_dir`.
+
+    ``cfg``: the run's resolved config in memory (what its ``config.yaml`` holds; the trainer passes
+    it), else read back from ``config.yaml``.
+    """
     run_dir = Path(run_dir)
     out = scores_dir(run_dir, checkpoint)
-    model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True)
+    model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True, cfg=cfg)
     rs = RunScorer.for_config(model, cfg, verbose=progress)
     written = {}
     known = ImageSet.known(comp)
