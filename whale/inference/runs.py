@@ -140,9 +140,22 @@ def scores_dir(run_dir, checkpoint: str = "best") -> Path:
     return Path(run_dir) / "scores" / (name or "")
 
 
+def store_val_threshold(val_path, scores: np.ndarray, gallery_ids, query_ids, open_label: str) -> Path:
+    """Tune the ``new_whale`` threshold on validation ``scores`` ``[n_val, n_gallery]`` (those written to
+    ``val_path``) once and keep it beside them as ``threshold.json`` (:mod:`whale.ranking.stored`)."""
+    from whale.files import file_hash
+    from whale.ranking import tune_threshold
+    from whale.ranking.stored import THRESHOLD_FILE, write_threshold
+
+    t, best, _ = tune_threshold(scores.astype(np.float32), gallery_ids, query_ids, open_label=open_label)
+    return write_threshold(Path(val_path).with_name(THRESHOLD_FILE), t, map5=best, open_label=open_label,
+                           tuned_on=str(val_path), scores_hash=file_hash(val_path))
+
+
 def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
               progress: bool = True, cfg=None) -> dict[str, Path]:
-    """Write ``val.npz`` (when the fold validates) and ``test.npz`` of a run into :func:`scores_dir`.
+    """Write ``val.npz`` (when the fold validates; with it ``threshold.json``, the ``new_whale`` threshold
+    tuned on it: :func:`store_val_threshold`) and ``test.npz`` of a run into :func:`scores_dir`.
 
     ``cfg``: the run's resolved config in memory (what its ``config.yaml`` holds; the trainer passes
     it), else read back from ``config.yaml``.
@@ -157,11 +170,13 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     if len(data.val):
         f_gal = f_known[:, :, known.positions(data.gallery.names)]
         f_val = rs.features(data.val.paths, data.val.boxes)
-        written["val"] = write_scores(out / "val.npz", rs.matrix(f_val, f_gal),
+        val = rs.matrix(f_val, f_gal)
+        written["val"] = write_scores(out / "val.npz", val,
                                      data.val.names, data.gallery.names, data.gallery.ids,
                                      query_ids=data.val.ids,
                                      identity=run_identity(run_dir, cfg, checkpoint, state, "val"),
                                      trained_on=data.gallery.names)
+        log(f"wrote {store_val_threshold(written['val'], val, data.gallery.ids, data.val.ids, data.open_label)}")
     if comp.test_images:
         written["test"] = write_test_scores(rs, comp, out / "test.npz", known, f_known,
                                             identity=run_identity(run_dir, cfg, checkpoint, state, "test"))
