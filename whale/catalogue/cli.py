@@ -24,6 +24,7 @@ from whale import command
 from whale.catalogue import sql
 from whale.catalogue.db import SIGHTING_COLUMNS
 from whale.errors import DataError
+from whale.ranking.stored import threshold_arg
 
 
 def _open(args, create: bool = False):
@@ -248,7 +249,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "keypoint matcher, no --run")
     s.add_argument("--keypoint-config", help="with --method keypoints: its settings (default configs/keypoints.yaml's)")
     s.add_argument("--pool", type=int, default=300, help="images re-scored per photo by prune/faiss")
-    s.add_argument("--threshold", type=float, help="possibly-new threshold (default: the run's)")
+    s.add_argument("--threshold", type=threshold_arg,
+                   help="possibly-new threshold: a number or a stored threshold file, e.g. an ensemble's "
+                        "NAME.threshold.json (default: the run's, read from its scores/threshold.json)")
     s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 of the new photos (default: whole photos)")
     s.add_argument("--rematch", action="store_true",
                    help="replace the proposals of an existing batch (its decisions are kept)")

@@ -35,6 +35,7 @@ from whale.errors import ConfigError, DataError
 from whale.files import check_output
 from whale.formats import DEFAULT, FORMATS, Format, detect_format, get_format
 from whale.inference.scorefile import first_names, score_path
+from whale.ranking.stored import threshold_arg, write_threshold
 from whale.ranking.calibrate import Calibrator, cross_validate
 from whale.ranking.newwhale import (map_for_thresholds, new_whale_shares, predict_for_fraction,
                                     predict_from_top, share_first, tune)
@@ -66,12 +67,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-step", type=float, default=0.1, metavar="S",
                    help="grid step of --tune-weights (default 0.1)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--threshold", type=float, default=None, metavar="T",
-                      help="new_whale at the first rank whose probability is < T (paper, Table 2)")
+    mode.add_argument("--threshold", type=threshold_arg, default=None, metavar="T",
+                      help="new_whale at the first rank whose probability is < T (paper, Table 2); T is a number "
+                           "or a stored threshold file (--tune's NAME.threshold.json, a run's scores/threshold.json)")
     mode.add_argument("--new-whale-fraction", type=float, default=None, metavar="F",
                       help="choose T so a share F of test images get new_whale at rank 1 (~0.276 on Kaggle)")
     mode.add_argument("--tune", action="store_true",
-                      help="choose T by validation MAP@5 over a fine grid; writes NAME.threshold.{csv,png}")
+                      help="choose T by validation MAP@5 over a fine grid; writes NAME.threshold.{csv,png} and "
+                           "NAME.threshold.json (T itself, what --threshold, explain and catalogue read)")
     p.add_argument("--tune-new-share", type=float, default=None, metavar="F",
                    help="with --tune (and --tune-weights): weigh validation's new_whale queries as a share F of "
                         "them (e.g. 0.276, the 2019 test set's), when the fold holds fewer or more than the test")
@@ -249,7 +252,7 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
     weights = normalise_weights(args.weights, len(runs))
     out = check_output(args.out)  # before any work: a folder or a read-only place is refused now
     if args.tune:
-        for extra in (_sibling(out, ".threshold.csv"), _sibling(out, ".threshold.png")):
+        for extra in (_sibling(out, f".threshold.{ext}") for ext in ("csv", "png", "json")):
             check_output(extra, "--tune's file")
     if args.tune_weights:
         weights = _tuned_weights(runs, args, log)
@@ -312,7 +315,11 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
         png_path = plot_thresholds(_sibling(out, ".threshold.png"), grid, maps, t,
                                    share_first(val_top, grid), share_first(test_top, grid))
         written.append(png_path)
-        log(f"threshold grid ({grid.size} values, {grid.min():g}..{grid.max():g}) -> {csv_path}, {png_path}")
+        stored = write_threshold(_sibling(out, ".threshold.json"), t, map5=best_map, open_label=open_label,
+                                 tuned_on="validation scores of " + ", ".join(map(str, runs)), rule=how)
+        written.append(stored)
+        log(f"threshold grid ({grid.size} values, {grid.min():g}..{grid.max():g}) -> {csv_path}, {png_path}; "
+            f"tuned threshold -> {stored}")
         log(f"tuned threshold {t:.6g}: validation MAP@5 {best_map:.5f} (in-sample); "
             f"test share of {open_label} at rank 1: {share_first(test_top, [t])[0]:.4f}")
     if t is not None and val_top is not None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from whale import command
 from whale.errors import DataError
+from whale.ranking.stored import threshold_arg
 
 DISPLAY = 192  # pixels per panel side (its height for a model of another aspect)
 
@@ -117,7 +118,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--images", nargs="+", help="images to draw heatmaps over")
     what.add_argument("--query", help="image to draw a match sheet for")
     p.add_argument("--top", type=int, default=5, help="ranked ids on the match sheet")
-    p.add_argument("--threshold", type=float, default=None, help="new_whale threshold (default: the run's)")
+    p.add_argument("--threshold", type=threshold_arg, default=None,
+                   help="new_whale threshold: a number or a stored threshold file, e.g. an ensemble's "
+                        "NAME.threshold.json (default: the run's, read from its scores/threshold.json)")
     p.add_argument("--checkpoint", default="best", help="best, last or a .keras file")
     p.add_argument("--out", required=True, help="PNG file")
 

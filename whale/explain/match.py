@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from whale import NEW_WHALE
+from whale.errors import DataError
 
 
 @dataclass(frozen=True)
@@ -62,18 +63,43 @@ def new_whale_rank(labels, open_label: str = NEW_WHALE) -> int | None:
 
 
 def run_threshold(run_dir, open_label: str = NEW_WHALE) -> tuple[float, str]:
-    """The run's new_whale threshold and where it came from: tuned on its validation scores, else its config."""
+    """The run's new_whale threshold and where it came from.
+
+    Read, not tuned: ``scores/threshold.json``, which scoring writes beside ``val.npz`` with the threshold
+    tuned on it (:func:`whale.inference.runs.store_val_threshold`, :mod:`whale.ranking.stored`). Without
+    validation scores: the run's configured ``threshold``, else 0.5.
+
+    Backward compatibility only: a run scored before ``threshold.json`` existed (a ``val.npz`` with
+    ``query_ids`` but no ``threshold.json``) has its threshold tuned on ``val.npz`` here, as before.
+
+    Raises:
+        DataError: naming ``threshold.json`` when it is malformed, was tuned for another open-set label,
+            or for other scores than ``val.npz`` now holds (score the run again: ``run_fold.py --score-only``).
+    """
     from whale.config import load_config
+    from whale.files import file_hash
     from whale.inference.scorefile import load_score_file
     from whale.ranking import tune_threshold
+    from whale.ranking.stored import THRESHOLD_FILE, read_threshold
 
     val = Path(run_dir) / "scores" / "val.npz"
+    stored_path = val.with_name(THRESHOLD_FILE)
+    if val.is_file() and stored_path.exists():
+        stored = read_threshold(stored_path)
+        if stored.open_label != open_label:
+            raise DataError(f"{stored_path}: the stored threshold was tuned for open-set label "
+                            f"{stored.open_label!r}, but {open_label!r} was asked for")
+        if stored.scores_hash is not None and stored.scores_hash != file_hash(val):
+            raise DataError(f"{stored_path}: the stored threshold was tuned on other scores than {val} now holds; "
+                            f"score the run again (run_fold.py --score-only) to store its threshold anew")
+        shown = "" if stored.map5 is None else f", validation MAP@5 {stored.map5:.3f}"
+        return stored.threshold, f"tuned on {val}{shown}, stored in {stored_path}"
     if val.is_file():
         sf = load_score_file(val)
-        if sf.query_ids is not None:
+        if sf.query_ids is not None:  # an older run's scores: no stored threshold beside them
             t, m, _ = tune_threshold(sf.scores.astype(np.float32), sf.gallery_ids, sf.query_ids,
                                      open_label=open_label)
-            return float(t), f"tuned on {val} (validation MAP@5 {m:.3f})"
+            return float(t), f"tuned on {val} (validation MAP@5 {m:.3f}; the run stores no {THRESHOLD_FILE})"
     cfg = load_config(Path(run_dir) / "config.yaml")
     if cfg.threshold is not None:
         return float(cfg.threshold), "the run's config"

@@ -81,17 +81,18 @@ class RunScorer:
         return (total / (fq.shape[0] * fq.shape[1])).astype(np.float16)
 
 
-def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False):
+def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False, cfg=None):
     """``(model, config)`` of a run: checkpoint ``best``, ``last``, ``snapshot-<size>`` or a path to a .keras file.
 
     ``with_state=True`` returns ``(model, config, state)``, ``state`` being the checkpoint's
-    JSON state (``{}`` for a bare .keras file).
+    JSON state (``{}`` for a bare .keras file). ``cfg``: the run's config when the caller holds it
+    (the trainer, which wrote it), else read from the run's ``config.yaml``.
     """
     from whale.config import load_config
     from whale.models import load_model
 
     run_dir = Path(run_dir)
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_config(run_dir / "config.yaml") if cfg is None else cfg
     if checkpoint in ("best", "last") or snapshot_name(checkpoint):
         model, state = load_checkpoint(run_dir / "checkpoints", checkpoint)
     else:
@@ -139,12 +140,29 @@ def scores_dir(run_dir, checkpoint: str = "best") -> Path:
     return Path(run_dir) / "scores" / (name or "")
 
 
+def store_val_threshold(val_path, scores: np.ndarray, gallery_ids, query_ids, open_label: str) -> Path:
+    """Tune the ``new_whale`` threshold on validation ``scores`` ``[n_val, n_gallery]`` (those written to
+    ``val_path``) once and keep it beside them as ``threshold.json`` (:mod:`whale.ranking.stored`)."""
+    from whale.files import file_hash
+    from whale.ranking import tune_threshold
+    from whale.ranking.stored import THRESHOLD_FILE, write_threshold
+
+    t, best, _ = tune_threshold(scores.astype(np.float32), gallery_ids, query_ids, open_label=open_label)
+    return write_threshold(Path(val_path).with_name(THRESHOLD_FILE), t, map5=best, open_label=open_label,
+                           tuned_on=str(val_path), scores_hash=file_hash(val_path))
+
+
 def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
-              progress: bool = True) -> dict[str, Path]:
-    """Write ``val.npz`` (when the fold validates) and ``test.npz`` of a run into :func:`scores_dir`."""
+              progress: bool = True, cfg=None) -> dict[str, Path]:
+    """Write ``val.npz`` (when the fold validates; with it ``threshold.json``, the ``new_whale`` threshold
+    tuned on it: :func:`store_val_threshold`) and ``test.npz`` of a run into :func:`scores_dir`.
+
+    ``cfg``: the run's resolved config in memory (what its ``config.yaml`` holds; the trainer passes
+    it), else read back from ``config.yaml``.
+    """
     run_dir = Path(run_dir)
     out = scores_dir(run_dir, checkpoint)
-    model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True)
+    model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True, cfg=cfg)
     rs = RunScorer.for_config(model, cfg, verbose=progress)
     written = {}
     known = ImageSet.known(comp)
@@ -152,11 +170,13 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     if len(data.val):
         f_gal = f_known[:, :, known.positions(data.gallery.names)]
         f_val = rs.features(data.val.paths, data.val.boxes)
-        written["val"] = write_scores(out / "val.npz", rs.matrix(f_val, f_gal),
+        val = rs.matrix(f_val, f_gal)
+        written["val"] = write_scores(out / "val.npz", val,
                                      data.val.names, data.gallery.names, data.gallery.ids,
                                      query_ids=data.val.ids,
                                      identity=run_identity(run_dir, cfg, checkpoint, state, "val"),
                                      trained_on=data.gallery.names)
+        log(f"wrote {store_val_threshold(written['val'], val, data.gallery.ids, data.val.ids, data.open_label)}")
     if comp.test_images:
         written["test"] = write_test_scores(rs, comp, out / "test.npz", known, f_known,
                                             identity=run_identity(run_dir, cfg, checkpoint, state, "test"))

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from whale import command
 from whale.files import check_output
-from whale.training.preflight import FolderGuard, check_fold, check_resume, check_training_ids, interrupted_message
+from whale.training.preflight import FolderGuard, check_fold, interrupted_message
 
 PROG = "run_fold.py"
 
@@ -98,56 +98,35 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"the following arguments are required: {', '.join(missing)}")
 
 
-def preflight(args, cfg) -> None:
-    """The checks of :mod:`whale.training.preflight`, before the backend loads.
+def preflight(args, cfg):
+    """The fold (or ``--pretrain``'s PlayGround) prepared once and checked before the backend loads.
 
-    The competition is read (as training will read it again) to check the fold's training ids;
-    with ``--resume`` the config is sized as the trainer sizes it and compared with the run's.
+    Returns the :class:`whale.training.foldjob.FoldJob` that training takes: the checks of
+    :mod:`whale.training.preflight` run while it is prepared (a used run folder first; with ``--resume``
+    the sized config compared with the run's; ``--overwrite`` clears the folder only after them).
     """
-    from whale.data import fold_data, load_competition, playground_data
-    from whale.data.unlabelled import homography_views
-    from whale.training.pretrain import pretrain_config
-    from whale.training.schedule import sized_config
+    from whale.training.foldjob import prepare_fold, prepare_pretrain
 
+    common = dict(resume=args.resume, overwrite=args.overwrite, allow_changes=args.allow_changes, check=True)
     if args.pretrain:
-        pg_comp = load_competition(args.playground)
-        pg = playground_data(pg_comp)
-        check_training_ids(pg_comp, pg.pairs, "the PlayGround folder")
-        cfg = pretrain_config(cfg, args.config)
-        sized, data_dir = sized_config(cfg, {"playground": len(pg.pairs)}), Path(args.playground)
-    else:
-        check_fold(args.fold)
-        comp = load_competition(args.data)
-        data = fold_data(comp, args.fold, cfg.seed, val_new_whale=cfg.val_new_whale)
-        check_training_ids(comp, data.pairs, f"fold {args.fold}")
-        pg = playground_data(load_competition(args.playground)) if args.playground else None
-        views = homography_views(cfg, comp, data.val.names, log=lambda _: None)
-        sized = sized_config(cfg, {"main": len(data.pairs), "playground": len(pg.pairs) if pg else None,
-                                   "homography": len(views.pairs) if views else None})
-        data_dir = Path(args.data)
-    if args.resume:
-        check_resume(Path(args.out), sized, data_dir, args.allow_changes)
+        return prepare_pretrain(cfg, args.playground, args.out, source=args.config, **common)
+    return prepare_fold(cfg, args.data, args.fold, args.out, playground=args.playground, **common)
 
 
 def plan(args, cfg) -> int:
     """``--plan``: print the stages, pairs per epoch, minings and (with rates) hours of one fold."""
-    from whale.data import fold_data, load_competition, playground_data
-    from whale.data.unlabelled import homography_views
+    from whale.training.foldjob import load_fold
     from whale.training.plan import KERNEL_HOURS_PER_VERSION, format_plan, load_rates, plan_fold
 
     if args.pair_images is not None:
         images = {"main": args.pair_images}
     else:
-        comp = load_competition(args.data)
-        data = fold_data(comp, 0 if args.fold is None else args.fold, cfg.seed, val_new_whale=cfg.val_new_whale)
-        images = {"main": len(data.pairs)}
-        views = homography_views(cfg, comp, data.val.names, log=lambda _: None)
-        if views is not None:
-            images["homography"] = len(views.pairs)
+        given = args.playground_images is not None
+        job = load_fold(cfg, args.data, 0 if args.fold is None else args.fold,
+                        playground=None if given else args.playground, log=lambda _: None)
+        images = {name: n for name, n in job.pair_images().items() if n is not None}
     if args.playground_images is not None or args.pair_images is not None:
         images["playground"] = args.playground_images or args.pair_images
-    elif args.playground:
-        images["playground"] = len(playground_data(load_competition(args.playground)).pairs)
     rates = load_rates(args.rates) if args.rates else None
     per_version = KERNEL_HOURS_PER_VERSION if args.hours_per_version is None else args.hours_per_version
     print(format_plan(cfg, plan_fold(cfg, images, rates, args.slowdown, args.mining_seconds), args.rates,
@@ -174,30 +153,20 @@ def run(args: argparse.Namespace) -> int:
         return plan(args, cfg)
     if args.out:
         check_output(args.out, "--out", folder=True)
-    if args.out and not (args.score_only or args.resume or args.overwrite):
-        from whale.training.runlog import claim_run_dir
-
-        # A used run folder is refused before the backend loads (seconds, and its import-time log lines).
-        claim_run_dir(Path(args.out), args.fold, cfg.seed)  # without --resume, fold and seed are not read
-    if not args.score_only:
-        preflight(args, cfg)
-    elif args.fold is not None:
+    if args.score_only and args.fold is not None:
         check_fold(args.fold)
     try:
+        # Prepared once (data, sized config, init_from, the claimed folder) and refused before the backend loads.
+        job = None if args.score_only else preflight(args, cfg)
         with FolderGuard(Path(args.out), cleared=args.overwrite):
             from whale.training.rescore import score_fold
-            from whale.training.trainer import train_fold, train_pretrain
+            from whale.training.trainer import train_fold
 
             if args.score_only:
                 score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)
                 return 0
             deadline = time.time() + args.time_budget if args.time_budget else None
-            common = dict(resume=args.resume, overwrite=args.overwrite, deadline=deadline,
-                          max_epochs=args.max_epochs, verbose=verbose)
-            if args.pretrain:
-                result = train_pretrain(cfg, args.playground, args.out, source=args.config, **common)
-            else:
-                result = train_fold(cfg, args.data, args.fold, args.out, playground=args.playground, **common)
+            result = train_fold(job, deadline=deadline, max_epochs=args.max_epochs, verbose=verbose)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(interrupted_message(Path(args.out))) from None
     state = "finished" if result.finished else "paused (run again with --resume)"

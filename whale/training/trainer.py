@@ -19,18 +19,18 @@ from pathlib import Path
 import numpy as np
 
 from whale.config import RunConfig, Stage
-from whale.data import FoldData, ImageSet, crop_size_for, fold_data, load_competition, playground_data, unlabelled
+from whale.data import FoldData, ImageSet, crop_size_for, unlabelled
 from whale.files import write_json_atomic
 from whale.imagesize import input_size, size_label
 from whale.errors import ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
 import whale.objectives  # noqa: F401 - registers every objective's layers and losses, so checkpoints load
+from whale.training.foldjob import FoldJob, prepare_fold, prepare_pretrain
 from whale.training.plots import plot_training
-from whale.training.runlog import (TensorBoardLog, claim_run_dir, read_log, write_log,
-                                   write_run_metadata)
-from whale.training.pretrain import PRETRAIN_FOLD, InitSource, pretrain_config, resolve_init
+from whale.training.runlog import TensorBoardLog, read_log, write_log, write_run_metadata
+from whale.training.pretrain import InitSource
 from whale.training.minedfiles import load_mined, save_mined, training_key
-from whale.training.schedule import EpochPlan, Schedule, pair_images, sized_config
+from whale.training.schedule import EpochPlan, Schedule
 from whale.training.stores import CropStores
 
 
@@ -57,18 +57,27 @@ class TrainResult:
 
 
 class Trainer:
-    """Walks the schedule of one fold. Use :func:`train_fold` unless you need the pieces."""
+    """Walks the schedule of one fold's :class:`whale.training.foldjob.FoldJob` (its sized config, data and
+    run folder). Use :func:`train_fold` unless you need the pieces.
 
-    def __init__(self, cfg: RunConfig, data: FoldData, out_dir: Path,
+    The old form ``Trainer(cfg, data, out_dir, playground=..., init=..., homography=...)`` still works: it
+    builds the job from those parts (:meth:`FoldJob.of`, which sizes the config).
+    """
+
+    def __init__(self, job: FoldJob | RunConfig, data: FoldData | None = None, out_dir: Path | None = None,
                  playground: FoldData | None = None, verbose: int | str = "auto", log=print,
                  init: InitSource | None = None, homography: FoldData | None = None):
         from whale.mining import make_miner
 
-        # Stages given in steps or pairs get their epochs from this fold's training set.
-        cfg = sized_config(cfg, pair_images(data, playground, homography))
-        self.cfg, self.data, self.out_dir, self.playground = cfg, data, Path(out_dir), playground
-        self.homography = homography  # the views of dataset: homography stages (whale.data.unlabelled)
-        self.init = init  # the run this one starts from, after its first stages (init_from)
+        if not isinstance(job, FoldJob):
+            job = FoldJob.of(job, data, out_dir, playground=playground, homography=homography, init=init)
+        if job.sized is None or job.run_dir is None:
+            raise ValueError("Trainer: expected a FoldJob from prepare_fold (sized, with a run folder); "
+                             "received one read for --plan")
+        cfg = job.sized  # stages given in steps or pairs hold their epochs for this fold's training set
+        self.job, self.cfg, self.data, self.out_dir, self.playground = job, cfg, job.data, job.run_dir, job.playground
+        self.homography = job.views  # the views of dataset: homography stages (whale.data.unlabelled)
+        self.init = job.init  # the run this one starts from, after its first stages (init_from)
         self.verbose, self.log = verbose, log
         self.ckpt_dir = self.out_dir / "checkpoints"
         self.stores = CropStores(cfg.model.channels, cfg.box_margin, cfg.crop_cache, cfg.crop)
@@ -342,55 +351,46 @@ def _summary(state: dict) -> dict:
     return {k: state.get(k) for k in ("best_val_map5", "best_threshold", "best_epoch")}
 
 
-def train_fold(cfg: RunConfig, data_dir, fold: int, out_dir, resume: bool = False,
-               playground=None, deadline: float | None = None, max_epochs: int | None = None,
-               score: bool = True, verbose: int | str = "auto", log=print,
-               overwrite: bool = False) -> TrainResult:
-    """Train fold ``fold`` (-1: all data) of the competition in ``data_dir`` into ``out_dir``.
+def train_fold(job: FoldJob | RunConfig, data_dir=None, fold: int | None = None, out_dir=None,
+               resume: bool = False, playground=None, deadline: float | None = None, max_epochs: int | None = None,
+               score: bool = True, verbose: int | str = "auto", log=print, overwrite: bool = False) -> TrainResult:
+    """Train a prepared :class:`whale.training.foldjob.FoldJob` (:func:`~whale.training.foldjob.prepare_fold`).
 
-    A non-empty ``out_dir`` needs ``resume`` (same fold, seed and ``init_from`` run) or
+    The old form ``train_fold(cfg, data_dir, fold, out_dir, resume=..., playground=..., overwrite=...)``
+    prepares the job first: fold ``fold`` (-1: all data) of the competition in ``data_dir`` into
+    ``out_dir``. A non-empty ``out_dir`` needs ``resume`` (same fold, seed and ``init_from`` run) or
     ``overwrite`` (clears it): :func:`whale.training.runlog.claim_run_dir`. With ``cfg.init_from``
     the run starts from that run's model after the stages it trained (:mod:`whale.training.pretrain`).
+    A ``--pretrain`` job (:func:`~whale.training.foldjob.prepare_pretrain`) validates and scores nothing.
 
-    Writes ``config.yaml``, ``run.json``, ``log.csv``, ``training.png``, ``tensorboard/``,
+    Writes ``config.yaml`` (the sized config), ``run.json``, ``log.csv``, ``training.png``, ``tensorboard/``,
     ``checkpoints/`` and, when the schedule is done and ``score`` is true, ``scores/val.npz`` and
-    ``scores/test.npz`` (and ``scores/<size>/`` of every ``snapshot: true`` stage).
+    ``scores/test.npz`` (and ``scores/<size>/`` of every ``snapshot: true`` stage), scored under the job's
+    config in memory.
     """
     from whale.inference.runs import score_run
 
-    out_dir, data_dir = Path(out_dir), Path(data_dir)
-    init = resolve_init(cfg)
-    claim_run_dir(out_dir, fold, cfg.seed, resume=resume, overwrite=overwrite, log=log,
-                  init_from=None if init is None else init.run_id)
-    comp = load_competition(data_dir)
-    if not comp.test_images:
-        log(f"warning: {data_dir / 'test'} holds no images (and there is no sample_submission.csv): "
-            "no scores/test.npz will be written, so ensemble.py cannot use this run")
-    data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
-    log(data.summary)
-    pg = playground_data(load_competition(playground)) if playground else None
-    views = unlabelled.homography_views(cfg, comp, data.val.names, log)
-    sized = sized_config(cfg, pair_images(data, pg, views))
-    if sized is not cfg:
-        log("schedule sized to the training set: " + ", ".join(
-            f"stage {i + 1} {s.steps or s.pairs} {'steps' if s.steps else 'pairs'} -> {z.epochs} epochs"
-            for i, (s, z) in enumerate(zip(cfg.stages, sized.stages)) if not s.sized))
+    if not isinstance(job, FoldJob):
+        job = prepare_fold(job, data_dir, fold, out_dir, playground=playground, resume=resume,
+                           overwrite=overwrite, log=log)
+    out_dir = job.run_dir
     # config.yaml holds the sized schedule: the run folder says what it trained.
-    write_run_metadata(out_dir, sized, fold, data_dir, Path(playground) if playground else None,
-                       init_from=None if init is None else init.record())
+    write_run_metadata(out_dir, job.sized, job.fold, job.data_dir, job.playground_dir,
+                       init_from=None if job.init is None else job.init.record())
 
     def scores(result):
-        if not (result.finished and score):
+        if not (result.finished and score) or job.pretrain:
             return
         log(f"scoring validation and test images with checkpoint 'best' into {out_dir / 'scores'}")
-        score_run(out_dir, comp, data, checkpoint="best", log=log, progress=verbose != 0)
-        for stage in cfg.stages:
+        score_run(out_dir, job.comp, job.data, checkpoint="best", log=log, progress=verbose != 0, cfg=job.sized)
+        for stage in job.sized.stages:
             tag = snapshot_tag(stage.snapshot_name) if stage.snapshot else None
             if tag and (out_dir / "checkpoints" / f"{tag}.json").is_file():  # not in the init_from run's part
                 log(f"scoring the {stage.image_size} px snapshot into {out_dir / 'scores' / stage.snapshot_name}")
-                score_run(out_dir, comp, data, checkpoint=tag, log=log, progress=verbose != 0)
+                score_run(out_dir, job.comp, job.data, checkpoint=tag, log=log, progress=verbose != 0,
+                          cfg=job.sized)
 
-    return _train(sized, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, scores, views)
+    return _train(job, deadline, max_epochs, verbose, log, scores)
 
 
 def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, deadline: float | None = None,
@@ -399,24 +399,18 @@ def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, de
     """Train ``cfg``'s leading PlayGround stages once (``run_fold.py --pretrain``) into ``out_dir``.
 
     The run records ``fold: "pretrain"`` and the cut config (:func:`whale.training.pretrain.pretrain_config`);
-    nothing validates and nothing is scored. Folds start from it with ``init_from: out_dir``.
+    nothing validates and nothing is scored. Folds start from it with ``init_from: out_dir``. The same as
+    ``train_fold(prepare_pretrain(cfg, playground, out_dir, ...))``.
     """
-    cfg = pretrain_config(cfg, source)
-    out_dir, playground = Path(out_dir), Path(playground)
-    claim_run_dir(out_dir, PRETRAIN_FOLD, cfg.seed, resume=resume, overwrite=overwrite, log=log)
-    pg = playground_data(load_competition(playground))
-    cfg = sized_config(cfg, {"playground": len(pg.pairs)})
-    log(f"PlayGround pre-training: stages 1-{len(cfg.stages)}, {cfg.total_epochs} epochs, "
-        f"{len(pg.pairs)} images of {playground}")
-    write_run_metadata(out_dir, cfg, PRETRAIN_FOLD, playground, playground)
-    return _train(cfg, pg, pg, out_dir, resume, deadline, max_epochs, verbose, log, None, lambda result: None)
+    job = prepare_pretrain(cfg, playground, out_dir, source=source, resume=resume, overwrite=overwrite, log=log)
+    return train_fold(job, deadline=deadline, max_epochs=max_epochs, verbose=verbose, log=log)
 
 
-def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, init, then,
-           homography=None) -> TrainResult:
+def _train(job: FoldJob, deadline, max_epochs, verbose, log, then) -> TrainResult:
     """Train under the config's device strategy, then call ``then(result)`` inside it."""
     from whale.training.distribute import describe, strategy_scope
 
+    cfg = job.sized
     # batching: images indexes the whole batch's images: "auto" means one device then.
     with strategy_scope("default" if cfg.batching == "images" and cfg.strategy == "auto" else cfg.strategy) as strategy:
         log(f"distribution: {describe(strategy)}")
@@ -424,8 +418,7 @@ def _train(cfg, data, pg, out_dir, resume, deadline, max_epochs, verbose, log, i
             raise ConfigError(f"{cfg.name}: batching: images needs one device (its pairs index the whole "
                               f"batch's images), but strategy {cfg.strategy!r} gives "
                               f"{strategy.num_replicas_in_sync} replicas: set strategy: default")
-        trainer = Trainer(cfg, data, out_dir, playground=pg, verbose=verbose, log=log, init=init, homography=homography)
-        result = trainer.run(resume=resume, deadline=deadline, max_epochs=max_epochs)
+        trainer = Trainer(job, verbose=verbose, log=log)
+        result = trainer.run(resume=job.resume, deadline=deadline, max_epochs=max_epochs)
         then(result)
     return result
-
