@@ -261,6 +261,7 @@ def test_a_submission_that_cannot_be_written_leaves_no_threshold_files(tmp_path,
     assert main([*map(str, runs), "--tune", "--out", str(tmp_path / "sub" / "tuned.csv")], log=lambda m: None) == 2
     assert not (tmp_path / "sub" / "tuned.threshold.csv").exists()
     assert not (tmp_path / "sub" / "tuned.threshold.png").exists()
+    assert not (tmp_path / "sub" / "tuned.threshold.json").exists()
 
 
 def test_overlapping_but_different_validation_sets_are_an_error(tmp_path):
