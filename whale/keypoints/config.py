@@ -46,8 +46,8 @@ class FeatureConfig:
     ``trim_white``: cut the white padding the photo's publisher added (rows and columns at the border
     that are almost all near-white). ``max_side``: the longer side after trimming, larger photos shrunk
     (0 = as they are); ``min_side``: smaller photos enlarged (cubic) until their longer side is this
-    (0 = as they are: the fluke of a 300 px letterboxed photo is about 300 x 120 px). ``clahe``: clip limit of the contrast normalisation (0 = off). ``n_features``:
-    the strongest SIFT keypoints kept; ``contrast``: SIFT's contrast threshold (lower = more, weaker
+    (0 = as they are: the fluke of a 300 px letterboxed photo is about 300 x 120 px). ``clahe``: clip
+    limit of the contrast normalisation (0 = off). ``n_features``: the strongest SIFT keypoints kept; ``contrast``: SIFT's contrast threshold (lower = more, weaker
     keypoints). ``sigma``: SIFT's blur of the first octave (larger = fewer fine-scale keypoints, such as
     ripples of water). ``upright``: every keypoint's orientation set to 0 (photos taken the right way up;
     more distinctive, not rotation invariant). ``descriptor``: ``rootsift``, or the folder of a learned
