@@ -1,6 +1,6 @@
 """Every GPU figure from one command: the measurements a lent GPU session runs, in order of value, within a budget.
 
-A GPU is lent to few sessions (30 device-minutes, at most 10 minutes a command, a bare machine
+A GPU is lent to few sessions (15 device-minutes, machine start included, at most 10 minutes a command, a bare machine
 with JAX and no TensorFlow: ``../shared/docs/gpu-notes.md``), so everything it should measure is
 here, ready to run without thinking. Each step calls the one implementation of its figure in the
 other benchmarks (:mod:`benchmarks.bench_train`, :mod:`benchmarks.bench_scoring`,
@@ -34,7 +34,7 @@ minutes) is recorded as skipped, with the reason, and the next one is tried. Eve
 its own process (GPU memory is freed between steps; a step that overruns the call is killed and
 recorded, not the suite), and after each step ``suite.json``, ``suite.md`` and ``rates.json``
 are rewritten atomically: a killed suite keeps what it finished. ``--resume`` reruns only the
-steps that are not done, so a session's 25 minutes run as three commands of 9.
+steps that are not done, so a session's 15 minutes run as one command of 9 and one of 5 on the warm machine.
 
 Output folder (``--out``; ``--mirror DIR`` copies the files there after each step, e.g. the
 device's ``$OUT``; at most 8 files come back from the device, so the set is compact):
@@ -117,21 +117,23 @@ def _rates_step(branch: str, size: int, precision: str, config: str, estimate_s:
 
 STEPS = (
     # DenseNet121 at 512 px is the stage that costs most hours (docs/kaggle.md): measured first.
-    # Estimates: compile ~150 s (gpu-notes) for the model-only step and again for the trainer,
-    # ~60 s for the inference functions, then the timed steps and epochs.
-    _rates_step("densenet121", 512, "mixed_bfloat16", "configs/densenet121.yaml", 480, inference=True),
-    Step("head_matrix", "exact head matrix, 15,697 images, d = 1024", "step_head_matrix", 60, 8,
+    # Estimates: the H100's seconds of 2026-11-26 (docs/gpu.md, "Results") where a step ran: 403 s
+    # here (model compile 145 s), 19 s for the head matrix, 60 s for pruned mining; the others from
+    # gpu-notes' compile times, ~60 s for the inference functions, then the timed steps and epochs.
+    _rates_step("densenet121", 512, "mixed_bfloat16", "configs/densenet121.yaml", 420, inference=True),
+    Step("head_matrix", "exact head matrix, 15,697 images, d = 1024", "step_head_matrix", 30, 8,
          dict(n=KAGGLE_TRAIN_IMAGES, d=1024), dict(n=600, d=64)),
     Step("mining_pruned", "pruned mining (mining: pruned), 15,697 images, d = 1024, K = 0.25, 5 epochs",
-         "step_mining", 120, 10, dict(mode="pruned", n=KAGGLE_TRAIN_IMAGES, d=1024, epochs=5),
+         "step_mining", 75, 10, dict(mode="pruned", n=KAGGLE_TRAIN_IMAGES, d=1024, epochs=5),
          dict(n=300, d=64, epochs=2)),
     _rates_step("densenet121", 384, "mixed_bfloat16", "configs/densenet121.yaml", 400),
     _rates_step("seresnext50", 384, "mixed_bfloat16", "configs/seresnext50.yaml", 300),
     _rates_step("convnet_v1", 768, "mixed_bfloat16", "configs/convnet_v1.yaml", 330),
     _rates_step("densenet121", 384, "float32", "configs/densenet121.yaml", 330),
-    # Dense lapjv at 15,697 took 121 s per epoch on that machine's CPU (gpu-notes): one epoch only.
+    # Dense lapjv at 15,697 took 121 s per epoch on uniform random costs (gpu-notes); the suite's one
+    # epoch on the head's scores was still running after 252 s (2026-11-26, killed): one epoch only.
     Step("mining_exact", "exact mining (mining: exact), 15,697 images, d = 1024, K = 0.25, 1 epoch",
-         "step_mining", 240, 10, dict(mode="exact", n=KAGGLE_TRAIN_IMAGES, d=1024, epochs=1),
+         "step_mining", 480, 10, dict(mode="exact", n=KAGGLE_TRAIN_IMAGES, d=1024, epochs=1),
          dict(n=300, d=64, epochs=1)),
     Step("objectives", "exact score matrix of each embedding objective, 15,697 images, d = 1024", "step_objectives",
          120, 20, dict(n=KAGGLE_TRAIN_IMAGES, d=1024), dict(n=600, d=64)),
@@ -623,8 +625,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default=str(ROOT / "bench_out" / "gpu_suite"),
                    help="output folder (suite.json, suite.md, rates.json, suite.log; work/ for data)")
     p.add_argument("--mirror", help="also copy the output files here after each step (the device's $OUT)")
-    p.add_argument("--budget-minutes", type=float, default=25.0,
-                   help="minutes for the whole suite, over all calls sharing --out (default 25: one lent session)")
+    p.add_argument("--budget-minutes", type=float, default=13.5,
+                   help="minutes for the whole suite, over all calls sharing --out (default 13.5: one lent session's "
+                        "15 less the machine's start)")
     p.add_argument("--call-minutes", type=float, default=None,
                    help="minutes for this command (default: the budget; 9 on the device, which stops a command at 10)")
     p.add_argument("--resume", action="store_true", help="keep the steps done in --out, run the others")
