@@ -227,7 +227,7 @@ def main(argv=None) -> int:
               "batch_size": args.batch_size, "workers": args.workers, "rates": rows,
               "seconds": round(time.time() - t_start, 1)}
     if args.out:
-        from whale.files import write_json_atomic
+        from whale.core.files import write_json_atomic
 
         write_json_atomic(Path(args.out), result)
     tmp.cleanup()

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     t0 = time.time()
     common.setup_tensorflow()
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
     from whale.boxes.config import load_box_config
     from whale.boxes.labels import read_labels
     from whale.boxes.train import train_run

@@ -194,7 +194,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     t0, c0 = time.time(), cpu_seconds()
     common.setup_tensorflow()
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
 
     if args.probe:
         print(f"{probe_rate(args.box_config, overrides(args.set)):.2f}")

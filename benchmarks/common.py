@@ -486,7 +486,7 @@ def several_seeds(script: Path, args, argv: Sequence[str], keys: Sequence[tuple[
     their miner gaps; prints the per-seed table of ``keys``, the gaps as mean +- standard error,
     writes ``OUT/summary.json`` and ends with the :func:`final_json` line of the means.
     """
-    from whale.files import write_json_atomic
+    from whale.core.files import write_json_atomic
 
     seeds = [int(x) for x in str(args.seeds).split(",") if x.strip()]
     forward, skip = [], False

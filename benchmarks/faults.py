@@ -295,7 +295,7 @@ def main(argv=None) -> int:
     p.add_argument("--kills", type=int, default=60)
     p.add_argument("--chains", type=int, default=1, help="chains of kills run side by side")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--objective", default="head", help="the tiny run's objective (whale.objectiveconfig.objective_names())")
+    p.add_argument("--objective", default="head", help="the tiny run's objective (whale.config.objectives.objective_names())")
     args = p.parse_args(argv)
     t0 = time.time()
     result = run_faults(args.out, args.kills, args.chains, args.seed, objective=args.objective)

@@ -193,7 +193,7 @@ def plot(path, maps: dict, names, seed: int, n_grid: int) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from whale.files import atomic_write
+    from whale.core.files import atomic_write
 
     x, noisy, clean = toy_data(seed)
     fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.4))

@@ -384,7 +384,7 @@ class Suite:
         self.write()
 
     def write(self) -> None:
-        from whale.files import write_json_atomic, write_text_atomic
+        from whale.core.files import write_json_atomic, write_text_atomic
 
         write_json_atomic(self.path, self.data)
         write_text_atomic(self.out / "suite.md", markdown(self.data))
@@ -673,7 +673,7 @@ def main(argv=None) -> int:
             print(f"{s.name:<32} {s.estimate(args.quick):6.0f} s  {s.title}")
         return 0
     if args.step:  # a child of _run_isolated
-        from whale.files import write_json_atomic
+        from whale.core.files import write_json_atomic
 
         try:
             res = {"status": "done", "figures": run_one(args.step, _context(args)), "device": device()}

@@ -64,7 +64,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 from whale.data import homography as hg  # noqa: E402
-from whale.files import write_json_atomic, write_text_atomic  # noqa: E402
+from whale.core.files import write_json_atomic, write_text_atomic  # noqa: E402
 
 ROWS = {  # key: (architecture, loss, equivalence, Table I accuracy or the variant's ">95%")
     "siamese_ce": ("siamese", "cross-entropy", "pattern", 0.9306),
@@ -464,6 +464,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    from whale.errors import run_cli
+    from whale.core.errors import run_cli
 
     sys.exit(run_cli(lambda argv: main(argv) and 0, prog="benchmarks/homography.py"))

@@ -174,7 +174,7 @@ def summary(rows: list[dict], fractions: list[str]) -> tuple[str, dict]:
 
 
 def main(argv=None) -> int:
-    from whale.files import write_json_atomic
+    from whale.core.files import write_json_atomic
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="work folder (data, run folders, results.json)")

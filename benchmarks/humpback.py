@@ -413,7 +413,7 @@ def screen(args, settings: list[str], log=print) -> list[dict]:
     ``settings``: one string of space-separated ``KEY=VALUE`` overrides of ``--keypoint-config`` each."""
     from whale.data import fold_data, load_competition
     from whale.keypoints import load_keypoint_config
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
 
     seed = int(args.seeds.split(",")[0])
     comp_dir = Path(args.out) / f"seed{seed}" / "data"

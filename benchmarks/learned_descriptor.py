@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     if source is None:
         print("no ../shared/data/humpback beside the checkout: nothing to measure")
         return 0
-    from whale.files import file_hash
+    from whale.core.files import file_hash
     from whale.keypoints import load_keypoint_config
     from whale.keypoints.learn import train
 

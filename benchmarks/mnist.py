@@ -45,7 +45,7 @@ quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 
-from whale.errors import DataError, MissingFileError, run_cli  # noqa: E402
+from whale.core.errors import DataError, MissingFileError, run_cli  # noqa: E402
 
 FILES = {"train_images": "train-images.idx3-ubyte", "train_labels": "train-labels.idx1-ubyte",
          "test_images": "t10k-images.idx3-ubyte", "test_labels": "t10k-labels.idx1-ubyte"}
@@ -282,7 +282,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="0", help="comma-separated seeds (split, pairs, initialisation)")
     p.add_argument("--quick", action="store_true", help="2,000 training images, 1,000 test images, 1 epoch")
     args = p.parse_args(argv)
-    from whale.files import write_json_atomic
+    from whale.core.files import write_json_atomic
 
     t0 = time.time()
     nets = [n for n in args.nets.split(",") if n]

@@ -53,7 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import common  # noqa: E402
-from whale.overrides import overrides  # noqa: E402
+from whale.config.overrides import overrides  # noqa: E402
 
 SETS = ("synthetic", "omniglot", "lions")
 METRICS = {"synthetic": ("map5", "top1", "top5", "top10", "val_map5"),
@@ -248,8 +248,8 @@ def summary(rows: list[dict]) -> tuple[str, dict]:
 
 
 def main(argv=None) -> int:
-    from whale.files import write_json_atomic
-    from whale.objectiveconfig import objective_names
+    from whale.core.files import write_json_atomic
+    from whale.config.objectives import objective_names
 
     OBJECTIVES = objective_names()
 

@@ -53,7 +53,7 @@ quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 
-from whale.errors import DataError, MissingFileError, run_cli  # noqa: E402
+from whale.core.errors import DataError, MissingFileError, run_cli  # noqa: E402
 
 PEOPLE, VIEWS, TRAIN_VIEWS, SIZE, DIM, HIDDEN, PAIRS = 40, 10, 5, 28, 20, 1000, 400
 # Table 4.1: accuracy % (sd) on the 200 test images, 5 repeats
@@ -234,7 +234,7 @@ def train(kind: str, images: np.ndarray, per_person: int, steps: int, lr: float,
 
     Returns ``(branch, alpha [20] float32, final loss)``.
     """
-    from whale.progress import progress_bar
+    from whale.core.progress import progress_bar
 
     model, branch, layer = build(kind, images, steps, lr, seed, **constants)
     rng = np.random.default_rng([seed, 7])
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=None, help="comma-separated subset of " + ",".join(MODELS))
     args = p.parse_args(argv)
     from benchmarks.common import mean_sd
-    from whale.files import write_json_atomic
+    from whale.core.files import write_json_atomic
 
     t_start = time.time()
     root = find_faces(args.data)

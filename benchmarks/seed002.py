@@ -196,7 +196,7 @@ def leave_one_out_scores(cfg, feats, ids=None, progress: bool = False) -> np.nda
     from one index of the ``n`` photos (:class:`LeaveOneOut`).
     """
     from whale.keypoints import KeypointMatcher
-    from whale.progress import progress_bar
+    from whale.core.progress import progress_bar
 
     matcher = KeypointMatcher(cfg, feats, ids)
     matcher.index = LeaveOneOut(matcher.index)
@@ -212,7 +212,7 @@ def cached_pair_scores(path: Path | None, names, compute) -> tuple[np.ndarray, b
     """``compute()``'s ``[n, n]`` scores of the photos ``names``, kept in ``path`` (``.npz``: ``names``, ``scores``)
     so that a killed run does not match the test fold again; a file of other photos is recomputed. Returns the
     scores and whether they were read back."""
-    from whale.files import atomic_write
+    from whale.core.files import atomic_write
 
     names = np.asarray(names).astype(str)
     if path is not None and path.is_file():
@@ -379,7 +379,7 @@ def add_row(path: Path, row: dict) -> None:
     commands on the same ``--out`` (e.g. the training-free rows beside a training) keep each other's rows."""
     import fcntl
 
-    from whale.files import write_json_atomic
+    from whale.core.files import write_json_atomic
 
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -388,7 +388,7 @@ def add_row(path: Path, row: dict) -> None:
 
 
 def main(argv=None) -> int:
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="work folder (training folders, runs, keypoint store, results.json)")

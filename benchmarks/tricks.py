@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     from whale.data import load_competition, read_solution
     from whale.demo import truth
     from whale.duplicates import answer_test, find_duplicates
-    from whale.files import write_json_atomic
+    from whale.core.files import write_json_atomic
     from whale.metrics import map_at_k
     from whale.pseudo import pseudo_round
 

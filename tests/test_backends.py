@@ -145,7 +145,7 @@ def test_tensorboard_missing_writer_is_skipped_with_one_line(tmp_path, monkeypat
 
 def test_precision_key_is_validated_and_defaults_to_float32():
     from whale.config import config_from_dict
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
 
     base = {"name": "p", "stages": [{"epochs": 1, "k": 1.0, "lr": 1.0e-3, "image_size": 32}]}
     assert config_from_dict(base).precision == "float32"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 
 
 def _png(path, h=40, w=60):

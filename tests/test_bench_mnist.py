@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import mnist  # noqa: E402
-from whale.errors import DataError, MissingFileError  # noqa: E402
+from whale.core.errors import DataError, MissingFileError  # noqa: E402
 
 
 def _labels(name: str, rng) -> np.ndarray:

@@ -54,7 +54,7 @@ def test_random_sampler_rows_are_named_apart_and_pixels_shared():
 
 def test_set_flags_name_their_rows_and_reach_the_config():
     from benchmarks.objectives import label, objective_config
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
 
     assert label("tgloss", "mined", ["flip_ids=true"]) == "tgloss [flip_ids=true]"
     assert label("head", "random", ["b=2", "a=1"]) == "head (random) [a=1, b=2]"

@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import orl  # noqa: E402
-from whale.errors import DataError, MissingFileError  # noqa: E402
+from whale.core.errors import DataError, MissingFileError  # noqa: E402
 
 FACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "orl" / "att_faces"
 

@@ -91,7 +91,7 @@ def test_leave_one_out_scores_equal_a_matcher_built_without_each_photo(shortlist
     from benchmarks.seed002 import leave_one_out_scores
     from whale.keypoints import KeypointMatcher
     from whale.keypoints.config import load_keypoint_config
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
 
     cfg = load_keypoint_config(ROOT / "configs" / "keypoints.yaml",
                                overrides(["search.index=exact", f"verify.shortlist={shortlist}", "verify.min_matches=4"]))
@@ -158,7 +158,7 @@ def test_pixels_and_keypoints_rows_on_five_folds(tmp_path, capsys):
 def test_learned_rows_differ_only_in_their_k_schedule():
     from benchmarks.seed002 import learned_config
     from whale.config import load_config
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
 
     path = ROOT / "configs" / "seed002.yaml"
     plain = load_config(path)

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import common  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.data import load_competition, read_solution  # noqa: E402
-from whale.errors import DataError  # noqa: E402
+from whale.core.errors import DataError  # noqa: E402
 
 
 def _images(folder: Path, n: int, fmt: str = "PNG", suffix: str = ".png") -> list[Path]:

@@ -136,7 +136,7 @@ def _labels_folder(tmp_path):
 ])
 def test_bad_labels_name_the_row(tmp_path, rows, expect):
     from whale.boxes.labels import read_labels
-    from whale.errors import DataError
+    from whale.core.errors import DataError
 
     data = _labels_folder(tmp_path)
     csv = tmp_path / "labels.csv"
@@ -169,7 +169,7 @@ def test_the_train_command_reports_a_bad_row_in_one_line(tmp_path, capsys):
 
 def test_box_config_refuses_unknown_keys_and_weights_on_a_narrow_vgg():
     from whale.boxes.config import box_config_from_dict
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="fpn_widht: unknown key"):
         box_config_from_dict({"fpn_widht": 32}, "b.yaml")
@@ -309,7 +309,7 @@ def test_a_refined_run_reports_both_figures_and_predicts_through_its_refiners(co
     final, _ = geometry.to_pixels(pred.per_model["refined"], pred.sizes)
     assert (pred.boxes == final).all()
     (run / "models" / "refine_fold0.weights.h5").unlink()
-    from whale.errors import CheckpointError
+    from whale.core.errors import CheckpointError
 
     with pytest.raises(CheckpointError, match="refine_fold0"):
         predict_boxes(run, lab.paths[:5], progress=False)

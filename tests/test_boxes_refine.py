@@ -132,7 +132,7 @@ def test_load_images_caps_the_longer_side(tmp_path):
 
 def test_refine_keys_are_checked():
     from whale.boxes.config import box_config_from_dict
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
 
     cfg = box_config_from_dict({"refine": True, "refine_passes": 2})
     assert cfg.refine and cfg.refine_passes == 2 and cfg.refine_size == 64
@@ -149,7 +149,7 @@ def test_refine_keys_are_checked():
 
 def test_the_first_box_is_the_named_one_or_the_best_cross_validated():
     from whale.boxes.train import first_box
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
 
     cv = {"vgg": {"mean_iou": 0.81}, "retinanet": {"mean_iou": 0.52}, "average": {"mean_iou": 0.67}}
     assert first_box("best", ("vgg", "retinanet"), cv) == "vgg"

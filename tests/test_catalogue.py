@@ -11,7 +11,7 @@ import pytest
 
 from whale.catalogue.db import Catalogue, file_hash
 from whale.catalogue.proposals import Candidate, PhotoProposal, Proposals, read_proposals, write_proposals
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 
 def _photos(folder, n, seed=0, size=40):
@@ -390,7 +390,7 @@ def test_an_export_that_fails_leaves_no_folder_it_created(tmp_path, monkeypatch,
     import whale.catalogue.export as export_module
     from whale.catalogue.ingest import add_photos
     from whale.cli import main
-    from whale.errors import OutputError
+    from whale.core.errors import OutputError
 
     photos = _photos(tmp_path / "ph", 3)
     with Catalogue.create(tmp_path / "cat") as c:

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from whale.config import config_from_dict, load_config, RunConfig, Stage
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 
 BLOCKS = (3, 4, 6, 3)
 

@@ -20,7 +20,7 @@ from whale.data import (
     safe_image_path,
 )
 from whale.data.images import photo_box
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 
 def _rgb(h=12, w=16, seed=0):

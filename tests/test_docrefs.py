@@ -109,13 +109,13 @@ def test_every_doc_reference_resolves():
 
 def test_the_resolver_tells_real_references_from_moved_ones():
     assert resolves("mod", "whale.data.synth", None)
-    assert resolves("func", "whale.files.atomic_write", None)
+    assert resolves("func", "whale.core.files.atomic_write", None)
     assert resolves("class", "whale.data.ImageSet", None)  # re-exported by the package
     assert resolves("func", "whale.models.scorer.HeadScorer.matrix", None)
     assert not resolves("mod", "whale.synth", None)
     assert not resolves("func", "whale.train.train_fold", None)
-    assert not resolves("func", "whale.files.no_such_function", None)
-    assert resolves("func", "atomic_write", "whale.files") and not resolves("func", "nothing_here", "whale.files")
+    assert not resolves("func", "whale.core.files.no_such_function", None)
+    assert resolves("func", "atomic_write", "whale.core.files") and not resolves("func", "nothing_here", "whale.core.files")
 
 
 def test_every_test_named_in_the_bad_inputs_catalogue_exists():

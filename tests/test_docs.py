@@ -1,5 +1,5 @@
 """README.md and docs/*.md: every command line parses with the CLI it names, every link resolves,
-the README stays short, and docs/configs.md is what whale.configdoc generates.
+the README stays short, and docs/configs.md is what whale.config.doc generates.
 
 A command line inside a ``` block is parsed by the real parser of the command it names, in this
 process, without running it (``whale X`` by whale's tree, ``run_fold.py``, ``python -m whale.Y`` by
@@ -200,17 +200,18 @@ def test_each_topic_page_starts_with_what_the_reader_does(name):
 
 
 def test_configs_reference_is_generated_from_the_schema():
-    from whale import configdoc
+    from whale.config import doc as configdoc
 
     assert (ROOT / "docs" / "configs.md").read_text() == configdoc.markdown(), (
-        "docs/configs.md is stale: python -m whale.configdoc > docs/configs.md")
+        "docs/configs.md is stale: python -m whale.config.doc > docs/configs.md")
     missing = [key for key in configdoc.keys() if key not in configdoc.MEANINGS]
-    assert not missing, f"whale/configdoc.py: MEANINGS lacks {missing}"
+    assert not missing, f"whale/config/doc.py: MEANINGS lacks {missing}"
     assert not set(configdoc.MEANINGS) - set(configdoc.keys()), "MEANINGS names keys the schema no longer has"
 
 
 def test_configs_reference_says_what_the_validation_accepts():
-    from whale import config, configdoc
+    from whale import config
+    from whale.config import doc as configdoc
 
     assert configdoc.accepts("mining") == "one of " + ", ".join(config.MINING_MODES)
     assert configdoc.accepts("stages[].image_size") == f"an integer in [{config.MIN_IMAGE_SIZE}, {config.MAX_IMAGE_SIZE}]"

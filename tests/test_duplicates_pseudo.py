@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from whale import NEW_WHALE
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 
 def _popcount(x: int) -> int:

@@ -14,7 +14,7 @@ from whale.ensemble.cli import main
 from whale.ensemble.combine import average_score_files, validation_groups
 from whale.ranking import TopIds
 from whale.ranking.calibrate import Calibrator, cross_validate, expected_map_insertion
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 from whale.metrics import map_at_k
 from whale.ranking import predict_top5, threshold_grid
 from whale.submission import check_submission
@@ -250,7 +250,7 @@ def test_tune_picks_the_grid_maximum_over_fold_groups(tmp_path):
 
 def test_a_submission_that_cannot_be_written_leaves_no_threshold_files(tmp_path, monkeypatch):
     import whale.submission
-    from whale.errors import OutputError
+    from whale.core.errors import OutputError
 
     runs, _ = fold_runs(tmp_path, np.random.default_rng(7))
 

@@ -4,7 +4,7 @@ import pytest
 
 from whale.ensemble.cli import main as ensemble_main
 from whale.ensemble.weights import simplex_grid, tune_weights
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 from whale.inference.scorefile import write_scores
 
 

@@ -62,7 +62,7 @@ def test_prepare_fold_holds_the_fold_sized_once(competition, config_file, tmp_pa
 def test_a_used_folder_is_refused_before_the_data_is_read_and_overwrite_clears_only_after_the_checks(
         competition, config_file, tmp_path):
     from whale.config import load_config
-    from whale.errors import ConfigError, DataError
+    from whale.core.errors import ConfigError, DataError
     from whale.training.foldjob import prepare_fold
 
     cfg = load_config(config_file)

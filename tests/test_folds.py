@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from whale import NEW_WHALE
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.data.folds import assign_folds, fold_summary, main, split
 from whale.data.synth import REAL_IMAGES_PER_ID
 

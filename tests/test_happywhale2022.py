@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 from whale.formats import FORMATS, HAPPYWHALE2022, HUMPBACK2019, detect_format, get_format
 
 ROOT = Path(__file__).resolve().parent.parent

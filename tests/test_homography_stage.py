@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 STAGES = [{"epochs": 2, "lr": 1.0e-3, "image_size": 32, "dataset": "homography"},
           {"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main"},

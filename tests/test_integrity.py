@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from whale import NEW_WHALE
-from whale.errors import CheckpointError, ConfigError, DataError, run_cli
+from whale.core.errors import CheckpointError, ConfigError, DataError, run_cli
 from whale.inference.scorefile import ScoreFileError, load_score_file, write_scores
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -218,7 +218,7 @@ def test_run_py_finds_the_code_in_each_layout(tmp_path):
 
 def test_entry_helpers_find_sources_weights_and_boxes(tmp_path, monkeypatch):
     from whale.kaggle import entry as ke
-    from whale.errors import DataError
+    from whale.core.errors import DataError
 
     inp = tmp_path / "input"
     (inp / "datasets" / "me" / "weights").mkdir(parents=True)

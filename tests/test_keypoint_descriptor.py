@@ -5,7 +5,7 @@ import pytest
 
 cv2 = pytest.importorskip("cv2")
 
-from whale.errors import DataError  # noqa: E402
+from whale.core.errors import DataError  # noqa: E402
 from whale.keypoints import FeatureStore, KeypointMatcher, extract, load_keypoint_config  # noqa: E402
 from whale.keypoints.patches import PATCH_SCALE, homography_pairs, local_scale, patches, photo_homography  # noqa: E402
 from tests.test_keypoints import pattern, warp, write  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 
 cv2 = pytest.importorskip("cv2")
 
-from whale.errors import ConfigError, DataError  # noqa: E402
+from whale.core.errors import ConfigError, DataError  # noqa: E402
 from whale.keypoints import FeatureStore, KeypointMatcher, extract, load_keypoint_config, pair_matches  # noqa: E402
 from whale.keypoints.config import FeatureConfig, SearchConfig, VerifyConfig  # noqa: E402
 from whale.keypoints.extract import as_float, trim_white  # noqa: E402

@@ -8,7 +8,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.stats import chisquare
 
 from whale.mining import assignment as miner
-from whale.errors import WhaleError
+from whale.core.errors import WhaleError
 from whale.mining import (NoValidAssignment, mine_negatives, mine_negatives_sparse, positive_pairs, validate_negative_pairs)
 
 MAXVAL = 10000.0

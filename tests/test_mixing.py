@@ -48,7 +48,7 @@ def test_same_generator_same_output_and_bad_input():
 
 def test_config_key():
     from whale.config import config_from_dict
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
 
     base = {"name": "x", "stages": [{"epochs": 1, "k": 1.0, "lr": 1e-3, "image_size": 32}]}
     assert config_from_dict(base).negatives_mix == 0.0

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 from whale.models import (
     BRANCHES,
     Preprocess,

@@ -40,9 +40,9 @@ def _cfg(**over):
 
 
 def test_the_config_and_the_docs_read_a_registered_objective(toy):
-    from whale.configdoc import markdown
-    from whale.errors import ConfigError
-    from whale.objectiveconfig import identity_objectives, objective_names
+    from whale.config.doc import markdown
+    from whale.core.errors import ConfigError
+    from whale.config.objectives import identity_objectives, objective_names
     from whale.objectives import build_objective
 
     assert objective_names()[-1] == "toy" and "toy" in identity_objectives()
@@ -56,7 +56,7 @@ def test_the_config_and_the_docs_read_a_registered_objective(toy):
 
 
 def test_unregistered_the_toy_is_unknown_again(toy):
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
     from whale.objectives.registry import objective_class, unregister
 
     unregister("toy")
@@ -79,7 +79,7 @@ def test_the_registry_refuses_a_second_objective_of_a_name_and_a_class_without_o
 
 def test_every_objective_s_class_says_what_its_source_declares():
     # The config reads the declarations from the modules' source (no Keras); the classes are what trains.
-    from whale.objectiveconfig import SPEC_FIELDS, objective_specs
+    from whale.config.objectives import SPEC_FIELDS, objective_specs
     from whale.objectives.registry import objective_classes
 
     classes = objective_classes()

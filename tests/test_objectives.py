@@ -62,7 +62,7 @@ def test_seed_001_keys_pairs_and_sglobal_with_the_papers_defaults_and_old_hashes
     ({"objective": "sglobal", "batch": {"ids": 4}}, "batch: expected no batch for objective sglobal"),
 ])
 def test_objective_errors_name_the_key_path(over, message):
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         _cfg(**over)
@@ -151,7 +151,7 @@ def test_probabilistic_scorer_equals_the_similarity_model_on_every_pair(backend,
 
 
 def test_the_config_knows_every_similarity_model():
-    from whale.objectiveconfig import SIMILARITY_MODELS
+    from whale.config.objectives import SIMILARITY_MODELS
     from whale.objectives.similarity import SIMILARITIES
 
     assert SIMILARITY_MODELS == SIMILARITIES
@@ -270,7 +270,7 @@ def test_an_ensemble_of_the_head_and_an_embedding_objective_makes_a_valid_submis
 
 
 def test_arcface_defaults_are_the_happywhale_2022_winners():
-    from whale.objectiveconfig import OBJECTIVE_PARAMS
+    from whale.config.objectives import OBJECTIVE_PARAMS
     from whale.objectives.losses import HAPPYWHALE_2022_MARGINS
 
     table = {key: spec[3] for key, spec in OBJECTIVE_PARAMS["arcface"].items()}
@@ -279,7 +279,7 @@ def test_arcface_defaults_are_the_happywhale_2022_winners():
 
 
 def test_a_run_never_starts_from_a_run_of_another_objective():
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
     from whale.training.pretrain import check_same_start
 
     stages = [{"epochs": 1, "k": 1.0, "lr": 1e-3, "image_size": 32}] * 2

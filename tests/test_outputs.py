@@ -119,8 +119,8 @@ def _commands(data, config, runs, out):
 
 # ---------------------------------------------------------------- the file named, exactly
 def test_atomic_write_refuses_a_writer_that_renames_its_file_and_leaves_nothing(tmp_path):
-    from whale.errors import OutputError
-    from whale.files import atomic_write
+    from whale.core.errors import OutputError
+    from whale.core.files import atomic_write
 
     with pytest.raises(OutputError, match="instead of the file named"):
         atomic_write(tmp_path / "noext", lambda tmp: np.savez(tmp, a=np.ones(3)))  # np.savez appends .npz
@@ -128,7 +128,7 @@ def test_atomic_write_refuses_a_writer_that_renames_its_file_and_leaves_nothing(
 
 
 def test_partial_writes_finds_what_a_killed_atomic_write_leaves_for_the_names_asked(tmp_path):
-    from whale.files import atomic_write, partial_writes
+    from whale.core.files import atomic_write, partial_writes
 
     names = []
     atomic_write(tmp_path / "faiss-hnsw-ab.index", lambda tmp: (names.append(tmp.name), tmp.write_bytes(b"x")))
@@ -219,7 +219,7 @@ def test_a_full_disk_under_the_score_writer_is_one_line_and_leaves_nothing(tmp_p
 
 def test_a_write_error_is_one_line_even_where_no_tmpfs_can_be_mounted(tmp_path, monkeypatch, capsys):
     """The patched writer: ``np.savez`` raising ENOSPC inside ``atomic_write``, through ``run_cli``."""
-    from whale.errors import run_cli
+    from whale.core.errors import run_cli
     from whale.inference.scorefile import write_scores
 
     def full(*_a, **_k):
@@ -238,7 +238,7 @@ def test_a_write_error_is_one_line_even_where_no_tmpfs_can_be_mounted(tmp_path, 
 
 # ---------------------------------------------------------------- Ctrl-C and the smaller items
 def test_ctrl_c_is_one_line_and_status_130(capsys):
-    from whale.errors import INTERRUPTED_STATUS, run_cli
+    from whale.core.errors import INTERRUPTED_STATUS, run_cli
 
     def stopped(argv):
         raise KeyboardInterrupt("interrupted after epoch 3; `--resume` continues the run")

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from whale.config import config_from_dict
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 from whale.training.plan import KERNEL_HOURS_PER_VERSION, fold_cost, format_plan, load_rates, plan_fold
 from whale.training.schedule import Schedule
 

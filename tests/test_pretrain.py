@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 STAGES = [  # PlayGround 2 + 1 epochs (the part --pretrain trains), then 3 main epochs
     {"epochs": 2, "k": 1.0, "lr": 1.0e-3, "image_size": 32, "dataset": "playground"},

@@ -3,7 +3,7 @@
 import pytest
 
 from whale.ensemble.recipe import load_recipe, recipe_from_dict
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 
 def test_a_recipe_gives_runs_weights_and_mode(tmp_path):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from whale.catalogue.report import Decision, load_proposals, read_decisions, template_csv, write_report
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 ODD = 'Ahab, "the <b>white</b>" & co'  # a name a user file may hold: comma, quotes, markup
 

@@ -124,7 +124,7 @@ def test_an_id_a_submission_cannot_carry_is_refused_before_training(comps, confi
 @pytest.mark.parametrize("label", ["w'2295af3", 'w"2295af3', "w,2295af3", "w\t2295af3"])
 def test_every_character_the_id_message_forbids_is_refused(comps, label):
     from whale.data import fold_data, load_competition
-    from whale.errors import DataError
+    from whale.core.errors import DataError
     from whale.training.preflight import check_training_ids
 
     comp = load_competition(comps[0])

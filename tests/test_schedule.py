@@ -130,7 +130,7 @@ def test_a_stage_in_steps_gets_the_fewest_epochs_that_reach_them(n_ids, per_id, 
 
 
 def test_sized_config_converts_only_the_stages_in_steps_or_pairs():
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
     from whale.training.schedule import sized_config
 
     raw = {"name": "t", "batch_size": 10, "stages": [
@@ -154,7 +154,7 @@ def test_sized_config_converts_only_the_stages_in_steps_or_pairs():
 
 @pytest.mark.parametrize("lengths", [{}, {"epochs": 2, "steps": 10}, {"steps": 10, "pairs": 5}])
 def test_a_stage_needs_exactly_one_length(lengths):
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
 
     raw = {"name": "t", "stages": [dict(k=1.0, lr=1e-3, image_size=64, **lengths)]}
     with pytest.raises(ConfigError, match="stages\\[0\\]: expected exactly one of epochs, steps, pairs"):

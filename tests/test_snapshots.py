@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 STAGES = [{"epochs": 2, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "dataset": "main", "snapshot": True},
           {"epochs": 1, "k": 1.0, "lr": 5.0e-4, "image_size": 40, "dataset": "main", "freeze_branch": True},

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from whale import NEW_WHALE
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.ranking import tune_threshold
 from whale.ranking.stored import read_threshold, threshold_arg, write_threshold
 
@@ -55,7 +55,7 @@ def _run_with_val(tmp_path, rng):
 def test_run_threshold_reads_the_stored_value_and_tunes_only_an_older_run(tmp_path, monkeypatch):
     import whale.ranking
     from whale.explain.match import run_threshold
-    from whale.files import file_hash
+    from whale.core.files import file_hash
 
     run, scores, gids, truth, query, gallery = _run_with_val(tmp_path, np.random.default_rng(3))
     val = run / "scores" / "val.npz"

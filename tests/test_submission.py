@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from whale import NEW_WHALE
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.submission import check_submission, write_submission
 
 IMAGES = ["a.jpg", "b.jpg", "c.jpg"]
@@ -72,7 +72,7 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
     def boom(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr("whale.files.os.replace", boom)
+    monkeypatch.setattr("whale.core.files.os.replace", boom)
     with pytest.raises(OSError, match="disk full"):
         write_submission(target, IMAGES, [PREDS[1], PREDS[0], PREDS[2]])
     assert target.read_text() == before

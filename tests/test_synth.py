@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from whale import NEW_WHALE
-from whale.errors import WhaleError
+from whale.core.errors import WhaleError
 from whale.data.synth import _render_fluke, generate, main, REAL_IMAGES_PER_ID, sample_counts
 
 N_IDS, SIZE, SEED = 12, 128, 3

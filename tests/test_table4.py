@@ -111,7 +111,7 @@ def test_a_kaggle_kernel_finds_the_converted_weights_in_an_attached_dataset(tmp_
 def test_the_shipped_seresnext50_config_runs_once_its_converted_weights_file_exists(
         competition, tmp_path, monkeypatch):
     from whale.config import load_config
-    from whale.errors import MissingFileError
+    from whale.core.errors import MissingFileError
     from whale.models import build_branch, load_checkpoint
     from whale.models.convert import save_converted
     from whale.models.registry import branch_options

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from whale import NEW_WHALE
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 
 BASE = {"name": "t", "stages": [{"epochs": 1, "k": 1.0, "lr": 1.0e-3, "image_size": 32}]}
 

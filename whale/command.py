@@ -16,7 +16,7 @@ names them) defines:
 so ``whale train`` and ``run_fold.py`` cannot differ in a flag. :func:`execute` is the one place a
 command starts: ``--debug`` (anywhere on the line) or ``WHALE_DEBUG=1`` shows tracebacks and the
 backend's start-up logs; otherwise those logs are quiet (:func:`quiet_backend`) and bad input is one
-line and exit status 2 (:func:`whale.errors.run_guarded`).
+line and exit status 2 (:func:`whale.core.errors.run_guarded`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import argparse
 import os
 from collections.abc import Callable, Sequence
 
-from whale.errors import run_guarded
+from whale.core.errors import run_guarded
 
 DEBUG_ENV = "WHALE_DEBUG"
 """Environment variable: set (not ``0``), every command runs as with ``--debug``."""
@@ -113,7 +113,7 @@ def quiet_unless_debugging() -> None:
 
 def execute(run: Callable[[argparse.Namespace], int | None], args: argparse.Namespace, prog: str) -> int:
     """Run ``run(args)``, a parsed command line: backend logs quiet unless :func:`debugging`, bad
-    input one line and status 2 (:func:`whale.errors.run_guarded`). Returns the exit status."""
+    input one line and status 2 (:func:`whale.core.errors.run_guarded`). Returns the exit status."""
     debug = debugging(args)
     if not debug:
         quiet_backend()

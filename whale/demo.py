@@ -123,7 +123,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The demo ``args`` describe; raises :class:`whale.errors.WhaleError` on bad input."""
+    """The demo ``args`` describe; raises :class:`whale.core.errors.WhaleError` on bad input."""
     from whale.config import load_config
     from whale.data import load_competition
     from whale.metrics import map_at_k

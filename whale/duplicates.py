@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from whale import NEW_WHALE, command
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 DEFAULT_THRESHOLD = 6
 """Hamming distance (bits of 64) at or under which two images are duplicates."""
@@ -60,7 +60,7 @@ def phash(image: np.ndarray) -> np.uint64:
 def hash_files(paths, progress: bool = True) -> np.ndarray:
     """``[n] uint64`` perceptual hashes of image files (whole images, decoded as RGB)."""
     from whale.data.images import load_image
-    from whale.progress import progress_bar
+    from whale.core.progress import progress_bar
 
     return np.array([phash(load_image(p, channels=3)) for p in progress_bar(paths, total=len(paths),
                                                                             desc="hashing", enabled=progress)],
@@ -235,9 +235,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Find the duplicates and write what ``args`` ask for; raises :class:`whale.errors.WhaleError` on bad input."""
+    """Find the duplicates and write what ``args`` ask for; raises :class:`whale.core.errors.WhaleError` on bad input."""
     from whale.data import load_competition
-    from whale.files import atomic_write
+    from whale.core.files import atomic_write
 
     if (args.merge_labels or args.drop_val) and args.out is None:
         raise DataError("--merge-labels and --drop-val change train.csv: give --out DIR for the new folder")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from whale import NEW_WHALE
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 
 TRAIN_CSV = "train.csv"
 

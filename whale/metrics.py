@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from whale.arrays import IdGroups
+from whale.core.arrays import IdGroups
 
 __all__ = ["precision_at_k_per_image", "map_at_k", "top_k_accuracy", "retrieval_protocol", "retrieval_draws",
            "retrieval_queries", "top_k_identities", "pair_verification"]

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from whale import command
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 
 ROUNDS_JSON = "pseudo_rounds.json"
 
@@ -77,7 +77,7 @@ def pseudo_round(runs, data, min_score: float, out, log=print) -> pd.DataFrame:
     from whale.data.competition import ORIGIN
     from whale.data.derive import derive_competition
     from whale.ensemble.combine import average_score_files
-    from whale.files import write_json_atomic
+    from whale.core.files import write_json_atomic
     from whale.inference.scorefile import score_path
 
     comp = load_competition(data)
@@ -120,7 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """One pseudo-label round as ``args`` say; raises :class:`whale.errors.WhaleError` on bad input."""
+    """One pseudo-label round as ``args`` say; raises :class:`whale.core.errors.WhaleError` on bad input."""
     pseudo_round(args.runs, args.data, args.min_score, args.out)
     return 0
 

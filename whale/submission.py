@@ -4,7 +4,7 @@ Happywhale 2022 names the columns ``image,predictions`` (``columns``; :mod:`whal
 the rules are the same.
 
 :func:`write_submission` validates every row first and writes atomically (a temp file in the
-target folder, then ``os.replace``: :func:`whale.files.atomic_write`), so a crash never leaves a half-written CSV behind.
+target folder, then ``os.replace``: :func:`whale.core.files.atomic_write`), so a crash never leaves a half-written CSV behind.
 :func:`check_submission` reads a file back and lists every problem with its file and line.
 
 Command line::
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from whale import command
-from whale.errors import DataError
-from whale.files import atomic_write
+from whale.core.errors import DataError
+from whale.core.files import atomic_write
 from whale.formats import DEFAULT, FORMATS, get_format, read_header
 from whale.metrics import as_labels
 
@@ -312,7 +312,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``check``: 0 when the file is a valid submission, else 1; raises :class:`whale.errors.WhaleError`
+    """``check``: 0 when the file is a valid submission, else 1; raises :class:`whale.core.errors.WhaleError`
     when a file cannot be read."""
     problems = check_submission(args.file, args.sample, _columns(args.file, args.format))
     if problems:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from whale import command
-from whale.overrides import overrides
+from whale.config.overrides import overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 

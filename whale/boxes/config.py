@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.config import Checker, dataclass_fields
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 MODELS = ("vgg", "retinanet")
 VGG_HEADS = ("dense", "integral")  # the VGG regressor's heads (whale.boxes.vgg)
@@ -155,6 +155,6 @@ def save_box_config(cfg: BoxConfig, path) -> Path:
     """Write the resolved config as YAML (atomically)."""
     import yaml
 
-    from whale.files import write_text_atomic
+    from whale.core.files import write_text_atomic
 
     return write_text_atomic(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))

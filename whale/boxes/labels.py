@@ -14,8 +14,8 @@ import numpy as np
 
 from whale.data.competition import TEST_DIR, TRAIN_DIR, read_box_rows, safe_image_path
 from whale.data.images import load_image
-from whale.errors import DataError
-from whale.progress import progress_bar
+from whale.core.errors import DataError
+from whale.core.progress import progress_bar
 
 
 @dataclass(frozen=True)

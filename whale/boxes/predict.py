@@ -15,8 +15,8 @@ import numpy as np
 from whale.boxes import geometry
 from whale.boxes.config import load_box_config
 from whale.boxes.labels import load_inputs
-from whale.errors import CheckpointError
-from whale.files import write_text_atomic
+from whale.core.errors import CheckpointError
+from whale.core.files import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def predict_boxes(run_dir, paths, batch: int = 256, progress: bool = True) -> Pr
     whole image.
     """
     from whale.boxes.train import build_model, predict_unit
-    from whale.progress import progress_bar
+    from whale.core.progress import progress_bar
 
     cfg, files, meta = load_run(run_dir)
     models = {}

@@ -177,7 +177,7 @@ def load_images(paths, max_side: int = MAX_SIDE, progress: bool = False) -> list
     import cv2
 
     from whale.data.images import load_image
-    from whale.progress import progress_bar
+    from whale.core.progress import progress_bar
 
     out = []
     for p in progress_bar(paths, total=len(paths), desc="images", enabled=progress):

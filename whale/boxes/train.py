@@ -30,8 +30,8 @@ import numpy as np
 from whale.boxes import geometry
 from whale.boxes.config import BoxConfig, save_box_config
 from whale.boxes.labels import BoxLabels, load_inputs
-from whale.errors import ConfigError
-from whale.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
+from whale.core.errors import ConfigError
+from whale.core.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
 
 
 class FlipBatches(keras.utils.PyDataset):
@@ -156,7 +156,7 @@ def weights_path(run_dir, kind: str, fold: int) -> Path:
 
 
 def save_weights(model, path: Path) -> Path:
-    """``model.save_weights`` through :func:`whale.files.atomic_write` (Keras wants the .weights.h5 ending)."""
+    """``model.save_weights`` through :func:`whale.core.files.atomic_write` (Keras wants the .weights.h5 ending)."""
     import os
 
     def write(tmp: Path):

@@ -23,7 +23,7 @@ from pathlib import Path
 from whale import command
 from whale.catalogue import sql
 from whale.catalogue.db import SIGHTING_COLUMNS
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.ranking.stored import threshold_arg
 
 

@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from whale.errors import DataError
-from whale.files import file_hash, partial_writes  # noqa: F401  (file_hash, the photo identity: imported from here too)
+from whale.core.errors import DataError
+from whale.core.files import file_hash, partial_writes  # noqa: F401  (file_hash, the photo identity: imported from here too)
 
 SCHEMA_VERSION = 2
 """2: ``sightings.decision``, the decision that added a sighting (NULL: ``add``); version 1 catalogues

@@ -23,7 +23,7 @@ from whale.catalogue import sql
 from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, user
 from whale.catalogue.ingest import flush, store_photo
 from whale.catalogue.report import load_proposals, read_decisions
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 
 def accept(cat: Catalogue, batch: str, decisions_csv, by: str | None = None,

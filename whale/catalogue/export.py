@@ -28,8 +28,8 @@ from pathlib import Path
 
 from whale.catalogue import sql
 from whale.catalogue.db import Catalogue
-from whale.errors import DataError
-from whale.files import atomic_write, check_output
+from whale.core.errors import DataError
+from whale.core.files import atomic_write, check_output
 
 PHOTOS = "photos"
 CSVS = {

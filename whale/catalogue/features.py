@@ -23,8 +23,8 @@ import numpy as np
 from whale.catalogue import sql
 from whale.catalogue.db import Catalogue, fsync_dir, now
 from whale.catalogue.ingest import image_path
-from whale.errors import DataError
-from whale.files import atomic_write
+from whale.core.errors import DataError
+from whale.core.files import atomic_write
 
 
 def _parse_box(text: str | None):

@@ -26,9 +26,9 @@ from pathlib import Path
 from whale import NEW_WHALE
 from whale.catalogue import sql
 from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, file_hash, user
-from whale.errors import DataError
-from whale.files import atomic_write
-from whale.progress import progress_bar
+from whale.core.errors import DataError
+from whale.core.files import atomic_write
+from whale.core.progress import progress_bar
 
 OWN_COLUMNS = ("image", "individual")
 OPTIONAL_COLUMNS = SIGHTING_COLUMNS

@@ -20,7 +20,7 @@ from whale.catalogue.db import Catalogue
 from whale.catalogue.ingest import image_path
 from whale.catalogue.match import batch_photos, check_batch, groups_of, record_proposals
 from whale.catalogue.proposals import Proposals
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 STORE_DIR = "keypoints"
 """The catalogue's folder of keypoint features."""
@@ -61,7 +61,7 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
     """
     import yaml
 
-    from whale.files import write_text_atomic
+    from whale.core.files import write_text_atomic
     from whale.keypoints import KeypointMatcher
 
     photos_dir = Path(photos_dir)

@@ -36,7 +36,7 @@ from whale.catalogue.db import Catalogue, file_hash
 from whale.catalogue.features import RunFeatures, load_gallery, prepare_index
 from whale.catalogue.ingest import check_photo
 from whale.catalogue.proposals import Candidate, PhotoProposal, Proposals, proposals_file, write_proposals
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.ranking.topids import IdGroups, top_k_columns
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
@@ -96,7 +96,7 @@ def faiss_candidates(eq: np.ndarray, eg: np.ndarray, pool: int, metric: str = "i
     ``eq`` ``[nq, E]``, ``eg`` ``[ng, E]`` float32; ``metric`` ``"ip"`` (unit embeddings, cosine)
     or ``"l2"``. With ``index_dir`` the index is read from there when one of these embeddings
     (same bytes, metric and ``m``) was stored, else built and stored (atomically; other stored
-    indexes deleted). Raises :class:`whale.errors.DataError` when faiss is not installed.
+    indexes deleted). Raises :class:`whale.core.errors.DataError` when faiss is not installed.
     """
     try:
         import faiss
@@ -135,7 +135,7 @@ one may be another match writing now)."""
 def _store_index(faiss, index, path: Path) -> None:
     """Write ``index`` to ``path`` atomically, then delete the folder's other stored indexes and the partial
     writes that killed matches left (hidden, older than :data:`STRAY_AGE_S`)."""
-    from whale.files import atomic_write, partial_writes
+    from whale.core.files import atomic_write, partial_writes
 
     atomic_write(path, lambda tmp: faiss.write_index(index, str(tmp)))
     for old in path.parent.glob("faiss-hnsw-*.index"):

@@ -23,8 +23,8 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from whale.errors import DataError
-from whale.files import atomic_write
+from whale.core.errors import DataError
+from whale.core.files import atomic_write
 
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from whale.catalogue import sql
 from whale.catalogue.db import Catalogue, file_hash
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 MIN_PREFIX = 6
 """A photo named by the start of its hash needs at least this many hex digits."""

@@ -40,7 +40,7 @@ from whale import NEW_WHALE
 from whale.catalogue.db import SIGHTING_COLUMNS
 from whale.catalogue.page import PAGE_CSS, PAGE_JS
 from whale.catalogue.proposals import Candidate, read_proposals
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 DECISIONS = ("match", "new", "skip")
 """What a decisions row may say about its photo."""
@@ -124,7 +124,7 @@ class _Images:
         """``uint8 [H, W, 3]`` RGB -> ``folder/<hash>.jpg`` (written unless there), the name returned."""
         import cv2
 
-        from whale.files import atomic_write
+        from whale.core.files import atomic_write
 
         ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[:, :, ::-1]), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
         if not ok:
@@ -281,8 +281,8 @@ def write_report(proposals_path, out_dir, heatmaps: bool = False, run_dir=None, 
         DataError: a bad proposals file, or an image that cannot be read (naming the photo's key).
         OutputError: ``out_dir`` cannot be written.
     """
-    from whale.files import check_output, write_text_atomic
-    from whale.progress import progress_bar
+    from whale.core.files import check_output, write_text_atomic
+    from whale.core.progress import progress_bar
 
     if int(thumb) != thumb or thumb < 16:
         raise ValueError(f"thumb must be an integer of at least 16 pixels, got {thumb!r}")

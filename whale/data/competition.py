@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from whale.data.images import Box
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.formats import DEFAULT, FORMATS, Format, format_of_header, get_format, read_header
 
 TRAIN_CSV = "train.csv"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from whale.data.competition import BOXES_CSV, ORIGIN, SAMPLE_CSV, TEST_DIR, TRAIN_CSV, TRAIN_DIR, Competition
-from whale.errors import DataError
-from whale.files import atomic_write
+from whale.core.errors import DataError
+from whale.core.files import atomic_write
 
 _COPIED = (SAMPLE_CSV, BOXES_CSV, "test_solution.csv")
 

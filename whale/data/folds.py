@@ -40,7 +40,7 @@ import pandas as pd
 warnings.filterwarnings("ignore", message=r"'whale\.data\.folds' found in sys\.modules after import of package",
                         category=RuntimeWarning)
 from whale.data.competition import ORIGIN
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.formats import Format, get_format
 
 NEW_WHALE_SHARE = 0.25
@@ -232,7 +232,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the fold summary ``args`` ask for; raises :class:`whale.errors.WhaleError` on bad input."""
+    """Print the fold summary ``args`` ask for; raises :class:`whale.core.errors.WhaleError` on bad input."""
     from whale.data.competition import read_train_csv
     from whale.formats import detect_format
 

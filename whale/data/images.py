@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.inputconfig import CROPS
-from whale.errors import DataError
+from whale.config.inputs import CROPS
+from whale.core.errors import DataError
 from whale.imagesize import as_hw
 
 Box = tuple[int, int, int, int]
@@ -197,7 +197,7 @@ def photo_box(img: np.ndarray, box: Box | None, crop: str = "box") -> Box | None
     ``crop="content"``.
 
     Raises:
-        ValueError: ``crop`` is not one of :data:`whale.config.CROPS`.
+        ValueError: ``crop`` is not one of :data:`whale.config.inputs.CROPS`.
     """
     if crop not in CROPS:
         raise ValueError(f"crop: expected one of {', '.join(CROPS)}, received {crop!r}")

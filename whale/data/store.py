@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from whale.config import CACHE_MODES
-from whale.inputconfig import CROPS
+from whale.config.inputs import CROPS
 from whale.data import images
 from whale.imagesize import as_hw, canonical, size_label
 

@@ -70,8 +70,8 @@ from whale.data.synth_layout import (NEW_PER_KNOWN_TRAIN, REAL_IMAGES_PER_ID, TE
                                      Sighting, plan_sightings, sample_counts, unique_hex)
 from whale.data.synth_photo import encode_jpeg
 from whale.data.synth_photo import render_sighting as _render_sighting
-from whale.errors import WRITE_ERRNOS, OutputError, WhaleError, describe_write_error
-from whale.files import check_output
+from whale.core.errors import WRITE_ERRNOS, OutputError, WhaleError, describe_write_error
+from whale.core.files import check_output
 from whale.formats import FORMATS, HUMPBACK2019, Format, get_format
 
 __all__ = ["generate", "main", "add_arguments", "run", "PROG", "SPECIES_2022", "REAL_IMAGES_PER_ID", "sample_counts",
@@ -282,7 +282,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the competition ``args`` describe; raises :class:`whale.errors.WhaleError` on bad input."""
+    """Write the competition ``args`` describe; raises :class:`whale.core.errors.WhaleError` on bad input."""
     check_output(args.out, folder=True)
     fresh = not args.out.exists()
     # A folder holding files is refused (without --force) before anything is written: those files are not ours.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from whale import NEW_WHALE
-from whale.errors import WhaleError
+from whale.core.errors import WhaleError
 
 # Real Kaggle 2019 train.csv: number of images per known id -> number of ids with that many
 # (5,004 ids, 15,697 images; new_whale excluded).

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from whale.data.synth_fluke import BOTTOM, PAD, TOP, Fluke, smooth_noise
-from whale.errors import WhaleError
+from whale.core.errors import WhaleError
 
 
 def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:

@@ -31,8 +31,8 @@ from whale.ensemble.combine import average_score_files, normalise_weights, valid
 from whale.ensemble.identity import check_inputs, check_no_leak, identity_table, read_identities
 from whale.ensemble.recipe import load_recipe
 from whale.ensemble.report import plot_thresholds, write_threshold_csv
-from whale.errors import ConfigError, DataError
-from whale.files import check_output
+from whale.core.errors import ConfigError, DataError
+from whale.core.files import check_output
 from whale.formats import DEFAULT, FORMATS, Format, detect_format, get_format
 from whale.inference.scorefile import first_names, score_path
 from whale.ranking.stored import threshold_arg, write_threshold
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace, log=print) -> int:
 
 
 def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
-    """Run ``ensemble.py``; returns 0. Raises :class:`whale.errors.WhaleError` on bad input."""
+    """Run ``ensemble.py``; returns 0. Raises :class:`whale.core.errors.WhaleError` on bad input."""
     from whale.submission import check_submission, write_submission
 
     if args.recipe is not None:

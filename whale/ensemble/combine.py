@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import ConfigError, DataError
+from whale.core.errors import ConfigError, DataError
 from whale.inference.scorefile import ScoreFile, first_names, read_header, load_score_file
 
 _ROW_BLOCK = 2048  # rows reordered and accumulated at a time: bounds the float32 temporaries

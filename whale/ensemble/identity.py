@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.inference.scorefile import first_names, read_header
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")

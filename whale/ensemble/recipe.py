@@ -14,7 +14,7 @@ else (averaging, identity checks, the submission check) is the same. Paths are r
 working directory, as on the command line. A ``path`` with ``*``, ``?`` or ``[`` is a pattern:
 the folders it matches (sorted) enter with ``weight / count`` each, so ``weight`` is that model's
 share however many folds it has. ``threshold`` may be left out only with ``calibrate: true``.
-Every value is checked; a bad one raises :class:`whale.errors.ConfigError` naming the file and the
+Every value is checked; a bad one raises :class:`whale.core.errors.ConfigError` naming the file and the
 key (``runs[2].weight``). The paper's ensemble as a recipe: ``docs/ensemble.md``.
 """
 
@@ -24,8 +24,8 @@ import glob
 from dataclasses import dataclass
 from pathlib import Path
 
-from whale.checker import Checker
-from whale.errors import ConfigError
+from whale.config.checker import Checker
+from whale.core.errors import ConfigError
 
 THRESHOLD_MODES = ("fixed", "fraction", "tune")
 """``threshold.mode``: ``fixed`` = ``--threshold``, ``fraction`` = ``--new-whale-fraction``, ``tune`` = ``--tune``."""

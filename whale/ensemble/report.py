@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.files import atomic_write
+from whale.core.files import atomic_write
 
 
 def write_threshold_csv(path, grid, maps) -> Path:

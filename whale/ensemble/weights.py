@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.ensemble.combine import validation_groups
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 from whale.ranking.newwhale import tune
 from whale.ranking.topids import concat_top_ids, top_ids
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from whale import command
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.ranking.stored import threshold_arg
 
 DISPLAY = 192  # pixels per panel side (its height for a model of another aspect)
@@ -126,7 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Draw what ``args`` ask for; raises :class:`whale.errors.WhaleError` on bad input."""
+    """Draw what ``args`` ask for; raises :class:`whale.core.errors.WhaleError` on bad input."""
     if args.top < 1:
         raise DataError(f"--top {args.top}: expected at least 1")
     from whale.data import load_competition

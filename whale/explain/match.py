@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from whale import NEW_WHALE
-from whale.errors import DataError
+from whale.core.errors import DataError
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def run_threshold(run_dir, open_label: str = NEW_WHALE) -> tuple[float, str]:
             or for other scores than ``val.npz`` now holds (score the run again: ``run_fold.py --score-only``).
     """
     from whale.config import load_config
-    from whale.files import file_hash
+    from whale.core.files import file_hash
     from whale.inference.scorefile import load_score_file
     from whale.ranking import tune_threshold
     from whale.ranking.stored import THRESHOLD_FILE, read_threshold

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.files import atomic_write
+from whale.core.files import atomic_write
 
 
 def draw_grid(rows: list[list[tuple[str, np.ndarray]]], out, title: str = "", cell: float = 2.6) -> Path:

@@ -62,8 +62,8 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the score file ``args`` describe; raises :class:`whale.errors.WhaleError` on bad input."""
-    from whale.files import check_output
+    """Write the score file ``args`` describe; raises :class:`whale.core.errors.WhaleError` on bad input."""
+    from whale.core.files import check_output
 
     if args.matcher == "keypoints":
         return _keypoints(args)
@@ -77,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _keypoints(args) -> int:
     """``--matcher keypoints``: :func:`whale.inference.keypoints.score_competition`."""
-    from whale.files import check_output
+    from whale.core.files import check_output
     from whale.keypoints import load_keypoint_config
     from whale.inference.keypoints import score_competition
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
 
     out = Path(args.out)
     check_output(out, folder=out.suffix != ".npz")

@@ -15,7 +15,7 @@ import numpy as np
 
 from whale.data.augment import build_view
 from whale.imagesize import as_hw, canonical
-from whale.progress import progress_bar
+from whale.core.progress import progress_bar
 
 
 def compute_features(branch, batches, n: int | None = None, batch_size: int = 64, progress: bool = True):

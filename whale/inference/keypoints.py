@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from whale.data import ImageSet, fold_data, load_competition
-from whale.errors import DataError
-from whale.files import git_revision, write_json_atomic, write_text_atomic
+from whale.core.errors import DataError
+from whale.core.files import git_revision, write_json_atomic, write_text_atomic
 from whale.inference.scorefile import write_scores
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.matcher import KeypointMatcher

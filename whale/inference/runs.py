@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.data import ImageSet, ImageStore, crop_size_for
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.inference.features import ImageBatches, compute_features
 from whale.inference.scorefile import write_scores
 from whale.models.checkpoint import load_checkpoint, snapshot_name
@@ -107,7 +107,7 @@ def run_identity(run_dir, cfg, checkpoint: str, state: dict, split: str) -> dict
     import keras
 
     from whale.config import config_hash
-    from whale.files import git_revision
+    from whale.core.files import git_revision
 
     try:
         meta = json.loads((Path(run_dir) / "run.json").read_text())
@@ -143,7 +143,7 @@ def scores_dir(run_dir, checkpoint: str = "best") -> Path:
 def store_val_threshold(val_path, scores: np.ndarray, gallery_ids, query_ids, open_label: str) -> Path:
     """Tune the ``new_whale`` threshold on validation ``scores`` ``[n_val, n_gallery]`` (those written to
     ``val_path``) once and keep it beside them as ``threshold.json`` (:mod:`whale.ranking.stored`)."""
-    from whale.files import file_hash
+    from whale.core.files import file_hash
     from whale.ranking import tune_threshold
     from whale.ranking.stored import THRESHOLD_FILE, write_threshold
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import DataError
-from whale.files import atomic_write
+from whale.core.errors import DataError
+from whale.core.files import atomic_write
 
 SPLITS = ("val", "test")
 _NAMES_SHOWN = 5

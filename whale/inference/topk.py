@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from whale import NEW_WHALE
-from whale.arrays import as_features
+from whale.core.arrays import as_features
 from whale.mining.candidates import proxy_prep, top_columns
-from whale.progress import progress_bar
+from whale.core.progress import progress_bar
 from whale.ranking.topids import top_k_columns
 
 

@@ -13,9 +13,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
-from whale.files import git_revision, write_text_atomic
+from whale.core.files import git_revision, write_text_atomic
 from whale.kaggle.metadata import check_ref, split_ref
 from whale.kaggle.wheels import (KAGGLE_MISSING, KAGGLE_PYTHON, download_wheels, project_key, required_pins,
                                  wheel_name, wheel_problems)

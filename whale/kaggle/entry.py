@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 from whale import command
-from whale.errors import DataError, WhaleError
-from whale.files import write_json_atomic, write_text_atomic
+from whale.core.errors import DataError, WhaleError
+from whale.core.files import write_json_atomic, write_text_atomic
 
 RUN_DIR = "run"
 STATUS_FILE = "STATUS"

@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 
 from whale import command
-from whale.errors import ConfigError, DataError
-from whale.files import write_text_atomic
+from whale.core.errors import ConfigError, DataError
+from whale.core.files import write_text_atomic
 from whale.kaggle.codedataset import build_code_dataset
 from whale.kaggle.metadata import (DEFAULT_MACHINE_SHAPE, ENTRY_FILE, GPU_SHAPES, MACHINE_SHAPES, METADATA_FILE,
                                    PRETRAIN, check_ref, split_ref, build_metadata, kernel_folder, kernel_slug,
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Make, build or check as ``args.command`` says; raises :class:`whale.errors.WhaleError` on bad input."""
+    """Make, build or check as ``args.command`` says; raises :class:`whale.core.errors.WhaleError` on bad input."""
     if args.command == "make":
         folders = make_kernels(args.config, args.folds, args.competition, args.code_dataset, args.out,
                                user=args.user, playground_dataset=args.playground_dataset,

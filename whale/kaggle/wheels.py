@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 # Imported at run time by the toolkit, absent from Kaggle's GPU image (Kaggle/docker-python).
 KAGGLE_MISSING = ("lap",)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.checker import Checker
-from whale.errors import ConfigError
-from whale.files import file_hash
-from whale.overrides import apply_override
+from whale.config.checker import Checker
+from whale.core.errors import ConfigError
+from whale.core.files import file_hash
+from whale.config.overrides import apply_override
 
 GEOMETRIES = ("homography", "affine", "similarity")
 """Models of geometric verification: 8, 6 or 4 degrees of freedom."""

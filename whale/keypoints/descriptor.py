@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.keypoints.patches import PATCH_SIZE
 
 LOSSES = ("tgloss", "global")

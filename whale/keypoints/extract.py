@@ -59,7 +59,7 @@ def trim_white(gray: np.ndarray) -> tuple[np.ndarray, int, int]:
 
 def read_gray(path) -> np.ndarray:
     """``[H, W] uint8`` gray photo (:func:`whale.data.images.load_image`: decoded by content; a missing,
-    empty or undecodable file raises :class:`whale.errors.DataError` naming it)."""
+    empty or undecodable file raises :class:`whale.core.errors.DataError` naming it)."""
     return load_image(path, channels=1)[:, :, 0]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.keypoints.config import AUTO_IVF_FROM, SearchConfig
 from whale.keypoints.extract import Features, as_float
 

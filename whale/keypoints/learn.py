@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.keypoints.descriptor import LOSSES, SPEC, WEIGHTS, build_net, standardise
 from whale.keypoints.extract import prepare, read_gray
 from whale.keypoints.patches import PATCH_SIZE, homography_pairs
-from whale.progress import progress_bar
+from whale.core.progress import progress_bar
 
 
 def sample_pairs(photos: Sequence, features_cfg, n_pairs: int, seed: int = 0, shift: float = 0.15,
@@ -54,7 +54,7 @@ def train(photos: Sequence, out, features_cfg, *, loss: str = "tgloss", pairs_pe
     """
     import keras
 
-    from whale.files import write_text_atomic
+    from whale.core.files import write_text_atomic
     from whale.objectives.globalloss import global_loss, tg_loss
 
     if loss not in LOSSES:

@@ -24,7 +24,7 @@ import numpy as np
 from whale.keypoints.config import KeypointConfig, VerifyConfig
 from whale.keypoints.extract import Features, as_float
 from whale.keypoints.index import DescriptorIndex
-from whale.progress import progress_bar
+from whale.core.progress import progress_bar
 
 _QUERY_BLOCK = 64  # query photos searched per FAISS call: large enough for its threads, small for memory
 

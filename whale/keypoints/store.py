@@ -2,7 +2,7 @@
 
 ``ROOT/<fingerprint>/<hh>/<sha256>.npz``: ``fingerprint`` names the feature settings
 (:meth:`whale.keypoints.config.KeypointConfig.fingerprint`), ``sha256`` the photo's bytes
-(:func:`whale.files.file_hash`), so a renamed or copied photo is not extracted again, a changed one is,
+(:func:`whale.core.files.file_hash`), so a renamed or copied photo is not extracted again, a changed one is,
 and a second run, a new batch or the catalogue reuse what is there. Each file is written atomically as
 soon as its photo is done: a killed extraction keeps every finished photo.
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import DataError
-from whale.files import atomic_write, file_hash
+from whale.core.errors import DataError
+from whale.core.files import atomic_write, file_hash
 from whale.keypoints.config import FeatureConfig, KeypointConfig
 from whale.keypoints.extract import Features, extract
-from whale.progress import progress_bar
+from whale.core.progress import progress_bar
 
 
 def default_root() -> Path:

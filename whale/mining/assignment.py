@@ -58,8 +58,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from whale.arrays import id_codes
-from whale.errors import WhaleError
+from whale.core.arrays import id_codes
+from whale.core.errors import WhaleError
 from whale.mining.solvers import LARGE, solve_dense, solve_sparse
 
 __all__ = [

@@ -29,8 +29,8 @@ import warnings
 
 import numpy as np
 
-from whale.arrays import as_features, id_codes
-from whale.progress import progress_bar
+from whale.core.arrays import as_features, id_codes
+from whale.core.progress import progress_bar
 
 SIMILARITIES = ("cosine", "dot", "euclidean", "head")
 

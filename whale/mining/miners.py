@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whale.arrays import as_features
+from whale.core.arrays import as_features
 from whale.config import MINING_MODES
 from whale.mining.assignment import mine_negatives, mine_negatives_sparse, validate_negative_pairs
 from whale.mining.candidates import candidate_counts, candidates

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from whale.arrays import id_codes
+from whale.core.arrays import id_codes
 
 
 def mix_random_negatives(negatives: np.ndarray, ids, share: float, rng: np.random.Generator) -> np.ndarray:

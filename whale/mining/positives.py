@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from whale.arrays import id_codes
+from whale.core.arrays import id_codes
 
 
 def positive_pairs(ids, rng: np.random.Generator) -> np.ndarray:

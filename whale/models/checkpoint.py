@@ -21,8 +21,8 @@ import json
 import os
 from pathlib import Path
 
-from whale.errors import CheckpointError
-from whale.files import write_json_atomic
+from whale.core.errors import CheckpointError
+from whale.core.files import write_json_atomic
 from whale.models.io import load_model, save_model
 
 

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import ConfigError, DataError, run_cli
-from whale.files import atomic_write
+from whale.core.errors import ConfigError, DataError, run_cli
+from whale.core.files import atomic_write
 
 CONVERTIBLE = ("seresnext50", "densenet121")
 _IGNORED = re.compile(r"(^|\.)num_batches_tracked$|^(fc|last_linear|classifier)\.")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import keras
 
-from whale.errors import ConfigError
-from whale.errors import DataError
+from whale.core.errors import ConfigError
+from whale.core.errors import DataError
 from whale.models.registry import (
     BRANCHES,
     assemble_branch,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import keras
 
-from whale.errors import DataError
-from whale.files import atomic_write
+from whale.core.errors import DataError
+from whale.core.files import atomic_write
 
 
 def save_model(model: keras.Model, path) -> Path:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import keras
 
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 from whale.models import backbones, convnet, seresnext
 from whale.models.preprocessing import Preprocess
 

@@ -36,8 +36,8 @@ import warnings
 
 import numpy as np
 
-from whale.arrays import as_features
-from whale.progress import progress_bar
+from whale.core.arrays import as_features
+from whale.core.progress import progress_bar
 
 __all__ = ["HeadScorer"]
 

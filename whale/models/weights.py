@@ -22,7 +22,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from whale.errors import DataError, MissingFileError
+from whale.core.errors import DataError, MissingFileError
 from whale.models.registry import assemble_branch, branch_options, branch_spec, get_branch_def
 
 BRANCH_ATTR = "whale_branch"

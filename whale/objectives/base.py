@@ -2,7 +2,7 @@
 
 An objective (one module in ``whale/objectives/``, registered by name: :mod:`whale.objectives.registry`)
 is a subclass of one family with its declarations as class attributes (``name``, ``batches``, ``params``,
-``meanings``, ``order``: data, read by the config without importing Keras, :mod:`whale.objectiveconfig`) and
+``meanings``, ``order``: data, read by the config without importing Keras, :mod:`whale.config.objectives`) and
 its pieces as methods: what sits on the branch (the family's :meth:`Objective.build`, through small hooks),
 its Keras loss (:meth:`Objective.loss`), its metrics and its scorer (:meth:`Objective.scorer`). Training
 compiles every one through :func:`whale.models.compile_model`.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import keras
 
-from whale.objectiveconfig import ObjectiveConfig
+from whale.config.objectives import ObjectiveConfig
 from whale.objectives.layers import Embedding
 
 __all__ = ["Objective", "HeadObjective", "PairObjective", "IdentityObjective", "labels_of"]
@@ -33,8 +33,8 @@ class Objective:
 
     name = ""  # the config's ``objective`` name
     batches = "pairs"  # "pairs" (labelled pairs) or "identities" (P x K batches)
-    params: dict = {}  # {key: (kind, lo, hi, default)}: whale.objectiveconfig.ObjectiveSpec
-    meanings: dict = {}  # {key: text} for docs/configs.md (shared keys: whale.configdoc.PARAM_MEANINGS)
+    params: dict = {}  # {key: (kind, lo, hi, default)}: whale.config.objectives.ObjectiveSpec
+    meanings: dict = {}  # {key: text} for docs/configs.md (shared keys: whale.config.doc.PARAM_MEANINGS)
     order = 100  # place among the objective names (the paper's head: 0)
     metric = None  # name of the fit metric logged as 'accuracy' (None: not logged)
 

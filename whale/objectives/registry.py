@@ -4,7 +4,7 @@ One module per objective in ``whale/objectives/`` holds its class (a family of
 :mod:`whale.objectives.base` with its declarations and its loss), decorated with :func:`register`; importing
 :mod:`whale.objectives` imports every such module (:func:`load_objectives`), so their Keras losses are registered
 for loading checkpoints. Adding an objective is that one file and its tests: the config reads its declarations
-(:mod:`whale.objectiveconfig`), docs/configs.md its parameters (:mod:`whale.configdoc`), training its batches,
+(:mod:`whale.config.objectives`), docs/configs.md its parameters (:mod:`whale.config.doc`), training its batches,
 loss and scorer, and nothing else asks for its name (``tests/test_architecture.py``).
 
 Example:
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 
-from whale.objectiveconfig import (SPEC_FIELDS, ObjectiveConfig, ObjectiveSpec, add_spec, objective_modules,
+from whale.config.objectives import (SPEC_FIELDS, ObjectiveConfig, ObjectiveSpec, add_spec, objective_modules,
                                    remove_spec)
 from whale.objectives.base import Objective
 
@@ -48,7 +48,7 @@ def unregister(name: str) -> None:
 
 def load_objectives() -> None:
     """Import every module of ``whale/objectives/`` that registers an objective
-    (:func:`whale.objectiveconfig.objective_modules`; each registers itself when imported)."""
+    (:func:`whale.config.objectives.objective_modules`; each registers itself when imported)."""
     for module in objective_modules():
         importlib.import_module(module)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from whale.arrays import as_features
+from whale.core.arrays import as_features
 from whale.objectives.distances import np_l2_normalize, np_pair_sq_distances, np_sq_distance_matrix
-from whale.progress import progress_bar
+from whale.core.progress import progress_bar
 
 __all__ = ["EmbeddingScorer", "make_scorer"]
 

@@ -1,10 +1,10 @@
 """Ranking: from scores to five labels per query, and every rule that places ``new_whale``.
 
-:mod:`whale.ranking.topids` (per-id maximum through :class:`whale.arrays.IdGroups`, each query's best ids), :mod:`whale.ranking.newwhale`
+:mod:`whale.ranking.topids` (per-id maximum through :class:`whale.core.arrays.IdGroups`, each query's best ids), :mod:`whale.ranking.newwhale`
 (the paper's threshold rule, the one threshold tuner, test-share rules) and
 :mod:`whale.ranking.calibrate` (the calibrated rule and its cross-validation).
 """
-from whale.arrays import IdGroups
+from whale.core.arrays import IdGroups
 from whale.ranking.newwhale import (
     map_by_threshold,
     map_for_thresholds,

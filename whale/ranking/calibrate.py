@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.ranking.newwhale import map_for_thresholds, tune
 from whale.ranking.topids import TopIds
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from whale import NEW_WHALE
-from whale.errors import DataError
+from whale.core.errors import DataError
 from whale.ranking.topids import (DEFAULT_BLOCK, TOP_K, TopIds, check_labels, check_scores, check_threshold,
                                   top5_for_ranking, top_k_columns, top_id_scores)
 

@@ -8,7 +8,7 @@ and every ``--threshold`` flag, which takes a number or such a file (:func:`thre
 
 Format (JSON object): ``threshold`` (float), ``map5`` (validation MAP@5 at it, or null), ``open_label``
 (the open-set label it was tuned for), ``tuned_on`` (the scores it was tuned on, a path or a description),
-``scores_hash`` (:func:`whale.files.file_hash` of those scores when they are one file, else null),
+``scores_hash`` (:func:`whale.core.files.file_hash` of those scores when they are one file, else null),
 ``rule`` (how it was chosen).
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from whale import NEW_WHALE
-from whale.errors import DataError
-from whale.files import write_json_atomic
+from whale.core.errors import DataError
+from whale.core.files import write_json_atomic
 
 THRESHOLD_FILE = "threshold.json"
 """A run's stored threshold, in its ``scores/`` folder beside ``val.npz``."""

@@ -2,7 +2,7 @@
 
 Per id, a query's probability is the maximum over that id's gallery images
 (:func:`per_id_scores`: gallery columns sorted by id, then ``np.maximum.reduceat``, through
-:class:`whale.arrays.IdGroups`, the toolkit's one per-id reduction); gallery
+:class:`whale.core.arrays.IdGroups`, the toolkit's one per-id reduction); gallery
 images labelled ``new_whale`` are dropped, so ``new_whale`` is never predicted as an id.
 The best ids are ordered by probability, ties broken by id name (ascending). The full test
 matrix (7,960 x 25,361) is handled in blocks of queries (:func:`top_id_scores`) so that the
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from whale import NEW_WHALE
-from whale.arrays import IdGroups
-from whale.errors import DataError
+from whale.core.arrays import IdGroups
+from whale.core.errors import DataError
 
 TOP_K = 5
 DEFAULT_BLOCK = 1024

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from whale import command
-from whale.files import check_output
+from whale.core.files import check_output
 from whale.training.preflight import FolderGuard, check_fold, interrupted_message
 
 PROG = "run_fold.py"
@@ -140,10 +140,10 @@ def main(argv=None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train (or plan, or score) as ``args`` say; raises :class:`whale.errors.WhaleError` on bad input."""
+    """Train (or plan, or score) as ``args`` say; raises :class:`whale.core.errors.WhaleError` on bad input."""
     from whale.config import load_config
 
-    from whale.overrides import overrides as set_flags
+    from whale.config.overrides import overrides as set_flags
 
     overrides = {**set_flags(args.set), **{key: getattr(args, key) for key in ("seed", "precision", "init_from")
                                            if getattr(args, key) is not None}}

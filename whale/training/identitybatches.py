@@ -26,7 +26,7 @@ from typing import Callable
 import keras
 import numpy as np
 
-from whale.arrays import id_codes
+from whale.core.arrays import id_codes
 from whale.data.augment import build_plain
 from whale.imagesize import canonical
 from whale.training.imagebatches import load_images
@@ -166,7 +166,7 @@ class IdentityBatchDataset(keras.utils.PyDataset):
 
 
 def class_counts(ids) -> np.ndarray:
-    """``[n_ids]`` int64 images per identity code (:func:`whale.arrays.id_codes` order): ArcFace's classes."""
+    """``[n_ids]`` int64 images per identity code (:func:`whale.core.arrays.id_codes` order): ArcFace's classes."""
     return np.bincount(id_codes(np.asarray(ids)))
 
 

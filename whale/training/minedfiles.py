@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.errors import CheckpointError
-from whale.files import atomic_write
+from whale.core.errors import CheckpointError
+from whale.core.files import atomic_write
 
 
 def _mined_path(folder: Path, block_start: int) -> Path:

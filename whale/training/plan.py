@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from whale.config import STEMS, RunConfig
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 from whale.training.pretrain import pretrain_stage_count
 from whale.training.schedule import Schedule, sized_config
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from whale.files import atomic_write
+from whale.core.files import atomic_write
 
 
 def _column(rows: list[dict], name: str) -> tuple[list[int], list[float]]:

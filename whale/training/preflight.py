@@ -1,7 +1,7 @@
 """What ``run_fold.py`` checks before the backend loads, and how a failed start leaves the run folder.
 
 Loading Keras and its backend takes seconds and prints lines of its own, so everything that can
-be refused from the files alone is refused first, in one line (:func:`whale.errors.run_guarded`):
+be refused from the files alone is refused first, in one line (:func:`whale.core.errors.run_guarded`):
 the fold's range (:func:`check_fold`), whether the training images give positive pairs and
 whether every id can stand in a submission (:func:`check_training_ids`), and whether a
 ``--resume`` continues the same run on the same data under the same config
@@ -19,8 +19,8 @@ import shutil
 from pathlib import Path
 
 from whale.config import RunConfig
-from whale.errors import ConfigError, DataError
-from whale.files import atomic_write
+from whale.core.errors import ConfigError, DataError
+from whale.core.files import atomic_write
 from whale.training.runlog import DATA_IMAGES, read_log, read_run_json, record_resume_changes, resume_changes
 
 N_FOLDS = 4

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from whale.config import RunConfig, load_config
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 PRETRAIN_FOLD = "pretrain"
 """What a pre-training run records as its ``fold`` in ``run.json`` (no fold of the main data)."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from whale.config import RunConfig
 from whale.data import fold_data, load_competition
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 from whale.training.runlog import read_run_json
 
 

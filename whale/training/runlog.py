@@ -25,8 +25,8 @@ import uuid
 from pathlib import Path
 
 from whale.config import RunConfig, config_hash, load_config
-from whale.errors import ConfigError
-from whale.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
+from whale.core.errors import ConfigError
+from whale.core.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
 
 LOG_FIELDS = [
     "epoch", "stage", "epoch_in_stage", "image_size", "k", "lr", "freeze_branch", "dataset",
@@ -129,7 +129,7 @@ def claim_run_dir(out_dir: Path, fold: int | str, seed: int, resume: bool = Fals
         raise ConfigError(f"{out_dir / 'run.json'}: this run started from run {recorded.get('run_id')} "
                           f"({recorded.get('run')}); --resume asked to start from run {init_from}: resuming it "
                           "would mix two runs (use the same --init-from, --overwrite or a new --out)")
-    for tmp in out_dir.rglob(".*.tmp*"):  # left by writes a kill interrupted (whale.files.atomic_write)
+    for tmp in out_dir.rglob(".*.tmp*"):  # left by writes a kill interrupted (whale.core.files.atomic_write)
         tmp.unlink(missing_ok=True)
 
 
@@ -205,7 +205,7 @@ class TensorBoardLog:
 
 def data_format(data_dir: Path):
     """The :class:`whale.formats.Format` of a competition folder; 2019's when ``train.csv`` is missing or fits none."""
-    from whale.errors import DataError
+    from whale.core.errors import DataError
     from whale.formats import DEFAULT, detect_format
 
     try:

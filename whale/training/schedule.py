@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from whale.config import RunConfig, Stage
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 __all__ = ["EpochPlan", "Schedule", "epochs_for", "is_mining_epoch", "pair_images", "schedule_epochs", "sized_config"]
 

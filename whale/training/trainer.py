@@ -20,9 +20,9 @@ import numpy as np
 
 from whale.config import RunConfig, Stage
 from whale.data import FoldData, ImageSet, crop_size_for, unlabelled
-from whale.files import write_json_atomic
+from whale.core.files import write_json_atomic
 from whale.imagesize import input_size, size_label
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
 import whale.objectives  # noqa: F401 - registers every objective's layers and losses, so checkpoints load
 from whale.training.foldjob import FoldJob, prepare_fold, prepare_pretrain

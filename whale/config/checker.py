@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from whale.errors import ConfigError
+from whale.core.errors import ConfigError
 
 _PART = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$")
 

@@ -1,6 +1,6 @@
 """The ``homography:`` section of a config and the rules of a ``dataset: homography`` stage.
 
-Kept apart from :mod:`whale.config` (which imports it), as :mod:`whale.objectiveconfig` is. The
+Kept apart from :mod:`whale.config.schema` (which imports it), as :mod:`whale.config.objectives` is. The
 stages themselves: :mod:`whale.data.unlabelled`.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from whale.checker import Checker
+from whale.config.checker import Checker
 
 HOMOGRAPHY_K = 1000.0
 """K recorded for a ``dataset: homography`` stage: its negatives are random (no identities to mine)."""

@@ -6,7 +6,7 @@ this layer-0 module may not import :mod:`whale.objectives` (``tests/test_archite
 declarations are read here as data, from the source of the modules, without running them
 (:func:`objective_specs`); an objective registered at run time (a test's toy objective) adds its spec with
 :func:`add_spec`. The config's validation, :mod:`whale.objectives` and the configs reference
-(:mod:`whale.configdoc`) all read :func:`objective_specs`.
+(:mod:`whale.config.doc`) all read :func:`objective_specs`.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.checker import Checker
+from whale.config.checker import Checker
 
 BATCHES = ("pairs", "identities")
 """What an objective's batches hold: labelled pairs, or P x K identities (``batch``)."""
-FOLDER = Path(__file__).resolve().parent / "objectives"
+FOLDER = Path(__file__).resolve().parents[1] / "objectives"
 """The folder of the objective modules, one per objective (:mod:`whale.objectives`)."""
 ADDED_LATER = {"pairs": "all"}
 """Parameters added after runs were recorded, with their defaults: a config writes them only when set otherwise,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from whale.checker import Checker
+from whale.config.checker import Checker
 from whale.imagesize import input_size
 
 CROPS = ("box", "content")

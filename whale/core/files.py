@@ -10,7 +10,7 @@ somewhere else (``np.savez`` given a path appends ``.npz`` to a name without it)
 its file is removed and the write refused, so no hidden file is left behind.
 
 A write the file system refuses (a full disk, a read-only folder, a folder where the file
-should be) raises :class:`whale.errors.OutputError` naming the file; :func:`check_output`
+should be) raises :class:`whale.core.errors.OutputError` naming the file; :func:`check_output`
 refuses such an output before a command does any work.
 """
 
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from whale.errors import WRITE_ERRNOS, OutputError, describe_write_error
+from whale.core.errors import WRITE_ERRNOS, OutputError, describe_write_error
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], fsync: bool = False) -> Path:

@@ -1,8 +1,8 @@
-"""Run configuration: YAML -> frozen dataclasses that reject unknown keys.
+"""The run config's schema: YAML -> frozen dataclasses that reject unknown keys.
 
 A config file describes one model variant: the branch, the batch size, how negatives are mined,
 and the training schedule as a list of stages (paper Table 3: one row = one stage). Every value
-is checked when the file is loaded; a bad file raises :class:`whale.errors.ConfigError` whose
+is checked when the file is loaded; a bad file raises :class:`whale.core.errors.ConfigError` whose
 message names the file, the key path (``stages[2].lr``), what was expected and what was received.
 
 Numbers may be written as strings: PyYAML reads ``8e-5`` (no dot before the exponent) as the
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.checker import Checker
-from whale.errors import ConfigError
-from whale.files import write_text_atomic
-from whale.overrides import apply_override
-from whale.inputconfig import parse_crop_aspect
-from whale.homographyconfig import HOMOGRAPHY_K, HomographyConfig, homography_stage, parse_homography  # noqa: F401
-from whale.objectiveconfig import BatchConfig, ObjectiveConfig, parse_batch, parse_objective  # noqa: F401
+from whale.config.checker import Checker
+from whale.config.homography import HomographyConfig, homography_stage, parse_homography
+from whale.config.inputs import parse_crop_aspect
+from whale.config.objectives import BatchConfig, ObjectiveConfig, parse_batch, parse_objective
+from whale.config.overrides import apply_override
+from whale.core.errors import ConfigError
+from whale.core.files import write_text_atomic
 
 KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "convnet_v1", "convnet_v2", "small",
                   "tiny")
@@ -186,7 +186,7 @@ class RunConfig:
     scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
     or their head ``scores`` (one pass per view). All off by default.
     ``homography``: the photos and strength of ``dataset: homography`` stages (:class:`HomographyConfig`).
-    ``crop``, ``aspect`` (width / height of the input; ``image_size``: its height): :mod:`whale.inputconfig`.
+    ``crop``, ``aspect`` (width / height of the input; ``image_size``: its height): :mod:`whale.config.inputs`.
     """
 
     name: str
@@ -267,7 +267,7 @@ _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.
 
 
 # --------------------------------------------------------------------------------------------
-# validation helpers (the typed reads are whale.checker.Checker)
+# validation helpers (the typed reads are whale.config.checker.Checker)
 
 
 def dataclass_fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
