@@ -11,11 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.backend
-
-from whale.objectives import globalloss as G  # noqa: E402
-from whale.objectives import losses as L  # noqa: E402
-from whale.objectives import miners as M  # noqa: E402
+from whale.objectives import globalloss as G
+from whale.objectives import losses as L
+from whale.objectives import miners as M
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,6 +103,7 @@ def test_each_miner_selects_what_the_loop_selects(backend, miner, name, labels, 
         assert got[key] == pytest.approx((dap, dan), abs=1e-5), (name, key)
 
 
+@pytest.mark.backend  # also on JAX (make test); the loop comparisons run under TensorFlow
 def test_semihard_and_hardest_on_a_hand_made_matrix(backend):
     # labels 0 0 1 2. (a=0, p=1): d(0,1) = 2, negatives at 3 and 5: semi-hard 3 (nearest beyond 2), hardest 3.
     # (a=1, p=0): d(1,0) = 2, negatives at 1 and 1.5: none beyond 2 -> semi-hard the farthest, 1.5; hardest 1.
@@ -120,6 +119,7 @@ def test_semihard_and_hardest_on_a_hand_made_matrix(backend):
     assert L.semihard_negatives is M.semihard_negatives
 
 
+@pytest.mark.backend  # also on JAX (make test); the loop comparisons run under TensorFlow
 def test_a_tie_is_not_beyond_the_positive_and_one_id_selects_nothing(backend):
     labels = np.array([0, 0, 1])
     d = np.array([[0, 2, 2], [2, 0, 3], [2, 3, 0]], np.float32)
@@ -250,6 +250,7 @@ def test_every_miner_and_reduction_has_a_finite_gradient(backend, miner, reducti
         assert np.isfinite(value) and grad.shape == emb.shape and np.all(np.isfinite(grad)), (miner, reduction)
 
 
+@pytest.mark.backend  # also on JAX (make test); the loop comparisons run under TensorFlow
 def test_a_compiled_train_step_with_every_miner_and_reduction_stays_finite_and_learns(backend):
     """Compiled SGD steps on the sum of the nine losses (one compilation), through ``TripletLoss``, on unit
     embeddings (the ``sum`` reductions are large on unbounded ones)."""
@@ -271,6 +272,7 @@ def test_a_compiled_train_step_with_every_miner_and_reduction_stays_finite_and_l
 
 
 # ------------------------------------------------------------------------------ the Keras loss and the config
+@pytest.mark.backend  # also on JAX (make test); the loop comparisons run under TensorFlow
 def test_triplet_loss_config_round_trips_and_an_old_config_loads_with_the_defaults(backend):
     import keras
 
