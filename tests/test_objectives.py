@@ -29,7 +29,8 @@ def test_objective_key_fills_defaults_round_trips_and_keeps_old_hashes():
     assert "objective" not in demo.to_dict() and "batch" not in demo.to_dict()  # older configs keep their hash
     assert config_hash(load_config(ROOT / "configs" / "demo.yaml", {"objective": "head"})) == config_hash(demo)
     c = _cfg(objective={"name": "triplet", "margin": 0.3}, batch={"ids": 6, "per_id": 3})
-    assert dict(c.objective.params) == {"embedding": 256, "normalize": False, "margin": 0.3}
+    assert dict(c.objective.params) == {"embedding": 256, "normalize": False, "margin": 0.3, "miner": "semihard",
+                                        "reduction": "mean"}
     assert (c.batch.ids, c.batch.per_id, c.batch_size) == (6, 3, 18)
     assert config_from_dict(c.to_dict()) == c
     assert _cfg(objective="arcface", batch_size=32).batch.ids == 8  # K 4, P = batch_size / 4

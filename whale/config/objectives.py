@@ -22,7 +22,7 @@ BATCHES = ("pairs", "identities")
 """What an objective's batches hold: labelled pairs, or P x K identities (``batch``)."""
 FOLDER = Path(__file__).resolve().parents[1] / "objectives"
 """The folder of the objective modules, one per objective (:mod:`whale.objectives`)."""
-ADDED_LATER = {"pairs": "all"}
+ADDED_LATER = {"pairs": "all", "miner": "semihard", "reduction": "mean"}
 """Parameters added after runs were recorded, with their defaults: a config writes them only when set otherwise,
 so the configs of earlier runs keep their hash."""
 

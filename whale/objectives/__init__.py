@@ -8,7 +8,8 @@ Whatever the objective, a score is "higher = more alike", float32, in [0, 1].
 Modules: :mod:`~whale.objectives.registry` (the objectives by name, :func:`build_objective`), one module per
 objective (:mod:`~whale.objectives.head`, :mod:`~whale.objectives.triplet`, ...: its declarations, loss and pieces), :mod:`~whale.objectives.base` (the
 three families they build on), :mod:`~whale.objectives.losses` (the loss mathematics, checked against NumPy loops;
-seed 001's in :mod:`~whale.objectives.globalloss`), :mod:`~whale.objectives.distances` (every distance, once),
+seed 001's in :mod:`~whale.objectives.globalloss`; the in-batch triplet miners in
+:mod:`~whale.objectives.miners`), :mod:`~whale.objectives.distances` (every distance, once),
 :mod:`~whale.objectives.layers` (what sits on the branch, saved in ``.keras`` files),
 :mod:`~whale.objectives.scorer` (:func:`make_scorer`: one scorer interface for every objective),
 :mod:`~whale.objectives.similarity` (seed 004's similarity models of ``objective: probabilistic``).

@@ -28,6 +28,7 @@ from __future__ import annotations
 from keras import ops
 
 from whale.objectives.losses import _off_diagonal, _same_id, _upper, pairwise_sq_distances, safe_sqrt
+from whale.objectives.miners import all_triplets
 
 REDUCTIONS = ("anchor", "sum", "mean")
 """How :func:`ratio_triplet_loss` reduces its triplets."""
@@ -155,7 +156,8 @@ def logit(p, eps: float = LOGIT_EPS):
 
 
 def ratio_triplet_loss(labels, emb, m: float = 0.01, *, reduction: str = "anchor"):
-    """Seed 001's triplet loss (eq. 5) over every valid triplet of the batch.
+    """Seed 001's triplet loss (eq. 5) over every valid triplet of the batch (the ``all`` miner,
+    :func:`whale.objectives.miners.all_triplets`, on plain distances).
 
     A triplet is ``(a, p, n)``: ``p != a`` with ``a``'s label, ``n`` with another label; its loss
     ``max(0, 1 - D(a, n) / (D(a, p) + m))`` with plain Euclidean distances ``D``.
@@ -179,10 +181,8 @@ def ratio_triplet_loss(labels, emb, m: float = 0.01, *, reduction: str = "anchor
     if reduction not in REDUCTIONS:
         raise ValueError(f"ratio_triplet_loss(reduction=...): expected one of {REDUCTIONS}, received {reduction!r}")
     dist = safe_sqrt(pairwise_sq_distances(emb))
-    same = _same_id(labels)
-    positives = same * _off_diagonal(ops.shape(dist)[0])                               # [a, p]
-    valid = ops.expand_dims(positives, 2) * ops.expand_dims(1.0 - same, 1)             # [a, p, n]
-    ratio = ops.expand_dims(dist, 1) / (ops.expand_dims(dist, 2) + m)                  # D(a,n) / (D(a,p) + m)
+    d_ap, d_an, valid = all_triplets(labels, dist)                                     # [a, p, n] after broadcast
+    ratio = d_an / (d_ap + m)                                                          # D(a,n) / (D(a,p) + m)
     loss = ops.relu(1.0 - ratio) * valid
     if reduction == "sum":
         return ops.sum(loss)

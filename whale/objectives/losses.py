@@ -18,7 +18,9 @@ Sources (the seeds are in ``../shared/seeds/``; ``docs/`` of the shared folder s
   ``triplet_semihard_loss`` that seed 002's code calls): squared distances; for every ordered
   positive pair ``(a, p)``, ``a != p``, the negative ``n`` nearest to ``a`` among those *strictly*
   farther from ``a`` than ``p`` (``d(a, n) > d(a, p)``), or, when there is none, the farthest
-  negative; ``mean over positive pairs of max(0, d(a, p) - d(a, n) + margin)``.
+  negative; ``mean over positive pairs of max(0, d(a, p) - d(a, n) + margin)``. The choice of triplets is
+  an in-batch miner of :mod:`whale.objectives.miners` (``semihard``, ``hardest``, ``all``), the reduction
+  ``mean``, ``sum`` or ``nonzero`` (:func:`triplet_loss`); seed 002's is ``semihard`` and ``mean``.
 * **Seed 001's losses** (the global loss of eq. 6 in both readings, eq. 8's similarity global loss, the
   ratio triplet loss and TGLoss): :mod:`whale.objectives.globalloss`, on the helpers here.
 * **Sub-center ArcFace with dynamic margins** (Deng et al. 2019 "ArcFace", eq. 3; Deng et al.
@@ -36,7 +38,8 @@ from keras import ops
 
 from whale.objectives.distances import SQRT_EPS, l2_normalize, pairwise_sq_distances, safe_sqrt  # noqa: F401
 from whale.objectives.distances import check_rank as _check_rank
-from whale.objectives.distances import off_diagonal as _off_diagonal
+from whale.objectives.distances import off_diagonal as _off_diagonal  # noqa: F401 (globalloss)
+from whale.objectives.miners import _same_id, get_miner, reduce_triplets, semihard_negatives  # noqa: F401
 
 COS_EPS = 1e-7
 """ArcFace clips the true class's cosine to ``[-1 + COS_EPS, 1 - COS_EPS]`` before ``sqrt(1 - cos^2)``."""
@@ -51,12 +54,6 @@ Optuna, together with ``s_id`` = 20.96 and 2 sub-centres). The defaults of :func
 # ------------------------------------------------------------------------------ helpers
 def _flat_labels(labels):
     return ops.reshape(ops.convert_to_tensor(labels), (-1,))
-
-
-def _same_id(labels):
-    """``[B, B]`` float32: 1 where ``labels[i] == labels[j]`` (the diagonal included)."""
-    y = _flat_labels(labels)
-    return ops.cast(ops.equal(ops.expand_dims(y, 1), ops.expand_dims(y, 0)), "float32")
 
 
 def _upper(n):
@@ -88,34 +85,27 @@ def contrastive_loss(same, sq_dist, margin: float = 1.0, *, half: bool = False, 
     return 0.5 * loss if half else loss
 
 
-# ------------------------------------------------------------------------------ semi-hard triplets
-def semihard_negatives(labels, sq_dist):
-    """The semi-hard negative's distance for every ordered pair ``(a, p)`` (FaceNet's rule).
+# ------------------------------------------------------------------------------ triplets
+def triplet_loss(labels, emb, margin: float = 0.5, *, miner: str = "semihard", reduction: str = "mean"):
+    """Triplet loss on squared distances with an in-batch miner (:mod:`whale.objectives.miners`).
 
     Args:
-        labels: ``[B]`` ids (int or float; compared for equality only).
-        sq_dist: ``[B, B]`` float32 squared distances (:func:`pairwise_sq_distances`).
+        labels: ``[B]`` ids.
+        emb: ``[B, D]`` float embeddings (not normalised here: seed 002's are not).
+        margin: on squared distances (0.5 in seed 002's code).
+        miner: ``"semihard"`` (FaceNet's rule, seed 002), ``"hardest"`` (each positive pair with its anchor's
+            nearest negative) or ``"all"`` (every valid triplet): :data:`whale.objectives.miners.MINERS`.
+        reduction: ``"mean"`` over the mined triplets, ``"sum"``, or ``"nonzero"`` (the mean over the triplets
+            with a loss above 0): :func:`whale.objectives.miners.reduce_triplets`.
 
     Returns:
-        ``[B, B]`` float32: entry ``(a, p)`` is the smallest ``d(a, n)`` over negatives ``n`` of ``a``
-        (``labels[n] != labels[a]``) with ``d(a, n) > d(a, p)`` (strictly: a tie is not "outside");
-        when no negative is that far, the largest ``d(a, n)`` over all of ``a``'s negatives; 0 when
-        ``a`` has no negative at all (a batch of one id). Defined for every ``(a, p)``; the loss
-        uses the positive pairs only. Gradients flow to the chosen distance.
+        scalar float32: ``max(0, d(a, p) - d(a, n) + margin)`` over the mined triplets, reduced. 0 (finite
+        gradient) when the batch holds no positive pair; an anchor without negatives (only in a batch of one id)
+        contributes nothing. ``miner="semihard", reduction="mean"`` is :func:`semihard_triplet_loss`.
     """
-    sq_dist = ops.cast(ops.convert_to_tensor(sq_dist), "float32")
-    _check_rank(sq_dist, 2, "semihard_negatives(sq_dist)", "[B, B]")
-    neg = 1.0 - _same_id(labels)                                     # [a, n]
-    big = ops.max(sq_dist) + 1.0
-    d_an = ops.expand_dims(sq_dist, 1)                               # [a, 1, n]
-    d_ap = ops.expand_dims(sq_dist, 2)                               # [a, p, 1]
-    outside = ops.logical_and(ops.greater(d_an, d_ap), ops.expand_dims(neg, 1) > 0.5)  # [a, p, n]
-    nearest_outside = ops.min(ops.where(outside, d_an, big), axis=2)  # [a, p]
-    has_outside = ops.any(outside, axis=2)
-    has_neg = ops.max(neg, axis=1, keepdims=True) > 0.5              # [a, 1]
-    farthest = ops.max(ops.where(neg > 0.5, sq_dist, -1.0), axis=1, keepdims=True)  # [a, 1]
-    farthest = ops.where(has_neg, farthest, 0.0)
-    return ops.where(has_outside, nearest_outside, ops.broadcast_to(farthest, ops.shape(sq_dist)))
+    mine = get_miner(miner)
+    d_ap, d_an, weight = mine(labels, pairwise_sq_distances(emb))
+    return reduce_triplets(ops.relu(d_ap - d_an + margin) * weight, weight, reduction)
 
 
 def semihard_triplet_loss(labels, emb, margin: float = 0.5):
@@ -130,14 +120,9 @@ def semihard_triplet_loss(labels, emb, margin: float = 0.5):
         scalar float32: the mean over ordered positive pairs ``(a, p)``, ``a != p``, of
         ``max(0, d(a, p) - d(a, n*) + margin)``, ``n*`` from :func:`semihard_negatives`.
         0 (finite gradient) when the batch holds no positive pair; an anchor without negatives
-        (only in a batch of one id) contributes 0.
+        (only in a batch of one id) contributes 0. :func:`triplet_loss` with its defaults.
     """
-    sq = pairwise_sq_distances(emb)
-    same = _same_id(labels)
-    has_neg = ops.max(1.0 - same, axis=1, keepdims=True)             # [a, 1]
-    positives = same * _off_diagonal(ops.shape(sq)[0])
-    loss = ops.relu(sq - semihard_negatives(labels, sq) + margin) * positives * has_neg
-    return ops.sum(loss) / ops.maximum(ops.sum(positives), 1.0)
+    return triplet_loss(labels, emb, margin, miner="semihard", reduction="mean")
 
 
 # ------------------------------------------------------------------------------ ArcFace
