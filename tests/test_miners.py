@@ -306,7 +306,7 @@ def _cfg(**over):
 def test_config_takes_miner_and_reduction_keeps_old_hashes_and_builds_the_loss():
     from whale.config import config_from_dict, config_hash, load_config
     from whale.objectives import build_objective
-    from whale.overrides import overrides
+    from whale.config.overrides import overrides
 
     t = _cfg(objective="triplet")
     assert (t.objective["miner"], t.objective["reduction"]) == ("semihard", "mean")
@@ -331,7 +331,7 @@ def test_config_takes_miner_and_reduction_keeps_old_hashes_and_builds_the_loss()
     ({"objective": {"name": "global", "miner": "all"}}, "objective.miner: unknown key"),
 ])
 def test_config_refuses_an_unknown_miner_naming_the_key(over, message):
-    from whale.errors import ConfigError
+    from whale.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         _cfg(**over)
