@@ -58,7 +58,7 @@ class FeatureConfig:
     max_side: int = 0
     min_side: int = 0
     clahe: float = 2.0
-    n_features: int = 1000
+    n_features: int = 2000
     contrast: float = 0.04
     sigma: float = 1.2
     upright: bool = True
