@@ -28,7 +28,7 @@ from __future__ import annotations
 from keras import ops
 
 from whale.objectives.losses import _off_diagonal, _same_id, _upper, pairwise_sq_distances, safe_sqrt
-from whale.objectives.miners import all_triplets
+from whale.objectives.miners import all_triplets, reduce_triplets
 
 REDUCTIONS = ("anchor", "sum", "mean")
 """How :func:`ratio_triplet_loss` reduces its triplets."""
@@ -184,10 +184,8 @@ def ratio_triplet_loss(labels, emb, m: float = 0.01, *, reduction: str = "anchor
     d_ap, d_an, valid = all_triplets(labels, dist)                                     # [a, p, n] after broadcast
     ratio = d_an / (d_ap + m)                                                          # D(a,n) / (D(a,p) + m)
     loss = ops.relu(1.0 - ratio) * valid
-    if reduction == "sum":
-        return ops.sum(loss)
-    if reduction == "mean":
-        return ops.sum(loss) / ops.maximum(ops.sum(valid), 1.0)
+    if reduction in ("sum", "mean"):
+        return reduce_triplets(loss, valid, reduction)
     per_anchor = ops.sum(loss, axis=(1, 2)) / ops.maximum(ops.sum(valid, axis=(1, 2)), 1.0)
     return ops.sum(per_anchor)
 
