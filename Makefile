@@ -12,6 +12,10 @@ KPY := $(KVENV)/bin/python
 KSTAMP := $(KVENV)/.installed
 PIP_INSTALL := -m pip install --quiet --disable-pip-version-check
 PYTEST := -m pytest -q -p no:cacheprovider
+# The suite's two runs below on WORKERS processes, a test file to a process (its module fixtures built once):
+# 2 cores run the TensorFlow part in 11 minutes where one process took 20.
+WORKERS ?= 2
+PARALLEL := -n $(WORKERS) --dist loadfile
 # What a Kaggle kernel runs, under Kaggle's versions: the fake-/kaggle round trip, run_fold.py and
 # ensemble.py end to end, the miner (on scipy: lap is absent), no network, the pins, the documented CLIs,
 # the objectives' losses under Kaggle's Keras.
@@ -56,7 +60,8 @@ demo: $(STAMP)
 
 # The suite on TensorFlow, then the backend-sensitive tests (marker `backend`: models,
 # head scorer, train + pause + resume, distribution, inference, ensembling) again on JAX (CPU),
-# then what a Kaggle kernel runs under Kaggle's versions: 24 minutes of tests on a slow 2-core machine.
+# then what a Kaggle kernel runs under Kaggle's versions: about 20 minutes of tests on a 2-core machine
+# (docs/demo.md).
 # On JAX the full-size backbones (built from keras.applications, ~6 CPU-minutes there) are left out.
 # Cases marked `slow` (each 30 s to 4 min: a training epoch of every Table 4 model, 20 kills,
 # checkpoints across backends, the training benchmark) run in `make test-slow` (~25 minutes).
@@ -67,8 +72,8 @@ JAX_DESELECT := not every_branch_builds and not param_counts_match_published \
 	and not homography_stage_trains_and_resumes and not ensemble_of_the_head_and_an_embedding
 
 test: $(STAMP) $(KSTAMP) browser
-	$(VPY) $(PYTEST) -m "not slow" tests
-	KERAS_BACKEND=jax $(VPY) $(PYTEST) -m "backend and not slow" -k "$(JAX_DESELECT)" tests
+	$(VPY) $(PYTEST) $(PARALLEL) -m "not slow" tests
+	KERAS_BACKEND=jax $(VPY) $(PYTEST) $(PARALLEL) -m "backend and not slow" -k "$(JAX_DESELECT)" tests
 	$(MAKE) --no-print-directory test-kaggle
 
 test-slow: $(STAMP)

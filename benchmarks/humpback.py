@@ -446,13 +446,9 @@ def single_photo_queries(g_ids: np.ndarray, q_ids: np.ndarray) -> np.ndarray:
 
 
 def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
-    """One keypoint config on a validation split: known MAP@5 (all, one gallery photo), top-1/5, MAP@5 with
-    ``new_whale`` at the threshold tuned on the same queries, descriptors per photo, seconds."""
+    """One keypoint config on a validation split: :func:`validation_metrics`, descriptors per photo, seconds."""
     from whale.keypoints import FeatureStore, KeypointMatcher
-    from whale.ranking import top_id_scores, tune_threshold
 
-    known = q_ids != NEW_WHALE
-    single = single_photo_queries(g_ids, q_ids)
     store = FeatureStore(cfg, cache)
     t0 = time.perf_counter()
     fg = store.features(g_paths, progress=False)
@@ -460,14 +456,24 @@ def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
     t_feat = time.perf_counter() - t0
     matcher = KeypointMatcher(cfg, fg, g_ids)
     result = matcher.match(fv, progress=False)
-    names, idx, _ = top_id_scores(result.scores[known], g_ids, k=5)
-    hit = names[idx] == q_ids[known][:, None]
-    ap5 = (hit / np.arange(1, 6)).sum(1)
-    _, val_map, _ = tune_threshold(result.scores, g_ids, q_ids)
-    return {"map5_known": float(ap5.mean()), "map5_known_single": float(ap5[single].mean()) if single.any() else None,
-            "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map),
+    return {**validation_metrics(result.scores, g_ids, q_ids),
             "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
             "seconds": {"features": t_feat, "index": matcher.index_seconds, **result.seconds}}
+
+
+def validation_metrics(scores: np.ndarray, g_ids: np.ndarray, q_ids: np.ndarray) -> dict:
+    """``scores [queries, gallery photos]`` on a validation split: known MAP@5 (all, one gallery photo), top-1/5,
+    MAP@5 with ``new_whale`` at the threshold tuned on the same queries."""
+    from whale.ranking import top_id_scores, tune_threshold
+
+    known = q_ids != NEW_WHALE
+    single = single_photo_queries(g_ids, q_ids)
+    names, idx, _ = top_id_scores(scores[known], g_ids, k=5)
+    hit = names[idx] == q_ids[known][:, None]
+    ap5 = (hit / np.arange(1, 6)).sum(1)
+    _, val_map, _ = tune_threshold(scores, g_ids, q_ids)
+    return {"map5_known": float(ap5.mean()), "map5_known_single": float(ap5[single].mean()) if single.any() else None,
+            "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map)}
 
 
 def screen_table(rows: list[dict]) -> str:
@@ -475,7 +481,8 @@ def screen_table(rows: list[dict]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {r['setting']} | {r['map5_known']:.3f} | "
               f"{'-' if r['map5_known_single'] is None else format(r['map5_known_single'], '.3f')} | {r['top1']:.3f} | "
-              f"{r['top5']:.3f} | {r['map5_tuned']:.3f} | {r['descriptors_per_photo']:.0f} |" for r in rows]
+              f"{r['top5']:.3f} | {r['map5_tuned']:.3f} | "
+              f"{format(r['descriptors_per_photo'], '.0f') if 'descriptors_per_photo' in r else '-'} |" for r in rows]
     return "\n".join(lines)
 
 
