@@ -46,9 +46,9 @@ RERANK_WEIGHTS = (0.0, 10.0, 20.0, 40.0, 80.0)
 CONFUSER_INLIERS = (6, 12)
 
 
-def evidence(scores: np.ndarray) -> np.ndarray:
-    """The ``t`` of ``score = t / (t + 1)`` (the shipped ``verify.scale: 1``)."""
-    return scores / np.maximum(1.0 - scores, 1e-6)
+def evidence(scores: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """The ``t`` of ``score = t / (t + scale)`` (:func:`whale.keypoints.matcher.evidence_to_score`)."""
+    return scale * scores / np.maximum(1.0 - scores, 1e-6)
 
 
 def pairwise_inliers(fq, fg, shortlist: np.ndarray, cfg) -> np.ndarray:
@@ -86,7 +86,7 @@ def probe_rerank(base, fg, fq, g_ids, q_ids, cfg) -> list[dict]:
     t0 = time.perf_counter()
     pin = pairwise_inliers(fq, fg, shortlist, cfg)
     seconds = time.perf_counter() - t0
-    t = evidence(base)
+    t = evidence(base, cfg.verify.scale)
     rows = []
     for w in RERANK_WEIGHTS:
         s = pin + w * t

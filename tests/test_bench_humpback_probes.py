@@ -49,8 +49,9 @@ def test_evidence_inverts_the_score():
     from whale.keypoints import load_keypoint_config
 
     t = np.array([0.0, 0.5, 3.0])
-    score = evidence_to_score(t, np.zeros(3), load_keypoint_config().verify)
-    assert np.allclose(probes.evidence(score), t, atol=1e-5)
+    for scale in (1.0, 2.5):
+        cfg = load_keypoint_config(overrides={"verify.scale": scale}).verify
+        assert np.allclose(probes.evidence(evidence_to_score(t, np.zeros(3), cfg), scale), t, atol=1e-5)
 
 
 def test_whole_probe_run_on_a_fake_source(tmp_path, monkeypatch):
