@@ -96,38 +96,21 @@ def probe_rerank(base, fg, fq, g_ids, q_ids, cfg) -> list[dict]:
 
 
 def confuser_inliers(fg, g_ids, cfg) -> list[dict]:
-    """Per gallery photo ``{keypoint: most inliers of a verified match to another individual's photo}``."""
+    """Per gallery photo ``{keypoint: most inliers of a verified match to another individual's photo}``: the
+    gallery matched against itself, every keypoint, each photo left out of its own neighbours."""
     from whale.keypoints import KeypointMatcher
-    from whale.keypoints.extract import as_float
-    from whale.keypoints.matcher import fit_geometry, lnbnn_votes
 
-    m = KeypointMatcher(cfg, fg, g_ids)
-    k, n = cfg.search.k, len(fg)
-    depth = k + 2 + cfg.search.extra  # one more than a query's: the photo itself is among its neighbours
-    hits = [dict() for _ in range(n)]
-    block = 64
-    for start in progress_bar(range(0, n, block), desc="gallery against itself"):
-        photos = fg[start:start + block]
-        dist, rows = m.index.search(np.concatenate([as_float(f.desc) for f in photos]), depth)
-        offsets = np.concatenate([[0], np.cumsum([len(f) for f in photos])])
-        for j, q in enumerate(photos):
-            i = start + j
-            d, r = dist[offsets[j]:offsets[j + 1]], rows[offsets[j]:offsets[j + 1]]
-            own = np.argsort(m.index.owner[np.maximum(r, 0)] == i, axis=1, kind="stable")
-            d, r = np.take_along_axis(d, own, 1)[:, :-1], np.take_along_axis(r, own, 1)[:, :-1]
-            votes, feat, photo, row, _ = lnbnn_votes(d, r, m.index.owner, k, n, m.individual)
-            votes[i] = 0
-            top = min(cfg.verify.shortlist, int((votes > 0).sum()))
-            for c in (np.argpartition(-votes, top - 1)[:top] if top else ()):
-                sel = photo == c
-                if g_ids[c] == g_ids[i] or sel.sum() < cfg.verify.min_matches:
-                    continue
-                mask = fit_geometry(q.xy[feat[sel]], fg[c].xy[m.index.local[row[sel]]], cfg.verify)
-                if mask is None:
-                    continue
-                for owner, keys in ((i, feat[sel][mask]), (c, m.index.local[row[sel]][mask])):
-                    for key in keys.tolist():
-                        hits[owner][key] = max(hits[owner].get(key, 0), int(mask.sum()))
+    hits = [dict() for _ in fg]
+
+    def record(i, c, query_keys, photo_keys):
+        if g_ids[c] == g_ids[i]:
+            return
+        for owner, keys in ((i, query_keys), (c, photo_keys)):
+            for key in keys.tolist():
+                hits[owner][key] = max(hits[owner].get(key, 0), len(query_keys))
+
+    matcher = KeypointMatcher(cfg.without_selection(), fg, g_ids)
+    matcher.match(fg, leave_out=np.arange(len(fg)), on_verified=record)
     return hits
 
 

@@ -111,11 +111,17 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
 
 
 def _score(gallery, ids, queries, cfg, progress, times, split, log, write) -> Path:
-    matcher = KeypointMatcher(cfg, gallery, ids)
+    matcher = KeypointMatcher(cfg, gallery, ids, progress=progress)
     result = matcher.match(queries, progress=progress)
+    times[f"{split}_select"] = matcher.select_seconds + result.seconds["select"]
     times[f"{split}_index"] = matcher.index_seconds
     times[f"{split}_search"] = result.seconds["search"]
     times[f"{split}_verify"] = result.seconds["verify"]
+    selector = matcher.selector
+    if selector is not None:
+        log(f"keypoints {split}: " + (selector.reason or f"each photo keeps {cfg.select.keep:.0%} of its keypoints, "
+                                      f"chosen by a classifier of the gallery's same-whale matches "
+                                      f"({times[f'{split}_select']:.1f} s)"))
     log(f"keypoints {split}: {len(queries)} queries x {len(gallery)} gallery photos "
         f"({len(matcher.index)} descriptors, {matcher.index.kind} index {matcher.index_seconds:.1f} s, "
         f"search {result.seconds['search']:.1f} s, verification {result.seconds['verify']:.1f} s)")

@@ -1,8 +1,8 @@
 """The keypoint matcher's settings: YAML (``configs/keypoints.yaml``) -> one frozen dataclass.
 
-Three groups, each a plain value: how a photo becomes local features (``features``), how the gallery's
-descriptors are searched and voted on (``search``), how the best candidates are checked geometrically and
-turned into scores (``verify``). :meth:`KeypointConfig.fingerprint` names the feature settings only, so
+Four groups, each a plain value: how a photo becomes local features (``features``), which of them each photo
+keeps (``select``), how the gallery's descriptors are searched and voted on (``search``), how the best
+candidates are checked geometrically and turned into scores (``verify``). :meth:`KeypointConfig.fingerprint` names the feature settings only, so
 descriptors stored by one config serve every config that extracts the same way
 (:class:`whale.keypoints.store.FeatureStore`).
 """
@@ -108,15 +108,38 @@ class VerifyConfig:
 
 
 @dataclass(frozen=True)
+class SelectConfig:
+    """Which keypoints each photo keeps (:mod:`whale.keypoints.selection`): a classifier learns from the
+    gallery matched against itself which keypoints the matches between photos of one individual verify.
+
+    ``keep``: the share of each photo's keypoints kept, best first (1 = every keypoint: selection off);
+    ``least``: at least this many kept; ``min_inliers``: a verified same-individual match with fewer inliers
+    teaches nothing; ``samples``: keypoints the classifier is fitted on (a seeded sample); ``seed``: of the
+    sample and the classifier.
+    """
+
+    keep: float = 0.3
+    least: int = 20
+    min_inliers: int = 4
+    samples: int = 300_000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class KeypointConfig:
     """Everything the keypoint matcher does, as data (``configs/keypoints.yaml``)."""
 
     features: FeatureConfig = field(default_factory=FeatureConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def without_selection(self) -> "KeypointConfig":
+        """The same settings with every keypoint kept (``select.keep: 1``)."""
+        return dataclasses.replace(self, select=dataclasses.replace(self.select, keep=1.0))
 
     def fingerprint(self) -> str:
         """12 hex digits naming the feature settings (and :data:`FEATURE_VERSION`)."""
@@ -148,10 +171,11 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
         ConfigError: an unknown key or a bad value, naming ``source`` and the key path.
     """
     check = Checker(source)
-    raw = check.mapping(raw if raw is not None else {}, "", ("features", "search", "verify"), ())
+    raw = check.mapping(raw if raw is not None else {}, "", ("features", "search", "verify", "select"), ())
     f = _section(check, raw, "features", FeatureConfig)
     s = _section(check, raw, "search", SearchConfig)
     v = _section(check, raw, "verify", VerifyConfig)
+    c = _section(check, raw, "select", SelectConfig)
     d = FeatureConfig()
     features = FeatureConfig(
         trim_white=check.boolean(f.get("trim_white", d.trim_white), "features.trim_white"),
@@ -180,7 +204,14 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
         vote_weight=check.number(v.get("vote_weight", d.vote_weight), "verify.vote_weight", float, lo=0),
         scale=check.number(v.get("scale", d.scale), "verify.scale", float, lo=0, lo_open=True),
         new_threshold=check.number(v.get("new_threshold", d.new_threshold), "verify.new_threshold", float, lo=0, hi=1))
-    return KeypointConfig(features, search, verify)
+    d = SelectConfig()
+    select = SelectConfig(
+        keep=check.number(c.get("keep", d.keep), "select.keep", float, lo=0, hi=1, lo_open=True),
+        least=check.number(c.get("least", d.least), "select.least", int, lo=1, hi=100000),
+        min_inliers=check.number(c.get("min_inliers", d.min_inliers), "select.min_inliers", int, lo=4, hi=1000),
+        samples=check.number(c.get("samples", d.samples), "select.samples", int, lo=1000, hi=100_000_000),
+        seed=check.number(c.get("seed", d.seed), "select.seed", int, lo=0))
+    return KeypointConfig(features, search, verify, select)
 
 
 def load_keypoint_config(path=None, overrides: dict | None = None) -> KeypointConfig:
@@ -202,7 +233,7 @@ def load_keypoint_config(path=None, overrides: dict | None = None) -> KeypointCo
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML ({e})") from None
         if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: expected a mapping of features/search/verify, received {raw!r}")
+            raise ConfigError(f"{path}: expected a mapping of features/search/verify/select, received {raw!r}")
     for key, value in (overrides or {}).items():
         apply_override(raw, key, value, source)
     return parse_keypoint_config(raw, source)

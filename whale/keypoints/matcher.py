@@ -2,6 +2,9 @@
 
 For each query photo (HotSpotter's pipeline, Crall et al. 2013, on RootSIFT):
 
+0. (``select``) the query and every gallery photo keep only the keypoints that a classifier, fitted on the
+   gallery's own pairs of photos of one individual, expects such a match to verify
+   (:mod:`whale.keypoints.selection`; water and captions go);
 1. every query descriptor finds its ``k + 1`` nearest gallery descriptors (:mod:`whale.keypoints.index`);
    each of the first ``k`` votes for its photo with the LNBNN weight ``d_(k+1) - d_i`` (a descriptor close
    to one photo and far from the rest is evidence; one seen everywhere, such as water, is not), at most
@@ -37,7 +40,7 @@ class MatchResult:
         scores: ``[n_q, n_g] float32`` in [0, 1): higher = more evidence of the same individual.
         inliers: ``[n_q, n_g] int32`` verified correspondences (0 where not verified).
         votes: ``[n_q, n_g] float32`` LNBNN vote per gallery photo.
-        seconds: ``{"search", "verify"}`` wall time.
+        seconds: ``{"select", "search", "verify"}`` wall time (``select``: the queries' keypoints chosen).
     """
 
     scores: np.ndarray
@@ -136,34 +139,61 @@ class KeypointMatcher:
         >>> result = m.match(query_features)                    # result.scores [n_q, n_g]
     """
 
-    def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None):
+    def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
+                 selector=None, progress: bool = False):
         """``ids``: the gallery photos' individuals, for ``search.normaliser: other_individual`` (None: each
-        photo counts as an individual of its own)."""
+        photo counts as an individual of its own) and for learning which keypoints to keep (``select``,
+        :mod:`whale.keypoints.selection`; None: every keypoint kept). ``selector``: a
+        :class:`~whale.keypoints.selection.KeypointSelector` already fitted (another matcher's ``selector``),
+        applied to this gallery as to queries."""
+        from whale.keypoints.selection import KeypointSelector
+
         self.cfg = cfg
-        self.gallery = list(gallery)
+        gallery = list(gallery)
+        if ids is not None and len(ids) != len(gallery):
+            raise ValueError(f"ids: {len(ids)} individuals for {len(gallery)} gallery photos")
         self.individual = None
         if cfg.search.normaliser == "other_individual":
-            if ids is None:
-                self.individual = np.arange(len(self.gallery), dtype=np.int64)
-            elif len(ids) != len(self.gallery):
-                raise ValueError(f"ids: {len(ids)} individuals for {len(self.gallery)} gallery photos")
-            else:
-                self.individual = np.unique(np.asarray(ids, dtype=str), return_inverse=True)[1].astype(np.int64)
+            self.individual = (np.arange(len(gallery), dtype=np.int64) if ids is None else
+                               np.unique(np.asarray(ids, dtype=str), return_inverse=True)[1].astype(np.int64))
         t0 = time.perf_counter()
-        self.index = DescriptorIndex(self.gallery, cfg.search)
+        self.selector = selector
+        self.gallery = gallery
+        self.index = None
+        if selector is None and cfg.select.keep < 1 and ids is not None:
+            self.index = DescriptorIndex(gallery, cfg.search)  # every keypoint: the gallery matched against itself
+            self.selector = KeypointSelector(cfg.select, self, ids, progress)  # labels: this matcher, every keypoint
+        if self.selector is not None and self.selector.active:
+            self.gallery = self.selector.gallery() if selector is None else self.selector.select(gallery)
+            self.index = None
+        self.select_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if self.index is None:
+            self.index = DescriptorIndex(self.gallery, cfg.search)
         self.index_seconds = time.perf_counter() - t0
 
-    def match(self, queries: Sequence[Features], progress: bool = True) -> MatchResult:
-        """Scores of every query photo against every gallery photo (module docstring)."""
+    def match(self, queries: Sequence[Features], progress: bool = True, leave_out=None,
+              on_verified=None) -> MatchResult:
+        """Scores of every query photo against every gallery photo (module docstring).
+
+        ``leave_out``: ``[n_q] int``, the gallery photo each query must not find (the query itself when the
+        gallery is matched against itself; -1: none): its descriptors are skipped as neighbours. ``on_verified``:
+        ``f(query, photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate.
+        """
         import cv2
 
         cv2.setNumThreads(1)  # one robust fit is small: threads cost more than they give
         k, cfg_v = self.cfg.search.k, self.cfg.verify
+        t0 = time.perf_counter()
+        if self.selector is not None and self.selector.active:
+            queries = self.selector.select(queries)
+        t_select = time.perf_counter() - t0
         nq, ng = len(queries), len(self.gallery)
         evidence = np.zeros((nq, ng), np.float32)
         inliers = np.zeros((nq, ng), np.int32)
         votes = np.zeros((nq, ng), np.float32)
         t_search = t_verify = 0.0
+        depth = k + 1 + (self.cfg.search.extra if self.individual is not None else 0)
         bar = progress_bar(range(0, nq, _QUERY_BLOCK), desc=f"matching {nq} photos",
                            enabled=progress and nq > _QUERY_BLOCK)
         for start in bar:
@@ -171,8 +201,14 @@ class KeypointMatcher:
             t0 = time.perf_counter()
             counts = [len(f) for f in block]
             desc = np.concatenate([as_float(f.desc) for f in block]) if sum(counts) else np.zeros((0, 128), np.float32)
-            depth = k + 1 + (self.cfg.search.extra if self.individual is not None else 0)
-            dist, rows = self.index.search(desc, depth)
+            if leave_out is None:
+                dist, rows = self.index.search(desc, depth)
+            else:  # one neighbour more, then the left-out photo's (or the last) dropped
+                dist, rows = self.index.search(desc, depth + 1)
+                skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
+                own = self.index.owner[np.maximum(rows, 0)] == skip[:, None]
+                order = np.argsort(own, axis=1, kind="stable")[:, :depth]
+                dist, rows = np.take_along_axis(dist, order, 1), np.take_along_axis(rows, order, 1)
             t1 = time.perf_counter()
             t_search += t1 - t0
             offsets = np.concatenate([[0], np.cumsum(counts)])
@@ -181,13 +217,17 @@ class KeypointMatcher:
                 sl = slice(offsets[j], offsets[j + 1])
                 v, feat, photo, row, weight = lnbnn_votes(dist[sl], rows[sl], self.index.owner, k, ng,
                                                           self.individual)
+                if leave_out is not None and leave_out[i] >= 0:
+                    v[leave_out[i]] = 0  # its other keypoints may still be among a descriptor's neighbours
                 votes[i] = v
-                self._verify(q, v, feat, photo, row, weight, evidence[i], inliers[i], cfg_v)
+                report = None if on_verified is None else (lambda c, qk, gk, i=i: on_verified(i, c, qk, gk))
+                self._verify(q, v, feat, photo, row, weight, evidence[i], inliers[i], cfg_v, report)
             t_verify += time.perf_counter() - t1
         scores = evidence_to_score(evidence, votes, cfg_v)
-        return MatchResult(scores, inliers, votes, {"search": t_search, "verify": t_verify})
+        return MatchResult(scores, inliers, votes, {"select": t_select, "search": t_search, "verify": t_verify})
 
-    def _verify(self, q: Features, v, feat, photo, row, weight, evidence_row, inlier_row, cfg: VerifyConfig) -> None:
+    def _verify(self, q: Features, v, feat, photo, row, weight, evidence_row, inlier_row, cfg: VerifyConfig,
+                report=None) -> None:
         if cfg.shortlist == 0 or not len(photo):
             return
         n = min(cfg.shortlist, int((v > 0).sum()))
@@ -207,20 +247,21 @@ class KeypointMatcher:
                 continue
             evidence_row[c] = weight[sel][mask].sum()
             inlier_row[c] = int(mask.sum())
+            if report is not None:
+                report(int(c), feat[sel][mask], self.index.local[row[sel]][mask])
 
 
-def pair_matches(fq: Features, fg: Features, cfg: KeypointConfig, ratio: float = 0.85):
-    """The verified correspondences of two photos, for showing a person what the matcher saw.
-
-    Mutual nearest neighbours passing Lowe's ratio test, fitted like a candidate (``cfg.verify``).
+def pair_correspondences(fa: Features, fb: Features, verify: VerifyConfig, ratio: float = 0.85):
+    """The verified correspondences of two photos: mutual nearest neighbours passing Lowe's ratio test,
+    fitted like a candidate (``verify``).
 
     Returns:
-        ``(q_xy [n, 2], g_xy [n, 2])`` float32 inlier positions in the two original photos (n may be 0).
+        ``(ia [n], ib [n])`` int64 keypoint indices of the inliers in ``fa`` and ``fb`` (n may be 0).
     """
-    none = (np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32))
-    if len(fq) < 2 or len(fg) < 2:
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if len(fa) < 2 or len(fb) < 2:
         return none
-    a, b = as_float(fq.desc), as_float(fg.desc)
+    a, b = as_float(fa.desc), as_float(fb.desc)
     d2 = np.maximum((a * a).sum(1)[:, None] - 2 * a @ b.T + (b * b).sum(1)[None], 0)
     two = np.argpartition(d2, 1, axis=1)[:, :2]
     pd = np.take_along_axis(d2, two, axis=1)
@@ -228,8 +269,19 @@ def pair_matches(fq: Features, fg: Features, cfg: KeypointConfig, ratio: float =
     best = np.where(swap, two[:, 1], two[:, 0])
     d_best, d_second = np.minimum(pd[:, 0], pd[:, 1]), np.maximum(pd[:, 0], pd[:, 1])
     ok = (d_best < ratio * ratio * d_second) & (d2.argmin(axis=0)[best] == np.arange(len(a)))
-    qi = np.flatnonzero(ok)
-    mask = fit_geometry(fq.xy[qi], fg.xy[best[qi]], cfg.verify)
+    ia = np.flatnonzero(ok)
+    mask = fit_geometry(fa.xy[ia], fb.xy[best[ia]], verify)
     if mask is None:
         return none
-    return fq.xy[qi[mask]], fg.xy[best[qi[mask]]]
+    return ia[mask], best[ia[mask]].astype(np.int64)
+
+
+def pair_matches(fq: Features, fg: Features, cfg: KeypointConfig, ratio: float = 0.85):
+    """The verified correspondences of two photos (:func:`pair_correspondences`), for showing a person what
+    the matcher saw.
+
+    Returns:
+        ``(q_xy [n, 2], g_xy [n, 2])`` float32 inlier positions in the two original photos (n may be 0).
+    """
+    iq, ig = pair_correspondences(fq, fg, cfg.verify, ratio)
+    return fq.xy[iq], fg.xy[ig]

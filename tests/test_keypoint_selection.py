@@ -1,0 +1,111 @@
+"""Keypoint selection (whale.keypoints.selection): labels from the gallery's verified same-individual matches
+(a photo never finds itself), a classifier that keeps the identity's keypoints over the background's, and the
+matcher with it."""
+import numpy as np
+import pytest
+
+cv2 = pytest.importorskip("cv2")
+pytest.importorskip("sklearn")
+
+from whale.core.errors import ConfigError  # noqa: E402
+from whale.keypoints import FeatureStore, KeypointMatcher, load_keypoint_config  # noqa: E402
+from whale.keypoints.selection import paired_photos, verified_labels  # noqa: E402
+from tests.test_keypoints import pattern, warp, write  # noqa: E402
+
+BAND = (40, 100)
+"""Rows of a photo where the individual's pattern lies; the rest is 'water', drawn anew for every photo."""
+
+
+def water(seed: int, size=(140, 200)) -> np.ndarray:
+    """Fine random ripples, different in every photo: keypoints that no other photo shares."""
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(128, 40, (size[0] // 4, size[1] // 4))
+    return np.clip(cv2.resize(noise, (size[1], size[0]), interpolation=cv2.INTER_CUBIC), 0, 255).astype(np.uint8)
+
+
+def photo(individual: int, shot: int) -> np.ndarray:
+    img = water(1000 * individual + shot)
+    band = pattern(individual, size=(BAND[1] - BAND[0], 200))
+    img[BAND[0]:BAND[1]] = band if shot == 0 else warp(band, 100 * individual + shot)
+    return img
+
+
+@pytest.fixture(scope="module")
+def gallery(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sel")
+    cfg = load_keypoint_config(overrides={"features.n_features": 400})
+    ids = np.repeat([f"w{i}" for i in range(8)], 3)
+    paths = [write(root / f"{n}_{k}.png", photo(int(n[1:]), k % 3)) for k, n in enumerate(ids)]
+    feats = FeatureStore(cfg, root / "store").features(paths, workers=1, progress=False)
+    return cfg, feats, ids
+
+
+def test_paired_photos_have_another_photo_of_a_named_individual():
+    ids = np.array(["a", "b", "a", "new_whale", "c", "new_whale", "b"])
+    assert paired_photos(ids).tolist() == [True, True, True, False, False, False, True]
+
+
+def test_labels_are_the_inliers_of_verified_same_individual_matches(gallery):
+    cfg, feats, ids = gallery
+    full = KeypointMatcher(cfg.without_selection(), feats, ids)
+    seen = []
+    result = full.match(feats, progress=False, leave_out=np.arange(len(feats)),
+                        on_verified=lambda i, c, qk, gk: seen.append((i, c, len(qk), len(gk))))
+    assert (np.diag(result.scores) == 0).all() and all(i != c for i, c, _, _ in seen)  # never itself
+    assert all(a == b >= 4 for _, _, a, b in seen)
+    for i in range(len(feats)):  # each photo finds its two siblings first
+        assert set(np.argsort(-result.scores[i])[:2]) == set(np.flatnonzero(ids == ids[i])) - {i}
+    labels = verified_labels(full, ids, cfg.select.min_inliers)
+    for f, y in zip(feats, labels):
+        assert y.dtype == bool and len(y) == len(f) and y.sum() >= cfg.select.min_inliers
+    rows = np.concatenate([f.xy[y, 1] for f, y in zip(feats, labels)])
+    assert ((rows >= BAND[0] - 8) & (rows < BAND[1] + 8)).mean() > 0.9  # the pattern (and its edges), not the water
+    strangers = verified_labels(full, [f"x{i}" for i in range(len(feats))], cfg.select.min_inliers)
+    assert not any(y.any() for y in strangers)  # matches across individuals teach nothing
+
+
+def test_selector_keeps_the_individuals_keypoints(gallery, tmp_path):
+    cfg, feats, ids = gallery
+    sel = KeypointMatcher(cfg, feats, ids).selector
+    assert sel.active, sel.reason
+    band = lambda f: ((f.xy[:, 1] >= BAND[0]) & (f.xy[:, 1] < BAND[1])).mean()  # noqa: E731
+    kept = sel.gallery()
+    for f, k in zip(feats, kept):
+        assert len(k) == int(np.ceil(cfg.select.keep * len(f)))
+        assert set(map(tuple, k.xy)) <= set(map(tuple, f.xy))
+    assert np.mean([band(k) for k in kept]) > np.mean([band(f) for f in feats]) + 0.2
+    query = write(tmp_path / "q.png", photo(3, 7))  # a photo no model saw: the query side
+    (q,) = FeatureStore(cfg, tmp_path / "store").features([query], workers=1, progress=False)
+    (kq,) = sel.select([q])
+    assert band(kq) > band(q) + 0.2
+
+
+def test_without_same_individual_matches_every_keypoint_stays(gallery):
+    cfg, feats, ids = gallery
+    alone = np.array([f"x{i}" for i in range(len(feats))])
+    m = KeypointMatcher(cfg, feats, alone)
+    assert not m.selector.active and "fewer than" in m.selector.reason
+    assert len(m.index) == sum(len(f) for f in feats) and m.gallery == list(feats)
+    assert len(KeypointMatcher(cfg, feats).index) == sum(len(f) for f in feats)  # no ids: nothing to learn from
+
+
+def test_matcher_with_selection_matches_on_fewer_keypoints(gallery):
+    cfg, feats, ids = gallery
+    m = KeypointMatcher(cfg, feats, ids)
+    assert m.selector.active and len(m.index) < 0.5 * sum(len(f) for f in feats)
+    result = m.match(feats[::3], progress=False)
+    assert {"select", "search", "verify"} <= set(result.seconds)
+    truth = [np.flatnonzero(ids == ids[i]) for i in range(0, len(feats), 3)]
+    assert all(row.argmax() in t for row, t in zip(result.scores, truth))
+    off = KeypointMatcher(cfg.without_selection(), feats, ids)
+    assert off.selector is None and len(off.index) == sum(len(f) for f in feats)
+    again = KeypointMatcher(cfg, feats[:3], selector=m.selector)  # a fitted selector reused, as the catalogue does
+    assert len(again.index) == sum(len(f) for f in m.selector.select(feats[:3]))
+
+
+def test_select_config_is_checked():
+    assert load_keypoint_config().select.keep == 0.3
+    with pytest.raises(ConfigError, match="select.keep"):
+        load_keypoint_config(overrides={"select.keep": 0})
+    with pytest.raises(ConfigError, match="unknown key 'share'"):
+        load_keypoint_config(overrides={"select.share": 0.5})

@@ -1,0 +1,156 @@
+"""Keypoint selection: each photo keeps the keypoints that look like those matched between photos of one whale.
+
+Most of a 300 px fluke photo's SIFT keypoints lie on water, spray or the typed caption of a scanned catalogue
+card, and vote for other whales' photos (docs/humpback.md). The gallery's own identities say which keypoints
+carry an identity, with no other training data (the idea of Hartmann, Havlena & Schindler 2014, "Predicting
+matchability", who learn from the descriptor which keypoints structure-from-motion will match):
+
+1. **labels** (:func:`verified_labels`): the gallery is matched against itself by the matcher, every keypoint,
+   each photo left out of its own neighbours; the inliers of every verified candidate of the same individual
+   (at least ``min_inliers``) are positive, every other keypoint of a photo whose individual has another
+   gallery photo negative. The labels are what the matcher itself verifies between photos of one whale;
+2. **classifier**: scikit-learn's gradient-boosted trees on the keypoint's RootSIFT descriptor, its place in
+   the photo and its log diameter (:func:`keypoint_context`; no pixel is read again), fitted on
+   a seeded sample of ``samples`` keypoints in two halves by individual: a gallery photo is scored by the half
+   that did not see its individual (no photo's own labels decide what it keeps), a query by both halves' mean;
+3. **selection**: every photo, gallery and query, keeps its ``keep`` share of keypoints by score (at least
+   ``least``, all of a photo with fewer).
+
+``select.keep: 1`` turns it off. A gallery without enough same-individual matches to learn from (fewer than
+:data:`MIN_POSITIVES` positive keypoints, a catalogue of one photo per whale, a gallery without identities)
+keeps every keypoint, and :attr:`KeypointSelector.reason` says why.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from whale.keypoints.config import SelectConfig
+from whale.keypoints.extract import Features, as_float
+
+MIN_POSITIVES = 200
+"""Positive keypoints (verified same-individual inliers) below which no classifier is fitted."""
+UNKNOWN_IDS = frozenset({"new_whale", ""})
+"""Gallery labels that name no individual: their photos are never paired."""
+
+
+def keypoint_context(f: Features) -> np.ndarray:
+    """``[n, 134] float32``: each keypoint's RootSIFT descriptor, its x and y over the photo's width and height,
+    its x and y within the span of the photo's keypoints (1st to 99th percentile: about where the photo's
+    content lies, letterboxed or not), that span's width over its height, and log(1 + diameter)."""
+    if not len(f):
+        return np.zeros((0, 134), np.float32)
+    h, w = f.size if len(f.size) == 2 and min(f.size) > 0 else (1, 1)
+    lo, hi = np.percentile(f.xy, 1, axis=0), np.percentile(f.xy, 99, axis=0)
+    span = np.maximum(hi - lo, 1.0)
+    aspect = np.full((len(f), 1), span[0] / span[1])
+    return np.hstack([as_float(f.desc), f.xy / np.float32([w, h]), (f.xy - lo) / span, aspect,
+                      np.log1p(f.shape[:, :1])]).astype(np.float32)
+
+
+def verified_labels(matcher, ids, min_inliers: int, progress: bool = False) -> list[np.ndarray]:
+    """``[n_i] bool`` per gallery photo of ``matcher`` (:class:`~whale.keypoints.matcher.KeypointMatcher`):
+    its keypoints that are inliers of a verified match to another photo of its individual (module docstring)."""
+    ids = np.asarray(ids, dtype=str)
+    labels = [np.zeros(len(f), bool) for f in matcher.gallery]
+
+    def record(i, c, query_keys, photo_keys):
+        if ids[i] == ids[c] and ids[i] not in UNKNOWN_IDS and len(query_keys) >= min_inliers:
+            labels[i][query_keys] = True
+            labels[c][photo_keys] = True
+
+    matcher.match(matcher.gallery, progress=progress, leave_out=np.arange(len(ids)), on_verified=record)
+    return labels
+
+
+def paired_photos(ids) -> np.ndarray:
+    """``[n] bool``: the photos whose individual (not :data:`UNKNOWN_IDS`) has another photo among ``ids``."""
+    ids = np.asarray(ids, dtype=str)
+    _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    return (counts[inverse] >= 2) & ~np.isin(ids, list(UNKNOWN_IDS))
+
+
+class KeypointSelector:
+    """Learns from a gallery and its identities which keypoints to keep (module docstring).
+
+    Example:
+        >>> sel = KeypointSelector(cfg.select, full_matcher, ids)            # doctest: +SKIP
+        >>> kept_gallery = sel.gallery()                                      # doctest: +SKIP
+        >>> kept_queries = sel.select(queries)                                # doctest: +SKIP
+    """
+
+    def __init__(self, cfg: SelectConfig, matcher, ids, progress: bool = False):
+        """``matcher``: a :class:`~whale.keypoints.matcher.KeypointMatcher` of the gallery with every keypoint
+        indexed, ``ids`` its photos' individuals."""
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        self.cfg = cfg
+        self.models: list = []
+        self.reason = ""
+        self.seconds: dict = {}
+        self._gallery = list(matcher.gallery)
+        self._gallery_scores: list[np.ndarray] | None = None
+        t0 = time.perf_counter()
+        labels = verified_labels(matcher, ids, cfg.min_inliers, progress)
+        self.seconds["labels"] = time.perf_counter() - t0
+        positives = int(sum(y.sum() for y in labels))
+        if positives < MIN_POSITIVES:
+            self.reason = (f"{positives} keypoints verified between photos of one individual, fewer than "
+                           f"{MIN_POSITIVES}: every keypoint kept")
+            return
+        t1 = time.perf_counter()
+        _, individual = np.unique(np.asarray(ids, dtype=str), return_inverse=True)
+        half = individual % 2  # alternate individuals in sorted order: halves independent of the photos' order
+        paired = paired_photos(ids)
+        rng = np.random.default_rng(cfg.seed)
+        context = [keypoint_context(f) for f in self._gallery]
+        for h in (0, 1):
+            train = np.flatnonzero(paired & (half == h))
+            y = np.concatenate([labels[i] for i in train]) if len(train) else np.zeros(0, bool)
+            if y.all() or not y.any():
+                self.models = []
+                self.reason = (f"half {h} of the individuals (every other one by name) has no keypoint of each kind "
+                               f"to learn from: every keypoint kept")
+                return
+            x = np.concatenate([context[i] for i in train])
+            take = rng.choice(len(x), min(len(x), cfg.samples), replace=False)
+            model = HistGradientBoostingClassifier(max_iter=200, max_leaf_nodes=31, random_state=cfg.seed)
+            self.models.append(model.fit(x[take], y[take]))
+        self._gallery_scores = [self.models[1 - h].predict_proba(c)[:, 1] if len(c) else np.zeros(0)
+                                for c, h in zip(context, half)]
+        self.seconds["fit"] = time.perf_counter() - t1
+
+    @property
+    def active(self) -> bool:
+        return bool(self.models)
+
+    def scores(self, f: Features) -> np.ndarray:
+        """``[n] float`` the mean of both halves' probabilities that a keypoint of ``f`` is one a same-whale
+        match would verify."""
+        if not len(f):
+            return np.zeros(0)
+        context = keypoint_context(f)
+        return np.mean([m.predict_proba(context)[:, 1] for m in self.models], axis=0)
+
+    def keep(self, f: Features, scores: np.ndarray) -> Features:
+        """``f`` with its ``keep`` share of keypoints by ``scores`` (at least ``least``), in their order."""
+        n = len(f)
+        count = min(n, max(int(np.ceil(self.cfg.keep * n)), self.cfg.least))
+        if count == n:
+            return f
+        kept = np.sort(np.argsort(-scores, kind="stable")[:count])
+        return Features(f.xy[kept], f.shape[kept], f.desc[kept], f.size)
+
+    def gallery(self) -> list[Features]:
+        """The gallery's photos, each scored by the half of the classifier that did not learn from it."""
+        if not self.active:
+            return self._gallery
+        return [self.keep(f, s) for f, s in zip(self._gallery, self._gallery_scores)]
+
+    def select(self, photos: Sequence[Features]) -> list[Features]:
+        """Query photos, each with its best keypoints (all of them when the selector is not active)."""
+        if not self.active:
+            return list(photos)
+        return [self.keep(f, self.scores(f)) for f in photos]
