@@ -193,12 +193,13 @@ def leave_one_out_scores(cfg, feats, ids=None, progress: bool = False) -> np.nda
     """``[n, n] float32``: every photo of ``feats`` matched against all the others (its own column 0).
 
     What a :class:`whale.keypoints.KeypointMatcher` built on the other ``n - 1`` photos scores, for each photo,
-    from one index of the ``n`` photos (:class:`LeaveOneOut`).
+    from one index of the ``n`` photos (:class:`LeaveOneOut`). Every keypoint is kept (``select.keep: 1``): these
+    are the test fold's pairs, and a selector fitted on their identities would have learned from the answers.
     """
     from whale.keypoints import KeypointMatcher
     from whale.core.progress import progress_bar
 
-    matcher = KeypointMatcher(cfg, feats, ids)
+    matcher = KeypointMatcher(cfg.without_selection(), feats, ids)
     matcher.index = LeaveOneOut(matcher.index)
     out = np.zeros((len(feats), len(feats)), np.float32)
     for i in progress_bar(range(len(feats)), desc=f"matching {len(feats)} photos against the others", enabled=progress):

@@ -33,7 +33,7 @@ def photo(individual: int, shot: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def gallery(tmp_path_factory):
     root = tmp_path_factory.mktemp("sel")
-    cfg = load_keypoint_config(overrides={"features.n_features": 400})
+    cfg = load_keypoint_config(overrides={"features.n_features": 400, "select.keep": 0.3})
     ids = np.repeat([f"w{i}" for i in range(8)], 3)
     paths = [write(root / f"{n}_{k}.png", photo(int(n[1:]), k % 3)) for k, n in enumerate(ids)]
     feats = FeatureStore(cfg, root / "store").features(paths, workers=1, progress=False)
@@ -104,7 +104,8 @@ def test_matcher_with_selection_matches_on_fewer_keypoints(gallery):
 
 
 def test_select_config_is_checked():
-    assert load_keypoint_config().select.keep == 0.3
+    assert load_keypoint_config().select.keep == 1.0  # off unless asked for
+    assert load_keypoint_config(overrides={"select.keep": 0.3}).select.keep == 0.3
     with pytest.raises(ConfigError, match="select.keep"):
         load_keypoint_config(overrides={"select.keep": 0})
     with pytest.raises(ConfigError, match="unknown key 'share'"):

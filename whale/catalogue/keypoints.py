@@ -6,7 +6,9 @@ so a killed match keeps what it extracted and a later match extracts only new ph
 candidates are the individuals ranked by their best image's score (:mod:`whale.keypoints.matcher`: LNBNN
 votes over the whole catalogue, geometric verification of the best), ``possibly_new`` below the config's
 ``verify.new_threshold`` (or ``--threshold``); photos of the batch that match each other are grouped as
-:func:`whale.catalogue.match.groups_of` does. The settings used are kept beside the proposals
+:func:`whale.catalogue.match.groups_of` does. Each photo keeps the keypoints that the catalogue's own verified
+same-whale matches taught a classifier to keep (``select``, :mod:`whale.keypoints.selection`; all of them in a
+catalogue with too few such matches), the batch matched within itself with the same choice. The settings used are kept beside the proposals
 (``batches/<batch>/keypoints.yaml``), so the review page draws the matches the same way.
 """
 from __future__ import annotations
@@ -78,9 +80,11 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
         store = store_of(cat.root, cfg)
         gallery = store.features(paths, progress=progress, digests=hashes, boxes=[_box(r[3]) for r in rows])
         queries = store.features(photos, progress=progress, boxes=[boxes.get(p.name) for p in photos])
-        scores = KeypointMatcher(cfg, gallery, individuals).match(queries, progress=progress).scores
+        matcher = KeypointMatcher(cfg, gallery, individuals, progress=progress)
+        scores = matcher.match(queries, progress=progress).scores
         names, cols, vals = best_individuals(scores, individuals, top)
-        groups = groups_of(KeypointMatcher(cfg, queries).match(queries, progress=False).scores, threshold)
+        within = KeypointMatcher(cfg, queries, selector=matcher.selector)  # the keypoints the catalogue taught it
+        groups = groups_of(within.match(queries, progress=False).scores, threshold)
         write_text_atomic(cat.root / "batches" / batch / CONFIG_NAME, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         with cat.transaction() as db:
             return record_proposals(cat, db, batch, photos_dir, photos, RUN, cfg.fingerprint(), threshold,

@@ -118,7 +118,7 @@ class SelectConfig:
     sample and the classifier.
     """
 
-    keep: float = 0.3
+    keep: float = 1.0
     least: int = 20
     min_inliers: int = 4
     samples: int = 300_000

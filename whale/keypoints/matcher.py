@@ -2,9 +2,9 @@
 
 For each query photo (HotSpotter's pipeline, Crall et al. 2013, on RootSIFT):
 
-0. (``select``) the query and every gallery photo keep only the keypoints that a classifier, fitted on the
-   gallery's own pairs of photos of one individual, expects such a match to verify
-   (:mod:`whale.keypoints.selection`; water and captions go);
+0. (``select``, off unless ``select.keep`` < 1) the query and every gallery photo keep only the keypoints that
+   a classifier, fitted on the gallery's own verified matches between photos of one individual, expects such a
+   match to verify (:mod:`whale.keypoints.selection`; water and captions go);
 1. every query descriptor finds its ``k + 1`` nearest gallery descriptors (:mod:`whale.keypoints.index`);
    each of the first ``k`` votes for its photo with the LNBNN weight ``d_(k+1) - d_i`` (a descriptor close
    to one photo and far from the rest is evidence; one seen everywhere, such as water, is not), at most
