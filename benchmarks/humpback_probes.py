@@ -118,9 +118,6 @@ def probe_confusers(fg, fq, g_ids, q_ids, cfg) -> list[dict]:
     from whale.keypoints import KeypointMatcher
     from whale.keypoints.extract import Features
 
-    def part(f, keep):
-        return Features(f.xy[keep], f.shape[keep], f.desc[keep], f.size)
-
     t0 = time.perf_counter()
     hits = confuser_inliers(fg, g_ids, cfg)
     seconds = time.perf_counter() - t0
@@ -132,8 +129,8 @@ def probe_confusers(fg, fq, g_ids, q_ids, cfg) -> list[dict]:
             keep[[key for key, inl in h.items() if inl >= least]] = False
             keeps.append(keep)
         share = 1 - sum(k.sum() for k in keeps) / sum(len(k) for k in keeps)
-        kept = [part(f, k) for f, k in zip(fg, keeps)]
-        cut = [part(f, ~k) for f, k in zip(fg, keeps)]
+        kept = [f.take(k) for f, k in zip(fg, keeps)]
+        cut = [f.take(~k) for f, k in zip(fg, keeps)]
         sink = Features(*(np.concatenate([getattr(f, a) for f in cut]) for a in ("xy", "shape", "desc")), (1, 1))
         for mode, gallery, ids in (("drop", kept, g_ids), ("sink", kept + [sink], np.append(g_ids, "__sink__"))):
             result = KeypointMatcher(cfg, gallery, ids).match(fq, progress=False)

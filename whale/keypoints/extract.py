@@ -40,6 +40,10 @@ class Features:
     def __len__(self) -> int:
         return len(self.xy)
 
+    def take(self, keep) -> "Features":
+        """The keypoints ``keep`` (indices or a ``[n] bool`` mask) of the same photo."""
+        return Features(self.xy[keep], self.shape[keep], self.desc[keep], self.size)
+
     @classmethod
     def empty(cls, size=(0, 0)) -> "Features":
         return cls(np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32), np.zeros((0, 128), np.uint8),

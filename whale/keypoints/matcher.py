@@ -251,17 +251,18 @@ class KeypointMatcher:
                 report(int(c), feat[sel][mask], self.index.local[row[sel]][mask])
 
 
-def pair_correspondences(fa: Features, fb: Features, verify: VerifyConfig, ratio: float = 0.85):
-    """The verified correspondences of two photos: mutual nearest neighbours passing Lowe's ratio test,
-    fitted like a candidate (``verify``).
+def pair_matches(fq: Features, fg: Features, cfg: KeypointConfig, ratio: float = 0.85):
+    """The verified correspondences of two photos, for showing a person what the matcher saw.
+
+    Mutual nearest neighbours passing Lowe's ratio test, fitted like a candidate (``cfg.verify``).
 
     Returns:
-        ``(ia [n], ib [n])`` int64 keypoint indices of the inliers in ``fa`` and ``fb`` (n may be 0).
+        ``(q_xy [n, 2], g_xy [n, 2])`` float32 inlier positions in the two original photos (n may be 0).
     """
-    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    if len(fa) < 2 or len(fb) < 2:
+    none = (np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32))
+    if len(fq) < 2 or len(fg) < 2:
         return none
-    a, b = as_float(fa.desc), as_float(fb.desc)
+    a, b = as_float(fq.desc), as_float(fg.desc)
     d2 = np.maximum((a * a).sum(1)[:, None] - 2 * a @ b.T + (b * b).sum(1)[None], 0)
     two = np.argpartition(d2, 1, axis=1)[:, :2]
     pd = np.take_along_axis(d2, two, axis=1)
@@ -269,19 +270,8 @@ def pair_correspondences(fa: Features, fb: Features, verify: VerifyConfig, ratio
     best = np.where(swap, two[:, 1], two[:, 0])
     d_best, d_second = np.minimum(pd[:, 0], pd[:, 1]), np.maximum(pd[:, 0], pd[:, 1])
     ok = (d_best < ratio * ratio * d_second) & (d2.argmin(axis=0)[best] == np.arange(len(a)))
-    ia = np.flatnonzero(ok)
-    mask = fit_geometry(fa.xy[ia], fb.xy[best[ia]], verify)
+    qi = np.flatnonzero(ok)
+    mask = fit_geometry(fq.xy[qi], fg.xy[best[qi]], cfg.verify)
     if mask is None:
         return none
-    return ia[mask], best[ia[mask]].astype(np.int64)
-
-
-def pair_matches(fq: Features, fg: Features, cfg: KeypointConfig, ratio: float = 0.85):
-    """The verified correspondences of two photos (:func:`pair_correspondences`), for showing a person what
-    the matcher saw.
-
-    Returns:
-        ``(q_xy [n, 2], g_xy [n, 2])`` float32 inlier positions in the two original photos (n may be 0).
-    """
-    iq, ig = pair_correspondences(fq, fg, cfg.verify, ratio)
-    return fq.xy[iq], fg.xy[ig]
+    return fq.xy[qi[mask]], fg.xy[best[qi[mask]]]

@@ -105,8 +105,7 @@ class KeypointSelector:
         half = individual % 2  # alternate individuals in sorted order: halves independent of the photos' order
         paired = paired_photos(ids)
         rng = np.random.default_rng(cfg.seed)
-        context = [keypoint_context(f) for f in self._gallery]
-        for h in (0, 1):
+        for h in (0, 1):  # the inputs are made per photo when needed: the whole gallery's would take GBs
             train = np.flatnonzero(paired & (half == h))
             y = np.concatenate([labels[i] for i in train]) if len(train) else np.zeros(0, bool)
             if y.all() or not y.any():
@@ -114,12 +113,13 @@ class KeypointSelector:
                 self.reason = (f"half {h} of the individuals (every other one by name) has no keypoint of each kind "
                                f"to learn from: every keypoint kept")
                 return
-            x = np.concatenate([context[i] for i in train])
+            x = np.concatenate([keypoint_context(self._gallery[i]) for i in train])
             take = rng.choice(len(x), min(len(x), cfg.samples), replace=False)
             model = HistGradientBoostingClassifier(max_iter=200, max_leaf_nodes=31, random_state=cfg.seed)
             self.models.append(model.fit(x[take], y[take]))
-        self._gallery_scores = [self.models[1 - h].predict_proba(c)[:, 1] if len(c) else np.zeros(0)
-                                for c, h in zip(context, half)]
+            del x
+        self._gallery_scores = [self.models[1 - h].predict_proba(keypoint_context(f))[:, 1] if len(f) else np.zeros(0)
+                                for f, h in zip(self._gallery, half)]
         self.seconds["fit"] = time.perf_counter() - t1
 
     @property
@@ -141,7 +141,7 @@ class KeypointSelector:
         if count == n:
             return f
         kept = np.sort(np.argsort(-scores, kind="stable")[:count])
-        return Features(f.xy[kept], f.shape[kept], f.desc[kept], f.size)
+        return f.take(kept)
 
     def gallery(self) -> list[Features]:
         """The gallery's photos, each scored by the half of the classifier that did not learn from it."""
