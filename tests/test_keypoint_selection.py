@@ -9,7 +9,7 @@ pytest.importorskip("sklearn")
 
 from whale.core.errors import ConfigError  # noqa: E402
 from whale.keypoints import FeatureStore, KeypointMatcher, load_keypoint_config  # noqa: E402
-from whale.keypoints.selection import paired_photos, verified_labels  # noqa: E402
+from whale.keypoints.selection import labelled_photos, paired_photos, verified_labels  # noqa: E402
 from tests.test_keypoints import pattern, warp, write  # noqa: E402
 
 BAND = (40, 100)
@@ -45,6 +45,19 @@ def test_paired_photos_have_another_photo_of_a_named_individual():
     assert paired_photos(ids).tolist() == [True, True, True, False, False, False, True]
 
 
+def test_labelled_photos_are_whole_paired_individuals_seeded():
+    ids = np.array([f"w{i // 3}" for i in range(30)] + ["new_whale"] * 4 + ["solo"])
+    paired = np.flatnonzero(paired_photos(ids))
+    assert labelled_photos(ids, 0, seed=0).tolist() == paired.tolist() == list(range(30))
+    assert labelled_photos(ids, 100, seed=0).tolist() == paired.tolist()  # fewer paired photos than asked for
+    sample = labelled_photos(ids, 7, seed=0)
+    assert len(sample) == 9 and set(sample) <= set(paired)  # 3 whole individuals reach 7 photos
+    for name in set(ids[sample]):
+        assert set(np.flatnonzero(ids == name)) <= set(sample)
+    assert labelled_photos(ids, 7, seed=0).tolist() == sample.tolist()
+    assert any(labelled_photos(ids, 7, seed=s).tolist() != sample.tolist() for s in range(1, 5))
+
+
 def test_labels_are_the_inliers_of_verified_same_individual_matches(gallery):
     cfg, feats, ids = gallery
     full = KeypointMatcher(cfg.without_selection(), feats, ids)
@@ -60,6 +73,10 @@ def test_labels_are_the_inliers_of_verified_same_individual_matches(gallery):
         assert y.dtype == bool and len(y) == len(f) and y.sum() >= cfg.select.min_inliers
     rows = np.concatenate([f.xy[y, 1] for f, y in zip(feats, labels)])
     assert ((rows >= BAND[0] - 8) & (rows < BAND[1] + 8)).mean() > 0.9  # the pattern (and its edges), not the water
+    sample = labelled_photos(ids, 6, seed=0)  # the labels of whole individuals matched alone: the same
+    sampled = verified_labels(full, ids, cfg.select.min_inliers, sample)
+    assert all((sampled[i] == labels[i]).all() for i in sample)
+    assert not any(sampled[i].any() for i in set(range(len(feats))) - set(sample))
     strangers = verified_labels(full, [f"x{i}" for i in range(len(feats))], cfg.select.min_inliers)
     assert not any(y.any() for y in strangers)  # matches across individuals teach nothing
 
@@ -108,5 +125,7 @@ def test_select_config_is_checked():
     assert load_keypoint_config(overrides={"select.keep": 0.3}).select.keep == 0.3
     with pytest.raises(ConfigError, match="select.keep"):
         load_keypoint_config(overrides={"select.keep": 0})
+    with pytest.raises(ConfigError, match="select.photos"):
+        load_keypoint_config(overrides={"select.photos": -1})
     with pytest.raises(ConfigError, match="unknown key 'share'"):
         load_keypoint_config(overrides={"select.share": 0.5})

@@ -114,13 +114,15 @@ class SelectConfig:
 
     ``keep``: the share of each photo's keypoints kept, best first (1 = every keypoint: selection off);
     ``least``: at least this many kept; ``min_inliers``: a verified same-individual match with fewer inliers
-    teaches nothing; ``samples``: keypoints the classifier is fitted on (a seeded sample); ``seed``: of the
-    sample and the classifier.
+    teaches nothing; ``photos``: gallery photos matched against the gallery for the labels, a seeded sample of
+    whole individuals with two or more photos (0: every such photo); ``samples``: keypoints the classifier is
+    fitted on (a seeded sample of those photos'); ``seed``: of both samples and the classifier.
     """
 
     keep: float = 1.0
     least: int = 20
     min_inliers: int = 4
+    photos: int = 1500
     samples: int = 300_000
     seed: int = 0
 
@@ -209,6 +211,7 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
         keep=check.number(c.get("keep", d.keep), "select.keep", float, lo=0, hi=1, lo_open=True),
         least=check.number(c.get("least", d.least), "select.least", int, lo=1, hi=100000),
         min_inliers=check.number(c.get("min_inliers", d.min_inliers), "select.min_inliers", int, lo=4, hi=1000),
+        photos=check.number(c.get("photos", d.photos), "select.photos", int, lo=0),
         samples=check.number(c.get("samples", d.samples), "select.samples", int, lo=1000, hi=100_000_000),
         seed=check.number(c.get("seed", d.seed), "select.seed", int, lo=0))
     return KeypointConfig(features, search, verify, select)

@@ -5,13 +5,15 @@ card, and vote for other whales' photos (docs/humpback.md). The gallery's own id
 carry an identity, with no other training data (the idea of Hartmann, Havlena & Schindler 2014, "Predicting
 matchability", who learn from the descriptor which keypoints structure-from-motion will match):
 
-1. **labels** (:func:`verified_labels`): the gallery is matched against itself by the matcher, every keypoint,
+1. **labels** (:func:`verified_labels`): a seeded sample of ``photos`` gallery photos, whole individuals with
+   two or more photos (:func:`labelled_photos`), is matched against the gallery by the matcher, every keypoint,
    each photo left out of its own neighbours; the inliers of every verified candidate of the same individual
-   (at least ``min_inliers``) are positive, every other keypoint of a photo whose individual has another
-   gallery photo negative. The labels are what the matcher itself verifies between photos of one whale;
+   (at least ``min_inliers``) are positive, every other keypoint of a sampled photo negative. The labels are
+   what the matcher itself verifies between photos of one whale; a photo without another of its whale has none
+   to give, and the classifier needs far fewer keypoints than a large gallery holds;
 2. **classifier**: scikit-learn's gradient-boosted trees on the keypoint's RootSIFT descriptor, its place in
    the photo and its log diameter (:func:`keypoint_context`; no pixel is read again), fitted on
-   a seeded sample of ``samples`` keypoints in two halves by individual: a gallery photo is scored by the half
+   a seeded sample of ``samples`` of those keypoints in two halves by individual: a gallery photo is scored by the half
    that did not see its individual (no photo's own labels decide what it keeps), a query by both halves' mean;
 3. **selection**: every photo, gallery and query, keeps its ``keep`` share of keypoints by score (at least
    ``least``, all of a photo with fewer).
@@ -50,18 +52,21 @@ def keypoint_context(f: Features) -> np.ndarray:
                       np.log1p(f.shape[:, :1])]).astype(np.float32)
 
 
-def verified_labels(matcher, ids, min_inliers: int, progress: bool = False) -> list[np.ndarray]:
+def verified_labels(matcher, ids, min_inliers: int, photos=None, progress: bool = False) -> list[np.ndarray]:
     """``[n_i] bool`` per gallery photo of ``matcher`` (:class:`~whale.keypoints.matcher.KeypointMatcher`):
-    its keypoints that are inliers of a verified match to another photo of its individual (module docstring)."""
+    its keypoints that are inliers of a verified match to another photo of its individual (module docstring),
+    found by matching the gallery photos ``photos`` (indices; None: every photo) against the gallery."""
     ids = np.asarray(ids, dtype=str)
+    photos = np.arange(len(ids)) if photos is None else np.asarray(photos, dtype=np.int64)
     labels = [np.zeros(len(f), bool) for f in matcher.gallery]
 
-    def record(i, c, query_keys, photo_keys):
+    def record(q, c, query_keys, photo_keys):
+        i = photos[q]
         if ids[i] == ids[c] and ids[i] not in UNKNOWN_IDS and len(query_keys) >= min_inliers:
             labels[i][query_keys] = True
             labels[c][photo_keys] = True
 
-    matcher.match(matcher.gallery, progress=progress, leave_out=np.arange(len(ids)), on_verified=record)
+    matcher.match([matcher.gallery[i] for i in photos], progress=progress, leave_out=photos, on_verified=record)
     return labels
 
 
@@ -70,6 +75,21 @@ def paired_photos(ids) -> np.ndarray:
     ids = np.asarray(ids, dtype=str)
     _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
     return (counts[inverse] >= 2) & ~np.isin(ids, list(UNKNOWN_IDS))
+
+
+def labelled_photos(ids, photos: int, seed: int) -> np.ndarray:
+    """Sorted indices of the :func:`paired_photos` that give the labels: every one (``photos`` 0 or at least
+    their number), else whole individuals in a seeded order until ``photos`` are reached, so that each sampled
+    photo's same-whale matches are all among the sample."""
+    ids = np.asarray(ids, dtype=str)
+    paired = np.flatnonzero(paired_photos(ids))
+    if photos == 0 or len(paired) <= photos:
+        return paired
+    names = np.unique(ids[paired])
+    order = np.random.default_rng(seed).permutation(len(names))
+    per_name = np.unique(ids[paired], return_counts=True)[1][order]
+    chosen = names[order[:int(np.searchsorted(np.cumsum(per_name), photos)) + 1]]
+    return paired[np.isin(ids[paired], chosen)]
 
 
 class KeypointSelector:
@@ -93,7 +113,8 @@ class KeypointSelector:
         self._gallery = list(matcher.gallery)
         self._gallery_scores: list[np.ndarray] | None = None
         t0 = time.perf_counter()
-        labels = verified_labels(matcher, ids, cfg.min_inliers, progress)
+        labelled = labelled_photos(ids, cfg.photos, cfg.seed)
+        labels = verified_labels(matcher, ids, cfg.min_inliers, labelled, progress)
         self.seconds["labels"] = time.perf_counter() - t0
         positives = int(sum(y.sum() for y in labels))
         if positives < MIN_POSITIVES:
@@ -103,10 +124,9 @@ class KeypointSelector:
         t1 = time.perf_counter()
         _, individual = np.unique(np.asarray(ids, dtype=str), return_inverse=True)
         half = individual % 2  # alternate individuals in sorted order: halves independent of the photos' order
-        paired = paired_photos(ids)
         rng = np.random.default_rng(cfg.seed)
         for h in (0, 1):  # the inputs are made per photo when needed: the whole gallery's would take GBs
-            train = np.flatnonzero(paired & (half == h))
+            train = labelled[half[labelled] == h]
             y = np.concatenate([labels[i] for i in train]) if len(train) else np.zeros(0, bool)
             if y.all() or not y.any():
                 self.models = []
