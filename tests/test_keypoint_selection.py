@@ -9,8 +9,9 @@ pytest.importorskip("sklearn")
 
 from whale.core.errors import ConfigError  # noqa: E402
 from whale.keypoints import FeatureStore, KeypointMatcher, load_keypoint_config  # noqa: E402
-from whale.keypoints.selection import labelled_photos, paired_photos, verified_labels  # noqa: E402
-from tests.test_keypoints import pattern, warp, write  # noqa: E402
+from whale.keypoints import selection  # noqa: E402
+from whale.keypoints.selection import keypoint_context, labelled_photos, paired_photos, verified_labels  # noqa: E402
+from tests.test_keypoints import _features, pattern, warp, write  # noqa: E402
 
 BAND = (40, 100)
 """Rows of a photo where the individual's pattern lies; the rest is 'water', drawn anew for every photo."""
@@ -118,6 +119,23 @@ def test_matcher_with_selection_matches_on_fewer_keypoints(gallery):
     assert off.selector is None and len(off.index) == sum(len(f) for f in feats)
     again = KeypointMatcher(cfg, feats[:3], selector=m.selector)  # a fitted selector reused, as the catalogue does
     assert len(again.index) == sum(len(f) for f in m.selector.select(feats[:3]))
+
+
+def test_predict_in_chunks_is_predict_per_photo(monkeypatch):
+    from sklearn.tree import DecisionTreeClassifier
+
+    photos = _features(10, seed=3, per=12)
+    for i, keep in {1: [], 2: [], 4: [0, 1, 2], 5: [0, 1, 2], 6: [], 9: [0]}.items():
+        photos[i] = photos[i].take(keep)  # calls: [0], [1, 2] (no keypoint), [3], [4, 5, 6], [7], [8], [9]
+    x = np.concatenate([keypoint_context(f) for f in photos])
+    models = [DecisionTreeClassifier(random_state=s).fit(x, np.arange(len(x)) % (2 + s) == 0) for s in (0, 1)]
+    monkeypatch.setattr(selection, "PREDICT_ROWS", 10)
+    got = selection.predict(models, photos)
+    assert [len(p) for p in got] == [len(f) for f in photos]
+    for f, p in zip(photos, got):
+        want = np.mean([m.predict_proba(keypoint_context(f))[:, 1] for m in models], axis=0) if len(f) else []
+        np.testing.assert_array_equal(p, want)
+    assert selection.predict(models, []) == []
 
 
 def test_select_config_is_checked():

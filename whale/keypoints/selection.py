@@ -32,6 +32,8 @@ import numpy as np
 from whale.keypoints.config import SelectConfig
 from whale.keypoints.extract import Features, as_float
 
+PREDICT_ROWS = 100_000
+"""Keypoints scored in one call of the classifier: a call per photo (~1,000 keypoints) costs twice as much."""
 MIN_POSITIVES = 200
 """Positive keypoints (verified same-individual inliers) below which no classifier is fitted."""
 UNKNOWN_IDS = frozenset({"new_whale", ""})
@@ -50,6 +52,25 @@ def keypoint_context(f: Features) -> np.ndarray:
     aspect = np.full((len(f), 1), span[0] / span[1])
     return np.hstack([as_float(f.desc), f.xy / np.float32([w, h]), (f.xy - lo) / span, aspect,
                       np.log1p(f.shape[:, :1])]).astype(np.float32)
+
+
+def predict(models, photos: Sequence[Features]) -> list[np.ndarray]:
+    """``[n_i] float`` per photo: the mean over ``models`` of the probability that a keypoint is one a same-whale
+    match verifies, predicted for consecutive photos together, about :data:`PREDICT_ROWS` keypoints a call."""
+    counts = np.array([len(f) for f in photos], dtype=np.int64)
+    ends = np.cumsum(counts)
+    out: list[np.ndarray] = []
+    start = 0
+    while start < len(photos):
+        stop = max(start + 1, int(np.searchsorted(ends, ends[start] - counts[start] + PREDICT_ROWS, side="right")))
+        if ends[stop - 1] == ends[start] - counts[start]:  # photos without keypoints
+            out.extend(np.zeros(0) for _ in range(start, stop))
+        else:
+            context = np.concatenate([keypoint_context(f) for f in photos[start:stop]])
+            p = np.mean([m.predict_proba(context)[:, 1] for m in models], axis=0)
+            out.extend(np.split(p, np.cumsum(counts[start:stop])[:-1]))
+        start = stop
+    return out
 
 
 def verified_labels(matcher, ids, min_inliers: int, photos=None, progress: bool = False) -> list[np.ndarray]:
@@ -138,8 +159,11 @@ class KeypointSelector:
             model = HistGradientBoostingClassifier(max_iter=200, max_leaf_nodes=31, random_state=cfg.seed)
             self.models.append(model.fit(x[take], y[take]))
             del x
-        self._gallery_scores = [self.models[1 - h].predict_proba(keypoint_context(f))[:, 1] if len(f) else np.zeros(0)
-                                for f, h in zip(self._gallery, half)]
+        self._gallery_scores = [np.zeros(0)] * len(self._gallery)
+        for h in (0, 1):
+            own = np.flatnonzero(half == h)
+            for i, p in zip(own, predict(self.models[1 - h:2 - h], [self._gallery[i] for i in own])):
+                self._gallery_scores[i] = p
         self.seconds["fit"] = time.perf_counter() - t1
 
     @property
@@ -149,10 +173,7 @@ class KeypointSelector:
     def scores(self, f: Features) -> np.ndarray:
         """``[n] float`` the mean of both halves' probabilities that a keypoint of ``f`` is one a same-whale
         match would verify."""
-        if not len(f):
-            return np.zeros(0)
-        context = keypoint_context(f)
-        return np.mean([m.predict_proba(context)[:, 1] for m in self.models], axis=0)
+        return predict(self.models, [f])[0]
 
     def keep(self, f: Features, scores: np.ndarray) -> Features:
         """``f`` with its ``keep`` share of keypoints by ``scores`` (at least ``least``), in their order."""
@@ -173,4 +194,5 @@ class KeypointSelector:
         """Query photos, each with its best keypoints (all of them when the selector is not active)."""
         if not self.active:
             return list(photos)
-        return [self.keep(f, self.scores(f)) for f in photos]
+        photos = list(photos)
+        return [self.keep(f, s) for f, s in zip(photos, predict(self.models, photos))]
