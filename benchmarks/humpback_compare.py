@@ -1,0 +1,68 @@
+"""Two runs of ``benchmarks/humpback.py`` side by side, paired by split seed: the mean +- sd of each
+metric's difference (B - A) over the seeds both hold, and each seed's difference.
+
+Reads each run's per-seed rows (``OUT/seed*/results.json``); no scoring is repeated. A side may be several
+``--out`` folders (seeds run apart), and a seed found twice on one side is refused.
+
+Usage:
+    python benchmarks/humpback_compare.py --a runs/humpback_nf2000 --b runs/sel_s0 runs/sel_s1 runs/sel_s2
+    python benchmarks/humpback_compare.py --a RUN_A --b RUN_B --method "keypoints, --tune-new-share 0.276"
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+METRICS = (("map5", "MAP@5, all queries"), ("map5_known", "known"), ("map5_new", "new_whale"),
+           ("map5_known_no_new", "known, ids only"), ("top1", "top-1"), ("top5", "top-5"))
+
+
+def rows_by_seed(folders: list[str], method: str) -> dict[int, dict]:
+    """``{split seed: row}`` of ``method`` in the ``seed*/results.json`` under ``folders``."""
+    out: dict[int, dict] = {}
+    for folder in folders:
+        files = sorted(Path(folder).glob("seed*/results.json"))
+        if not files:
+            raise SystemExit(f"{folder}: no seed*/results.json (a finished benchmarks/humpback.py --out folder?)")
+        for path in files:
+            for row in json.loads(path.read_text()):
+                if row["method"] != method:
+                    continue
+                if row["seed"] in out:
+                    raise SystemExit(f"{path}: split seed {row['seed']} of {method!r} found twice on one side")
+                out[row["seed"]] = row
+    return out
+
+
+def compare(a: dict[int, dict], b: dict[int, dict]) -> str:
+    """A markdown table: per metric, A's and B's means and the paired difference (mean +- sd, each seed)."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise SystemExit(f"no split seed in both runs (A: {sorted(a)}, B: {sorted(b)})")
+    lines = [f"split seeds {', '.join(map(str, seeds))}",
+             "| metric | A | B | B - A (mean +- sd) | per seed |", "| --- | --- | --- | --- | --- |"]
+    for key, label in METRICS:
+        if any(key not in a[s] or key not in b[s] for s in seeds):
+            continue
+        va, vb = np.array([a[s][key] for s in seeds]), np.array([b[s][key] for s in seeds])
+        d = vb - va
+        sd = d.std(ddof=1) if len(d) > 1 else 0.0
+        lines.append(f"| {label} | {va.mean():.3f} | {vb.mean():.3f} | {d.mean():+.3f} +- {sd:.3f} | "
+                     + ", ".join(f"{x:+.3f}" for x in d) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--a", nargs="+", required=True, help="the baseline run's --out folder(s)")
+    p.add_argument("--b", nargs="+", required=True, help="the compared run's --out folder(s)")
+    p.add_argument("--method", default="keypoints", help="the rows' method (default keypoints)")
+    args = p.parse_args(argv)
+    print(compare(rows_by_seed(args.a, args.method), rows_by_seed(args.b, args.method)))
+
+
+if __name__ == "__main__":
+    main()
