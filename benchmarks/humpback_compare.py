@@ -1,5 +1,5 @@
-"""Two runs of ``benchmarks/humpback.py`` side by side, paired by split seed: the mean +- sd of each
-metric's difference (B - A) over the seeds both hold, and each seed's difference.
+"""Two runs of ``benchmarks/humpback.py`` side by side, paired by split seed: each metric's mean +- sd
+over the seeds both hold, for A and for B, the mean +- sd of its difference (B - A), and each seed's difference.
 
 Reads each run's per-seed rows (``OUT/seed*/results.json``); no scoring is repeated. A side may be several
 ``--out`` folders (seeds run apart), and a seed found twice on one side is refused.
@@ -37,21 +37,25 @@ def rows_by_seed(folders: list[str], method: str) -> dict[int, dict]:
     return out
 
 
+def sd(values: np.ndarray) -> float:
+    """The sample standard deviation (0 for one value)."""
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
 def compare(a: dict[int, dict], b: dict[int, dict]) -> str:
-    """A markdown table: per metric, A's and B's means and the paired difference (mean +- sd, each seed)."""
+    """A markdown table: per metric, A's and B's mean +- sd and the paired difference (mean +- sd, each seed)."""
     seeds = sorted(set(a) & set(b))
     if not seeds:
         raise SystemExit(f"no split seed in both runs (A: {sorted(a)}, B: {sorted(b)})")
     lines = [f"split seeds {', '.join(map(str, seeds))}",
-             "| metric | A | B | B - A (mean +- sd) | per seed |", "| --- | --- | --- | --- | --- |"]
+             "| metric | A | B | B - A | B - A per seed |", "| --- | --- | --- | --- | --- |"]
     for key, label in METRICS:
         if any(key not in a[s] or key not in b[s] for s in seeds):
             continue
         va, vb = np.array([a[s][key] for s in seeds]), np.array([b[s][key] for s in seeds])
         d = vb - va
-        sd = d.std(ddof=1) if len(d) > 1 else 0.0
-        lines.append(f"| {label} | {va.mean():.3f} | {vb.mean():.3f} | {d.mean():+.3f} +- {sd:.3f} | "
-                     + ", ".join(f"{x:+.3f}" for x in d) + " |")
+        lines.append(f"| {label} | {va.mean():.3f} +- {sd(va):.3f} | {vb.mean():.3f} +- {sd(vb):.3f} | "
+                     f"{d.mean():+.3f} +- {sd(d):.3f} | " + ", ".join(f"{x:+.3f}" for x in d) + " |")
     return "\n".join(lines)
 
 
