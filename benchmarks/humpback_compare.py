@@ -6,15 +6,19 @@ Reads each run's per-seed rows (``OUT/seed*/results.json``); no scoring is repea
 
 Usage:
     python benchmarks/humpback_compare.py --a runs/humpback_nf2000 --b runs/sel_s0 runs/sel_s1 runs/sel_s2
-    python benchmarks/humpback_compare.py --a RUN_A --b RUN_B --method "keypoints, --tune-new-share 0.276"
+    python benchmarks/humpback_compare.py --a RUN_A --b RUN_B --share     # the --tune-new-share submissions
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.humpback import KAGGLE_NEW_SHARE  # noqa: E402
 
 METRICS = (("map5", "MAP@5, all queries"), ("map5_known", "known"), ("map5_new", "new_whale"),
            ("map5_known_no_new", "known, ids only"), ("top1", "top-1"), ("top5", "top-5"))
@@ -64,8 +68,11 @@ def main(argv=None) -> None:
     p.add_argument("--a", nargs="+", required=True, help="the baseline run's --out folder(s)")
     p.add_argument("--b", nargs="+", required=True, help="the compared run's --out folder(s)")
     p.add_argument("--method", default="keypoints", help="the rows' method (default keypoints)")
+    p.add_argument("--share", action="store_true",
+                   help=f"the method's rows with --tune-new-share {KAGGLE_NEW_SHARE} (its _share submission)")
     args = p.parse_args(argv)
-    print(compare(rows_by_seed(args.a, args.method), rows_by_seed(args.b, args.method)))
+    method = f"{args.method}, --tune-new-share {KAGGLE_NEW_SHARE}" if args.share else args.method
+    print(compare(rows_by_seed(args.a, method), rows_by_seed(args.b, method)))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from benchmarks.humpback_compare import compare, main, rows_by_seed
 def write_run(root, seeds_values: dict[int, float]):
     for seed, v in seeds_values.items():
         rows = [{"method": "keypoints", "seed": seed, "map5": v, "map5_known": v / 2, "top1": v / 4},
+                {"method": "keypoints, --tune-new-share 0.276", "seed": seed, "map5": v + 0.01},
                 {"method": "pixels", "seed": seed, "map5": 0.26}]
         (root / f"seed{seed}").mkdir(parents=True)
         (root / f"seed{seed}" / "results.json").write_text(json.dumps(rows))
@@ -25,6 +26,8 @@ def test_paired_differences_over_the_shared_seeds(tmp_path, capsys):
     assert "| known | 0.310 +- 0.010 | 0.325 +- 0.009 | +0.015 +- 0.005 |" in table and "ids only" not in table  # absent metric: no row
     main(["--a", a, "--b", b0, "--method", "pixels"])
     assert "+0.000 +- 0.000" in capsys.readouterr().out
+    main(["--a", a, "--b", b0, "--share"])
+    assert "| MAP@5, all queries | 0.610 +- 0.000 | 0.640 +- 0.000 | +0.030" in capsys.readouterr().out
 
 
 def test_a_seed_twice_or_a_folder_without_results_is_refused(tmp_path):

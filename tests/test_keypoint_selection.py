@@ -139,8 +139,9 @@ def test_predict_in_chunks_is_predict_per_photo(monkeypatch):
 
 
 def test_select_config_is_checked():
-    assert load_keypoint_config().select.keep == 1.0  # off unless asked for
-    assert load_keypoint_config(overrides={"select.keep": 0.3}).select.keep == 0.3
+    assert load_keypoint_config().select.keep == 0.3  # on by default
+    assert load_keypoint_config().without_selection().select.keep == 1.0
+    assert load_keypoint_config(overrides={"select.keep": 1}).select.keep == 1.0
     with pytest.raises(ConfigError, match="select.keep"):
         load_keypoint_config(overrides={"select.keep": 0})
     with pytest.raises(ConfigError, match="select.photos"):

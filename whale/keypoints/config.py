@@ -119,7 +119,7 @@ class SelectConfig:
     fitted on (a seeded sample of those photos'); ``seed``: of both samples and the classifier.
     """
 
-    keep: float = 1.0
+    keep: float = 0.3
     least: int = 20
     min_inliers: int = 4
     photos: int = 1500
