@@ -458,8 +458,9 @@ def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
     result = matcher.match(fv, progress=False)
     return {**validation_metrics(result.scores, g_ids, q_ids),
             "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
-            "seconds": {"features": t_feat, "select_gallery": matcher.select_seconds, "index": matcher.index_seconds,
-                        **result.seconds}}
+            "seconds": {"features": t_feat, "select_gallery": matcher.select_seconds,
+                        **{f"select_{step}": v for step, v in matcher.select_steps.items()},
+                        "index": matcher.index_seconds, **result.seconds}}
 
 
 def validation_metrics(scores: np.ndarray, g_ids: np.ndarray, q_ids: np.ndarray) -> dict:

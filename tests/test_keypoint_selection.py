@@ -113,10 +113,12 @@ def test_matcher_with_selection_matches_on_fewer_keypoints(gallery):
     assert m.selector.active and len(m.index) < 0.5 * sum(len(f) for f in feats)
     result = m.match(feats[::3], progress=False)
     assert {"select", "search", "verify"} <= set(result.seconds)
+    assert set(m.select_steps) == {"index", "labels", "fit", "score"}
+    assert all(0 <= s <= m.select_seconds for s in m.select_steps.values())
     truth = [np.flatnonzero(ids == ids[i]) for i in range(0, len(feats), 3)]
     assert all(row.argmax() in t for row, t in zip(result.scores, truth))
     off = KeypointMatcher(cfg.without_selection(), feats, ids)
-    assert off.selector is None and len(off.index) == sum(len(f) for f in feats)
+    assert off.selector is None and len(off.index) == sum(len(f) for f in feats) and not off.select_steps
     again = KeypointMatcher(cfg, feats[:3], selector=m.selector)  # a fitted selector reused, as the catalogue does
     assert len(again.index) == sum(len(f) for f in m.selector.select(feats[:3]))
 

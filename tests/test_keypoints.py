@@ -1,5 +1,6 @@
 """The keypoint matcher: extraction, the feature store, the index and LNBNN against brute force, verification,
 and ``whale score --matcher keypoints`` into ``whale ensemble`` on a synthetic competition."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +238,8 @@ def test_score_keypoints_then_ensemble_writes_a_checked_submission(tmp_path, mon
     assert test.identity["matcher"] == "keypoints" and val.identity["fold"] == 0
     assert not set(val.query) & set(val.gallery)
     assert (out / "run.json").is_file() and (out / "keypoints.yaml").is_file()
+    seconds = json.loads((out / "run.json").read_text())["seconds"]
+    assert {"test_select", "test_select_index", "test_select_labels", "val_select_labels"} <= set(seconds)
     assert any((tmp_path / "cache" / "keypoints").rglob("*.npz"))
     sub = tmp_path / "kp.csv"
     assert ensemble_main([str(out), "--tune", "--out", str(sub)], log=lambda m: None) == 0

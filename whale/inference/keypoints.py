@@ -114,6 +114,8 @@ def _score(gallery, ids, queries, cfg, progress, times, split, log, write) -> Pa
     matcher = KeypointMatcher(cfg, gallery, ids, progress=progress)
     result = matcher.match(queries, progress=progress)
     times[f"{split}_select"] = matcher.select_seconds + result.seconds["select"]
+    steps = {**matcher.select_steps, "queries": result.seconds["select"]} if matcher.select_steps else {}
+    times.update({f"{split}_select_{step}": s for step, s in steps.items()})  # where selection's time goes
     times[f"{split}_index"] = matcher.index_seconds
     times[f"{split}_search"] = result.seconds["search"]
     times[f"{split}_verify"] = result.seconds["verify"]
@@ -121,7 +123,8 @@ def _score(gallery, ids, queries, cfg, progress, times, split, log, write) -> Pa
     if selector is not None:
         log(f"keypoints {split}: " + (selector.reason or f"each photo keeps {cfg.select.keep:.0%} of its keypoints, "
                                       f"chosen by a classifier of the gallery's same-whale matches "
-                                      f"({times[f'{split}_select']:.1f} s)"))
+                                      f"({times[f'{split}_select']:.1f} s: "
+                                      + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()) + ")"))
     log(f"keypoints {split}: {len(queries)} queries x {len(gallery)} gallery photos "
         f"({len(matcher.index)} descriptors, {matcher.index.kind} index {matcher.index_seconds:.1f} s, "
         f"search {result.seconds['search']:.1f} s, verification {result.seconds['verify']:.1f} s)")

@@ -145,7 +145,9 @@ class KeypointMatcher:
         photo counts as an individual of its own) and for learning which keypoints to keep (``select``,
         :mod:`whale.keypoints.selection`; None: every keypoint kept). ``selector``: a
         :class:`~whale.keypoints.selection.KeypointSelector` already fitted (another matcher's ``selector``),
-        applied to this gallery as to queries."""
+        applied to this gallery as to queries. ``select_seconds``: the wall time of selection in all;
+        ``select_steps``: of its steps when this matcher fitted the selector (``index`` of every keypoint,
+        ``labels``, ``fit``, ``score``: :attr:`KeypointSelector.seconds`)."""
         from whale.keypoints.selection import KeypointSelector
 
         self.cfg = cfg
@@ -160,9 +162,12 @@ class KeypointMatcher:
         self.selector = selector
         self.gallery = gallery
         self.index = None
+        self.select_steps: dict = {}
         if selector is None and cfg.select.keep < 1 and ids is not None:
             self.index = DescriptorIndex(gallery, cfg.search)  # every keypoint: the gallery matched against itself
+            self.select_steps["index"] = time.perf_counter() - t0
             self.selector = KeypointSelector(cfg.select, self, ids, progress)  # labels: this matcher, every keypoint
+            self.select_steps.update(self.selector.seconds)
         if self.selector is not None and self.selector.active:
             self.gallery = self.selector.gallery() if selector is None else self.selector.select(gallery)
             self.index = None

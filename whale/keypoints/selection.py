@@ -130,7 +130,7 @@ class KeypointSelector:
         self.cfg = cfg
         self.models: list = []
         self.reason = ""
-        self.seconds: dict = {}
+        self.seconds: dict = {}  # labels, fit (the two classifiers), score (every gallery keypoint)
         self._gallery = list(matcher.gallery)
         self._gallery_scores: list[np.ndarray] | None = None
         t0 = time.perf_counter()
@@ -159,12 +159,14 @@ class KeypointSelector:
             model = HistGradientBoostingClassifier(max_iter=200, max_leaf_nodes=31, random_state=cfg.seed)
             self.models.append(model.fit(x[take], y[take]))
             del x
+        t2 = time.perf_counter()
+        self.seconds["fit"] = t2 - t1
         self._gallery_scores = [np.zeros(0)] * len(self._gallery)
         for h in (0, 1):
             own = np.flatnonzero(half == h)
             for i, p in zip(own, predict(self.models[1 - h:2 - h], [self._gallery[i] for i in own])):
                 self._gallery_scores[i] = p
-        self.seconds["fit"] = time.perf_counter() - t1
+        self.seconds["score"] = time.perf_counter() - t2
 
     @property
     def active(self) -> bool:
