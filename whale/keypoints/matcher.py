@@ -2,7 +2,7 @@
 
 For each query photo (HotSpotter's pipeline, Crall et al. 2013, on RootSIFT):
 
-0. (``select``, ``select.keep: 0.3`` by default, 1 turns it off) the query and every gallery photo keep only the keypoints that
+0. (``select``; ``select.keep: 1`` turns it off) the query and every gallery photo keep only the keypoints that
    a classifier, fitted on the gallery's own verified matches between photos of one individual, expects such a
    match to verify (:mod:`whale.keypoints.selection`; water and captions go);
 1. every query descriptor finds its ``k + 1`` nearest gallery descriptors (:mod:`whale.keypoints.index`);

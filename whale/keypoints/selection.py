@@ -12,8 +12,8 @@ matchability", who learn from the descriptor which keypoints structure-from-moti
    what the matcher itself verifies between photos of one whale; a photo without another of its whale has none
    to give, and the classifier needs far fewer keypoints than a large gallery holds;
 2. **classifier**: scikit-learn's gradient-boosted trees on the keypoint's RootSIFT descriptor, its place in
-   the photo and its log diameter (:func:`keypoint_context`; no pixel is read again), fitted on
-   a seeded sample of ``samples`` of those keypoints in two halves by individual: a gallery photo is scored by the half
+   the photo and its log diameter (:func:`keypoint_context`; no pixel is read again), fitted on a seeded
+   sample of ``samples`` of those keypoints in two halves by individual: a gallery photo is scored by the half
    that did not see its individual (no photo's own labels decide what it keeps), a query by both halves' mean;
 3. **selection**: every photo, gallery and query, keeps its ``keep`` share of keypoints by score (at least
    ``least``, all of a photo with fewer).
@@ -62,8 +62,9 @@ def predict(models, photos: Sequence[Features]) -> list[np.ndarray]:
     out: list[np.ndarray] = []
     start = 0
     while start < len(photos):
-        stop = max(start + 1, int(np.searchsorted(ends, ends[start] - counts[start] + PREDICT_ROWS, side="right")))
-        if ends[stop - 1] == ends[start] - counts[start]:  # photos without keypoints
+        before = ends[start] - counts[start]  # keypoints of the photos already scored
+        stop = max(start + 1, int(np.searchsorted(ends, before + PREDICT_ROWS, side="right")))
+        if ends[stop - 1] == before:  # photos without keypoints
             out.extend(np.zeros(0) for _ in range(start, stop))
         else:
             context = np.concatenate([keypoint_context(f) for f in photos[start:stop]])
@@ -106,10 +107,9 @@ def labelled_photos(ids, photos: int, seed: int) -> np.ndarray:
     paired = np.flatnonzero(paired_photos(ids))
     if photos == 0 or len(paired) <= photos:
         return paired
-    names = np.unique(ids[paired])
+    names, per_name = np.unique(ids[paired], return_counts=True)
     order = np.random.default_rng(seed).permutation(len(names))
-    per_name = np.unique(ids[paired], return_counts=True)[1][order]
-    chosen = names[order[:int(np.searchsorted(np.cumsum(per_name), photos)) + 1]]
+    chosen = names[order[:int(np.searchsorted(np.cumsum(per_name[order]), photos)) + 1]]
     return paired[np.isin(ids[paired], chosen)]
 
 
