@@ -172,11 +172,6 @@ class KeypointSelector:
     def active(self) -> bool:
         return bool(self.models)
 
-    def scores(self, f: Features) -> np.ndarray:
-        """``[n] float`` the mean of both halves' probabilities that a keypoint of ``f`` is one a same-whale
-        match would verify."""
-        return predict(self.models, [f])[0]
-
     def keep(self, f: Features, scores: np.ndarray) -> Features:
         """``f`` with its ``keep`` share of keypoints by ``scores`` (at least ``least``), in their order."""
         n = len(f)
