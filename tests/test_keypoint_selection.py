@@ -1,6 +1,8 @@
 """Keypoint selection (whale.keypoints.selection): labels from the gallery's verified same-individual matches
 (a photo never finds itself), a classifier that keeps the identity's keypoints over the background's, and the
 matcher with it."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -121,6 +123,23 @@ def test_matcher_with_selection_matches_on_fewer_keypoints(gallery):
     assert off.selector is None and len(off.index) == sum(len(f) for f in feats) and not off.select_steps
     again = KeypointMatcher(cfg, feats[:3], selector=m.selector)  # a fitted selector reused, as the catalogue does
     assert len(again.index) == sum(len(f) for f in m.selector.select(feats[:3]))
+
+
+def test_a_gallery_photo_keeps_its_gallery_selection_when_given_again(gallery):
+    """A validation fold drawn from the gallery: its photos keep the keypoints chosen by the half of the classifier
+    that never saw their individual, not both halves' (one of which learned from them)."""
+    cfg, feats, ids = gallery
+    sel = KeypointMatcher(cfg, feats, ids).selector
+    kept = sel.gallery()
+    again = sel.select([feats[4], feats[1]])
+    for k, i in zip(again, (4, 1)):
+        assert np.array_equal(k.xy, kept[i].xy) and np.array_equal(k.desc, kept[i].desc)
+    copy = dataclasses.replace(feats[4])  # the same keypoints, another photo to the selector: both halves score it
+    (both,) = sel.select([copy])
+    scores = selection.predict(sel.models, [copy])[0]
+    assert np.array_equal(both.xy, sel.keep(copy, scores).xy)
+    sub = KeypointMatcher(cfg, feats[::2], ids[::2], selector=sel)  # a sub-gallery: no second fit
+    assert not sub.select_steps and all(np.array_equal(a.xy, kept[i].xy) for a, i in zip(sub.gallery, range(0, 99, 2)))
 
 
 def test_predict_in_chunks_is_predict_per_photo(monkeypatch):

@@ -9,7 +9,11 @@
   images, the fold rules and seed of ``whale train``, so it averages with a trained run of the same fold),
   ``OUT/run.json`` (data folder, format, settings, times) and ``OUT/keypoints.yaml`` (the settings).
 
-Features come from the :class:`whale.keypoints.store.FeatureStore` (extracted once per photo content).
+Features come from the :class:`whale.keypoints.store.FeatureStore` (extracted once per photo content). With
+keypoint selection (``select``), one selector is fitted on the test gallery (every known training image) and
+serves the validation fold too: its gallery and queries are all among those images, each keeps the keypoints
+chosen by the half of the classifier that never saw its individual (:mod:`whale.keypoints.selection`), and
+fold-only scoring (no test images) fits one on the fold's gallery.
 """
 from __future__ import annotations
 
@@ -87,17 +91,21 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
 
     written = {}
     target = out if single else out / "test.npz"
+    selector = None  # the test gallery's, reused by the validation fold
     if comp.test_images:
-        written["test"] = _score(of(known), known.ids, of(test), cfg, progress, times, "test", log,
-                                 lambda s: write_scores(target, s, test.names, known.names, known.ids,
-                                                        identity=identity(cfg, "test", fold, seed)))
+        written["test"], selector = _score(of(known), known.ids, of(test), cfg, progress, times, "test", log,
+                                           lambda s: write_scores(target, s, test.names, known.names, known.ids,
+                                                                  identity=identity(cfg, "test", fold, seed)))
     if data is not None:
         if not len(data.val):
             raise DataError(f"{data_dir}: fold {fold} has no validation images (fold rules: docs/training.md)")
-        written["val"] = _score(of(data.gallery), data.gallery.ids, of(data.val), cfg, progress, times, "val", log,
-                                lambda s: write_scores(out / "val.npz", s, data.val.names, data.gallery.names,
-                                                       data.gallery.ids, query_ids=data.val.ids,
-                                                       identity=identity(cfg, "val", fold, seed), trained_on=[]))
+        written["val"], _ = _score(of(data.gallery), data.gallery.ids, of(data.val), cfg, progress, times, "val",
+                                   log, lambda s: write_scores(out / "val.npz", s, data.val.names,
+                                                               data.gallery.names, data.gallery.ids,
+                                                               query_ids=data.val.ids,
+                                                               identity=identity(cfg, "val", fold, seed),
+                                                               trained_on=[]),
+                                   selector=selector)
     if not single:
         import yaml
 
@@ -110,8 +118,10 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     return written
 
 
-def _score(gallery, ids, queries, cfg, progress, times, split, log, write) -> Path:
-    matcher = KeypointMatcher(cfg, gallery, ids, progress=progress)
+def _score(gallery, ids, queries, cfg, progress, times, split, log, write, selector=None):
+    """Match ``queries`` against ``gallery``, record the times under ``split``, ``write`` the scores: returns
+    ``(written path, the matcher's selector)``; ``selector``: one already fitted on a gallery holding this one."""
+    matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, progress=progress)
     result = matcher.match(queries, progress=progress)
     times[f"{split}_select"] = matcher.select_seconds + result.seconds["select"]
     steps = {**matcher.select_steps, "queries": result.seconds["select"]} if matcher.select_steps else {}
@@ -119,13 +129,14 @@ def _score(gallery, ids, queries, cfg, progress, times, split, log, write) -> Pa
     times[f"{split}_index"] = matcher.index_seconds
     times[f"{split}_search"] = result.seconds["search"]
     times[f"{split}_verify"] = result.seconds["verify"]
-    selector = matcher.selector
-    if selector is not None:
-        log(f"keypoints {split}: " + (selector.reason or f"each photo keeps {cfg.select.keep:.0%} of its keypoints, "
-                                      f"chosen by a classifier of the gallery's same-whale matches "
-                                      f"({times[f'{split}_select']:.1f} s: "
-                                      + ", ".join(f"{k} {v:.1f} s" for k, v in steps.items()) + ")"))
+    fitted = matcher.selector
+    if fitted is not None:
+        how = ("the test gallery's classifier" if selector is not None else
+               "a classifier of the gallery's same-whale matches")
+        took = ", ".join([f"{times[f'{split}_select']:.1f} s"] + [f"{k} {v:.1f} s" for k, v in steps.items()])
+        log(f"keypoints {split}: " + (fitted.reason or f"each photo keeps {cfg.select.keep:.0%} of its keypoints, "
+                                      f"chosen by {how} ({took})"))
     log(f"keypoints {split}: {len(queries)} queries x {len(gallery)} gallery photos "
         f"({len(matcher.index)} descriptors, {matcher.index.kind} index {matcher.index_seconds:.1f} s, "
         f"search {result.seconds['search']:.1f} s, verification {result.seconds['verify']:.1f} s)")
-    return write(result.scores)
+    return write(result.scores), fitted

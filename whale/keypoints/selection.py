@@ -16,7 +16,9 @@ matchability", who learn from the descriptor which keypoints structure-from-moti
    sample of ``samples`` of those keypoints in two halves by individual: a gallery photo is scored by the half
    that did not see its individual (no photo's own labels decide what it keeps), a query by both halves' mean;
 3. **selection**: every photo, gallery and query, keeps its ``keep`` share of keypoints by score (at least
-   ``least``, all of a photo with fewer).
+   ``least``, all of a photo with fewer). A gallery photo given again as a query or as another gallery's photo
+   (the same :class:`Features` object: a validation fold drawn from the gallery) keeps its gallery selection,
+   so one fitted selector serves a gallery and every subset of it.
 
 ``select.keep: 1`` turns it off. A gallery without enough same-individual matches to learn from (fewer than
 :data:`MIN_POSITIVES` positive keypoints, a catalogue of one photo per whale, a gallery without identities)
@@ -133,6 +135,7 @@ class KeypointSelector:
         self.seconds: dict = {}  # labels, fit (the two classifiers), score (every gallery keypoint)
         self._gallery = list(matcher.gallery)
         self._gallery_scores: list[np.ndarray] | None = None
+        self._member = {id(f): i for i, f in enumerate(self._gallery)}  # the gallery holds them: ids stay unique
         t0 = time.perf_counter()
         labelled = labelled_photos(ids, cfg.photos, cfg.seed)
         labels = verified_labels(matcher, ids, cfg.min_inliers, labelled, progress)
@@ -188,8 +191,12 @@ class KeypointSelector:
         return [self.keep(f, s) for f, s in zip(self._gallery, self._gallery_scores)]
 
     def select(self, photos: Sequence[Features]) -> list[Features]:
-        """Query photos, each with its best keypoints (all of them when the selector is not active)."""
+        """Photos, each with its best keypoints (all of them when the selector is not active): a photo of the
+        gallery it learned from keeps its :meth:`gallery` selection, any other is scored by both halves."""
         if not self.active:
             return list(photos)
         photos = list(photos)
-        return [self.keep(f, s) for f, s in zip(photos, predict(self.models, photos))]
+        new = [f for f in photos if id(f) not in self._member]
+        scores = iter(predict(self.models, new))
+        return [self.keep(f, self._gallery_scores[self._member[id(f)]] if id(f) in self._member else next(scores))
+                for f in photos]
