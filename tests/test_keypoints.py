@@ -239,8 +239,8 @@ def test_score_keypoints_then_ensemble_writes_a_checked_submission(tmp_path, mon
     assert not set(val.query) & set(val.gallery)
     assert (out / "run.json").is_file() and (out / "keypoints.yaml").is_file()
     seconds = json.loads((out / "run.json").read_text())["seconds"]
-    assert {"test_select", "test_select_index", "test_select_labels", "val_select"} <= set(seconds)
-    assert "val_select_labels" not in seconds  # the validation fold reuses the test gallery's selector
+    assert {"val_select", "val_select_index", "val_select_labels", "test_select"} <= set(seconds)
+    assert "test_select_labels" not in seconds  # the test reuses the validation fold's selector
     assert any((tmp_path / "cache" / "keypoints").rglob("*.npz"))
     sub = tmp_path / "kp.csv"
     assert ensemble_main([str(out), "--tune", "--out", str(sub)], log=lambda m: None) == 0

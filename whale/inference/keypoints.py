@@ -10,10 +10,11 @@
   ``OUT/run.json`` (data folder, format, settings, times) and ``OUT/keypoints.yaml`` (the settings).
 
 Features come from the :class:`whale.keypoints.store.FeatureStore` (extracted once per photo content). With
-keypoint selection (``select``), one selector is fitted on the test gallery (every known training image) and
-serves the validation fold too: its gallery and queries are all among those images, each keeps the keypoints
-chosen by the half of the classifier that never saw its individual (:mod:`whale.keypoints.selection`), and
-fold-only scoring (no test images) fits one on the fold's gallery.
+keypoint selection (``select``), one selector serves both: fitted on the validation fold's gallery (with
+``--fold``; else on the test gallery), it selects the fold's queries as it selects the test photos (both halves
+of the classifier, which never saw them), and the test gallery's photos as they are: each photo of the fold's
+gallery by the half that never saw its individual, the fold's queries by both (:mod:`whale.keypoints.selection`).
+Validation treats its queries as the test treats its own, so the ``new_whale`` threshold tuned there carries over.
 """
 from __future__ import annotations
 
@@ -91,21 +92,22 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
 
     written = {}
     target = out if single else out / "test.npz"
-    selector = None  # the test gallery's, reused by the validation fold
-    if comp.test_images:
-        written["test"], selector = _score(of(known), known.ids, of(test), cfg, progress, times, "test", log,
-                                           lambda s: write_scores(target, s, test.names, known.names, known.ids,
-                                                                  identity=identity(cfg, "test", fold, seed)))
+    selector = None  # the validation fold's, reused by the test
     if data is not None:
         if not len(data.val):
             raise DataError(f"{data_dir}: fold {fold} has no validation images (fold rules: docs/training.md)")
-        written["val"], _ = _score(of(data.gallery), data.gallery.ids, of(data.val), cfg, progress, times, "val",
-                                   log, lambda s: write_scores(out / "val.npz", s, data.val.names,
-                                                               data.gallery.names, data.gallery.ids,
-                                                               query_ids=data.val.ids,
-                                                               identity=identity(cfg, "val", fold, seed),
-                                                               trained_on=[]),
-                                   selector=selector)
+
+        def write_val(scores):
+            return write_scores(out / "val.npz", scores, data.val.names, data.gallery.names, data.gallery.ids,
+                                query_ids=data.val.ids, identity=identity(cfg, "val", fold, seed), trained_on=[])
+
+        written["val"], selector = _score(of(data.gallery), data.gallery.ids, of(data.val), cfg, progress, times,
+                                          "val", log, write_val)
+    if comp.test_images:
+        written["test"], _ = _score(of(known), known.ids, of(test), cfg, progress, times, "test", log,
+                                    lambda s: write_scores(target, s, test.names, known.names, known.ids,
+                                                           identity=identity(cfg, "test", fold, seed)),
+                                    selector=selector)
     if not single:
         import yaml
 
@@ -120,7 +122,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
 
 def _score(gallery, ids, queries, cfg, progress, times, split, log, write, selector=None):
     """Match ``queries`` against ``gallery``, record the times under ``split``, ``write`` the scores: returns
-    ``(written path, the matcher's selector)``; ``selector``: one already fitted on a gallery holding this one."""
+    ``(written path, the matcher's selector)``; ``selector``: one already fitted (on the fold's gallery)."""
     matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, progress=progress)
     result = matcher.match(queries, progress=progress)
     times[f"{split}_select"] = matcher.select_seconds + result.seconds["select"]
@@ -131,7 +133,7 @@ def _score(gallery, ids, queries, cfg, progress, times, split, log, write, selec
     times[f"{split}_verify"] = result.seconds["verify"]
     fitted = matcher.selector
     if fitted is not None:
-        how = ("the test gallery's classifier" if selector is not None else
+        how = ("the validation fold's classifier" if selector is not None else
                "a classifier of the gallery's same-whale matches")
         took = ", ".join([f"{times[f'{split}_select']:.1f} s"] + [f"{k} {v:.1f} s" for k, v in steps.items()])
         log(f"keypoints {split}: " + (fitted.reason or f"each photo keeps {cfg.select.keep:.0%} of its keypoints, "
