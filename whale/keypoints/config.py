@@ -123,7 +123,7 @@ class SelectConfig:
     least: int = 20
     min_inliers: int = 4
     photos: int = 1500
-    samples: int = 300_000
+    samples: int = 100_000
     seed: int = 0
 
 
