@@ -126,8 +126,8 @@ def test_matcher_with_selection_matches_on_fewer_keypoints(gallery):
 
 
 def test_a_gallery_photo_keeps_its_gallery_selection_when_given_again(gallery):
-    """A validation fold drawn from the gallery: its photos keep the keypoints chosen by the half of the classifier
-    that never saw their individual, not both halves' (one of which learned from them)."""
+    """The selector's gallery photos, given again (in the test gallery around a fold's), keep the keypoints chosen
+    by the half of the classifier that never saw their individual, not both halves' (one of which learned from them)."""
     cfg, feats, ids = gallery
     sel = KeypointMatcher(cfg, feats, ids).selector
     kept = sel.gallery()

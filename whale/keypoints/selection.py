@@ -16,9 +16,9 @@ matchability", who learn from the descriptor which keypoints structure-from-moti
    sample of ``samples`` of those keypoints in two halves by individual: a gallery photo is scored by the half
    that did not see its individual (no photo's own labels decide what it keeps), a query by both halves' mean;
 3. **selection**: every photo, gallery and query, keeps its ``keep`` share of keypoints by score (at least
-   ``least``, all of a photo with fewer). A gallery photo given again as a query or as another gallery's photo
-   (the same :class:`Features` object: a validation fold drawn from the gallery) keeps its gallery selection,
-   so one fitted selector serves a gallery and every subset of it.
+   ``least``, all of a photo with fewer). A gallery photo given again, as a query or in another gallery (the
+   same :class:`Features` object), keeps its gallery selection, so one fitted selector also serves a larger
+   gallery that holds its own: the test gallery around a validation fold's (:mod:`whale.inference.keypoints`).
 
 ``select.keep: 1`` turns it off. A gallery without enough same-individual matches to learn from (fewer than
 :data:`MIN_POSITIVES` positive keypoints, a catalogue of one photo per whale, a gallery without identities)
