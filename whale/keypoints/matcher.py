@@ -146,9 +146,9 @@ class KeypointMatcher:
         :mod:`whale.keypoints.selection`; None: every keypoint kept). ``selector``: a
         :class:`~whale.keypoints.selection.KeypointSelector` already fitted (another matcher's ``selector``),
         applied to this gallery as to queries, save the photos it learned from, which keep their gallery selection
-        (:meth:`~whale.keypoints.selection.KeypointSelector.select`). ``select_seconds``: the wall time of selection in all;
-        ``select_steps``: of its steps when this matcher fitted the selector (``index`` of every keypoint,
-        ``labels``, ``fit``, ``score``: :attr:`KeypointSelector.seconds`)."""
+        (:meth:`~whale.keypoints.selection.KeypointSelector.select`). ``select_seconds``: the wall time of
+        selection in all; ``select_steps``: of its steps when this matcher fitted the selector (``index`` of
+        every keypoint, ``labels``, ``fit``, ``score``: :attr:`KeypointSelector.seconds`)."""
         from whale.keypoints.selection import KeypointSelector
 
         self.cfg = cfg
