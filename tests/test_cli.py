@@ -203,6 +203,21 @@ def test_a_command_s_backend_start_up_logs_are_quiet():
     assert res.stderr == "", res.stderr
 
 
+def test_tensorflow_s_pre_logging_lines_are_filtered_and_the_rest_kept(capfd):
+    """What ``port.cc`` prints on CPUs with AVX-512 before TF_CPP_MIN_LOG_LEVEL applies goes; errors and any
+    other line written to file descriptor 2 stay, in order; INFO-level lines stay when the level asks for them."""
+    from whale import command
+
+    noise = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+             "I0000 00:00:1795764669.463146   12314 port.cc:153] oneDNN custom operations are on.\n")
+    with command._filtered_stderr(command._tf_noise("2")):
+        os.write(2, (noise + "E0000 00:00:1.5   7 x.cc:9] a real error\nkept line\n").encode())
+    assert capfd.readouterr().err == "E0000 00:00:1.5   7 x.cc:9] a real error\nkept line\n"
+    with command._filtered_stderr(command._tf_noise("0")):
+        os.write(2, noise.encode())
+    assert capfd.readouterr().err.count("\n") == 1  # the INFO line kept at level 0
+
+
 def test_every_command_module_is_add_arguments_and_run_and_builds_no_parser_of_its_own():
     for c in cli.COMMANDS:
         path = ROOT / (c.module.replace(".", "/") + ".py")

@@ -22,7 +22,13 @@ line and exit status 2 (:func:`whale.core.errors.run_guarded`).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.abc
+import importlib.util
 import os
+import re
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 
 from whale.core.errors import run_guarded
@@ -92,11 +98,77 @@ def debugging(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
+def _tf_noise(level: str) -> re.Pattern:
+    """TensorFlow's start-up lines that ``TF_CPP_MIN_LOG_LEVEL`` (``level``) does not reach: on CPUs with oneDNN's
+    instructions (AVX-512) ``port.cc`` logs "oneDNN custom operations are on" through absl before its logging
+    starts. absl's notice that it does so always, its INFO lines (``I0000 ...] ...``) from level 1, WARNING lines
+    (``W...``) from level 2."""
+    kinds = {"0": "", "1": "I"}.get(level, "IW")
+    lines = rf"|[{kinds}]\d{{4}} [\d:. ]+\d+ \S+\.cc:\d+\] .*" if kinds else ""
+    return re.compile(rf"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR{lines})$")
+
+
+@contextlib.contextmanager
+def _filtered_stderr(noise: re.Pattern):
+    """File descriptor 2 (C++ libraries write there, not to ``sys.stderr``) into a temporary file for the
+    block; then every line that is not ``noise`` is written to stderr, in order."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [line for line in tmp.read().decode(errors="replace").splitlines(keepends=True)
+                    if not noise.match(line.rstrip("\n"))]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
+    """The first ``import tensorflow`` runs under :func:`_filtered_stderr` (then this finder leaves
+    ``sys.meta_path``): a command that never imports TensorFlow pays nothing."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        real = spec.loader
+
+        class Loader(importlib.abc.Loader):
+            def __getattr__(self, attr):  # resource readers and the rest: the real loader's
+                return getattr(real, attr)
+
+            def create_module(self, spec):
+                return real.create_module(spec)
+
+            def exec_module(self, module):
+                with _filtered_stderr(_tf_noise(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))):
+                    real.exec_module(module)
+
+        spec.loader = Loader()
+        return spec
+
+
 def quiet_backend() -> None:
     """Silence the backend's start-up lines: TensorFlow's C++ INFO and WARNING logs (CPU features,
     oneDNN, absl's "before InitializeLog" notice) and absl's Python warnings. Must run before the
-    backend is imported; a ``TF_CPP_MIN_LOG_LEVEL`` the user set is kept. Errors still print."""
+    backend is imported; a ``TF_CPP_MIN_LOG_LEVEL`` the user set is kept. Errors still print. The lines
+    TensorFlow logs before ``TF_CPP_MIN_LOG_LEVEL`` applies are filtered from its import
+    (:class:`_QuietTensorFlowImport`) unless that level asks for INFO (``0``)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if (os.environ["TF_CPP_MIN_LOG_LEVEL"] != "0" and "tensorflow" not in sys.modules
+            and not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path)):
+        sys.meta_path.insert(0, _QuietTensorFlowImport())
     try:
         from absl import logging as absl_logging  # light (no backend); installed with TensorFlow and JAX
     except ImportError:
