@@ -104,8 +104,9 @@ def _tf_noise(level: str) -> re.Pattern:
     starts. absl's notice that it does so always, its INFO lines (``I0000 ...] ...``) from level 1, WARNING lines
     (``W...``) from level 2."""
     kinds = {"0": "", "1": "I"}.get(level, "IW")
+    notice = r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     lines = rf"|[{kinds}]\d{{4}} [\d:. ]+\d+ \S+\.cc:\d+\] .*" if kinds else ""
-    return re.compile(rf"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR{lines})$")
+    return re.compile(rf"^({notice}{lines})$")
 
 
 @contextlib.contextmanager
@@ -163,11 +164,10 @@ def quiet_backend() -> None:
     """Silence the backend's start-up lines: TensorFlow's C++ INFO and WARNING logs (CPU features,
     oneDNN, absl's "before InitializeLog" notice) and absl's Python warnings. Must run before the
     backend is imported; a ``TF_CPP_MIN_LOG_LEVEL`` the user set is kept. Errors still print. The lines
-    TensorFlow logs before ``TF_CPP_MIN_LOG_LEVEL`` applies are filtered from its import
-    (:class:`_QuietTensorFlowImport`) unless that level asks for INFO (``0``)."""
+    TensorFlow logs before ``TF_CPP_MIN_LOG_LEVEL`` applies are filtered from its import at that level
+    (:class:`_QuietTensorFlowImport`, :func:`_tf_noise`)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if (os.environ["TF_CPP_MIN_LOG_LEVEL"] != "0" and "tensorflow" not in sys.modules
-            and not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path)):
+    if "tensorflow" not in sys.modules and not any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _QuietTensorFlowImport())
     try:
         from absl import logging as absl_logging  # light (no backend); installed with TensorFlow and JAX
