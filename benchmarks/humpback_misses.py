@@ -21,11 +21,13 @@ from whale.ranking.topids import top_ids  # noqa: E402
 
 
 def val_file(run: str) -> Path:
-    """``RUN/val.npz`` or ``RUN/scores/val.npz``."""
-    for path in (Path(run) / "val.npz", Path(run) / "scores" / "val.npz"):
-        if path.is_file():
-            return path
-    raise SystemExit(f"{run}: no val.npz nor scores/val.npz")
+    """The run's validation score file, found as ``whale ensemble`` finds it (:func:`score_path`)."""
+    from whale.inference.scorefile import score_path
+
+    path = score_path(run, "val")
+    if not path.is_file():
+        raise SystemExit(f"{run}: no validation score file ({path})")
+    return path
 
 
 def misses(first, second, open_label: str = "new_whale") -> dict:
