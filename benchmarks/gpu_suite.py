@@ -26,6 +26,12 @@ Steps, in the order they run (see :data:`STEPS`; ``--list`` prints them with the
 6. ``homography_<row>``: seed 000's Table I at the paper's scale (``benchmarks/homography.py --rows ROW
    --seeds 0``: 150 px, 48,000 images per curriculum stage, 20 + 10 epochs), one row a step, seed 0:
    test accuracy at threshold 0.5 beside the paper's, the threshold-free order accuracy of the triplets.
+7. ``seed002_triplet``: seed 002's Table II protocol on the real flukes at the paper's 224 x 448 input
+   (``benchmarks/seed002.py --config configs/seed002_gpu.yaml --time-budget S``): the triplet row (random
+   P x K) on the 5 folds at once, one process a fold sharing the GPU, beside it fold 0's ``triplet-mined`` row
+   and fold 0 with the paper's InceptionV3 from scratch; each training stops at the same budget and is
+   measured as trained. The photos travel as ``.seed002_data`` (``benchmarks/seed002.py --pack .seed002_data``
+   here, then ``carry [".whl", ".seed002_data"]``); without them the step is skipped.
 
 Budget: each step has an estimated cost (H100 seconds, compilation included; ``--quick``: CPU
 seconds). A step whose estimate does not fit what is left of ``--budget-minutes`` (all calls
@@ -79,6 +85,8 @@ MINING_SHARE_TARGET = 0.10    # of one mining interval of the 512 px stage
 OMNIGLOT_TARGET = 0.92        # Koch et al.'s one-shot accuracy
 HOMOGRAPHY_ROWS = ("siamese_ce", "siamese_contrastive", "triplet_hinge", "triplet_mse")  # = benchmarks.homography.ROWS
 OUTPUT_FILES = ("suite.json", "suite.md", "rates.json", "suite.log")
+SEED002_DATA = ".seed002_data"  # benchmarks/seed002.py --pack: the flukes' content crops, carried to the device
+SEED002_TRAIN_S = 300.0         # each seed 002 training's budget (the trainer's deadline)
 
 
 # ------------------------------------------------------------------------------ the steps
@@ -145,6 +153,9 @@ STEPS = (
     # on an H200 (2026-11-27, compilation and the data included); siamese_contrastive was killed at 242 s.
     *(Step(f"homography_{row}", f"Table I row {row}, the paper's scale, seed 0", "step_homography", 290, 20,
            dict(row=row), dict(quick=True)) for row in HOMOGRAPHY_ROWS),
+    # 7 trainings sharing the GPU for SEED002_TRAIN_S each, then each embeds 5,706 photos and scores 10 draws.
+    Step("seed002_triplet", "seed 002's Table II protocol on real flukes, 224 x 448, 5 folds at once",
+         "step_seed002", SEED002_TRAIN_S + 160, 90, dict(train_s=SEED002_TRAIN_S), dict(quick=True)),
 )
 """The suite, in order of value."""
 
@@ -310,6 +321,95 @@ def step_homography(ctx, row: str, seed: int = 0, quick: bool = False) -> dict:
             "val_accuracy_per_stage": [st["val_accuracy"] for st in res["stages"]],
             "scale": {k: payload["scale"][k] for k in ("size", "images_per_stage", "epochs")},
             "train_s": round(res["seconds"], 1)}
+
+
+def seed002_jobs(quick: bool) -> list[tuple[str, str, int, list[str]]]:
+    """``(name, method, fold, --set overrides)`` of the seed 002 step's processes: the paper's sampler on every
+    fold (the Table II row, mean +- sd), and on fold 0 the adversarial miner and the paper's network."""
+    if quick:
+        tiny = ["model.branch=tiny", "workers=1", "stages[0].epochs=1", "stages[1].epochs=1",
+                "stages[0].image_size=32", "stages[1].image_size=32"]
+        return [("small", "triplet", 0, tiny), ("small_mined", "triplet-mined", 1, tiny)]
+    return ([("small", "triplet", f, []) for f in range(5)] + [("small_mined", "triplet-mined", 0, [])]
+            + [("inceptionv3", "triplet", 0, ["model.branch=inceptionv3", "precision=mixed_bfloat16"])])
+
+
+def _seed002_source(ctx) -> Path | None:
+    """The photos of the seed 002 step: ``.seed002_data`` (full), or a pack of 40 individuals of
+    ``../shared/data/humpback`` made here (``quick``); None when neither exists."""
+    from benchmarks import common, seed002
+
+    if not ctx.quick:
+        path = ROOT / SEED002_DATA
+        return path if (path / "train.csv").is_file() else None
+    src = common.shared_data("humpback")
+    if src is None or not (src / "train.csv").is_file():
+        return None
+    dest = ctx.work / "seed002_quick_data"
+    if not (dest / "train.csv").is_file():
+        df = seed002.read_photos(src)
+        df = df[df["Id"].isin(sorted(set(df["Id"]))[:40])].reset_index(drop=True)
+        boxes = dict(zip(df["Image"], seed002.content_boxes(list(df["path"]))))
+        seed002.pack_photos(df, boxes, dest)
+    return dest
+
+
+def step_seed002(ctx, train_s: float = SEED002_TRAIN_S, quick: bool = False) -> dict:
+    """Seed 002's protocol (``benchmarks/seed002.py``) on the carried flukes: :func:`seed002_jobs`, each in its own
+    process with ``--time-budget train_s`` (the GPU shared, its memory not preallocated); every row measured, and
+    the triplet row's mean +- sd over the folds done."""
+    import pandas as pd
+
+    from benchmarks import common, seed002
+
+    source = _seed002_source(ctx)
+    if source is None:
+        return {"skipped": f"no {SEED002_DATA}/ (benchmarks/seed002.py --out RUN --pack {SEED002_DATA}, then carry it)"
+                if not quick else "no ../shared/data/humpback beside the checkout"}
+    work = ctx.work / "seed002"
+    df = seed002.read_photos(source)
+    boxes = seed002.content_boxes(list(df["path"]))  # once here: the processes read it back, none writes it
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    budget = 60.0 if quick else float(train_s)
+    procs = []
+    for name, method, fold, sets in seed002_jobs(quick):
+        out = work / name
+        out.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame([(n, *b) for n, b in zip(df["Image"], boxes)], columns=["Image", "x0", "y0", "x1", "y1"]).to_csv(out / "content_boxes.csv", index=False)
+        cmd = [sys.executable, "-u", str(ROOT / "benchmarks" / "seed002.py"), "--out", str(out), "--source", str(source),
+               "--config", str(ROOT / "configs" / "seed002_gpu.yaml"), "--methods", method, "--folds", str(fold),
+               "--redraws", "1" if quick else "10", "--time-budget", str(budget)]
+        cmd += [a for v in sets for a in ("--set", v)]
+        log = open(work / f"{name}_fold{fold}_{method}.log", "w")
+        procs.append((name, method, fold, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+    failed = {}
+    for name, method, fold, proc, log in procs:
+        try:
+            rc = proc.wait(timeout=budget + (300 if quick else 240))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = "killed"
+        log.close()
+        if rc != 0:
+            tail = Path(log.name).read_text().strip().splitlines()[-3:]
+            failed[f"{name} fold {fold} {method}"] = f"exit {rc}: " + " | ".join(tail)[-400:]
+    keys = ("top1", "top5", "top10", "tpr_at_far", "auc", "epochs", "finished", "train_s", "seconds",
+            "test_photos", "test_individuals")
+    rows = {}
+    for name in dict.fromkeys(j[0] for j in seed002_jobs(quick)):
+        for r in seed002.read_rows(work / name / "results.json"):
+            rows.setdefault(name, []).append({"fold": r["fold"], "method": r["method"],
+                                              **{k: (round(r[k], 4) if isinstance(r[k], float) else r[k])
+                                                 for k in keys if k in r}})
+    out = {"train_budget_s": budget, "photos": len(df), "individuals": int(df["Id"].nunique()),
+           "source": str(source.name), "rows": rows, "paper": {k: v[0] for k, v in seed002.PAPER.items()}}
+    random_rows = rows.get("small", [])
+    if random_rows:
+        out["small_mean_sd"] = {k: {s: round(v, 4) for s, v in common.mean_sd([r[k] for r in random_rows]).items()
+                                    if s in ("mean", "sd", "n")} for k in ("top1", "top5", "top10", "tpr_at_far", "auc")}
+    if failed:
+        out["failed"] = failed
+    return out
 
 
 def _tiny_omniglot_config(work: Path) -> Path:
@@ -573,6 +673,19 @@ def markdown(data: dict) -> str:
                         [[h["row"], h["paper"], h["test_accuracy"], h["test_order_accuracy"],
                           ", ".join(f"{v:.3f}" for v in h["val_accuracy_per_stage"]), h["test_items"], h["train_s"]]
                          for h in table_i])
+    if "seed002_triplet" in done and done["seed002_triplet"].get("rows"):
+        f = done["seed002_triplet"]
+        lines += ["", f"## Seed 002, Table II protocol on real flukes ({f['photos']:,} photos, {f['individuals']} "
+                  f"individuals; each training {f['train_budget_s']:.0f} s, measured as trained)", ""]
+        cols = ("top1", "top5", "top10", "tpr_at_far", "auc")
+        table = [["paper (Inception-Ft, ImageNet)", "5 splits", "-"] + [f["paper"][k] for k in cols]]
+        for name, rows in f["rows"].items():
+            table += [[f"{name} {r['method']}", r["fold"], r.get("epochs")] + [r.get(k) for k in cols] for r in rows]
+        lines += _table(["row", "fold", "epochs"] + list(cols), table)
+        if "small_mean_sd" in f:
+            m = f["small_mean_sd"]
+            lines.append("\nsmall triplet, mean +- sd over the folds: " + ", ".join(
+                f"{k} {m[k]['mean']:.4f} +- {m[k]['sd']:.4f}" for k in cols))
     return "\n".join(lines) + "\n"
 
 

@@ -282,14 +282,49 @@ def learned_config(path, overrides: dict | None, sampler: str):
     return common.random_negatives(cfg) if sampler == "random" else cfg
 
 
-def train_learned(cfg, data_dir: Path, run_dir: Path, log=print) -> dict:
+def train_learned(cfg, data_dir: Path, run_dir: Path, log=print, budget_s: float | None = None) -> dict:
     """``whale train``'s fold -1 (every training photo, no validation, the final model) into ``run_dir``
-    (resumed if it exists); its seconds and epochs."""
+    (resumed if it exists); its seconds and epochs. ``budget_s``: stop cleanly before this many seconds
+    (the trainer's deadline); ``finished`` says whether the schedule ran to its end, ``checkpoint`` which model
+    to measure (``best``, the final one, when it did; else ``last``, the model as trained when time ran out)."""
     from whale.training.trainer import train_fold
 
     t0 = time.time()
-    res = train_fold(cfg, data_dir, -1, run_dir, resume=True, verbose=0, log=lambda m: log(f"    {m}"))
-    return {"train_s": time.time() - t0, "epochs": f"{res.epochs_done}/{res.epochs_total}"}
+    res = train_fold(cfg, data_dir, -1, run_dir, resume=True, verbose=0, log=lambda m: log(f"    {m}"),
+                     deadline=None if budget_s is None else t0 + budget_s)
+    if res.epochs_done == 0:
+        raise RuntimeError(f"{run_dir}: the time budget ({budget_s:g} s) ended before the first epoch; "
+                           "nothing to measure (give --time-budget more seconds)")
+    row = {"train_s": time.time() - t0, "epochs": f"{res.epochs_done}/{res.epochs_total}",
+           "finished": bool(res.finished), "checkpoint": "best" if res.finished else "last"}
+    if budget_s is not None:
+        row["train_budget_s"] = budget_s
+    return row
+
+
+def pack_photos(df: pd.DataFrame, boxes: dict[str, tuple], dest: Path, quality: int = 65) -> dict:
+    """The selected photos' content (their white padding cut, ``boxes``) re-encoded as JPEG ``quality`` (Huffman
+    tables optimised) under
+    ``dest/train``, with ``dest/train.csv``: a ``--source`` small enough to travel to a GPU machine (its 64 MiB
+    limit), giving the same individuals, folds and draws (they depend on the ids and names only). Returns
+    ``{"photos", "bytes"}``."""
+    import cv2
+
+    from whale.data.images import load_image
+
+    (dest / "train").mkdir(parents=True, exist_ok=True)
+    total = 0
+    for name, path in zip(df["Image"], df["path"]):
+        x0, y0, x1, y1 = boxes[name]
+        rgb = load_image(path)[y0:y1, x0:x1]
+        ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[..., ::-1]), [cv2.IMWRITE_JPEG_QUALITY, int(quality),
+                                                                      cv2.IMWRITE_JPEG_OPTIMIZE, 1])
+        if not ok:
+            raise ValueError(f"{path}: could not encode its content as JPEG")
+        (dest / "train" / name).write_bytes(buf.tobytes())
+        total += len(buf)
+    df[["Image", "Id"]].to_csv(dest / "train.csv", index=False)
+    return {"photos": len(df), "bytes": total}
 
 
 # -------------------------------------------------------------------------------------------- report
@@ -362,8 +397,9 @@ def run_fold(args, df: pd.DataFrame, folds: dict[str, int], fold: int, method: s
         cfg = learned_config(args.config, args.overrides, sampler)
         log(f"  training {method} ({sampler}) on {len(train)} photos of {train['Id'].nunique()} individuals "
             f"-> {work / sampler}")
-        row.update(train_learned(cfg, data_dir, work / sampler, log))
-        row.update(protocol_row(common.SiameseMethod(work / sampler, method), train, test, boxes, args.redraws, seed))
+        row.update(train_learned(cfg, data_dir, work / sampler, log, args.time_budget))
+        model = common.SiameseMethod(work / sampler, method, checkpoint=row["checkpoint"])
+        row.update(protocol_row(model, train, test, boxes, args.redraws, seed))
     row.update(method=method, fold=fold, seconds=round(time.perf_counter() - t0, 1), redraws=args.redraws,
                train_photos=len(train),
                test_photos=len(test), test_individuals=int(test["Id"].nunique()))
@@ -405,6 +441,14 @@ def main(argv=None) -> int:
     p.add_argument("--source", default=None, help="the photos (default ../shared/data/humpback beside the checkout)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a value of the learned rows' config (repeatable), e.g. 'stages[0].epochs=2'")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="learned rows: stop each training cleanly before this many seconds and measure the model "
+                        "as trained (the row records its epochs; a GPU session's fixed budget)")
+    p.add_argument("--pack", default=None, metavar="DIR",
+                   help="measure nothing: write the selected photos' content crops (JPEG, --pack-quality) and their "
+                        "train.csv to DIR, a --source to carry to another machine")
+    p.add_argument("--pack-quality", type=int, default=65,
+                   help="JPEG quality of --pack (default 65: the 5,706 photos in 44 MiB, under the GPU machine's 64)")
     p.add_argument("--pairs-report", action="store_true",
                    help="measure nothing: print TPR and AUC of the keypoint pair scores kept in OUT/fold<f>/")
     args = p.parse_args(argv)
@@ -440,6 +484,10 @@ def main(argv=None) -> int:
     sizes = [(int((df["Id"].map(folds) == f).sum()), sum(v == f for v in folds.values())) for f in range(N_FOLDS)]
     print(f"{len(df)} photos of {df['Id'].nunique()} individuals with >= {MIN_PHOTOS} photos; folds (photos, "
           f"individuals): {sizes}", flush=True)
+    if args.pack:
+        res = pack_photos(df, boxes, Path(args.pack), args.pack_quality)
+        print(f"{res['photos']} photos ({res['bytes'] / 2**20:.1f} MiB) -> {args.pack}")
+        return 0
     if args.pairs_report:
         table, stats = keypoint_pairs_report(out, df)
         print(table)

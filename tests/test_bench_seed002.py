@@ -190,3 +190,44 @@ def test_learned_row_trains_on_four_folds_and_is_measured_on_the_fifth(tmp_path)
     folds = identity_folds(read_photos(src)["Id"])
     assert set(train["Id"]) == {i for i, f in folds.items() if f != 1}  # the four other folds, all of them
     assert row["train_photos"] == len(train) and row["test_individuals"] == 3
+
+
+def test_a_pack_is_a_source_of_the_same_photos_folds_and_content(tmp_path, capsys):
+    """--pack writes the selected photos' content crops (white bands cut) and their train.csv: read back as a
+    --source it gives the same individuals, photos and folds, and each photo is its content at the same size."""
+    from benchmarks.seed002 import identity_folds, main, read_photos
+    from whale.data.images import load_image
+
+    src = fake_flukes(tmp_path / "src")
+    assert main(["--out", str(tmp_path / "out"), "--source", str(src), "--pack", str(tmp_path / "pack"),
+                 "--pack-quality", "90"]) == 0
+    assert "photos (" in capsys.readouterr().out
+    a, b = read_photos(src), read_photos(tmp_path / "pack")
+    assert list(a["Image"]) == list(b["Image"]) and list(a["Id"]) == list(b["Id"])
+    assert identity_folds(a["Id"]) == identity_folds(b["Id"])
+    assert not (tmp_path / "pack" / "train" / "new0.jpg").exists()  # the selection only
+    original, packed = load_image(a["path"][0]), load_image(b["path"][0])
+    assert packed.shape == (32, 64, 3) and original.shape == (64, 64, 3)  # the fluke band of the 64 x 64 photo
+    assert np.abs(packed.astype(int) - original[16:48].astype(int)).mean() < 6  # JPEG's loss only
+
+
+@pytest.mark.slow
+def test_a_time_budget_stops_the_training_and_measures_the_model_as_trained(tmp_path):
+    """--time-budget: the trainer's deadline stops a schedule far longer than the budget, and the row is the model
+    of checkpoint ``last`` (no ``best`` is written by a run that did not finish)."""
+    from benchmarks.seed002 import main
+
+    src = fake_flukes(tmp_path / "src")
+    out = tmp_path / "out"
+    tiny = ["--set", "model.branch=tiny", "--set", "workers=1"] + [
+        a for i in range(3) for a in ("--set", f"stages[{i}].epochs=500", "--set", f"stages[{i}].image_size=32")]
+    assert main(["--out", str(out), "--source", str(src), "--methods", "triplet", "--folds", "2", "--redraws", "1",
+                 "--time-budget", "20", *tiny]) == 0
+    (row,) = json.loads((out / "results.json").read_text())["rows"]
+    done, total = map(int, row["epochs"].split("/"))
+    assert 1 <= done < total == 1500 and row["finished"] is False and row["checkpoint"] == "last"
+    assert row["train_budget_s"] == 20 and row["train_s"] < 60 and 0 <= row["top1"] <= row["top10"] <= 1 and 0 <= row["auc"] <= 1
+    assert not (out / "fold2" / "random" / "checkpoints" / "best.json").exists()
+    with pytest.raises(RuntimeError, match="before the first epoch"):
+        main(["--out", str(tmp_path / "out2"), "--source", str(src), "--methods", "triplet", "--folds", "2",
+              "--time-budget", "0.001", *tiny])

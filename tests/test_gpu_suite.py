@@ -240,3 +240,32 @@ def test_quick_runs_every_step(tmp_path):
         assert f["miner_gap_one_shot"] == pytest.approx(f["one_shot_adversarial"] - f["one_shot_random"], abs=1e-3)
     assert "miner_gap_one_shot: " in (tmp_path / "out" / "suite.md").read_text()
     assert all(0 <= steps[f"homography_{r}"]["figures"]["test_accuracy"] <= 1 for r in gpu_suite.HOMOGRAPHY_ROWS)
+
+
+def test_quick_seed002_step_runs_its_processes_and_is_tabled(tmp_path):
+    """Seed 002's step on a pack of 40 individuals of the real flukes: each job in its own process, its rows
+    read back and tabled (tiny network, 2 epochs, seconds)."""
+    from benchmarks import common
+
+    if common.shared_data("humpback") is None:
+        pytest.skip("no ../shared/data/humpback")
+    data = _quick(tmp_path, "--only", "seed002_triplet")
+    row = data["steps"]["seed002_triplet"]
+    assert row["status"] == "done", row
+    f = row["figures"]
+    assert "failed" not in f and f["individuals"] == 40 and f["paper"]["top10"] == 0.9346
+    assert [(r["method"], r["fold"]) for r in f["rows"]["small"]] == [("triplet", 0)]
+    assert [(r["method"], r["fold"]) for r in f["rows"]["small_mined"]] == [("triplet-mined", 1)]
+    for r in f["rows"]["small"] + f["rows"]["small_mined"]:
+        assert r["epochs"] == "2/2" and r["finished"] and 0 <= r["top1"] <= r["top5"] <= r["top10"] <= 1
+    assert f["small_mean_sd"]["top10"]["n"] == 1
+    md = (tmp_path / "out" / "suite.md").read_text()
+    assert "## Seed 002, Table II protocol on real flukes" in md and "| small_mined triplet-mined | 1 | 2/2 |" in md
+
+
+def test_seed002_jobs_are_every_fold_of_the_paper_s_row_and_fold_0_of_the_others():
+    jobs = gpu_suite.seed002_jobs(quick=False)
+    assert [(m, f) for n, m, f, _ in jobs if n == "small"] == [("triplet", f) for f in range(5)]
+    assert [(n, m, f) for n, m, f, _ in jobs if n != "small"] == [("small_mined", "triplet-mined", 0),
+                                                                   ("inceptionv3", "triplet", 0)]
+    assert "model.branch=inceptionv3" in jobs[-1][3]
