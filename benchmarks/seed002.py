@@ -3,6 +3,10 @@
     python benchmarks/seed002.py --out runs/seed002 [--methods pixels,keypoints,triplet,triplet-mined]
         [--folds 0,1,2,3,4] [--redraws 10] [--config configs/seed002.yaml] [--set KEY=VALUE ...]
     python benchmarks/seed002.py --out runs/seed002 --pairs-report   # the keypoint pairs of every fold matched so far
+    python benchmarks/seed002.py --out runs/seed002 --pack .seed002_data   # the photos to carry to a GPU machine
+
+``--time-budget S`` stops each learned row's training cleanly before S seconds and measures the model as trained
+(the GPU suite's step ``seed002_triplet`` runs the 5 folds so, at 224 x 448, with ``configs/seed002_gpu.yaml``).
 
 Data: ``../shared/data/humpback/{train.csv,train/}`` beside the checkout (real 2019 competition photos), read in
 place: nothing is copied; a training folder is a ``train.csv``, a ``bounding_boxes.csv`` and a ``train`` link to
