@@ -29,8 +29,10 @@ Methods, each a user's command line (printed with its wall time), scored from it
   ``--tune-new-share 0.276`` (validation's few open-set queries weighted to the competition's share);
 * ``learned``: ``whale train --config configs/flukes_cpu.yaml --fold 0 --data D --out L`` (it scores its
   fold and the test set when done), then the same ensemble and check;
-* ``fusion``: ``whale ensemble K L --tune --tune-weights --out S.csv`` (``--keypoint-runs DIR``: ``K`` is
-  ``DIR/seedN/keypoints`` of an earlier ``--methods keypoints`` run, checked to be of the same split);
+* ``fusion``: ``whale ensemble K L --tune --tune-weights --weight-grid log --out S.csv`` (``--fusion-grid
+  linear``: the grid of step 0.1; ``--keypoint-runs DIR``: ``K`` is ``DIR/seedN/keypoints`` of an earlier
+  ``--methods keypoints`` run, ``--learned-runs DIR``: ``L`` is ``DIR/seedN/learned`` of an earlier
+  ``--methods learned`` run, each checked to be of the same split);
 * references measured in the same run: raw pixels (32 px gray cosine nearest neighbour, the threshold
   tuned on the same validation fold, :func:`benchmarks.common.evaluate_competition`) and the
   submission of ``new_whale`` alone for every photo.
@@ -276,7 +278,8 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
                                        ["--tune-new-share", str(KAGGLE_NEW_SHARE)], log=log)
             rows.append(method_row(f"keypoints, --tune-new-share {KAGGLE_NEW_SHARE}", work / "keypoints_share.csv",
                                    test_kp, truth, {"ensemble": te}))
-    if "learned" in args.methods or "fusion" in args.methods:
+    reuse_learned = bool(args.learned_runs) and "learned" not in args.methods  # fusion with an earlier network
+    if "learned" in args.methods or ("fusion" in args.methods and not reuse_learned):
         learned = work / "learned"
         t = whale_command(["train", "--config", args.learned_config, "--fold", "0", "--data", str(comp),
                            "--out", str(learned), "--verbose", "0"], work / "learned.train.log", log)
@@ -287,10 +290,14 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
                                    truth, {"train": t, "ensemble": te}))
     if "fusion" in args.methods:
         if reuse:  # looked up once the learned run is done: the earlier run may still be writing it
-            runs["keypoints"] = keypoint_run_of(args.keypoint_runs, seed, comp)
+            runs["keypoints"] = earlier_run_of(args.keypoint_runs, seed, comp)
             log(f"  keypoints: the score files of {runs['keypoints']} (the same split, checked)")
+        if reuse_learned:
+            runs["learned"] = earlier_run_of(args.learned_runs, seed, comp, "learned")
+            log(f"  learned: the score files of {runs['learned']} (the same split, checked)")
         paths = [runs["keypoints"], runs["learned"]]
-        te, lines = ensemble_and_check(paths, work / "fusion.csv", comp, work, ["--tune-weights"], log=log)
+        te, lines = ensemble_and_check(paths, work / "fusion.csv", comp, work,
+                                       ["--tune-weights", "--weight-grid", args.fusion_grid], log=log)
         w = tuned_weights(lines, 2)
         fused = average_score_files([score_path_of(p) for p in paths], w)
         row = method_row("fusion", work / "fusion.csv", fused, truth, {"ensemble": te})
@@ -307,20 +314,23 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
     return rows
 
 
-def keypoint_run_of(root, seed: int, comp: Path) -> Path:
-    """``ROOT/seedN/keypoints``, the matcher's scores of an earlier ``--methods keypoints`` run, checked to be of
-    split ``comp``: the folder it scored (its ``run.json``'s ``data``) holds the same ``train.csv``,
-    ``test_solution.csv`` and photos, byte for byte, and its score files name the same queries and gallery.
+def earlier_run_of(root, seed: int, comp: Path, kind: str = "keypoints") -> Path:
+    """``ROOT/seedN/KIND`` (``keypoints``: the matcher's scores of an earlier ``--methods keypoints`` run;
+    ``learned``: an earlier ``--methods learned`` run's trained model and scores), checked to be of split ``comp``:
+    the folder it scored (its ``run.json``'s ``data``) holds the same ``train.csv``, ``test_solution.csv`` and
+    photos, byte for byte, and its test score file names the same queries.
 
     Raises:
         ValueError: no such folder, or it scored another split (file named).
     """
-    from whale.inference.scorefile import load_score_file
+    from whale.inference.scorefile import load_score_file, score_path
 
-    run = Path(root) / f"seed{seed}" / "keypoints"
-    if not all((run / f).is_file() for f in ("test.npz", "val.npz", "run.json")):
-        raise ValueError(f"--keypoint-runs: expected {run}/test.npz, val.npz and run.json (benchmarks/humpback.py "
-                         f"--methods keypoints --out {root}), found none")
+    run = Path(root) / f"seed{seed}" / kind
+    option = {"keypoints": "--keypoint-runs", "learned": "--learned-runs"}[kind]
+    files = [score_path(run, "test"), score_path(run, "val"), run / "run.json"]
+    if not all(f.is_file() for f in files):
+        raise ValueError(f"{option}: expected {', '.join(map(str, files))} (benchmarks/humpback.py --methods {kind} "
+                         f"--out {root}), found none")
     scored = Path(json.loads((run / "run.json").read_text())["data"])
 
     def content(folder: Path) -> tuple:
@@ -330,9 +340,9 @@ def keypoint_run_of(root, seed: int, comp: Path) -> Path:
 
     if not scored.is_dir() or content(scored) != content(comp):
         raise ValueError(f"{run / 'run.json'}: it scored {scored}, another split than {comp}")
-    test = load_score_file(run / "test.npz")
+    test = load_score_file(files[0])
     if sorted(map(str, test.query)) != sorted(pd.read_csv(comp / "test_solution.csv")["Image"].astype(str)):
-        raise ValueError(f"{run / 'test.npz'}: its queries are not {comp}'s test photos")
+        raise ValueError(f"{files[0]}: its queries are not {comp}'s test photos")
     return run
 
 
@@ -514,6 +524,12 @@ def main(argv=None) -> int:
     p.add_argument("--keypoint-runs", default=None, metavar="DIR",
                    help="fusion with the matcher's scores of an earlier --methods keypoints run (DIR/seedN/keypoints, "
                         "checked to be of the same split) instead of scoring again")
+    p.add_argument("--learned-runs", default=None, metavar="DIR",
+                   help="fusion with the network of an earlier --methods learned run (DIR/seedN/learned, checked to "
+                        "be of the same split) instead of training again")
+    p.add_argument("--fusion-grid", choices=("log", "linear"), default="log",
+                   help="fusion's weight grid (whale ensemble --weight-grid; default log: the matcher's unverified "
+                        "candidates score ~1e-4, which a linear step of 0.1 cannot weigh a network against)")
     p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
                    help="instead of the methods: compare keypoint settings on validation (split of the first "
                         "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")

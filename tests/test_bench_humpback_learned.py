@@ -1,4 +1,5 @@
-"""benchmarks/humpback.py's learned path: ``--keypoint-runs`` reuses the matcher's score files of the same split only."""
+"""benchmarks/humpback.py's learned path: ``--keypoint-runs`` and ``--learned-runs`` reuse earlier runs' score files
+of the same split only."""
 import json
 import shutil
 import sys
@@ -38,10 +39,24 @@ def test_keypoint_runs_are_taken_for_their_own_split_only(tmp_path):
     src = fake_source(tmp_path / "src")
     comps = {s: humpback.build_split(src, tmp_path / f"seed{s}" / "data", s, log=lambda m: None)[0] for s in (0, 1)}
     _matcher_files(comps[0], tmp_path / "seed0" / "keypoints")
-    assert humpback.keypoint_run_of(tmp_path, 0, comps[0]) == tmp_path / "seed0" / "keypoints"
+    assert humpback.earlier_run_of(tmp_path, 0, comps[0]) == tmp_path / "seed0" / "keypoints"
     copy = shutil.copytree(comps[0], tmp_path / "copy" / "data")  # the same split written elsewhere
-    assert humpback.keypoint_run_of(tmp_path, 0, copy) == tmp_path / "seed0" / "keypoints"
+    assert humpback.earlier_run_of(tmp_path, 0, copy) == tmp_path / "seed0" / "keypoints"
     with pytest.raises(ValueError, match="another split"):
-        humpback.keypoint_run_of(tmp_path, 0, comps[1])
-    with pytest.raises(ValueError, match="found none"):
-        humpback.keypoint_run_of(tmp_path, 1, comps[1])
+        humpback.earlier_run_of(tmp_path, 0, comps[1])
+    with pytest.raises(ValueError, match="--keypoint-runs: .* found none"):
+        humpback.earlier_run_of(tmp_path, 1, comps[1])
+
+
+def test_learned_runs_are_found_by_their_scores_folder_and_split(tmp_path):
+    """A trained run keeps its score files in ``scores/`` (what ``whale ensemble`` reads): found there."""
+    src = fake_source(tmp_path / "src")
+    comps = {s: humpback.build_split(src, tmp_path / f"seed{s}" / "data", s, log=lambda m: None)[0] for s in (0, 1)}
+    run = tmp_path / "seed0" / "learned"
+    _matcher_files(comps[0], run / "scores")
+    (run / "scores" / "run.json").rename(run / "run.json")
+    assert humpback.earlier_run_of(tmp_path, 0, comps[0], "learned") == run
+    with pytest.raises(ValueError, match="another split"):
+        humpback.earlier_run_of(tmp_path, 0, comps[1], "learned")
+    with pytest.raises(ValueError, match="--learned-runs: .* found none"):
+        humpback.earlier_run_of(tmp_path, 1, comps[1], "learned")

@@ -94,3 +94,68 @@ def test_a_larger_open_share_tunes_a_threshold_at_least_as_high(tmp_path):
     assert len(tuned) == 2 and tuned[1] >= tuned[0]
     assert ensemble_main([str(runs[1]), "--threshold", "0.5", "--tune-new-share", "0.3", "--out",
                           str(tmp_path / "x.csv")], log=lines.append) == 2
+
+
+def test_log_grid_holds_the_first_run_at_1_and_the_others_on_a_factor_2_ladder():
+    from whale.ensemble.weights import LOG_RATIOS, log_grid
+
+    g = log_grid(2)
+    assert g.shape == (1 + len(LOG_RATIOS), 2) and np.allclose(g.sum(1), 1) and tuple(g[0]) == (1.0, 0.0)
+    ratios = g[1:, 1] / g[1:, 0]
+    assert np.allclose(ratios, 2.0 ** np.arange(-17, 7)) and ratios.min() < 1e-5 and ratios.max() == 64
+    assert log_grid(3).shape == ((1 + len(LOG_RATIOS)) ** 2, 3) and log_grid(1).tolist() == [[1.0]]
+    with pytest.raises(ConfigError, match="at most 3 runs"):
+        log_grid(4)
+
+
+def _matcher_and_network(tmp_path, n_q=90, n_ids=30, seed=0):
+    """A matcher-like run (the true id verified for half the queries, at 0.005-0.9 log-uniform; every other
+    score votes alone, under 2e-4, the true id's no higher) and a network-like run (probabilities 0.2-1.0, the
+    true id +0.25): the network helps where the matcher has no verified match, and at a weight of 0.1 it also
+    pushes weakly verified true ids down; near 1e-3 it does only the first."""
+    rng = np.random.default_rng(seed)
+    gallery_ids = np.repeat([f"w{i:02d}" for i in range(n_ids)], 2)
+    gallery = [f"g{i}.jpg" for i in range(len(gallery_ids))]
+    query_ids = np.array([f"w{rng.integers(n_ids):02d}" for _ in range(n_q)])
+    query = [f"q{i}.jpg" for i in range(n_q)]
+    matcher = rng.random((n_q, len(gallery))) * 2e-4
+    network = 0.2 + rng.random((n_q, len(gallery))) * 0.8
+    for i, t in enumerate(query_ids):
+        if i % 2:
+            matcher[i, gallery_ids == t] = 10 ** rng.uniform(np.log10(0.005), np.log10(0.9))
+        network[i, gallery_ids == t] += 0.25
+    runs = []
+    for name, s in (("matcher", matcher), ("network", network)):
+        for split in ("val", "test"):
+            write_scores(tmp_path / name / f"{split}.npz", s.astype(np.float32), query, gallery, gallery_ids,
+                         query_ids=query_ids if split == "val" else None,
+                         identity={"run_id": name, "fold": 0, "split": split}, trained_on=[] if split == "val" else None)
+        runs.append(tmp_path / name)
+    return runs
+
+
+def test_the_log_grid_finds_the_small_weight_a_linear_step_cannot(tmp_path):
+    runs = _matcher_and_network(tmp_path)
+    val = [r / "val.npz" for r in runs]
+    w_lin, best_lin, table_lin = tune_weights(val, "new_whale", step=0.1)
+    w_log, best_log, table_log = tune_weights(val, "new_whale", grid="log")
+    alone = table_lin[0][1]
+    assert tuple(table_lin[0][0]) == (1.0, 0.0) and tuple(table_log[0][0]) == (1.0, 0.0)
+    assert table_log[0][1] == alone  # the first point of both: the matcher alone
+    assert alone < best_lin < best_log - 0.03  # both re-rank the unverified half; 0.1 also moves verified hits
+    assert 0 < w_log[1] / w_log[0] < 0.1 / 0.9  # below the linear grid's smallest ratio
+
+
+def test_ensemble_cli_weight_grid(tmp_path):
+    runs = _matcher_and_network(tmp_path)
+    lines = []
+    out = tmp_path / "sub.csv"
+    assert ensemble_main([*map(str, runs), "--tune-weights", "--weight-grid", "log", "--tune", "--out", str(out)],
+                         log=lines.append) == 0
+    assert any(line.startswith("weights tuned on validation (log grid") for line in lines)
+    tuned = next(line for line in lines if line.startswith("tuned weights "))
+    assert 0 < float(tuned.split(",")[1].split(":")[0]) < 0.1
+    for bad in (["--tune-weights", "--weight-grid", "log", "--weight-step", "0.1"], ["--weight-grid", "log"],
+                ["--weight-step", "0.5"]):
+        assert ensemble_main([*map(str, runs), *bad, "--tune", "--out", str(tmp_path / "bad.csv")],
+                             log=lines.append) == 2

@@ -62,10 +62,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", nargs="+", type=float, default=None, metavar="W",
                    help="one weight per run (normalised to sum 1); default equal")
     p.add_argument("--tune-weights", action="store_true",
-                   help="choose the weights by validation MAP@5 (threshold tuned at each) on a grid of step "
-                        "--weight-step: runs of different kinds, e.g. a trained run and the keypoint matcher")
-    p.add_argument("--weight-step", type=float, default=0.1, metavar="S",
-                   help="grid step of --tune-weights (default 0.1)")
+                   help="choose the weights by validation MAP@5 (threshold tuned at each) on the --weight-grid: "
+                        "runs of different kinds, e.g. a trained run and the keypoint matcher")
+    p.add_argument("--weight-grid", choices=("linear", "log"), default="linear",
+                   help="--tune-weights' grid: linear (steps of --weight-step summing to 1, the default) or log "
+                        "(each run after the first at 0 or 2^-17..2^6 of the first's weight; up to 3 runs): the "
+                        "keypoint matcher with a network needs the log grid")
+    p.add_argument("--weight-step", type=float, default=None, metavar="S",
+                   help="step of the linear --weight-grid (default 0.1)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--threshold", type=threshold_arg, default=None, metavar="T",
                       help="new_whale at the first rank whose probability is < T (paper, Table 2); T is a number "
@@ -199,7 +203,7 @@ def _share_sanity(share: float, log, label: str = DEFAULT.open_label) -> None:
 
 def _tuned_weights(runs: Sequence[Path], args, log) -> np.ndarray:
     """``--tune-weights``: the runs' weights of best validation MAP@5 (:mod:`whale.ensemble.weights`)."""
-    from whale.ensemble.weights import tune_weights
+    from whale.ensemble.weights import format_weights, tune_weights
 
     val_paths = [score_path(r, "val") for r in runs]
     missing = [str(p) for p in val_paths if not p.is_file()]
@@ -208,10 +212,12 @@ def _tuned_weights(runs: Sequence[Path], args, log) -> np.ndarray:
     check_inputs(val_paths, read_identities(val_paths), log=log)
     check_no_leak(val_paths)
     fmt = recorded_format(runs, args.format)
-    log(f"weights tuned on validation (grid step {args.weight_step:g}, threshold tuned at each):")
-    weights, best, _ = tune_weights(val_paths, fmt.open_label, args.weight_step, log=lambda m: log(m),
-                                    open_share=args.tune_new_share)
-    log(f"tuned weights {', '.join(f'{w:.2f}' for w in weights)}: validation MAP@5 {best:.5f} (in-sample)")
+    grid = (f"grid step {args.weight_step or 0.1:g}" if args.weight_grid == "linear"
+            else f"log grid, ratios 2^-17..2^6 to the first run")
+    log(f"weights tuned on validation ({grid}, threshold tuned at each):")
+    weights, best, _ = tune_weights(val_paths, fmt.open_label, args.weight_step or 0.1, log=lambda m: log(m),
+                                    open_share=args.tune_new_share, grid=args.weight_grid)
+    log(f"tuned weights {format_weights(weights)}: validation MAP@5 {best:.5f} (in-sample)")
     return weights
 
 
@@ -247,6 +253,10 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
     if args.threshold is not None and not np.isfinite(args.threshold):
         raise ConfigError(f"--threshold must be a number, got {args.threshold}")
     runs = list(args.runs)
+    if args.weight_grid == "log" and args.weight_step is not None:
+        raise ConfigError("--weight-step is the linear grid's step; the log grid (--weight-grid log) has none")
+    if (args.weight_grid != "linear" or args.weight_step is not None) and not args.tune_weights:
+        raise ConfigError("--weight-grid and --weight-step shape --tune-weights' search; give --tune-weights")
     if args.tune_weights and args.weights is not None:
         raise ConfigError("--weights and --tune-weights exclude each other: give the weights or let validation choose")
     weights = normalise_weights(args.weights, len(runs))
