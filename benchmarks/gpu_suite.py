@@ -360,8 +360,6 @@ def step_seed002(ctx, train_s: float = SEED002_TRAIN_S, quick: bool = False) -> 
     """Seed 002's protocol (``benchmarks/seed002.py``) on the carried flukes: :func:`seed002_jobs`, each in its own
     process with ``--time-budget train_s`` (the GPU shared, its memory not preallocated); every row measured, and
     the triplet row's mean +- sd over the folds done."""
-    import pandas as pd
-
     from benchmarks import common, seed002
 
     source = _seed002_source(ctx)
@@ -370,14 +368,15 @@ def step_seed002(ctx, train_s: float = SEED002_TRAIN_S, quick: bool = False) -> 
                 if not quick else "no ../shared/data/humpback beside the checkout"}
     work = ctx.work / "seed002"
     df = seed002.read_photos(source)
-    boxes = seed002.content_boxes(list(df["path"]))  # once here: the processes read it back, none writes it
+    boxes = work / "content_boxes.csv"  # computed once here: each process reads its copy, none writes it
+    seed002.content_boxes(list(df["path"]), boxes)
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     budget = 60.0 if quick else float(train_s)
     procs = []
     for name, method, fold, sets in seed002_jobs(quick):
         out = work / name
         out.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([(n, *b) for n, b in zip(df["Image"], boxes)], columns=["Image", "x0", "y0", "x1", "y1"]).to_csv(out / "content_boxes.csv", index=False)
+        shutil.copyfile(boxes, out / "content_boxes.csv")
         cmd = [sys.executable, "-u", str(ROOT / "benchmarks" / "seed002.py"), "--out", str(out), "--source", str(source),
                "--config", str(ROOT / "configs" / "seed002_gpu.yaml"), "--methods", method, "--folds", str(fold),
                "--redraws", "1" if quick else "10", "--time-budget", str(budget)]
