@@ -308,10 +308,9 @@ def train_learned(cfg, data_dir: Path, run_dir: Path, log=print, budget_s: float
 
 def pack_photos(df: pd.DataFrame, boxes: dict[str, tuple], dest: Path, quality: int = 65) -> dict:
     """The selected photos' content (their white padding cut, ``boxes``) re-encoded as JPEG ``quality`` (Huffman
-    tables optimised) under
-    ``dest/train``, with ``dest/train.csv``: a ``--source`` small enough to travel to a GPU machine (its 64 MiB
-    limit), giving the same individuals, folds and draws (they depend on the ids and names only). Returns
-    ``{"photos", "bytes"}``."""
+    tables optimised) under ``dest/train``, with ``dest/train.csv``: a ``--source`` small enough to travel to a GPU
+    machine (its 64 MiB limit), giving the same individuals, folds and draws (they depend on the ids and names
+    only). Returns ``{"photos", "bytes"}``."""
     import cv2
 
     from whale.data.images import load_image
@@ -320,9 +319,8 @@ def pack_photos(df: pd.DataFrame, boxes: dict[str, tuple], dest: Path, quality: 
     total = 0
     for name, path in zip(df["Image"], df["path"]):
         x0, y0, x1, y1 = boxes[name]
-        rgb = load_image(path)[y0:y1, x0:x1]
-        ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[..., ::-1]), [cv2.IMWRITE_JPEG_QUALITY, int(quality),
-                                                                      cv2.IMWRITE_JPEG_OPTIMIZE, 1])
+        bgr = np.ascontiguousarray(load_image(path)[y0:y1, x0:x1, ::-1])
+        ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, int(quality), cv2.IMWRITE_JPEG_OPTIMIZE, 1])
         if not ok:
             raise ValueError(f"{path}: could not encode its content as JPEG")
         (dest / "train" / name).write_bytes(buf.tobytes())

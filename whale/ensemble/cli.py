@@ -212,10 +212,10 @@ def _tuned_weights(runs: Sequence[Path], args, log) -> np.ndarray:
     check_inputs(val_paths, read_identities(val_paths), log=log)
     check_no_leak(val_paths)
     fmt = recorded_format(runs, args.format)
-    grid = (f"grid step {args.weight_step or 0.1:g}" if args.weight_grid == "linear"
-            else f"log grid, ratios 2^-17..2^6 to the first run")
+    step = 0.1 if args.weight_step is None else args.weight_step
+    grid = f"grid step {step:g}" if args.weight_grid == "linear" else "log grid, ratios 2^-17..2^6 to the first run"
     log(f"weights tuned on validation ({grid}, threshold tuned at each):")
-    weights, best, _ = tune_weights(val_paths, fmt.open_label, args.weight_step or 0.1, log=lambda m: log(m),
+    weights, best, _ = tune_weights(val_paths, fmt.open_label, step, log=lambda m: log(m),
                                     open_share=args.tune_new_share, grid=args.weight_grid)
     log(f"tuned weights {format_weights(weights)}: validation MAP@5 {best:.5f} (in-sample)")
     return weights
