@@ -28,14 +28,18 @@ def _runs(tmp_path, n_q=60, n_ids=20, seed=0):
     for i, t in enumerate(query_ids):
         good[i, gallery_ids == t] += 0.5
     noise = rng.random((n_q, len(gallery)))
+    return _write_runs(tmp_path, {"noise": noise, "good": good}, query, gallery, gallery_ids, query_ids)
+
+
+def _write_runs(root, matrices: dict, query, gallery, gallery_ids, query_ids) -> list:
+    """One run folder per ``matrices`` entry (name -> scores), its val.npz and test.npz of the same scores."""
     runs = []
-    for name, s in (("noise", noise), ("good", good)):
-        run = tmp_path / name
+    for name, s in matrices.items():
         for split in ("val", "test"):
-            write_scores(run / f"{split}.npz", s.astype(np.float32), query, gallery, gallery_ids,
+            write_scores(root / name / f"{split}.npz", s.astype(np.float32), query, gallery, gallery_ids,
                          query_ids=query_ids if split == "val" else None,
                          identity={"run_id": name, "fold": 0, "split": split}, trained_on=[] if split == "val" else None)
-        runs.append(run)
+        runs.append(root / name)
     return runs
 
 
@@ -124,14 +128,7 @@ def _matcher_and_network(tmp_path, n_q=90, n_ids=30, seed=0):
         if i % 2:
             matcher[i, gallery_ids == t] = 10 ** rng.uniform(np.log10(0.005), np.log10(0.9))
         network[i, gallery_ids == t] += 0.25
-    runs = []
-    for name, s in (("matcher", matcher), ("network", network)):
-        for split in ("val", "test"):
-            write_scores(tmp_path / name / f"{split}.npz", s.astype(np.float32), query, gallery, gallery_ids,
-                         query_ids=query_ids if split == "val" else None,
-                         identity={"run_id": name, "fold": 0, "split": split}, trained_on=[] if split == "val" else None)
-        runs.append(tmp_path / name)
-    return runs
+    return _write_runs(tmp_path, {"matcher": matcher, "network": network}, query, gallery, gallery_ids, query_ids)
 
 
 def test_the_log_grid_finds_the_small_weight_a_linear_step_cannot(tmp_path):
