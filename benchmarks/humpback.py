@@ -261,8 +261,8 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
     counts = assert_disjoint(comp, truth)
     log(f"seed {seed}: split in {time.perf_counter() - t0:.0f} s: {counts}")
     rows, runs = [], {}
-    reuse = bool(args.keypoint_runs) and "keypoints" not in args.methods  # fusion with an earlier run's matcher
-    if "keypoints" in args.methods or ("fusion" in args.methods and not reuse):
+    reuse_keypoints = bool(args.keypoint_runs) and "keypoints" not in args.methods  # fusion with an earlier run's matcher
+    if "keypoints" in args.methods or ("fusion" in args.methods and not reuse_keypoints):
         kp = work / "keypoints"
         t = whale_command(["score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp), "--fold", "0",
                            "--config", args.keypoint_config, "--cache", str(args.cache), "--quiet"],
@@ -289,7 +289,7 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
             rows.append(method_row("learned", work / "learned.csv", load_score_file(learned / "scores" / "test.npz"),
                                    truth, {"train": t, "ensemble": te}))
     if "fusion" in args.methods:
-        if reuse:  # looked up once the learned run is done: the earlier run may still be writing it
+        if reuse_keypoints:  # looked up once the learned run is done: the earlier run may still be writing it
             runs["keypoints"] = earlier_run_of(args.keypoint_runs, seed, comp)
             log(f"  keypoints: the score files of {runs['keypoints']} (the same split, checked)")
         if reuse_learned:
