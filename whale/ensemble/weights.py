@@ -27,6 +27,11 @@ from whale.core.errors import ConfigError
 from whale.ranking.newwhale import tune
 from whale.ranking.topids import concat_top_ids, top_ids
 
+LOG_RATIOS = 2.0 ** np.arange(-17, 7)
+"""The log grid's weights of a run relative to the first run's: 2^-17 (7.6e-6) to 2^6 (64), a factor 2 apart."""
+GRIDS = ("linear", "log")
+MAX_POINTS = 5000
+
 
 def simplex_grid(n_runs: int, step: float) -> np.ndarray:
     """``[m, n_runs]`` float64: every weight vector with entries in multiples of ``step`` summing to 1.
@@ -42,12 +47,6 @@ def simplex_grid(n_runs: int, step: float) -> np.ndarray:
         raise ConfigError(f"--tune-weights: {len(points)} weight vectors for {n_runs} runs at step {step}; "
                           "use a larger --weight-step")
     return np.asarray(sorted(points, reverse=True), dtype=np.float64) / n
-
-
-LOG_RATIOS = 2.0 ** np.arange(-17, 7)
-"""The log grid's weights of a run relative to the first run's: 2^-17 (7.6e-6) to 2^6 (64), a factor 2 apart."""
-GRIDS = ("linear", "log")
-MAX_POINTS = 5000
 
 
 def log_grid(n_runs: int) -> np.ndarray:
