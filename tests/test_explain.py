@@ -47,7 +47,8 @@ def test_overlay_upsamples_onto_the_image():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "small", "convnet_v1", "convnet_v2", "densenet121", "resnet50",
-                                  "inceptionv3", "seresnext50"])
+                                  "inceptionv3", "seresnext50", "efficientnet_lite0", "efficientnet_lite1",
+                                  "efficientnet_lite2"])
 def test_every_branch_has_its_registry_heatmap_layer(backend, name):
     import keras
 
@@ -63,7 +64,8 @@ def test_every_branch_has_its_registry_heatmap_layer(backend, name):
     maps = tap(np.zeros((1, *tap.size, 3), np.float32))  # size: the branch input's (height, width)
     assert maps.ndim == 4 and maps.shape[0] == 1
     assert set(BRANCHES) == {"tiny", "small", "convnet_v1", "convnet_v2", "densenet121", "resnet50",
-                             "inceptionv3", "seresnext50"}
+                             "inceptionv3", "seresnext50", "efficientnet_lite0", "efficientnet_lite1",
+                             "efficientnet_lite2"}
 
 
 @pytest.fixture(scope="module")

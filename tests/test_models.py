@@ -32,6 +32,7 @@ from whale.models.seresnext import PUBLISHED_PARAMS_NO_FC
 pytestmark = pytest.mark.backend
 
 FEATURES = {"densenet121": 1024, "resnet50": 2048, "inceptionv3": 2048, "seresnext50": 2048,
+            "efficientnet_lite0": 1280, "efficientnet_lite1": 1280, "efficientnet_lite2": 1280,
             "convnet_v1": 512, "convnet_v2": 512, "small": 128, "tiny": 32}
 PUBLISHED = {"densenet121": 7_037_504, "resnet50": 23_587_712, "inceptionv3": 21_802_784}
 

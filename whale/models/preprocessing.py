@@ -16,7 +16,7 @@ _TORCH_STD = (0.229, 0.224, 0.225)
 # Caffe-style ResNet50: BGR channel order, mean subtraction only (BGR order).
 _CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
 
-MODES = ("torch", "caffe", "tf", "standardize")
+MODES = ("torch", "caffe", "tf", "standardize", "lite")
 
 
 @keras.saving.register_keras_serializable(package="whale")
@@ -28,12 +28,13 @@ class Preprocess(keras.layers.Layer):
     * ``"torch"`` (DenseNet121): ``(x / 255 - mean_c) / std_c`` with ImageNet RGB statistics.
     * ``"caffe"`` (ResNet50): RGB -> BGR, then subtract the ImageNet BGR means.
     * ``"tf"`` (InceptionV3): ``x / 127.5 - 1`` -> ``[-1, 1]``.
+    * ``"lite"`` (EfficientNet-Lite): ``(x - 127) / 128``, the TensorFlow checkpoints' own.
     * ``"standardize"`` (custom ConvNets, tiny): per image, subtract the mean and divide by the
       standard deviation over all pixels and channels, as the reference Kaggle kernel does
       (``img -= mean(img); img /= std(img) + K.epsilon()``).
 
     With a 1-channel (gray) input, ``torch`` and ``caffe`` use the average of the three channel
-    statistics (the BGR flip is a no-op); ``tf`` and ``standardize`` treat channels alike anyway.
+    statistics (the BGR flip is a no-op); ``tf``, ``lite`` and ``standardize`` treat channels alike anyway.
 
     Args:
         mode: one of :data:`MODES`.
@@ -55,6 +56,8 @@ class Preprocess(keras.layers.Layer):
         channels = x.shape[-1]
         if self.mode == "tf":
             return x / 127.5 - 1.0
+        if self.mode == "lite":
+            return (x - 127.0) / 128.0
         if self.mode == "standardize":
             mean = ops.mean(x, axis=(1, 2, 3), keepdims=True)
             std = ops.std(x, axis=(1, 2, 3), keepdims=True)

