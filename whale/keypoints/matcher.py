@@ -55,10 +55,11 @@ def normaliser(rows: np.ndarray, owner: np.ndarray, individual: np.ndarray | Non
     ``individual`` None: column ``k``, the ``k+1``-th neighbour (McCann & Lowe). Else HotSpotter's name rule:
     the first neighbour after the ``k`` voters whose individual (``individual[owner[row]]``) none of the
     voters has, so that an individual with many gallery photos does not normalise its own votes away; the
-    last neighbour found when every searched one is one of theirs.
+    last neighbour found when every searched one is one of theirs. A gallery without descriptors (``owner``
+    empty: no neighbour found) gives column ``k`` too.
     """
     m, depth = rows.shape
-    if individual is None or depth == k + 1:
+    if individual is None or depth == k + 1 or not len(owner):
         return np.full(m, k, np.int64)
     ind = np.where(rows >= 0, individual[owner[np.maximum(rows, 0)]], -1)
     voters = ind[:, :k]
@@ -89,7 +90,7 @@ def lnbnn_votes(dist: np.ndarray, rows: np.ndarray, owner: np.ndarray, k: int, n
     m = len(dist)
     votes = np.zeros(n_gallery, np.float32)
     empty = np.zeros(0, np.int64)
-    if m == 0:
+    if m == 0 or not len(owner):  # no query descriptor, or a gallery without any: no vote
         return votes, empty, empty, empty, np.zeros(0, np.float32)
     norm = np.take_along_axis(dist, normaliser(rows, owner, individual, k)[:, None], axis=1)
     w = norm - dist[:, :k]

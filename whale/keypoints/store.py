@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.core.errors import DataError
+from whale.core.errors import ConfigError, DataError
 from whale.core.files import atomic_write, file_hash
 from whale.keypoints.config import FeatureConfig, KeypointConfig
 from whale.keypoints.extract import Features, extract
@@ -116,7 +116,7 @@ class FeatureStore:
                 np.savez(fh, xy=f.xy, shape=f.shape, desc=f.desc, size=np.asarray(f.size, np.int64),
                          photo=np.asarray(digest))
 
-        atomic_write(self.path(digest), write)
+        atomic_write(self.path(digest), write, flag="--cache")
 
     def features(self, paths: Sequence, workers: int | None = None, progress: bool = True,
                  digests: Sequence[str] | None = None, boxes: Sequence[tuple | None] | None = None) -> list[Features]:
@@ -133,6 +133,8 @@ class FeatureStore:
         Raises:
             DataError: a photo is missing or cannot be decoded (the message names it).
         """
+        if workers is not None and int(workers) < 1:
+            raise ConfigError(f"workers: expected an integer >= 1 (extraction processes), received {workers}")
         paths = [Path(p) for p in paths]
         if digests is None:
             digests = []
@@ -148,7 +150,7 @@ class FeatureStore:
         todo = [i for i, f in enumerate(out) if f is None]
         if not todo:
             return out  # type: ignore[return-value]
-        workers = default_workers() if workers is None else max(1, int(workers))
+        workers = default_workers() if workers is None else int(workers)
         jobs = [(str(paths[i]), self.cfg.features, boxes[i]) for i in todo]
         redone = self.redone - redone
         what = f"{len(todo) - redone} new photos" + (f", {redone} stored files not their photo's" if redone else "")
