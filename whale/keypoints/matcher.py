@@ -166,7 +166,8 @@ class KeypointMatcher:
         self.index = None
         self.select_steps: dict = {}
         if selector is None and cfg.select.keep < 1 and ids is not None:
-            self.index = DescriptorIndex(gallery, cfg.search)  # every keypoint: the gallery matched against itself
+            # every keypoint: the gallery matched against itself
+            self.index = DescriptorIndex(gallery, cfg.search, progress=progress)
             self.select_steps["index"] = time.perf_counter() - t0
             self.selector = KeypointSelector(cfg.select, self, ids, progress)  # labels: this matcher, every keypoint
             self.select_steps.update(self.selector.seconds)
@@ -176,7 +177,7 @@ class KeypointMatcher:
         self.select_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         if self.index is None:
-            self.index = DescriptorIndex(self.gallery, cfg.search)
+            self.index = DescriptorIndex(self.gallery, cfg.search, progress=progress)
         self.index_seconds = time.perf_counter() - t0
 
     def match(self, queries: Sequence[Features], progress: bool = True, leave_out=None,

@@ -146,7 +146,8 @@ class FeatureStore:
         digests = [d if b is None else f"{d}-{'_'.join(str(round(float(v), 1)) for v in b)}"
                    for d, b in zip(digests, boxes)]
         redone = self.redone
-        out: list[Features | None] = [self._read(d) for d in digests]
+        reading = progress_bar(digests, desc="reading stored keypoint features", enabled=progress and len(paths) > 200)
+        out: list[Features | None] = [self._read(d) for d in reading]
         todo = [i for i, f in enumerate(out) if f is None]
         if not todo:
             return out  # type: ignore[return-value]
