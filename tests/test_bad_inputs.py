@@ -112,3 +112,45 @@ def test_a_zero_byte_image_is_named_when_it_is_decoded(tmp_path):
     comp = load_competition(tmp_path)  # listed and present: reading the CSVs does not decode
     with pytest.raises(DataError, match=r"t2\.png: image file is empty \(0 bytes\)"):
         load_crop(comp.train_path("t2.png"), None, 16)
+
+
+def test_a_byte_order_mark_is_accepted_in_every_csv_the_toolkit_reads(tmp_path):
+    """Spreadsheet programs save "UTF-8 CSV" with a byte-order mark before the header: no column is named
+    ``\\ufeffImage`` anywhere (catalogue labels and boxes, the competition's CSVs, a run's log)."""
+    from whale.catalogue.db import Catalogue
+    from whale.cli import main
+    from whale.data import load_competition
+    from whale.training.runlog import read_log
+
+    bom = "\ufeff"
+    (tmp_path / "ph").mkdir()
+    for i, name in enumerate(("p0.png", "p1.png")):
+        _png(tmp_path / "ph" / name, w=60 + i)
+    kaggle = tmp_path / "kaggle.csv"
+    kaggle.write_text(bom + "Image,Id\np0.png,w1\np1.png,w2\n", encoding="utf-8")
+    own = tmp_path / "own.csv"
+    own.write_text(bom + "image,individual,date\np0.png,w1,2024-06-01\n", encoding="utf-8")
+    boxes = tmp_path / "boxes.csv"
+    boxes.write_text(bom + "Image,x0,y0,x1,y1\np0.png,2,3,40,30\n", encoding="utf-8")
+    assert main(["catalogue", "add", str(tmp_path / "a"), "--photos", str(tmp_path / "ph"), "--labels", str(kaggle),
+                 "--boxes", str(boxes), "--quiet"]) == 0
+    assert main(["catalogue", "add", str(tmp_path / "b"), "--photos", str(tmp_path / "ph"), "--labels", str(own),
+                 "--quiet"]) == 0
+    with Catalogue.open(tmp_path / "a") as cat:
+        assert sorted(cat.individuals()) == ["w1", "w2"]
+    with Catalogue.open(tmp_path / "b") as cat:
+        assert cat.individuals() == {"w1"}
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("image,individual\np0.png,Baleine \u00e9t\u00e9\n".encode("latin-1"))
+    assert main(["catalogue", "add", str(tmp_path / "c"), "--photos", str(tmp_path / "ph"), "--labels", str(latin),
+                 "--quiet"]) == 2
+    assert not (tmp_path / "c").exists()
+    root = _comp(tmp_path / "comp", sample=("a.png",), boxes="t1.png,0,0,5,10\n")
+    for name in ("train.csv", "bounding_boxes.csv", "sample_submission.csv"):
+        path = root / name
+        path.write_text(bom + path.read_text(), encoding="utf-8")
+    comp = load_competition(root)
+    assert comp.boxes == {"t1.png": (0, 0, 5, 10)} and comp.test_images == ["a.png"]
+    log = tmp_path / "log.csv"
+    log.write_text(bom + "epoch,loss\n1,0.5\n", encoding="utf-8")
+    assert read_log(log) == [{"epoch": "1", "loss": "0.5"}]

@@ -988,3 +988,53 @@ def test_match_by_keypoints_needs_no_run_keeps_its_features_and_reviews_with_mat
     decisions = _csv(tmp_path / "d.csv", ["photo", "decision", "individual"],
                      [[first.photo, "match", first.candidates[0].individual]])
     assert main(["catalogue", "accept", str(cat), "--batch", "k1", "--decisions", str(decisions), "--quiet"]) == 0
+
+
+def test_check_ties_every_keypoint_feature_file_to_its_photo_and_a_match_extracts_a_mismatched_one_again(
+        tmp_path, capsys):
+    import pandas as pd
+
+    from whale.cli import main
+    from whale.data.synth import generate
+
+    data = generate(tmp_path / "data", n_ids=8, seed=5, size=96, progress=False)
+    cat = tmp_path / "cat"
+    train = pd.read_csv(data / "train.csv")
+    known = train[train["Id"] != "new_whale"]
+    labels = _csv(tmp_path / "labels.csv", ["Image", "Id"], known.values.tolist())
+    assert main(["catalogue", "add", str(cat), "--photos", str(data / "train"), "--labels", str(labels),
+                 "--quiet"]) == 0
+    match = ["catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(data / "test"), "--batch", "k1",
+             "--quiet"]
+    assert main(match) == 0
+
+    def proposed():
+        return [(ph.photo, [(c.individual, c.score) for c in ph.candidates])
+                for ph in read_proposals(_proposals_path(cat, "k1")).photos]
+
+    before = proposed()
+    assert main(["catalogue", "check", str(cat)]) == 0
+    catalogued = {file_hash(data / "train" / name) for name in known["Image"]}
+    stored = sorted(p for p in (cat / "keypoints").rglob("*.npz") if p.stem in catalogued)
+    assert "keypoint feature files" in capsys.readouterr().out and len(stored) == len(known)
+    # one catalogue photo's features copied over another's; another file as an earlier version wrote it
+    copied, over, old = stored[0], stored[1], stored[2]
+    over.write_bytes(copied.read_bytes())
+    with np.load(old) as z:
+        arrays = {k: z[k] for k in z.files if k != "photo"}
+    with open(old, "wb") as fh:
+        np.savez(fh, **arrays)
+    assert main(["catalogue", "check", str(cat)]) == 2
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 and "2 problems" in err
+    assert any(over.relative_to(cat).as_posix() in line and f"holds the features of photo {copied.stem[:12]}" in line
+               and "--method keypoints` extracts it again" in line for line in lines)
+    assert any("1 keypoint feature files" in line and "records no photo" in line for line in lines)
+    # loading refuses both: the re-match extracts them again and proposes what it proposed
+    assert main(match + ["--rematch"]) == 0
+    assert proposed() == before
+    from whale.keypoints.store import read_entry
+
+    assert read_entry(over, over.stem)[1] == "" and read_entry(old, old.stem)[1] == ""
+    assert main(["catalogue", "check", str(cat)]) == 0

@@ -156,3 +156,28 @@ def test_ensemble_cli_weight_grid(tmp_path):
                 ["--weight-step", "0.5"]):
         assert ensemble_main([*map(str, runs), *bad, "--tune", "--out", str(tmp_path / "bad.csv")],
                              log=lines.append) == 2
+
+
+def test_tune_weights_on_runs_of_different_folds_names_the_mismatch(tmp_path, capsys):
+    """Runs validated on different folds (or data) share no validation query: the weights cannot be tuned on them,
+    and the message says so instead of a weight vector of one fold's runs summing to zero."""
+    rng = np.random.default_rng(0)
+    gallery_ids = np.repeat([f"w{i:02d}" for i in range(10)], 2)
+    gallery = [f"g{i}.jpg" for i in range(len(gallery_ids))]
+    runs = []
+    for fold in (0, 1):
+        query = [f"f{fold}q{i}.jpg" for i in range(12)]
+        query_ids = np.array([f"w{rng.integers(10):02d}" for _ in query])
+        for split in ("val", "test"):
+            names = query if split == "val" else [f"t{i}.jpg" for i in range(8)]
+            scores = rng.random((len(names), len(gallery))).astype(np.float32)
+            write_scores(tmp_path / f"r{fold}" / f"{split}.npz", scores, names, gallery, gallery_ids,
+                         query_ids=query_ids if split == "val" else None, identity={"run_id": f"r{fold}", "fold": fold, "split": split},
+                         trained_on=[] if split == "val" else None)
+        runs.append(tmp_path / f"r{fold}")
+    out = tmp_path / "sub.csv"
+    assert ensemble_main([*map(str, runs), "--tune-weights", "--tune", "--out", str(out)], log=lambda m: None) == 2
+    err = capsys.readouterr().err
+    assert "--tune-weights: " in err and "validates 12 queries (fold 1)" in err
+    assert "12 (fold 0), 0 of them shared" in err
+    assert "weights must be finite" not in err and not out.exists()

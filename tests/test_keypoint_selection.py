@@ -169,3 +169,22 @@ def test_select_config_is_checked():
         load_keypoint_config(overrides={"select.photos": -1})
     with pytest.raises(ConfigError, match="unknown key 'share'"):
         load_keypoint_config(overrides={"select.share": 0.5})
+
+
+def test_every_step_of_selection_shows_progress(gallery, monkeypatch, capsys):
+    """Labels, the two fits and the scoring of every keypoint each show a line or a bar on stderr (issue 57: minutes
+    of silence on 7,000 photos); quiet, nothing."""
+    cfg, feats, ids = gallery
+    monkeypatch.setattr(selection, "PREDICT_ROWS", 500)  # several classifier calls, as a large gallery's
+    m = KeypointMatcher(cfg, feats, ids, progress=True)
+    assert m.selector.active
+    err = capsys.readouterr().err
+    assert f"keypoint selection: labels from the verified same-whale matches of {len(feats)} photos" in err
+    assert "keypoint selection: fitting classifier 1 of 2 on " in err and "fitting classifier 2 of 2 on " in err
+    assert "keypoint selection: scoring " in err and "keypoints of the gallery (half 1 of 2)" in err
+    new = [f.take(np.arange(len(f))) for f in feats[:8]]  # new photos (other objects): scored by both halves
+    m.selector.select(new)
+    assert "keypoints of 8 new photos" in capsys.readouterr().err
+    m.selector.progress = False
+    m.selector.select(new)
+    assert capsys.readouterr().err == ""

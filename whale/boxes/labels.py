@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.data.competition import TEST_DIR, TRAIN_DIR, read_box_rows, safe_image_path
-from whale.data.images import load_image
+from whale.data.images import EXIF_ORIENTATION, TURNED, load_image
 from whale.core.errors import DataError
 from whale.core.progress import progress_bar
 
@@ -38,14 +38,17 @@ def find_image(data_dir: Path, name: str) -> Path | None:
 
 
 def image_size(path: Path) -> tuple[int, int]:
-    """``(width, height)`` of an image file, read from its header."""
+    """``(width, height)`` of an image file as a viewer shows it (EXIF orientation applied, as
+    :func:`whale.data.images.load_image` does), read from its header."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as im:
-            return int(im.size[0]), int(im.size[1])
+            w, h = int(im.size[0]), int(im.size[1])
+            turned = im.getexif().get(EXIF_ORIENTATION, 1) in TURNED
     except (UnidentifiedImageError, OSError) as exc:
         raise DataError(f"{path}: unreadable image ({exc})") from None
+    return (h, w) if turned else (w, h)
 
 
 def read_labels(labels_csv, data_dir) -> BoxLabels:

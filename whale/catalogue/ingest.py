@@ -62,13 +62,19 @@ def read_labels(csv_path, photos_dir, boxes_csv=None) -> tuple[list[LabelledPhot
     csv_path, photos_dir = Path(csv_path), Path(photos_dir)
     if not photos_dir.is_dir():
         raise DataError(f"{photos_dir}: no such folder of photos")
-    try:
-        with open(csv_path, newline="", encoding="utf-8") as fh:
+    try:  # utf-8-sig: the byte-order mark spreadsheet programs write before the header is no column name
+        with open(csv_path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
+            header = [c.strip() for c in reader.fieldnames or []]
+            reader.fieldnames = header
             rows = list(reader)
     except OSError as exc:
         raise DataError(f"{csv_path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{csv_path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 CSV"
+                        ) from None
+    except csv.Error as exc:
+        raise DataError(f"{csv_path}: not a readable CSV file ({exc})") from None
     if set(KAGGLE_COLUMNS) <= set(header):
         image_col, id_col = KAGGLE_COLUMNS
     elif set(OWN_COLUMNS) <= set(header):

@@ -2,8 +2,10 @@
 
 :func:`check` reads every stored photo (its bytes against the sha256 it is named and recorded by, and
 that it decodes) and every feature row (its file's bytes against the sha256 the file is named by, the
-row inside the array, finite values), and every batch's proposals file; it lists what is wrong, each
-with the command that removes it. :func:`removal` says what ``remove`` would take (a photo, by hash,
+row inside the array, finite values), every keypoint feature file (``CAT/keypoints/``: the photo it
+records against the photo its name says, :func:`whale.keypoints.store.read_entry`) and every batch's
+proposals file;
+it lists what is wrong, each with the command that removes it. :func:`removal` says what ``remove`` would take (a photo, by hash,
 hash prefix, catalogue file or the path it was added from; or an individual with all its photos) and
 :func:`remove` takes it in one transaction: the photos' rows, sightings and features, and an individual
 left without photos. Decisions stay: they are the review history, never deleted.
@@ -74,6 +76,7 @@ def check(cat: Catalogue) -> tuple[dict[str, int], list[Problem]]:
             problems.append(Problem(subject, f"row {row} is not in the file's {array.shape[2]} rows", reindex))
         elif not np.isfinite(array[:, :, row]).all():
             problems.append(Problem(subject, "values that are not finite", reindex))
+    keypoint_files = _keypoint_files(cat, problems)
     for name, rel in sql.batch_files(cat.conn):
         from whale.catalogue.proposals import read_proposals
 
@@ -82,7 +85,33 @@ def check(cat: Catalogue) -> tuple[dict[str, int], list[Problem]]:
         except DataError as exc:
             problems.append(Problem(f"batch {name!r}", str(exc), f"`whale catalogue match {cat.root} --batch {name} "
                                     "--rematch --photos FOLDER` writes its proposals again"))
-    return {"photos": len(photos), "feature rows": len(rows), "feature files": len(files)}, problems
+    counts = {"photos": len(photos), "feature rows": len(rows), "feature files": len(files)}
+    if keypoint_files:
+        counts["keypoint feature files"] = keypoint_files
+    return counts, problems
+
+
+def _keypoint_files(cat: Catalogue, problems: list) -> int:
+    """Check every file of the catalogue's keypoint feature stores (``match --method keypoints``) against the
+    photo its name says; append the problems (those of an earlier version, which record no photo, as one);
+    returns how many files were checked."""
+    from whale.catalogue.keypoints import STORE_DIR
+    from whale.keypoints.store import UNTIED, read_entry
+
+    root = cat.root / STORE_DIR
+    paths = sorted(p for p in root.glob("*/*/*.npz") if not p.name.startswith(".")) if root.is_dir() else []
+    again = f"the next `whale catalogue match {cat.root} --method keypoints` extracts it again"
+    untied = []
+    for path in paths:
+        _, what = read_entry(path, path.stem)
+        if what == UNTIED:
+            untied.append(path)
+        elif what:
+            problems.append(Problem(f"keypoint features {path.relative_to(cat.root)}", what, again))
+    if untied:
+        problems.append(Problem(f"{len(untied)} keypoint feature files (e.g. {untied[0].relative_to(cat.root)})",
+                                f"{UNTIED}: not tied to their photos' hashes", again.replace(" it ", " them ")))
+    return len(paths)
 
 
 def _feature_file(path: Path) -> np.ndarray | str:

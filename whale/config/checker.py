@@ -89,7 +89,7 @@ class Checker:
 def _describe_bounds(kind: type, lo, hi, lo_open) -> str:
     name = "an integer" if kind is int else "a number"
     if lo is not None and hi is not None:
-        return f"{name} in [{lo}, {hi}]"
+        return f"{name} in {'(' if lo_open else '['}{lo}, {hi}]"
     if lo is not None:
         return f"{name} {'>' if lo_open else '>='} {lo}"
     if hi is not None:

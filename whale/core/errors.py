@@ -42,15 +42,16 @@ class OutputError(WhaleError, OSError):
     read-only folder, a full disk); the message names it. Also an ``OSError``."""
 
 
-def describe_write_error(path, exc: OSError) -> str:
-    """``PATH: cannot write (REASON); HINT`` for an ``OSError`` of writing ``path``."""
+def describe_write_error(path, exc: OSError, flag: str = "--out") -> str:
+    """``PATH: cannot write (REASON); HINT`` for an ``OSError`` of writing ``path``; ``flag``: the option that
+    chose where (``--out``; ``--cache`` for the keypoint feature store)."""
     reason = exc.strerror or str(exc)
-    hint = {errno.ENOSPC: "free some space or choose another --out",
-            errno.EROFS: "the file system is read-only: choose another --out",
-            errno.EACCES: "no permission to write there: choose another --out",
-            errno.EPERM: "no permission to write there: choose another --out",
+    hint = {errno.ENOSPC: f"free some space or choose another {flag}",
+            errno.EROFS: f"the file system is read-only: choose another {flag}",
+            errno.EACCES: f"no permission to write there: choose another {flag}",
+            errno.EPERM: f"no permission to write there: choose another {flag}",
             errno.EISDIR: "a folder is in the way: name a file",
-            errno.ENOTDIR: "a file is in the way of the folder"}.get(exc.errno, "choose another --out")
+            errno.ENOTDIR: "a file is in the way of the folder"}.get(exc.errno, f"choose another {flag}")
     return f"{path}: cannot write ({reason}); {hint}"
 
 

@@ -28,14 +28,16 @@ from typing import Callable
 from whale.core.errors import WRITE_ERRNOS, OutputError, describe_write_error
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], fsync: bool = False) -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], fsync: bool = False,
+                 flag: str = "--out") -> Path:
     """Call ``write(tmp_path)`` and move the result over ``path``; returns ``path``.
 
     ``tmp_path`` sits next to ``path`` (same file system, so the rename is atomic), is hidden
     and ends with ``path``'s suffix. On any error the temporary file is removed and the error
     re-raised; ``path`` is then untouched. The file gets the usual umask permissions (not the
     0600 of ``mkstemp``). ``fsync=True`` also flushes it to disk before the rename (files a
-    user hands in, such as submissions, survive a power cut too).
+    user hands in, such as submissions, survive a power cut too). ``flag``: the option a refused
+    write's message says to change (:func:`whale.core.errors.describe_write_error`).
     """
     path = Path(path)
     tmp = None
@@ -61,7 +63,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object], fsync
             for leftover in [tmp, *tmp.parent.glob(glob.escape(tmp.name) + "?*")]:
                 leftover.unlink(missing_ok=True)
         if isinstance(exc, OSError) and not isinstance(exc, OutputError) and exc.errno in WRITE_ERRNOS:
-            raise OutputError(describe_write_error(path, exc)) from exc
+            raise OutputError(describe_write_error(path, exc, flag)) from exc
         raise
     return path
 

@@ -1,4 +1,5 @@
-"""Progress bars for long loops (tqdm), off when a caller asks for quiet."""
+"""Progress for long work: tqdm bars for loops, a line on stderr for a step that is one call; off when a caller
+asks for quiet."""
 
 from __future__ import annotations
 
@@ -10,3 +11,12 @@ def progress_bar(iterable, total=None, desc=None, enabled=True):
     from tqdm.auto import tqdm
 
     return tqdm(iterable, total=total, desc=desc, leave=False)
+
+
+def progress_line(text: str, enabled: bool = True) -> None:
+    """``text`` as a line on stderr (where the bars are) when ``enabled``: a step longer than a few seconds that
+    no loop can show, such as fitting a classifier."""
+    if enabled:
+        import sys
+
+        print(text, file=sys.stderr, flush=True)

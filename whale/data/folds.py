@@ -80,7 +80,11 @@ def open_rows(train_df: pd.DataFrame, fmt: str | Format | None = None) -> np.nda
     return is_open
 
 
-def assign_folds(train_df: pd.DataFrame, n_folds: int = 4, seed: int = 0,
+N_FOLDS = 4
+"""Folds of the paper's rules: ``--fold`` 0..3 validates one of them, -1 trains on everything."""
+
+
+def assign_folds(train_df: pd.DataFrame, n_folds: int = N_FOLDS, seed: int = 0,
                  fmt: str | Format | None = None) -> pd.Series:
     """Assign each training image a validation fold by the paper's rules (module docstring).
 

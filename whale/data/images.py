@@ -2,8 +2,9 @@
 
 Images are decoded by content, not by extension: a PNG saved under a ``.jpg`` name, gray,
 RGBA, palette, CMYK and 16-bit files all come back as ``uint8 [H, W, C]`` RGB (C = 3) or
-gray (C = 1). EXIF orientation is ignored on purpose: bounding boxes are given in the stored
-pixel grid.
+gray (C = 1). EXIF orientation is applied (:func:`orientation`): a camera's photo saved sideways with
+``Orientation 6`` comes back upright, as a viewer shows it, wherever a photo is read (training, scoring,
+keypoints, the catalogue and its review page), and bounding boxes are in that grid.
 """
 from __future__ import annotations
 
@@ -17,6 +18,50 @@ from whale.core.errors import DataError
 from whale.imagesize import as_hw
 
 Box = tuple[int, int, int, int]
+EXIF_ORIENTATION = 0x0112
+"""The EXIF tag saying how the stored pixels are turned for display (1 = as stored, 2..8 = flips and turns)."""
+TURNED = frozenset({5, 6, 7, 8})
+"""Orientations that swap width and height."""
+_TIFF_MAGIC = (b"II*\x00", b"MM\x00*")
+_EXIF_SCAN = 1 << 17
+"""Bytes of a JPEG's start searched for its EXIF block (APP1, at most 64 KiB, comes before the pixels)."""
+
+
+def orientation(data: bytes) -> int:
+    """The EXIF Orientation (1..8) of an image file's bytes; 1 when it records none, or an invalid or
+    unreadable one (then the pixels are shown as stored, as browsers do)."""
+    from PIL import Image
+
+    if data[:3] == b"\xff\xd8\xff" and b"Exif\x00\x00" not in data[:_EXIF_SCAN]:
+        return 1  # most JPEGs: no EXIF block, no parsing
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and b"eXIf" not in data:
+        return 1
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            value = im.getexif().get(EXIF_ORIENTATION, 1)
+    except Exception:  # noqa: BLE001 - not an image, or a malformed EXIF block: decoding says the rest
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def oriented(arr: np.ndarray, value: int) -> np.ndarray:
+    """``arr`` (``[H, W]`` or ``[H, W, C]``, as stored) turned as EXIF Orientation ``value`` says it is shown
+    (a view; Pillow's ``ImageOps.exif_transpose``)."""
+    if value == 2:
+        return arr[:, ::-1]
+    if value == 3:
+        return arr[::-1, ::-1]
+    if value == 4:
+        return arr[::-1]
+    if value == 5:
+        return arr.swapaxes(0, 1)
+    if value == 6:
+        return np.rot90(arr, -1)
+    if value == 7:
+        return np.rot90(arr.swapaxes(0, 1), 2)
+    if value == 8:
+        return np.rot90(arr, 1)
+    return arr
 
 
 def _decode_pil(data: bytes, path: Path) -> np.ndarray:
@@ -77,7 +122,8 @@ def load_image(path: str | Path, channels: int = 3) -> np.ndarray:
     """Read an image file, whatever its format, as 8-bit RGB or gray.
 
     Decoding is by content (a PNG named ``.jpg`` works). Alpha is dropped, 16-bit data is
-    scaled to 8 bits, palette and CMYK images are converted to RGB.
+    scaled to 8 bits, palette and CMYK images are converted to RGB. EXIF orientation is applied
+    (module docstring): ``H`` and ``W`` are those of the photo as a viewer shows it.
 
     Args:
         path: the image file.
@@ -105,6 +151,8 @@ def load_image(path: str | Path, channels: int = 3) -> np.ndarray:
     if not data:
         raise DataError(f"{path}: image file is empty (0 bytes)")
     arr, is_bgr = _decode(data, path)
+    if not (is_bgr and data[:4] in _TIFF_MAGIC):  # OpenCV's TIFF decoder turns the pixels itself
+        arr = np.ascontiguousarray(oriented(arr, orientation(data)))  # no copy when nothing turns
 
     if arr.dtype == np.uint16:
         arr = ((arr.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)

@@ -16,7 +16,8 @@ import pandas as pd
 
 from whale import NEW_WHALE
 from whale.data.competition import Competition
-from whale.data.folds import assign_folds, fold_summary, split
+from whale.core.errors import ConfigError
+from whale.data.folds import N_FOLDS, assign_folds, fold_summary, split
 
 FLIP_SUFFIX = "_flip"
 """Id suffix of the mirrored identities of ``flip_ids`` (``w_1234abc`` -> ``w_1234abc_flip``)."""
@@ -132,15 +133,19 @@ def _fold(gallery: ImageSet, val: ImageSet, summary: str = "", open_label: str =
     return FoldData(pairs, gallery, val, gallery.positions(pairs.names), summary, open_label)
 
 
-def fold_data(comp: Competition, fold: int, seed: int, n_folds: int = 4,
+def fold_data(comp: Competition, fold: int, seed: int, n_folds: int = N_FOLDS,
               val_new_whale: bool = True) -> FoldData:
     """Split a competition by the paper's fold rules; fold -1 trains on everything.
 
     ``val_new_whale=False`` drops the open-set images (``comp.open_label``) the rules add to
     validation. The rules follow ``comp.format`` (:mod:`whale.data.folds`).
+
+    Raises:
+        ConfigError: ``fold`` outside -1..``n_folds - 1`` (a ``ValueError``).
     """
     if not -1 <= fold < n_folds:
-        raise ValueError(f"fold must be -1 (train on everything) or 0..{n_folds - 1}, got {fold}")
+        raise ConfigError(f"fold {fold}: expected -1 (train on everything) or 0..{n_folds - 1} "
+                          f"(the paper's {n_folds} folds)")
     fmt = comp.format
     folds = assign_folds(comp.train, n_folds=n_folds, seed=seed, fmt=fmt)
     train_part, val_part = split(comp.train, folds, fold, fmt=fmt)

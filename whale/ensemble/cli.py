@@ -28,7 +28,8 @@ import numpy as np
 
 from whale import command
 from whale.ensemble.combine import average_score_files, normalise_weights, validation_groups
-from whale.ensemble.identity import check_inputs, check_no_leak, identity_table, read_identities
+from whale.ensemble.identity import (check_inputs, check_no_leak, check_pairs, check_same_queries,
+                                     identity_table, read_identities)
 from whale.ensemble.recipe import load_recipe
 from whale.ensemble.report import plot_thresholds, write_threshold_csv
 from whale.core.errors import ConfigError, DataError
@@ -209,8 +210,10 @@ def _tuned_weights(runs: Sequence[Path], args, log) -> np.ndarray:
     missing = [str(p) for p in val_paths if not p.is_file()]
     if missing:
         raise DataError(f"--tune-weights needs every run's validation scores; missing: {first_names(missing)}")
-    check_inputs(val_paths, read_identities(val_paths), log=log)
+    identities = read_identities(val_paths)
+    check_inputs(val_paths, identities, log=log)
     check_no_leak(val_paths)
+    check_same_queries(val_paths, identities)
     fmt = recorded_format(runs, args.format)
     step = 0.1 if args.weight_step is None else args.weight_step
     grid = f"grid step {step:g}" if args.weight_grid == "linear" else "log grid, ratios 2^-17..2^6 to the first run"
@@ -264,6 +267,7 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
     if args.tune:
         for extra in (_sibling(out, f".threshold.{ext}") for ext in ("csv", "png", "json")):
             check_output(extra, "--tune's file")
+    check_pairs(runs, [score_path(r, "test") for r in runs], [score_path(r, "val") for r in runs])
     if args.tune_weights:
         weights = _tuned_weights(runs, args, log)
 

@@ -9,7 +9,11 @@ revision, Keras backend) and, for validation files, the images the model trained
   validation queries scored twice); a run's ``snapshot: true`` models (``scores/384/``) are
   models of their own and may join it;
 - a validation file whose queries include images its model trained on (a threshold tuned
-  on it would be fitted on leaked labels), or whose queries overlap its own gallery.
+  on it would be fitted on leaked labels), or whose queries overlap its own gallery;
+- a run whose ``val.npz`` and ``test.npz`` were written by different runs or folds (:func:`check_pairs`: a
+  threshold tuned on the one would be applied to the other);
+- for ``--tune-weights``, validation files that do not score the same queries (:func:`check_same_queries`:
+  runs of different folds or data).
 
 Files written before identities were recorded pass with a warning: they cannot be checked.
 """
@@ -92,3 +96,43 @@ def check_no_leak(paths: Sequence[Path]) -> None:
                     + f": {first_names(leaked)}; tuning on them would fit the threshold on leaked labels "
                     f"(score the run's own fold{'' if fold is None else f', {fold}'}: run_fold.py --score-only "
                     "--fold as in its run.json)")
+
+
+def check_pairs(runs: Sequence[Path], test_paths: Sequence[Path], val_paths: Sequence[Path]) -> None:
+    """Refuse a run whose validation and test score files record different writers (``run_id`` or ``fold``): a
+    score folder holding an earlier score run's ``val.npz`` beside a new ``test.npz``. Files without a recorded
+    identity, and runs missing one of the two, pass (the callers name missing files).
+
+    Raises:
+        DataError: naming both files and their writers.
+    """
+    for run, test, val in zip(runs, test_paths, val_paths):
+        if not (Path(test).is_file() and Path(val).is_file()):
+            continue
+        ti, vi = read_identities([test, val])
+        if ti is None or vi is None:
+            continue
+        who = [(i.get("run_id"), i.get("fold")) for i in (ti, vi)]
+        if who[0] != who[1]:
+            raise DataError(f"{run}: {val} was written by run {who[1][0]} (fold {who[1][1]}), {test} by run "
+                            f"{who[0][0]} (fold {who[0][1]}): a threshold or weights tuned on that validation "
+                            "would not fit these test scores; score the run again into a new folder (whale score "
+                            "... --fold K, run_fold.py --score-only)")
+
+
+def check_same_queries(paths: Sequence[Path], identities: Sequence[dict | None], what: str = "--tune-weights") -> None:
+    """Refuse validation files that do not hold the same set of queries (runs of different folds, seeds or data):
+    ``what`` weighs the runs against each other on queries every one of them scored.
+
+    Raises:
+        DataError: naming the first file that differs from the first one, both folds and the queries shared.
+    """
+    ref = set(read_header(Path(paths[0]), True)["query"].tolist())
+    for path, ident in zip(paths[1:], identities[1:]):
+        queries = set(read_header(Path(path), True)["query"].tolist())
+        if queries != ref:
+            folds = [(i or {}).get("fold") for i in (identities[0], ident)]
+            raise DataError(f"{what}: {path} validates {len(queries)} queries (fold {folds[1]}), {paths[0]} "
+                            f"{len(ref)} (fold {folds[0]}), {len(queries & ref)} of them shared: the weights are "
+                            "tuned on queries every run scored; score every run on the same fold of the same data "
+                            "(same --fold and --seed)")

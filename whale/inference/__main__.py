@@ -59,6 +59,8 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--run and --matcher keypoints exclude each other (the matcher trains nothing)")
     if args.matcher == "run" and args.run is None:
         p.error("--run is required (or --matcher keypoints)")
+    if args.workers is not None and args.workers < 1:
+        p.error(f"--workers: expected an integer >= 1 (extraction processes), received {args.workers}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,8 +84,11 @@ def _keypoints(args) -> int:
     from whale.inference.keypoints import score_competition
     from whale.config.overrides import overrides
 
+    from whale.keypoints.store import default_root
+
     out = Path(args.out)
     check_output(out, folder=out.suffix != ".npz")
+    check_output(args.cache or default_root(), "--cache", folder=True)  # the store is written into too
     cfg = load_keypoint_config(args.config, overrides(args.set))
     score_competition(args.data, out, cfg, fold=args.fold, seed=args.seed, store_root=args.cache,
                       workers=args.workers, progress=not args.quiet)

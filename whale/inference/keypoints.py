@@ -15,23 +15,88 @@ keypoint selection (``select``), one selector serves both: fitted on the validat
 of the classifier, which never saw them), and the test gallery's photos as they are: each photo of the fold's
 gallery by the half that never saw its individual, the fold's queries by both (:mod:`whale.keypoints.selection`).
 Validation treats its queries as the test treats its own, so the ``new_whale`` threshold tuned there carries over.
+
+A score folder holds the files of one score run: a folder holding another kind of record (a trained run's
+``run.json``, ``config.yaml``, ``checkpoints/`` or score files) is refused before any work
+(:func:`check_score_folder`), and the earlier score run's files go just before the first new one is written, so a
+``val.npz`` of another fold or other settings never stays beside a new ``test.npz``.
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from whale.data import ImageSet, fold_data, load_competition
-from whale.core.errors import DataError
+from whale.data.folds import N_FOLDS
+from whale.core.errors import ConfigError, DataError, OutputError
 from whale.core.files import git_revision, write_json_atomic, write_text_atomic
-from whale.inference.scorefile import write_scores
+from whale.inference.scorefile import read_header, write_scores
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.matcher import KeypointMatcher
 from whale.keypoints.store import FeatureStore
 
 MATCHER = "keypoints"
+RECORD = ("run.json", "val.npz", "test.npz", "keypoints.yaml")
+"""What a score run writes into its folder; ``run.json`` first among what an earlier one's removal takes."""
+TRAINED = ("config.yaml", "checkpoints")
+"""What a trained run's folder holds besides its ``run.json``."""
+
+
+def check_score_folder(out: Path) -> None:
+    """Refuse ``--out`` folder ``out`` when it holds another kind of record than a keypoint score run's: a
+    ``run.json`` not written by one (a trained run's: its argv, data fingerprint, history), a trained run's
+    ``config.yaml`` or ``checkpoints/``, or score files another run wrote (a trained run's ``RUN/scores/``).
+
+    Raises:
+        OutputError: naming the file and what it is.
+    """
+    meta_path = Path(out) / "run.json"
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict) or meta.get("matcher") != MATCHER:
+            what = (f"a trained run's record (run_id {meta['run_id']})" if isinstance(meta, dict) and meta.get("run_id")
+                    else "not a keypoint score run's record")
+            raise OutputError(f"--out {out}: {meta_path} is {what}; a score folder's run.json would replace it: "
+                              "choose another --out (a new folder)")
+    for name in TRAINED:
+        if (Path(out) / name).exists():
+            raise OutputError(f"--out {out}: holds {name}, a trained run's folder; a score folder's files would mix "
+                              "with it: choose another --out (a new folder)")
+    for name in ("val.npz", "test.npz"):
+        path = Path(out) / name
+        if not path.is_file():
+            continue
+        try:
+            ident = read_header(path, False)["identity"] or {}
+        except DataError:
+            ident = {}
+        if ident.get("matcher") != MATCHER:
+            raise OutputError(f"--out {out}: {path} holds another run's scores (run_id {ident.get('run_id')}), not a "
+                              "keypoint score run's; they would be replaced: choose another --out (a new folder)")
+
+
+class _Folder:
+    """The score folder ``out``: the earlier score run's files removed once, just before the first new one."""
+
+    def __init__(self, out: Path, log):
+        self.out, self.log, self.cleared = out, log, False
+
+    def clear(self, writes: set[str]) -> None:
+        if self.cleared:
+            return
+        self.cleared = True
+        for name in RECORD:
+            path = self.out / name
+            if path.is_file():
+                path.unlink()
+                if name not in writes:
+                    self.log(f"removed {path}: an earlier score run's, which this run does not write again")
 
 
 def identity(cfg: KeypointConfig, split: str, fold: int | None, seed: int) -> dict:
@@ -59,15 +124,30 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     """
     out = Path(out)
     single = out.suffix == ".npz"
+    if fold is not None and not 0 <= fold < N_FOLDS:
+        raise ConfigError(f"--fold {fold}: expected 0..{N_FOLDS - 1}, the fold whose validation queries val.npz "
+                          f"holds (the paper's {N_FOLDS} folds, as whale train's --fold)")
     if single and fold is not None:
         raise DataError(f"--out {out}: --fold writes val.npz and test.npz: give a folder, not a .npz file")
+    if not single:
+        check_score_folder(out)
     comp = load_competition(data_dir)
     if not comp.test_images and fold is None:
         raise DataError(f"{Path(data_dir) / 'test'}: no test images to score (the folder is empty or missing); "
                         "give --fold K to score a validation fold")
     known = ImageSet.known(comp)
+    if not len(known):
+        raise DataError(f"{Path(data_dir) / 'train.csv'}: no training image has a known id ({len(comp.train)} rows, "
+                        f"all {comp.open_label}): the matcher has no gallery to match against")
     test = ImageSet.test(comp)
     data = fold_data(comp, fold, seed) if fold is not None else None
+    if data is not None and not len(data.val):
+        raise DataError(f"{data_dir}: fold {fold} has no validation images (fold rules: docs/training.md)")
+    if data is not None and not len(data.gallery):
+        raise DataError(f"{Path(data_dir) / 'train.csv'}: fold {fold} keeps no training image of a known id to "
+                        "match its validation queries against")
+    if data is not None and not comp.test_images:
+        log(f"keypoints: {Path(data_dir) / 'test'} holds no test images: writing val.npz only, no test.npz")
     # every photo once: the known training images (the gallery and the fold's known queries), the fold's
     # open-set queries, the test images
     sets = [known, test] + ([data.val] if data is not None else [])
@@ -92,21 +172,26 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
 
     written = {}
     target = out if single else out / "test.npz"
+    folder = _Folder(out, log)
+    writes = {name for name, yes in (("val.npz", data is not None), ("test.npz", bool(comp.test_images))) if yes}
+    writes |= {"run.json", "keypoints.yaml"}
     selector = None  # the validation fold's, reused by the test
     if data is not None:
-        if not len(data.val):
-            raise DataError(f"{data_dir}: fold {fold} has no validation images (fold rules: docs/training.md)")
-
         def write_val(scores):
+            folder.clear(writes)
             return write_scores(out / "val.npz", scores, data.val.names, data.gallery.names, data.gallery.ids,
                                 query_ids=data.val.ids, identity=identity(cfg, "val", fold, seed), trained_on=[])
 
         written["val"], selector = _score(of(data.gallery), data.gallery.ids, of(data.val), cfg, progress, times,
                                           "val", log, write_val)
     if comp.test_images:
-        written["test"], _ = _score(of(known), known.ids, of(test), cfg, progress, times, "test", log,
-                                    lambda s: write_scores(target, s, test.names, known.names, known.ids,
-                                                           identity=identity(cfg, "test", fold, seed)),
+        def write_test(scores):
+            if not single:
+                folder.clear(writes)
+            return write_scores(target, scores, test.names, known.names, known.ids,
+                                identity=identity(cfg, "test", fold, seed))
+
+        written["test"], _ = _score(of(known), known.ids, of(test), cfg, progress, times, "test", log, write_test,
                                     selector=selector)
     if not single:
         import yaml

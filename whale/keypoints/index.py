@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from whale.core.errors import DataError
+from whale.core.progress import progress_line
 from whale.keypoints.config import AUTO_IVF_FROM, SearchConfig
 from whale.keypoints.extract import Features, as_float
 
@@ -37,7 +38,8 @@ class DescriptorIndex:
         kind: ``"exact"`` or ``"ivf"``.
     """
 
-    def __init__(self, features: Sequence[Features], cfg: SearchConfig, seed: int = 0):
+    def __init__(self, features: Sequence[Features], cfg: SearchConfig, seed: int = 0, progress: bool = False):
+        """``progress``: a line on stderr before FAISS trains its index (the one step here that takes long)."""
         counts = np.array([len(f) for f in features], dtype=np.int64)
         self.owner = np.repeat(np.arange(len(features), dtype=np.int64), counts)
         self.local = np.concatenate([np.arange(c, dtype=np.int64) for c in counts]) if len(counts) else \
@@ -47,6 +49,7 @@ class DescriptorIndex:
         self._desc = np.concatenate([as_float(f.desc) for f in features]) if n else np.zeros((0, 128), np.float32)
         self._index = None
         if self.kind == "ivf" and n:
+            progress_line(f"indexing {n:,} descriptors of {len(features)} photos (FAISS IVF-PQ)", progress)
             self._index = self._build_ivf(cfg, seed)
 
     def __len__(self) -> int:

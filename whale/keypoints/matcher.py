@@ -55,10 +55,11 @@ def normaliser(rows: np.ndarray, owner: np.ndarray, individual: np.ndarray | Non
     ``individual`` None: column ``k``, the ``k+1``-th neighbour (McCann & Lowe). Else HotSpotter's name rule:
     the first neighbour after the ``k`` voters whose individual (``individual[owner[row]]``) none of the
     voters has, so that an individual with many gallery photos does not normalise its own votes away; the
-    last neighbour found when every searched one is one of theirs.
+    last neighbour found when every searched one is one of theirs. A gallery without descriptors (``owner``
+    empty: no neighbour found) gives column ``k`` too.
     """
     m, depth = rows.shape
-    if individual is None or depth == k + 1:
+    if individual is None or depth == k + 1 or not len(owner):
         return np.full(m, k, np.int64)
     ind = np.where(rows >= 0, individual[owner[np.maximum(rows, 0)]], -1)
     voters = ind[:, :k]
@@ -89,7 +90,7 @@ def lnbnn_votes(dist: np.ndarray, rows: np.ndarray, owner: np.ndarray, k: int, n
     m = len(dist)
     votes = np.zeros(n_gallery, np.float32)
     empty = np.zeros(0, np.int64)
-    if m == 0:
+    if m == 0 or not len(owner):  # no query descriptor, or a gallery without any: no vote
         return votes, empty, empty, empty, np.zeros(0, np.float32)
     norm = np.take_along_axis(dist, normaliser(rows, owner, individual, k)[:, None], axis=1)
     w = norm - dist[:, :k]
@@ -165,7 +166,8 @@ class KeypointMatcher:
         self.index = None
         self.select_steps: dict = {}
         if selector is None and cfg.select.keep < 1 and ids is not None:
-            self.index = DescriptorIndex(gallery, cfg.search)  # every keypoint: the gallery matched against itself
+            # every keypoint: the gallery matched against itself
+            self.index = DescriptorIndex(gallery, cfg.search, progress=progress)
             self.select_steps["index"] = time.perf_counter() - t0
             self.selector = KeypointSelector(cfg.select, self, ids, progress)  # labels: this matcher, every keypoint
             self.select_steps.update(self.selector.seconds)
@@ -175,7 +177,7 @@ class KeypointMatcher:
         self.select_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         if self.index is None:
-            self.index = DescriptorIndex(self.gallery, cfg.search)
+            self.index = DescriptorIndex(self.gallery, cfg.search, progress=progress)
         self.index_seconds = time.perf_counter() - t0
 
     def match(self, queries: Sequence[Features], progress: bool = True, leave_out=None,

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from whale.core.progress import progress_bar, progress_line
 from whale.keypoints.config import SelectConfig
 from whale.keypoints.extract import Features, as_float
 
@@ -56,23 +57,28 @@ def keypoint_context(f: Features) -> np.ndarray:
                       np.log1p(f.shape[:, :1])]).astype(np.float32)
 
 
-def predict(models, photos: Sequence[Features]) -> list[np.ndarray]:
+def predict(models, photos: Sequence[Features], progress: bool = False, what: str = "") -> list[np.ndarray]:
     """``[n_i] float`` per photo: the mean over ``models`` of the probability that a keypoint is one a same-whale
-    match verifies, predicted for consecutive photos together, about :data:`PREDICT_ROWS` keypoints a call."""
+    match verifies, predicted for consecutive photos together, about :data:`PREDICT_ROWS` keypoints a call
+    (``progress``: a bar over the calls, named ``what``)."""
     counts = np.array([len(f) for f in photos], dtype=np.int64)
     ends = np.cumsum(counts)
-    out: list[np.ndarray] = []
+    spans = []
     start = 0
     while start < len(photos):
         before = ends[start] - counts[start]  # keypoints of the photos already scored
         stop = max(start + 1, int(np.searchsorted(ends, before + PREDICT_ROWS, side="right")))
+        spans.append((start, stop, before))
+        start = stop
+    out: list[np.ndarray] = []
+    desc = f"keypoint selection: scoring {int(counts.sum()):,} keypoints of {what}"
+    for start, stop, before in progress_bar(spans, desc=desc, enabled=progress and len(spans) > 1):
         if ends[stop - 1] == before:  # photos without keypoints
             out.extend(np.zeros(0) for _ in range(start, stop))
         else:
             context = np.concatenate([keypoint_context(f) for f in photos[start:stop]])
             p = np.mean([m.predict_proba(context)[:, 1] for m in models], axis=0)
             out.extend(np.split(p, np.cumsum(counts[start:stop])[:-1]))
-        start = stop
     return out
 
 
@@ -130,6 +136,7 @@ class KeypointSelector:
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         self.cfg = cfg
+        self.progress = progress
         self.models: list = []
         self.reason = ""
         self.seconds: dict = {}  # labels, fit (the two classifiers), score (every gallery keypoint)
@@ -138,6 +145,8 @@ class KeypointSelector:
         self._member = {id(f): i for i, f in enumerate(self._gallery)}  # the gallery holds them: ids stay unique
         t0 = time.perf_counter()
         labelled = labelled_photos(ids, cfg.photos, cfg.seed)
+        progress_line(f"keypoint selection: labels from the verified same-whale matches of {len(labelled)} photos "
+                      f"against the gallery's {len(self._gallery)}", progress)
         labels = verified_labels(matcher, ids, cfg.min_inliers, labelled, progress)
         self.seconds["labels"] = time.perf_counter() - t0
         positives = int(sum(y.sum() for y in labels))
@@ -159,6 +168,7 @@ class KeypointSelector:
                 return
             x = np.concatenate([keypoint_context(self._gallery[i]) for i in train])
             take = rng.choice(len(x), min(len(x), cfg.samples), replace=False)
+            progress_line(f"keypoint selection: fitting classifier {h + 1} of 2 on {len(take):,} keypoints", progress)
             model = HistGradientBoostingClassifier(max_iter=200, max_leaf_nodes=31, random_state=cfg.seed)
             self.models.append(model.fit(x[take], y[take]))
             del x
@@ -167,7 +177,9 @@ class KeypointSelector:
         self._gallery_scores = [np.zeros(0)] * len(self._gallery)
         for h in (0, 1):
             own = np.flatnonzero(half == h)
-            for i, p in zip(own, predict(self.models[1 - h:2 - h], [self._gallery[i] for i in own])):
+            scores = predict(self.models[1 - h:2 - h], [self._gallery[i] for i in own], progress,
+                             f"the gallery (half {h + 1} of 2)")
+            for i, p in zip(own, scores):
                 self._gallery_scores[i] = p
         self.seconds["score"] = time.perf_counter() - t2
 
@@ -197,6 +209,6 @@ class KeypointSelector:
             return list(photos)
         photos = list(photos)
         new = [f for f in photos if id(f) not in self._member]
-        scores = iter(predict(self.models, new))
+        scores = iter(predict(self.models, new, self.progress, f"{len(new)} new photos"))
         return [self.keep(f, self._gallery_scores[self._member[id(f)]] if id(f) in self._member else next(scores))
                 for f in photos]

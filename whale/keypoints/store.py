@@ -6,6 +6,11 @@
 and a second run, a new batch or the catalogue reuse what is there. Each file is written atomically as
 soon as its photo is done: a killed extraction keeps every finished photo.
 
+Each file also records the key it was extracted for (``photo``: the photo's sha256, with its box), so a file
+copied over another, or one of an earlier version that recorded none (extracted before EXIF orientation was
+applied), is known: :func:`read_entry` says what is wrong with it, :meth:`FeatureStore.features` extracts it
+again, and ``whale catalogue check`` lists it.
+
 The default root is ``$WHALE_CACHE/keypoints``, else ``~/.cache/whale/keypoints``.
 """
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.core.errors import DataError
+from whale.core.errors import ConfigError, DataError
 from whale.core.files import atomic_write, file_hash
 from whale.keypoints.config import FeatureConfig, KeypointConfig
 from whale.keypoints.extract import Features, extract
@@ -55,33 +60,63 @@ def _start_method() -> str:
     return "spawn" if {"tensorflow", "jax", "torch"} & set(sys.modules) else "fork"
 
 
+MISSING = "missing"
+UNTIED = "records no photo (written by an earlier version)"
+"""What :func:`read_entry` says of a file that exists but records no key: not tied to a photo."""
+
+
+def read_entry(path: Path, key: str) -> tuple[Features | None, str]:
+    """``(features, "")`` of the store file ``path`` written for ``key`` (a photo's sha256, ``-box`` after it for
+    a boxed photo), else ``(None, what is wrong)``: :data:`MISSING`, unreadable, :data:`UNTIED`, another photo's
+    features (``"holds the features of photo ..."``), or arrays of the wrong shape or with values not finite."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            names = set(z.files)
+            if not {"xy", "shape", "desc", "size"} <= names:
+                return None, f"not a feature file (arrays {', '.join(sorted(names)) or 'none'})"
+            if "photo" not in names:
+                return None, UNTIED
+            photo = str(z["photo"])
+            f = Features(z["xy"], z["shape"], z["desc"], tuple(int(v) for v in z["size"]))
+    except FileNotFoundError:
+        return None, MISSING
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        return None, f"not a readable feature file ({exc})"
+    if photo != key:
+        return None, f"holds the features of photo {photo[:12]}, not of {key[:12]} its name says"
+    n = len(f.xy)
+    if (f.xy.shape != (n, 2) or f.shape.shape != (n, 2) or f.desc.shape != (n, 128) or f.desc.dtype != np.uint8
+            or len(f.size) != 2 or not (np.isfinite(f.xy).all() and np.isfinite(f.shape).all())):
+        return None, "arrays of the wrong shape or type, or values that are not finite"
+    return f, ""
+
+
 class FeatureStore:
-    """Features by photo content under ``root`` for one :class:`KeypointConfig`'s feature settings."""
+    """Features by photo content under ``root`` for one :class:`KeypointConfig`'s feature settings.
+    ``redone``: stored files found not to hold their photo's features (:func:`read_entry`), extracted again."""
 
     def __init__(self, cfg: KeypointConfig, root=None):
         self.cfg = cfg
         self.root = Path(root) if root is not None else default_root()
         self.folder = self.root / cfg.fingerprint()
+        self.redone = 0
 
     def path(self, digest: str) -> Path:
         return self.folder / digest[:2] / f"{digest}.npz"
 
     def _read(self, digest: str) -> Features | None:
-        path = self.path(digest)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return Features(z["xy"], z["shape"], z["desc"], tuple(int(v) for v in z["size"]))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-            return None  # a damaged entry is extracted again and overwritten
+        features, what = read_entry(self.path(digest), digest)
+        if features is None and what != MISSING:
+            self.redone += 1  # a damaged, untied or another photo's entry is extracted again and overwritten
+        return features
 
     def _write(self, digest: str, f: Features) -> None:
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:
-                np.savez(fh, xy=f.xy, shape=f.shape, desc=f.desc, size=np.asarray(f.size, np.int64))
+                np.savez(fh, xy=f.xy, shape=f.shape, desc=f.desc, size=np.asarray(f.size, np.int64),
+                         photo=np.asarray(digest))
 
-        atomic_write(self.path(digest), write)
+        atomic_write(self.path(digest), write, flag="--cache")
 
     def features(self, paths: Sequence, workers: int | None = None, progress: bool = True,
                  digests: Sequence[str] | None = None, boxes: Sequence[tuple | None] | None = None) -> list[Features]:
@@ -98,6 +133,8 @@ class FeatureStore:
         Raises:
             DataError: a photo is missing or cannot be decoded (the message names it).
         """
+        if workers is not None and int(workers) < 1:
+            raise ConfigError(f"workers: expected an integer >= 1 (extraction processes), received {workers}")
         paths = [Path(p) for p in paths]
         if digests is None:
             digests = []
@@ -108,13 +145,17 @@ class FeatureStore:
         boxes = list(boxes) if boxes is not None else [None] * len(paths)
         digests = [d if b is None else f"{d}-{'_'.join(str(round(float(v), 1)) for v in b)}"
                    for d, b in zip(digests, boxes)]
-        out: list[Features | None] = [self._read(d) for d in digests]
+        redone = self.redone
+        reading = progress_bar(digests, desc="reading stored keypoint features", enabled=progress and len(paths) > 200)
+        out: list[Features | None] = [self._read(d) for d in reading]
         todo = [i for i, f in enumerate(out) if f is None]
         if not todo:
             return out  # type: ignore[return-value]
-        workers = default_workers() if workers is None else max(1, int(workers))
+        workers = default_workers() if workers is None else int(workers)
         jobs = [(str(paths[i]), self.cfg.features, boxes[i]) for i in todo]
-        bar = dict(total=len(todo), desc=f"extracting keypoints ({len(todo)} new photos)", enabled=progress)
+        redone = self.redone - redone
+        what = f"{len(todo) - redone} new photos" + (f", {redone} stored files not their photo's" if redone else "")
+        bar = dict(total=len(todo), desc=f"extracting keypoints ({what})", enabled=progress)
         if workers == 1 or len(todo) < 8:
             results = progress_bar(map(_extract_job, jobs), **bar)
             self._keep(results, todo, digests, out)

@@ -30,7 +30,7 @@ def plot_training(log_csv, out_png) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(log_csv, newline="") as f:
+    with open(log_csv, newline="", encoding="utf-8-sig") as f:  # a BOM (a spreadsheet's save) is no column name
         rows = list(csv.DictReader(f))
     if not rows:
         return None

@@ -39,7 +39,7 @@ def read_log(path: Path) -> list[dict]:
     """Rows of ``log.csv`` as dicts of strings; ``[]`` when there is none yet."""
     if not Path(path).exists():
         return []
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:  # a BOM (a spreadsheet's save) is no column name
         return list(csv.DictReader(f))
 
 
