@@ -388,20 +388,30 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
         if name in seen:
             raise bad(f"photo {name!r} has a decision in row {seen[name]} already")
         seen[name] = n
-        if decision not in DECISIONS:
-            raise bad(f"decision {decision!r}: expected one of {', '.join(DECISIONS)}")
-        if decision == "skip":
-            if individual:
-                raise bad(f"skip takes no individual, received {individual!r}")
-        elif not individual:
-            raise bad(f"{decision} needs an individual")
-        elif individual.startswith("new:"):
-            raise bad(f"individual {individual!r}: the prefix 'new:' is reserved (the catalogue records new ones so)")
-        elif decision == "new" and individual == NEW_WHALE:
-            raise bad(f"{NEW_WHALE!r} is the label of unknown individuals, not a name: choose another")
-        elif decision == "match" and not allow_unlisted and individual not in {c.individual for c in photo.candidates}:
-            listed = ", ".join(c.individual for c in photo.candidates) or "none"
-            raise bad(f"{individual!r} is not a candidate of {name!r} (candidates: {listed}); a match the model "
-                      "did not propose needs allow_unlisted")
+        problem = decision_problem(photo, decision, individual, allow_unlisted)
+        if problem:
+            raise bad(problem)
         out.append(Decision(name, decision, individual or None, n, **sighting))
     return out
+
+
+def decision_problem(photo: Photo, decision: str, individual: str, allow_unlisted: bool = False,
+                     kinds: tuple[str, ...] = DECISIONS) -> str | None:
+    """What is wrong with deciding ``decision`` (one of ``kinds``) with ``individual`` ("" for none) for
+    ``photo``, or None: the one check of a decision, a decisions file's row (:func:`read_decisions`) or the
+    review server's keypress, whose ``kinds`` add ``undo``)."""
+    if decision not in kinds:
+        return f"decision {decision!r}: expected one of {', '.join(kinds)}"
+    if decision in ("skip", "undo"):
+        return f"{decision} takes no individual, received {individual!r}" if individual else None
+    if not individual:
+        return f"{decision} needs an individual"
+    if individual.startswith("new:"):
+        return f"individual {individual!r}: the prefix 'new:' is reserved (the catalogue records new ones so)"
+    if decision == "new" and individual == NEW_WHALE:
+        return f"{NEW_WHALE!r} is the label of unknown individuals, not a name: choose another"
+    if decision == "match" and not allow_unlisted and individual not in {c.individual for c in photo.candidates}:
+        listed = ", ".join(c.individual for c in photo.candidates) or "none"
+        return (f"{individual!r} is not a candidate of {photo.photo!r} (candidates: {listed}); a match the model "
+                "did not propose needs allow_unlisted")
+    return None
