@@ -8,7 +8,7 @@ new id, in one file or one by one: an id this batch's ``new`` decisions created 
 ``skip`` (``individual`` empty). ``photo`` is a photo of the batch as its proposals name it
 (its path, or just its file name when that is unique in the batch). The rows are read and checked by
 :func:`whale.catalogue.report.read_decisions` (one reader for the page's export and for ``accept``).
-:func:`record` takes decisions already made (the review server's: one per
+:func:`record` takes decisions already made (the review server's, :mod:`whale.catalogue.server`: one per
 keypress), checked by the same :func:`whale.catalogue.report.decision_problem`, and may also say ``undo``.
 
 Both check every decision first, copy the matched photos into the catalogue (durable), then record
