@@ -41,18 +41,18 @@ install: $(STAMP)
 
 kaggle-env: $(KSTAMP)
 
-# The review page's browser test (tests/test_report.py, marker `browser`) drives a headless Chromium of the
-# system's packages over its DevTools pipe: installed here where it can be (root with apt-get: Debian 12's
-# `chromium`, about 40 s and 155 MB of packages), else only a message, and the test is skipped.
+# The review pages' browser tests (tests/test_report.py, tests/test_review_server.py, marker `browser`) drive a
+# headless Chromium of the system's packages over its DevTools pipe: installed here where it can be (root with
+# apt-get: Debian 12's `chromium`, about 40 s and 155 MB of packages), else only a message, and they are skipped.
 CHROMIUMS := chromium chromium-browser google-chrome google-chrome-stable
 browser:
 	@for b in $(CHROMIUMS); do command -v $$b >/dev/null 2>&1 && exit 0; done; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing chromium (apt-get) for the review page's browser test"; \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; } >/dev/null \
-			|| echo "apt-get could not install chromium: the browser test of tests/test_report.py is skipped"; \
+			|| echo "apt-get could not install chromium: the browser tests are skipped"; \
 	else \
-		echo "no chromium, and no apt-get as root to install it: the browser test of tests/test_report.py is skipped"; \
+		echo "no chromium, and no apt-get as root to install it: the browser tests are skipped"; \
 	fi
 
 demo: $(STAMP)

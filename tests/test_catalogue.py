@@ -115,7 +115,7 @@ def test_accept_appends_decisions_creates_individuals_and_exports(tmp_path):
         rows = [[new[0].name, "match", "w0"], [str(new[1].resolve()), "new", "w7"], [new[2].name, "match", "w7"],
                 [new[3].name, "skip", ""]]
         n = accept(cat, "b1", _csv(tmp_path / "d.csv", ["photo", "decision", "individual"], rows), by="ana")
-        assert n == {"matched": 2, "new": 1, "skipped": 1, "undone": 0, "unchanged": 0}
+        assert n == {"matched": 2, "new": 1, "skipped": 1, "undone": 0, "undo": 0, "unchanged": 0}
         assert cat.individuals() == {"w0", "w7"}
         assert sorted(r[0] for r in cat.query("SELECT decided FROM decisions")) == ["new:w7", "skip", "w0", "w7"]
         assert {r[0] for r in cat.query("SELECT decided_by FROM decisions")} == {"ana"}
@@ -428,9 +428,43 @@ def test_a_version_1_catalogue_is_migrated_and_knows_which_sightings_decisions_a
                        "WHERE key = 'schema_version';")
     conn.close()
     with Catalogue.open(tmp_path / "cat") as c:
-        assert c.meta("schema_version") == "2"
+        assert c.meta("schema_version") == "3"
         added = dict(c.query("SELECT image, decision FROM sightings"))
     assert added == {file_hash(known[0]): None, file_hash(known[1]): None, file_hash(new[0]): 1}
+
+
+def test_a_version_2_catalogue_is_migrated_to_3_keeping_its_decisions_and_may_record_an_undo(tmp_path):
+    import sqlite3
+
+    from whale.catalogue.db import DB_NAME
+    from whale.catalogue.decisions import accept, record
+    from whale.catalogue.ingest import add_photos
+    from whale.catalogue.report import Decision
+
+    known, new = _photos(tmp_path / "known", 2), _photos(tmp_path / "new", 2, seed=1)
+    with Catalogue.create(tmp_path / "cat") as c:
+        add_photos(c, _csv(tmp_path / "k.csv", ["image", "individual"], [[p.name, "w0"] for p in known]),
+                   tmp_path / "known", progress=False)
+        _batch(c, new)
+        accept(c, "b1", _csv(tmp_path / "d.csv", ["photo", "decision", "individual"],
+                             [[new[0].name, "match", "w0"], [new[1].name, "skip", ""]]))
+        before = {t: c.query(f"SELECT * FROM {t} ORDER BY 1") for t in ("decisions", "sightings", "images")}
+    conn = sqlite3.connect(tmp_path / "cat" / DB_NAME)  # the decisions table as version 2 made it: no 'undo'
+    conn.executescript("PRAGMA foreign_keys=OFF; BEGIN; CREATE TABLE d2 (id INTEGER PRIMARY KEY, batch TEXT NOT NULL, "
+                       "photo TEXT NOT NULL, photo_hash TEXT NOT NULL, decision TEXT NOT NULL CHECK (decision IN "
+                       "('match', 'new', 'skip')), decided TEXT NOT NULL, decided_by TEXT NOT NULL, decided_at TEXT "
+                       "NOT NULL); INSERT INTO d2 SELECT * FROM decisions; DROP TABLE decisions; ALTER TABLE d2 "
+                       "RENAME TO decisions; UPDATE meta SET value = '2' WHERE key = 'schema_version'; COMMIT;")
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("INSERT INTO decisions (batch, photo, photo_hash, decision, decided, decided_by, decided_at) "
+                     "VALUES ('b1', 'x', 'h', 'undo', 'undo', 'me', 'now')")
+    conn.close()
+    with Catalogue.open(tmp_path / "cat") as c:
+        assert c.meta("schema_version") == "3"
+        assert {t: c.query(f"SELECT * FROM {t} ORDER BY 1") for t in before} == before  # rows and ids kept
+        assert c.query("PRAGMA foreign_key_check") == []
+        assert record(c, "b1", [Decision(str(new[0].resolve()), "undo", None, 0)])["undone"] == 1
+        assert c.query("SELECT decision FROM decisions ORDER BY id DESC LIMIT 1") == [("undo",)]
 
 
 class _DotScorer:

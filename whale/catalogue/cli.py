@@ -4,6 +4,7 @@
     whale catalogue match CAT --run RUN --photos NEW_DIR [--top 10] [--batch NAME] [--rematch]
     whale catalogue match CAT --method keypoints --photos NEW_DIR       # no training: the keypoint matcher
     whale catalogue review CAT --batch NAME [--heatmaps]      # HTML report; exports decisions.csv
+    whale catalogue review CAT --batch NAME --serve [--port P] # keyboard review, each decision saved at once
     whale catalogue accept CAT --batch NAME --decisions decisions.csv [--date D --location L]
 
 ``init`` creates an empty catalogue (``add`` creates one too), ``index`` scores the catalogue's
@@ -153,10 +154,23 @@ def _review(args) -> str:
     if args.heatmaps and run == RUN:
         raise DataError(f"batch {args.batch!r} was matched by keypoints, not a trained run: its page shows the "
                         "keypoint matches; --heatmaps needs a run's batch")
+    if args.serve:
+        from whale.catalogue.server import serve
+
+        return serve(args.catalogue, args.batch, out, args.port or 0, by=args.by, matches=matches,
+                     verbose=not args.quiet, sighting={c: getattr(args, c) for c in SIGHTING_COLUMNS})
     # The heatmaps are drawn by the run that matched the batch (recorded in its proposals).
     written = write_report(path, out, args.heatmaps, run_dir=run if args.heatmaps else None,
                            verbose=not args.quiet, matches=matches)
     return f"wrote {written}: open it in a browser; fill in the form, export decisions.csv, then `accept`"
+
+
+def _check_review(parser, args) -> None:
+    serving = [f"--{name}" for name in ("port", "by", *SIGHTING_COLUMNS) if getattr(args, name) is not None]
+    if serving and not args.serve:
+        parser.error(f"{', '.join(serving)}: only with --serve")
+    if args.serve and args.heatmaps:
+        parser.error("--heatmaps draws them on the static page: review without --serve")
 
 
 def _accept(args) -> str:
@@ -255,12 +269,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 of the new photos (default: whole photos)")
     s.add_argument("--rematch", action="store_true",
                    help="replace the proposals of an existing batch (its decisions are kept)")
-    s = subcommand("review", _review, "write the batch's HTML review page")
+    s = subcommand("review", _review, "write the batch's HTML review page, or serve it (--serve)")
     s.add_argument("--batch", required=True)
     s.add_argument("--out", help="folder (default: CAT/batches/BATCH/review)")
     s.add_argument("--heatmaps", action="store_true", help="draw the paper's heatmaps beside the photos")
     s.add_argument("--matches", action="store_true",
                    help="draw the keypoint matches of every query and candidate (always for a keypoint batch)")
+    s.add_argument("--serve", action="store_true",
+                   help="serve the keyboard-driven page on 127.0.0.1 and save each decision to the catalogue at once")
+    s.add_argument("--port", type=int, help="with --serve: the port (default: a free one, printed)")
+    s.add_argument("--by", help="with --serve: who decides (default: $USER)")
+    for column in SIGHTING_COLUMNS:
+        s.add_argument(f"--{column}", help=f"with --serve: the sightings' {column}, as accept's --{column}")
+    command.check_with(s, _check_review)
     s = subcommand("accept", _accept, "record a reviewer's decisions")
     s.add_argument("--batch", required=True)
     s.add_argument("--decisions", required=True,

@@ -36,13 +36,23 @@ from pathlib import Path
 from whale.core.errors import DataError
 from whale.core.files import file_hash, partial_writes  # noqa: F401  (file_hash, the photo identity: imported from here too)
 
-SCHEMA_VERSION = 2
-"""2: ``sightings.decision``, the decision that added a sighting (NULL: ``add``); version 1 catalogues
-are migrated when opened (:func:`_migrate`)."""
+SCHEMA_VERSION = 3
+"""2: ``sightings.decision``, the decision that added a sighting (NULL: ``add``); 3: ``undo`` decisions (the
+review server's U: the photo undecided again). Catalogues of earlier versions are migrated when opened
+(:func:`_migrate`)."""
 DB_NAME = "catalogue.sqlite"
 LOCK_NAME = "catalogue.lock"
 WRITTEN_FOLDERS = ("images", "features", "batches")
 """The folders whose files the catalogue's commands write (atomically: a kill may leave partial writes)."""
+
+DECISIONS_TABLE = """
+CREATE TABLE {name} (
+    id INTEGER PRIMARY KEY, batch TEXT NOT NULL, photo TEXT NOT NULL, photo_hash TEXT NOT NULL,
+    decision TEXT NOT NULL CHECK (decision IN ('match', 'new', 'skip', 'undo')),
+    decided TEXT NOT NULL,               -- the individual, 'new:<id>', 'skip' or 'undo' (undecided again)
+    decided_by TEXT NOT NULL, decided_at TEXT NOT NULL);
+"""
+"""The decisions table (``{name}``: a migration builds it under another name first)."""
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -70,11 +80,7 @@ CREATE TABLE proposals (
     batch TEXT NOT NULL REFERENCES batches(name), photo TEXT NOT NULL, photo_hash TEXT NOT NULL,
     rank INTEGER NOT NULL, individual TEXT NOT NULL, score REAL NOT NULL, image TEXT NOT NULL,
     possibly_new INTEGER NOT NULL, grp INTEGER, PRIMARY KEY (batch, photo, rank));
-CREATE TABLE decisions (
-    id INTEGER PRIMARY KEY, batch TEXT NOT NULL, photo TEXT NOT NULL, photo_hash TEXT NOT NULL,
-    decision TEXT NOT NULL CHECK (decision IN ('match', 'new', 'skip')),
-    decided TEXT NOT NULL,               -- the individual, 'new:<id>' or 'skip'
-    decided_by TEXT NOT NULL, decided_at TEXT NOT NULL);
+""" + DECISIONS_TABLE.format(name="decisions") + """
 CREATE INDEX images_individual ON images(individual);
 CREATE INDEX sightings_image ON sightings(image);
 """
@@ -170,12 +176,12 @@ class Catalogue:
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise DataError(f"{path}: not a catalogue database ({exc})") from None
-        if row is not None and row[0] == "1":
+        if row is not None and row[0] in ("1", "2"):
             try:
                 _migrate(conn)
             except sqlite3.Error as exc:
                 conn.close()
-                raise DataError(f"{path}: a version 1 catalogue, and it cannot be brought to version "
+                raise DataError(f"{path}: a version {row[0]} catalogue, and it cannot be brought to version "
                                 f"{SCHEMA_VERSION} here ({exc})") from None
             row = (str(SCHEMA_VERSION),)
         if row is None or int(row[0]) != SCHEMA_VERSION:
@@ -314,24 +320,38 @@ BUSY_TIMEOUT_S = 30.0
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a catalogue of schema version 1 to :data:`SCHEMA_VERSION`, in one transaction.
+    """Bring a catalogue of an earlier schema version to :data:`SCHEMA_VERSION`, in one transaction.
 
     1 -> 2: ``sightings.decision``. A version-1 sighting was added by a decision when its photo's
     ``source`` is the photo that decision names (``accept`` records it so; ``add`` records the file added).
+    2 -> 3: ``decisions.decision`` may be ``undo``; SQLite cannot change a CHECK, so the table is rebuilt
+    (rows and ids kept; foreign keys off meanwhile, as SQLite's documented procedure does it).
     """
+    conn.execute("PRAGMA foreign_keys=OFF")  # no effect inside a transaction: set before BEGIN
     conn.execute("BEGIN IMMEDIATE")
     try:
         current = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
-        if current == 1:  # else another process migrated it while this one waited for the lock
+        # else another process migrated it while this one waited for the lock
+        if current == 1:
             conn.execute("ALTER TABLE sightings ADD COLUMN decision INTEGER REFERENCES decisions(id)")
             conn.execute("UPDATE sightings SET decision = (SELECT MIN(d.id) FROM decisions d JOIN images i "
                          "ON i.hash = d.photo_hash WHERE d.photo_hash = sightings.image AND d.photo = i.source "
                          "AND d.decision != 'skip')")
-            conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        if current <= 2:
+            columns = "id, batch, photo, photo_hash, decision, decided, decided_by, decided_at"
+            conn.execute(DECISIONS_TABLE.format(name="decisions_v3"))
+            conn.execute(f"INSERT INTO decisions_v3 ({columns}) SELECT {columns} FROM decisions")
+            conn.execute("DROP TABLE decisions")
+            conn.execute("ALTER TABLE decisions_v3 RENAME TO decisions")
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            if conn.execute("PRAGMA foreign_key_check").fetchone() is not None:
+                raise sqlite3.IntegrityError("a foreign key broken by the migration")
     except BaseException:
         conn.execute("ROLLBACK")
+        conn.execute("PRAGMA foreign_keys=ON")
         raise
     conn.execute("COMMIT")
+    conn.execute("PRAGMA foreign_keys=ON")
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from whale import NEW_WHALE
 from whale.catalogue import sql
-from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, file_hash, user
+from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, file_hash, fsync_dir, user
 from whale.core.errors import DataError
 from whale.core.files import atomic_write
 from whale.core.progress import progress_bar
@@ -136,9 +136,23 @@ def store_photo(cat: Catalogue, path: Path, digest: str) -> str:
     return rel.as_posix()
 
 
-def flush() -> None:
-    """Flush every written file and folder entry to disk (``sync``): photos are durable before any row names them."""
-    os.sync()
+def flush(paths=None) -> None:
+    """Flush written photos to disk before any row names them: ``paths`` one by one with their folders' entries
+    (``accept``: a few photos, not the whole machine's writes), or with None every file and folder entry
+    (``sync``: one call after ``add``'s many photos)."""
+    if paths is None:
+        os.sync()
+        return
+    folders = set()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        folders.update((Path(path).parent, Path(path).parent.parent))  # images/ab/ may be new: images/ too
+    for folder in sorted(folders):
+        fsync_dir(folder)
 
 
 def box_text(box) -> str | None:

@@ -28,27 +28,22 @@ checked against the proposals. docs/review.md describes the page and the format.
 from __future__ import annotations
 
 import csv
-import hashlib
 import html
 import io
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from whale import NEW_WHALE
 from whale.catalogue.db import SIGHTING_COLUMNS
 from whale.catalogue.page import PAGE_CSS, PAGE_JS
 from whale.catalogue.proposals import Candidate, read_proposals
+from whale.catalogue.thumbs import JPEG_QUALITY, LARGE, ReviewImages  # noqa: F401  (read from here too)
 from whale.core.errors import DataError
 
 DECISIONS = ("match", "new", "skip")
 """What a decisions row may say about its photo."""
 HEADER = ("photo", "decision", "individual")
 """The decisions CSV's columns; any of :data:`~whale.catalogue.db.SIGHTING_COLUMNS` may follow them."""
-JPEG_QUALITY = 88
-LARGE = 1024
-"""Longest side of the copy an image links to (click to enlarge; never enlarged past the original)."""
 
 
 @dataclass(frozen=True)
@@ -112,76 +107,6 @@ def load_proposals(path) -> Proposals:
     return Proposals(path, raw.batch, raw.run, raw.threshold, tuple(photos))
 
 
-class _Images:
-    """Thumbnails (and heatmaps) written once per source image into ``out_dir``; their names relative to it."""
-
-    def __init__(self, out_dir: Path, side: int, explainer=None, views=None):
-        self.out_dir, self.side, self.explainer, self.views = out_dir, side, explainer, views
-        self.done: dict[tuple, str] = {}
-        self.n_matches: dict[tuple[Path, Path], int] = {}
-
-    def _save(self, folder: str, rgb: np.ndarray) -> str:
-        """``uint8 [H, W, 3]`` RGB -> ``folder/<hash>.jpg`` (written unless there), the name returned."""
-        import cv2
-
-        from whale.core.files import atomic_write
-
-        ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[:, :, ::-1]), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
-        if not ok:
-            raise DataError(f"{self.out_dir}: could not encode a {rgb.shape} image as JPEG")
-        data = buf.tobytes()
-        name = f"{folder}/{hashlib.sha256(data).hexdigest()[:20]}.jpg"
-        target = self.out_dir / name
-        if not target.is_file():
-            atomic_write(target, lambda tmp: tmp.write_bytes(data))
-        return name
-
-    def thumb(self, path: Path, folder: str = "thumbs") -> str:
-        """The thumbnail of ``path``: the whole image, longest side ``side`` (``folder="large"``:
-        :data:`LARGE`), never enlarged."""
-        import cv2
-
-        from whale.data import load_image
-
-        key = (folder, path)
-        if key not in self.done:
-            img = load_image(path, channels=3)
-            side = self.side if folder == "thumbs" else LARGE
-            scale = min(1.0, side / max(img.shape[:2]))
-            size = (max(1, round(img.shape[1] * scale)), max(1, round(img.shape[0] * scale)))
-            small = cv2.resize(img, size, interpolation=cv2.INTER_AREA) if scale < 1 else img
-            self.done[key] = self._save(folder, small)
-        return self.done[key]
-
-    def large(self, path: Path) -> str:
-        """The copy of ``path`` its thumbnail links to (longest side :data:`LARGE`)."""
-        return self.thumb(path, "large")
-
-    def match(self, query: Path, candidate: Path) -> tuple[str, int] | None:
-        """``(name, verified matches)`` of the pair's match view, or None without ``views``."""
-        if self.views is None:
-            return None
-        key = ("matches", query, candidate)
-        if key not in self.done:
-            image, n = self.views.draw(query, candidate)
-            self.done[key] = self._save("matches", image)
-            self.n_matches[(query, candidate)] = n
-        return self.done[key], self.n_matches[(query, candidate)]
-
-    def heatmap(self, path: Path) -> str | None:
-        """The paper's heatmap over ``path`` as the model sees it (a ``side`` square), or None without a run."""
-        if self.explainer is None:
-            return None
-        from whale.explain.heatmap import heatmap, overlay
-
-        key = ("heatmaps", path)
-        if key not in self.done:
-            ex = self.explainer
-            x = ex.crop(path, None, ex.tap.size, ex.tap.channels)[None].astype(np.float32)
-            self.done[key] = self._save("heatmaps", overlay(ex.crop(path, None, self.side, 3), heatmap(ex.tap(x)[0])))
-        return self.done[key]
-
-
 def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
@@ -191,7 +116,7 @@ def _enlarge(href: str, img: str) -> str:
     return f'<a class="enlarge" href="{_e(href)}" target="_blank" title="click to enlarge">{img}</a>'
 
 
-def _figure(images: _Images, path: Path, caption: str, alt: str, cls: str, control: str = "",
+def _figure(images: ReviewImages, path: Path, caption: str, alt: str, cls: str, control: str = "",
             match: tuple[str, int] | None = None) -> str:
     heat = images.heatmap(path)
     if match is not None:  # the keypoint matcher's view: query | candidate, verified matches drawn
@@ -207,7 +132,7 @@ def _figure(images: _Images, path: Path, caption: str, alt: str, cls: str, contr
             f'</{tag}></figure>')
 
 
-def _section(k: int, photo: Photo, images: _Images, groups: dict[int, list[int]]) -> str:
+def _section(k: int, photo: Photo, images: ReviewImages, groups: dict[int, list[int]]) -> str:
     query = _figure(images, photo.path, f"query<br><small>{_e(photo.hash)}</small>", f"query {photo.photo}", "query")
     cands = []
     for rank, c in enumerate(photo.candidates, 1):
@@ -231,7 +156,7 @@ def _section(k: int, photo: Photo, images: _Images, groups: dict[int, list[int]]
 </section>"""
 
 
-def render_page(props: Proposals, images: _Images) -> str:
+def render_page(props: Proposals, images: ReviewImages) -> str:
     """The page's HTML: every text escaped, every image a relative link made by ``images``."""
     groups: dict[int, list[int]] = {}
     for k, photo in enumerate(props.photos, 1):
@@ -300,7 +225,7 @@ def write_report(proposals_path, out_dir, heatmaps: bool = False, run_dir=None, 
         from whale.catalogue.matchview import MatchViews
 
         views = MatchViews(matches)
-    images = _Images(out_dir, int(thumb), explainer, views)
+    images = ReviewImages(out_dir, int(thumb), explainer, views)
     for photo in progress_bar(props.photos, desc="review images", enabled=verbose):
         for path in [photo.path, *(Path(c.image) for c in photo.candidates)]:
             try:
@@ -388,20 +313,30 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
         if name in seen:
             raise bad(f"photo {name!r} has a decision in row {seen[name]} already")
         seen[name] = n
-        if decision not in DECISIONS:
-            raise bad(f"decision {decision!r}: expected one of {', '.join(DECISIONS)}")
-        if decision == "skip":
-            if individual:
-                raise bad(f"skip takes no individual, received {individual!r}")
-        elif not individual:
-            raise bad(f"{decision} needs an individual")
-        elif individual.startswith("new:"):
-            raise bad(f"individual {individual!r}: the prefix 'new:' is reserved (the catalogue records new ones so)")
-        elif decision == "new" and individual == NEW_WHALE:
-            raise bad(f"{NEW_WHALE!r} is the label of unknown individuals, not a name: choose another")
-        elif decision == "match" and not allow_unlisted and individual not in {c.individual for c in photo.candidates}:
-            listed = ", ".join(c.individual for c in photo.candidates) or "none"
-            raise bad(f"{individual!r} is not a candidate of {name!r} (candidates: {listed}); a match the model "
-                      "did not propose needs allow_unlisted")
+        problem = decision_problem(photo, decision, individual, allow_unlisted)
+        if problem:
+            raise bad(problem)
         out.append(Decision(name, decision, individual or None, n, **sighting))
     return out
+
+
+def decision_problem(photo: Photo, decision: str, individual: str, allow_unlisted: bool = False,
+                     kinds: tuple[str, ...] = DECISIONS) -> str | None:
+    """What is wrong with deciding ``decision`` (one of ``kinds``) with ``individual`` ("" for none) for
+    ``photo``, or None: the one check of a decision, a decisions file's row (:func:`read_decisions`) or the
+    review server's keypress (:mod:`whale.catalogue.server`, whose ``kinds`` add ``undo``)."""
+    if decision not in kinds:
+        return f"decision {decision!r}: expected one of {', '.join(kinds)}"
+    if decision in ("skip", "undo"):
+        return f"{decision} takes no individual, received {individual!r}" if individual else None
+    if not individual:
+        return f"{decision} needs an individual"
+    if individual.startswith("new:"):
+        return f"individual {individual!r}: the prefix 'new:' is reserved (the catalogue records new ones so)"
+    if decision == "new" and individual == NEW_WHALE:
+        return f"{NEW_WHALE!r} is the label of unknown individuals, not a name: choose another"
+    if decision == "match" and not allow_unlisted and individual not in {c.individual for c in photo.candidates}:
+        listed = ", ".join(c.individual for c in photo.candidates) or "none"
+        return (f"{individual!r} is not a candidate of {photo.photo!r} (candidates: {listed}); a match the model "
+                "did not propose needs allow_unlisted")
+    return None

@@ -189,6 +189,13 @@ def batch_proposals_file(conn: Conn, batch: str) -> str | None:
     return None if row is None else row[0]
 
 
+def batch_row(conn: Conn, batch: str) -> tuple[str, str, float, str] | None:
+    """``(run, fingerprint, threshold, matched_at)`` of ``batch``, or None when there is no such batch."""
+    row = conn.execute("SELECT run, fingerprint, threshold, matched_at FROM batches WHERE name = ?",
+                       (batch,)).fetchone()
+    return None if row is None else (row[0], row[1], float(row[2]), row[3])
+
+
 def batch_matched_at(conn: Conn, batch: str) -> str | None:
     row = conn.execute("SELECT matched_at FROM batches WHERE name = ?", (batch,)).fetchone()
     return None if row is None else row[0]
@@ -219,6 +226,33 @@ def last_decision(conn: Conn, digest: str) -> str | None:
     row = conn.execute("SELECT decided FROM decisions WHERE photo_hash = ? ORDER BY id DESC LIMIT 1",
                        (digest,)).fetchone()
     return None if row is None else row[0]
+
+
+def last_decisions(conn: Conn, digests: Sequence[str]) -> dict[str, tuple[int, str, str, str, str]]:
+    """The latest decision of each photo (by content hash) that has one: ``{hash: (id, decision, decided,
+    decided_by, decided_at)}``."""
+    digests = list(dict.fromkeys(digests))
+    out = {}
+    for i in range(0, len(digests), 500):  # SQLite's limit on bound variables
+        part = digests[i:i + 500]
+        for row in conn.execute(f"SELECT photo_hash, id, decision, decided, decided_by, decided_at FROM decisions "
+                                f"WHERE id IN (SELECT MAX(id) FROM decisions WHERE photo_hash IN ({_marks(part)}) "
+                                f"GROUP BY photo_hash)", tuple(part)):
+            out[row[0]] = tuple(row[1:])
+    return out
+
+
+def created_by_batch(conn: Conn, batch: str, decided: str) -> bool:
+    """Whether a decision of ``batch`` recorded ``decided`` (``new:<id>``: the batch created that individual)."""
+    return conn.execute("SELECT 1 FROM decisions WHERE batch = ? AND decided = ? LIMIT 1",
+                        (batch, decided)).fetchone() is not None
+
+
+def batch_new_individuals(conn: Conn, batch: str) -> list[str]:
+    """The individuals that ``batch``'s ``new`` decisions created and the catalogue still holds, by name."""
+    return [r[0] for r in conn.execute(
+        "SELECT DISTINCT substr(decided, 5) AS id FROM decisions WHERE batch = ? AND decision = 'new' "
+        "AND substr(decided, 5) IN (SELECT id FROM individuals) ORDER BY id", (batch,))]
 
 
 def record_decision(db: Conn, batch: str, photo: str, digest: str, decision: str, decided: str, by: str) -> int:
