@@ -233,30 +233,79 @@ def test_playground_stages_and_pruned_mining(competition, tmp_path):
     assert any("negatives (pruned)" in line for line in lines)
 
 
-def test_deadline_does_not_count_the_first_epochs_compilation(competition, config_file, tmp_path, monkeypatch):
-    """A 100 s first epoch (compilation) then 10 s epochs, deadline at 255 s: the run trains all
-    4 epochs (after epoch 2, t = 110 s and 1.5 x 10 s fit); counting the first epoch as the
-    longest would have stopped it after epoch 2 (110 + 1.5 x 100 > 255)."""
+def test_deadline_counts_a_compile_only_where_an_epoch_compiles(competition, config_file, tmp_path, monkeypatch):
+    """Epochs of 10 s steady work, 90 s more where the train step is compiled (the call's first epoch, and the
+    unfreezing of stage 2): with the deadline at 250 s all 4 epochs run (epoch 2 compiles: 100 + 1.5 x 100 fit;
+    after it, t = 200 and 1.5 x 10 s fit), where counting the longest epoch (100 s) would have stopped after
+    epoch 2."""
     import whale.training.trainer as trainer_mod
+    from whale.config import load_config
     from whale.training.trainer import Trainer, train_fold
 
-    clock = {"now": 0.0, "fits": 0}
+    cfg = load_config(config_file, overrides={"stages": [
+        {"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32, "freeze_branch": True},
+        {"epochs": 3, "k": 1000.0, "lr": 1.0e-3, "image_size": 32}]})
+    clock = {"now": 0.0}
     monkeypatch.setattr(trainer_mod, "time", types.SimpleNamespace(time=lambda: clock["now"]))
     real_fit = Trainer._fit_epoch
 
-    def timed_fit(self, *args, **kwargs):
-        clock["fits"] += 1
-        clock["now"] += 100.0 if clock["fits"] == 1 else 10.0
-        return real_fit(self, *args, **kwargs)
+    def timed_fit(self, dataset, ep, negatives):
+        compiles = ep.epoch_in_stage == 0
+        clock["now"] += 10.0 + (90.0 if compiles else 0.0)
+        self._timing["compile_s"] += 90.0 if compiles else 0.0  # as the first-step clock measures it
+        return real_fit(self, dataset, ep, negatives)
 
     monkeypatch.setattr(Trainer, "_fit_epoch", timed_fit)
-    res = train_fold(_cfg(config_file), competition, 0, tmp_path / "run", deadline=255.0, score=False,
-                     verbose=0, log=lambda *_: None)
+    res = train_fold(cfg, competition, 0, tmp_path / "run", deadline=250.0, score=False, verbose=0, log=lambda *_: None)
     assert res.epochs_done == 4
-    clock.update(now=0.0, fits=0)  # a deadline the first epoch alone rules out: 100 + 150 > 200
-    res = train_fold(_cfg(config_file), competition, 0, tmp_path / "run2", deadline=200.0, score=False,
-                     verbose=0, log=lambda *_: None)
+    clock.update(now=0.0)  # a deadline the second compile rules out: 100 + 1.5 x 100 > 249
+    res = train_fold(cfg, competition, 0, tmp_path / "run2", deadline=249.0, score=False, verbose=0,
+                     log=lambda *_: None)
     assert res.epochs_done == 1
+
+
+def test_next_epoch_estimate_is_steady_work_plus_a_compile_where_one_comes():
+    from whale.training.clock import next_epoch_estimate
+
+    assert next_epoch_estimate([], True) == 0.0  # a call's first epoch always runs
+    history = [(True, 187.0, 170.0), (True, 153.0, 140.0), (False, 6.5, 0.0), (False, 9.0, 0.5)]
+    assert next_epoch_estimate(history, False) == pytest.approx(17.0)  # the first epoch's 17 s of steady work
+    assert next_epoch_estimate(history, True) == pytest.approx(17.0 + 170.0)
+    assert next_epoch_estimate([(False, 12.0, 0.0)], True) == 12.0  # no compile seen: none counted
+
+
+def test_a_stage_that_changes_only_the_learning_rate_keeps_the_traced_train_step(competition, config_file, tmp_path,
+                                                                                monkeypatch):
+    """The learning rate is a variable of the step: a new stage at another rate neither recompiles nor traces
+    again (a fresh trace costs minutes for a large network on a GPU); a new weight decay traces again."""
+    import keras
+
+    from whale.config import load_config
+    from whale.training.trainer import train_fold
+
+    traced = []
+    real = keras.Model.make_train_function
+
+    def spy(self, force=False):
+        traced.append(force)
+        return real(self, force=force)
+
+    monkeypatch.setattr(keras.Model, "make_train_function", spy)
+    lr_only = load_config(config_file, overrides={"stages": [
+        {"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32}, {"epochs": 1, "k": 1000.0, "lr": 2.0e-4,
+                                                                     "image_size": 32}]})
+    train_fold(lr_only, competition, 0, tmp_path / "lr", score=False, verbose=0, log=lambda *_: None)
+    assert True not in traced
+    from whale.models.checkpoint import load_checkpoint
+
+    model, _ = load_checkpoint(tmp_path / "lr" / "checkpoints", "last")
+    assert float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)) == pytest.approx(2.0e-4)
+    traced.clear()
+    decay = load_config(config_file, overrides={"stages": [
+        {"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32}, {"epochs": 1, "k": 1000.0, "lr": 1.0e-3,
+                                                                     "image_size": 32, "l2": 1.0e-4}]})
+    train_fold(decay, competition, 0, tmp_path / "l2", score=False, verbose=0, log=lambda *_: None)
+    assert traced.count(True) == 1
 
 
 def test_a_schedule_in_steps_trains_at_least_that_many_batches(competition, tmp_path):

@@ -8,6 +8,7 @@ them and returns ``[n, d] float32``.
 from __future__ import annotations
 
 import math
+import time
 from typing import Sequence
 
 import keras
@@ -18,7 +19,17 @@ from whale.imagesize import as_hw, canonical
 from whale.core.progress import progress_bar
 
 
-def compute_features(branch, batches, n: int | None = None, batch_size: int = 64, progress: bool = True):
+def first_batch_excess(seconds: list[float]) -> float:
+    """How much longer the first of ``seconds`` (per-batch times) took than the median of the others: the one-off
+    cost of the first call (tracing and compiling a function: a minute or more for a large network on a GPU);
+    0 with fewer than two batches."""
+    if len(seconds) < 2:
+        return 0.0
+    return max(0.0, float(seconds[0] - np.median(seconds[1:])))
+
+
+def compute_features(branch, batches, n: int | None = None, batch_size: int = 64, progress: bool = True,
+                     timing: dict | None = None):
     """Branch features of every image, computed once, batch by batch.
 
     Args:
@@ -30,6 +41,7 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
             not checked.
         batch_size: batch size when ``batches`` is one array.
         progress: show a tqdm bar.
+        timing: where given, ``timing["compile_s"]`` grows by :func:`first_batch_excess` of the batches.
 
     Returns:
         ``[n, d]`` float32.
@@ -48,9 +60,10 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
     else:
         total = len(batches) if hasattr(batches, "__len__") else None
 
-    out = []
+    out, seconds = [], []
     count = 0
     multi_device = _replicas(branch) > 1
+    t0 = time.perf_counter()
     for batch in progress_bar(batches, total=total, desc="features", enabled=progress):
         if isinstance(batch, (tuple, list)):
             batch = batch[0]
@@ -66,10 +79,14 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
             raise ValueError(f"branch: expected [b, d] features for a batch of {x.shape[0]}, received {f.shape}")
         out.append(f)
         count += f.shape[0]
+        seconds.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
     if n is not None and count != n:
         raise ValueError(f"batches: expected {n} images in total, received {count}")
     if not out:
         raise ValueError("batches: expected at least one batch of images, received none")
+    if timing is not None:
+        timing["compile_s"] = timing.get("compile_s", 0.0) + first_batch_excess(seconds)
     return np.concatenate(out, axis=0)
 
 

@@ -25,6 +25,7 @@ from whale.imagesize import input_size, size_label
 from whale.core.errors import ConfigError
 from whale.models.checkpoint import load_checkpoint, save_checkpoint, snapshot_tag
 import whale.objectives  # noqa: F401 - registers every objective's layers and losses, so checkpoints load
+from whale.training.clock import next_epoch_estimate
 from whale.training.foldjob import FoldJob, prepare_fold, prepare_pretrain
 from whale.training.plots import plot_training
 from whale.training.runlog import TensorBoardLog, read_log, write_log, write_run_metadata
@@ -86,6 +87,8 @@ class Trainer:
         self.objective = whale.objectives.build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
         self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", log=log)
         self.model = None
+        self._traced_l2: float | None = None  # the weight decay the train function was traced with
+        self._timing = {"compile_s": 0.0}  # this epoch's first-call costs (next_epoch_estimate)
         self._mirrored: dict[int, FoldData] = {}
 
     def _training(self, dataset: FoldData) -> FoldData:
@@ -98,13 +101,14 @@ class Trainer:
         return self._mirrored[id(dataset)]
 
     # ----------------------------------------------------------------- model
-    def _prepare_stage(self, stage: Stage, dataset: FoldData) -> None:
-        """Resize, freeze and compile for ``stage`` (trained on ``dataset``).
+    def _prepare_stage(self, stage: Stage, dataset: FoldData) -> bool:
+        """Resize, freeze and compile for ``stage`` (trained on ``dataset``); True when its first training step
+        will compile (trace) the train function again.
 
-        The optimizer (and its state) is kept when only the learning rate changes; a new
-        image size, a change of freezing or of the model's form (``batching``, e.g. a run
-        started from one trained with the other; ArcFace's classes on another dataset) needs a
-        fresh compile to take effect.
+        The optimizer (and its state) and the traced train function are kept when only the learning rate
+        changes (it is a variable of the step); a new weight decay is traced again; a new image size, a change of
+        freezing or of the model's form (``batching``, e.g. a run started from one trained with the other;
+        ArcFace's classes on another dataset) needs a fresh compile to take effect.
         """
         from whale.models import build_branch, model_input_size, set_branch_trainable, set_l2, transfer_branch
         from whale.training.identitybatches import class_counts
@@ -130,11 +134,16 @@ class Trainer:
             fresh = True
         if fresh:
             self.objective.compile(self.model, stage.lr, l2=stage.l2, classes=classes)
-        else:
-            set_l2(self.model, stage.l2)
-            self.model.optimizer.learning_rate.assign(stage.lr)
-            # Regularisers are read when the train step is traced: trace it again.
-            self.model.make_train_function(force=True)
+            self._traced_l2 = stage.l2
+            return True
+        self.model.optimizer.learning_rate.assign(stage.lr)
+        if self._traced_l2 == stage.l2:
+            return False
+        # Regularisers are read when the train step is traced (and are not saved with a checkpoint): trace it again.
+        set_l2(self.model, stage.l2)
+        self.model.make_train_function(force=True)
+        self._traced_l2 = stage.l2
+        return True
 
     def _input(self, stage: Stage) -> tuple[int, int]:
         """``(height, width)`` of ``stage``'s model input (its ``image_size`` under the run's ``aspect``)."""
@@ -152,7 +161,7 @@ class Trainer:
         indices = np.arange(len(images)) if indices is None else indices
         batches = ImageBatches(store, indices, size, batch_size=max(self.cfg.batch_size, 32))
         return compute_features(self.model.get_layer("branch"), batches, n=len(indices),
-                                progress=self.verbose != 0)
+                                progress=self.verbose != 0, timing=self._timing)
 
     def _scorer(self):
         return self.objective.scorer(self.model)
@@ -232,18 +241,18 @@ class Trainer:
         for ep in self.schedule.remaining(state["epochs_done"]):
             if max_epochs is not None and epochs_this_call >= max_epochs:
                 return self._result(False, state, log_rows)
-            # The longest epoch so far (mining and validation included) must still fit; the first
-            # of a call compiles (a minute on a GPU), so it counts only while it is the only one.
-            longest_epoch_s = max(epoch_times[1:] or epoch_times or [0.0])
-            if deadline is not None and time.time() + 1.5 * longest_epoch_s > deadline:
-                self.log(f"time budget reached before epoch {ep.epoch + 1}; checkpoint kept, resume to go on")
-                return self._result(False, state, log_rows)
             stage = ep.stage
             dataset = self._dataset(stage.dataset)
+            compiles = not epoch_times  # a call's first epoch traces every function it runs
             if prepared_stage != ep.stage_index:
-                self._prepare_stage(stage, dataset)
+                compiles = self._prepare_stage(stage, dataset) or compiles
                 prepared_stage = ep.stage_index
+            # The next epoch (mining and validation included) must still fit.
+            if deadline is not None and time.time() + 1.5 * next_epoch_estimate(epoch_times, compiles) > deadline:
+                self.log(f"time budget reached before epoch {ep.epoch + 1}; checkpoint kept, resume to go on")
+                return self._result(False, state, log_rows)
             t0 = time.time()
+            self._timing["compile_s"] = 0.0
             mining_s = 0.0
             if mined_block != ep.block_start:
                 # Inside a block, its negatives come back from disk (mined from the model at the
@@ -280,7 +289,7 @@ class Trainer:
                 # This stage's final model, kept for scoring as a model of its own (scores/<size>/).
                 save_checkpoint(self.model, self.ckpt_dir, snapshot_tag(stage.snapshot_name), state)
             epoch_s = time.time() - t0
-            epoch_times.append(epoch_s)
+            epoch_times.append((compiles, epoch_s, min(epoch_s, self._timing["compile_s"])))
             row["epoch_s"] = round(epoch_s, 2)
             log_rows.append(row)
             # The log first: a kill before the checkpoint leaves one row too many, which the
@@ -302,6 +311,7 @@ class Trainer:
         (an identity objective: P x K batches seeded by ``negatives``, :mod:`whale.training.identitybatches`)."""
         from whale.data.augment import build_augmenter
         from whale.mining import mix_random_negatives, positive_pairs
+        from whale.training.clock import FirstStepClock
         from whale.training import identitybatches
         from whale.training.imagebatches import ImageBatchDataset, describe
         from whale.training.pairs import PairDataset, make_epoch_pairs
@@ -332,7 +342,8 @@ class Trainer:
         self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
                  f"{size_label(size) if cfg.aspect != 1 else stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
                  f"{', branch frozen' if stage.freeze_branch else ''}): {what}")
-        return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False)
+        return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False,
+                              callbacks=[FirstStepClock(self._timing)])
 
     def _dataset(self, name: str) -> FoldData:
         """What a stage of ``dataset: name`` trains on."""
