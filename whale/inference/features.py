@@ -107,7 +107,8 @@ class ImageBatches(keras.utils.PyDataset):
     ``ImageBatches(store, indices, image_size, batch_size=64, ...)``; ``indices=None`` means
     every image of the store. Each batch: float32 ``[B, S, S, C]`` (0..255; ``[B, h, w, C]`` for
     ``image_size=(h, w)``); the last batch may be smaller. ``view``: ``plain`` (resized) or a test-time view of
-    :func:`whale.data.augment.build_view`.
+    :func:`whale.data.augment.build_view`; ``plain``: a function of ``store[i]`` in its place (a trunk run's
+    maps: :func:`whale.inference.trunk.first_view`).
     """
 
     def __init__(
@@ -120,6 +121,7 @@ class ImageBatches(keras.utils.PyDataset):
         use_multiprocessing: bool = False,
         max_queue_size: int = 10,
         view: str = "plain",
+        plain=None,
     ):
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
         self.store = store
@@ -134,7 +136,7 @@ class ImageBatches(keras.utils.PyDataset):
         if channels is None:
             channels = np.asarray(store[int(self.indices[0])]).shape[-1] if len(self.indices) else 3
         self.channels = int(channels)
-        self._plain = build_view(view, self.image_size, self.channels)
+        self._plain = build_view(view, self.image_size, self.channels) if plain is None else plain
 
     def __len__(self) -> int:
         return math.ceil(len(self.indices) / self.batch_size)

@@ -33,20 +33,27 @@ class RunScorer:
 
     def __init__(self, model, channels: int, margin: float, batch_size: int = 64, verbose=True,
                  views: tuple[str, ...] = (), tta_mode: str = "features", mirror: bool = False,
-                 crop: str = "box"):
+                 crop: str = "box", trunk=None):
         from whale.models import model_input_size
 
         self.model, self.channels, self.margin, self.crop = model, channels, margin, crop
         self.image_size = model_input_size(model)  # (height, width)
+        self.trunk = trunk  # a trunk run's TrunkMaps: its branch reads their maps, not photos
         self.batch_size, self.verbose = batch_size, verbose
         self.views, self.tta_mode, self.mirror = ("plain", *views), tta_mode, bool(mirror)
         self.scorer = make_scorer(model, constants=True)  # one model, many pairs
 
     @classmethod
-    def for_config(cls, model, cfg, verbose=True) -> "RunScorer":
-        """The scorer a run's config asks for: its channels, box margin, ``crop``, ``tta`` and ``flip_ids``."""
+    def for_config(cls, model, cfg, verbose=True, trunk_cache=None) -> "RunScorer":
+        """The scorer a run's config asks for: its channels, box margin, ``crop``, ``tta`` and ``flip_ids``; a
+        trunk run's maps (:mod:`whale.inference.trunk`, kept in ``trunk_cache`` when given)."""
+        trunk = None
+        if cfg.trunk.layer is not None:
+            from whale.inference.trunk import TrunkMaps
+
+            trunk, _ = TrunkMaps.for_config(cfg, cache=trunk_cache, progress=verbose)
         return cls(model, cfg.model.channels, cfg.box_margin, verbose=verbose, views=cfg.tta,
-                   tta_mode=cfg.tta_mode, mirror=cfg.flip_ids, crop=cfg.crop)
+                   tta_mode=cfg.tta_mode, mirror=cfg.flip_ids, crop=cfg.crop, trunk=trunk)
 
     def features(self, paths, boxes) -> np.ndarray:
         """``[G, V, n, d] float32`` branch features of the box crops of ``paths``.
@@ -54,6 +61,13 @@ class RunScorer:
         ``G`` = 2 with ``mirror`` (plain, mirrored crops) else 1; ``V`` = 1 + number of views,
         the plain view first.
         """
+        if self.trunk is not None:
+            from whale.inference.trunk import first_view
+
+            store = self.trunk.store(paths, boxes)
+            batches = ImageBatches(store, None, store.map_size, self.batch_size, plain=first_view)
+            return compute_features(self.model.get_layer("branch"), batches, n=len(store),
+                                    progress=self.verbose)[None, None]
         out = []
         for flip in (False, True) if self.mirror else (False,):
             # The same crops as training sees them (stored at crop_size_for, resized to the input).
@@ -153,17 +167,17 @@ def store_val_threshold(val_path, scores: np.ndarray, gallery_ids, query_ids, op
 
 
 def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
-              progress: bool = True, cfg=None) -> dict[str, Path]:
+              progress: bool = True, cfg=None, trunk_cache=None) -> dict[str, Path]:
     """Write ``val.npz`` (when the fold validates; with it ``threshold.json``, the ``new_whale`` threshold
     tuned on it: :func:`store_val_threshold`) and ``test.npz`` of a run into :func:`scores_dir`.
 
     ``cfg``: the run's resolved config in memory (what its ``config.yaml`` holds; the trainer passes
-    it), else read back from ``config.yaml``.
+    it), else read back from ``config.yaml``. ``trunk_cache``: where a trunk run keeps its maps.
     """
     run_dir = Path(run_dir)
     out = scores_dir(run_dir, checkpoint)
     model, cfg, state = load_run_model(run_dir, checkpoint, with_state=True, cfg=cfg)
-    rs = RunScorer.for_config(model, cfg, verbose=progress)
+    rs = RunScorer.for_config(model, cfg, verbose=progress, trunk_cache=trunk_cache)
     written = {}
     known = ImageSet.known(comp)
     f_known = rs.features(known.paths, known.boxes)

@@ -68,6 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score-only", action="store_true",
                    help="only write scores/{val,test}.npz from the run's checkpoint")
     p.add_argument("--checkpoint", default="best", help="checkpoint for --score-only: best, last or a path")
+    p.add_argument("--trunk-cache", metavar="DIR",
+                   help="a config with trunk: keep its maps in DIR, by photo content (default OUT/trunk-cache); "
+                        "runs and folds on the same photos share them")
     p.add_argument("--verbose", type=int, default=None, help="Keras verbosity 0/1/2 (default: auto)")
     p.add_argument("--plan", action="store_true", help="print the schedule and its cost; train nothing")
     p.add_argument("--rates", help="--plan: pairs/s per branch, size, precision (JSON of benchmarks/bench_train.py)")
@@ -162,11 +165,13 @@ def run(args: argparse.Namespace) -> int:
             from whale.training.rescore import score_fold
             from whale.training.trainer import train_fold
 
+            trunk_cache = (args.trunk_cache or Path(args.out) / "trunk-cache") if cfg.trunk.layer else None
             if args.score_only:
-                score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint)
+                score_fold(args.out, args.data, args.fold, cfg, checkpoint=args.checkpoint, trunk_cache=trunk_cache)
                 return 0
             deadline = time.time() + args.time_budget if args.time_budget else None
-            result = train_fold(job, deadline=deadline, max_epochs=args.max_epochs, verbose=verbose)
+            result = train_fold(job, deadline=deadline, max_epochs=args.max_epochs, verbose=verbose,
+                                trunk_cache=trunk_cache)
     except KeyboardInterrupt:
         raise KeyboardInterrupt(interrupted_message(Path(args.out))) from None
     state = "finished" if result.finished else "paused (run again with --resume)"

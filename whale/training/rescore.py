@@ -11,7 +11,7 @@ from whale.training.runlog import read_run_json
 
 
 def score_fold(out_dir, data_dir, fold: int, cfg: RunConfig, checkpoint: str = "best",
-               log=print) -> dict:
+               log=print, trunk_cache=None) -> dict:
     """Write the score files of an existing run folder from one of its checkpoints.
 
     Raises:
@@ -34,4 +34,4 @@ def score_fold(out_dir, data_dir, fold: int, cfg: RunConfig, checkpoint: str = "
     comp = load_competition(data_dir)
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
     with strategy_scope(cfg.strategy):
-        return score_run(out_dir, comp, data, checkpoint=checkpoint, log=log)
+        return score_run(out_dir, comp, data, checkpoint=checkpoint, log=log, trunk_cache=trunk_cache)

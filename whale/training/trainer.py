@@ -67,7 +67,7 @@ class Trainer:
 
     def __init__(self, job: FoldJob | RunConfig, data: FoldData | None = None, out_dir: Path | None = None,
                  playground: FoldData | None = None, verbose: int | str = "auto", log=print,
-                 init: InitSource | None = None, homography: FoldData | None = None):
+                 init: InitSource | None = None, homography: FoldData | None = None, trunk_cache=None):
         from whale.mining import make_miner
 
         if not isinstance(job, FoldJob):
@@ -87,6 +87,8 @@ class Trainer:
         self.objective = whale.objectives.build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
         self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", log=log)
         self.model = None
+        self.trunk_cache = trunk_cache  # where a trunk run keeps its maps (None: in memory)
+        self._trunk, self._trunk_stores = None, {}  # its TrunkMaps, and the maps of each dataset key
         self._traced_l2: float | None = None  # the weight decay the train function was traced with
         self._timing = {"compile_s": 0.0}  # this epoch's first-call costs (next_epoch_estimate)
         self._mirrored: dict[int, FoldData] = {}
@@ -120,9 +122,14 @@ class Trainer:
         size = self._input(stage)
         if self.model is None:
             m = self.cfg.model
-            branch = build_branch(m.branch, (*size, m.channels), weights=m.weights, options=m.branch_options())
+            if self._trunk_run:  # the branch's top, on the maps of its frozen trunk
+                from whale.inference.trunk import TrunkMaps
+
+                self._trunk, branch = TrunkMaps.for_config(self.cfg, self.trunk_cache, progress=self.verbose != 0)
+            else:
+                branch = build_branch(m.branch, (*size, m.channels), weights=m.weights, options=m.branch_options())
             self.model = self.objective.build(branch, shared=shared, classes=classes)
-        if model_input_size(self.model) != size:
+        if not self._trunk_run and model_input_size(self.model) != size:
             branch = transfer_branch(self.model.get_layer("branch"), size)
             self.model = self.objective.rebuild(self.model, branch, shared, classes)
             fresh = True
@@ -146,8 +153,26 @@ class Trainer:
         return True
 
     def _input(self, stage: Stage) -> tuple[int, int]:
-        """``(height, width)`` of ``stage``'s model input (its ``image_size`` under the run's ``aspect``)."""
+        """``(height, width)`` of ``stage``'s photos (its ``image_size`` under the run's ``aspect``): the model's
+        input, or a trunk run's trunk's."""
         return input_size(stage.image_size, self.cfg.aspect)
+
+    @property
+    def _trunk_run(self) -> bool:
+        return self.cfg.trunk.layer is not None
+
+    def _store(self, key: str, images: ImageSet, stage: Stage):
+        """What the batches of dataset ``key`` (its ``images``) read: crops at ``stage``'s size, or a trunk run's
+        maps (with their augmented views, but for the validation queries)."""
+        if not self._trunk_run:
+            return self.stores.get(key, images, crop_size_for(self._input(stage)))
+        if key not in self._trunk_stores:
+            if self._trunk is None:  # resumed: the model came from a checkpoint
+                from whale.inference.trunk import TrunkMaps
+
+                self._trunk, _ = TrunkMaps.for_config(self.cfg, self.trunk_cache, progress=self.verbose != 0)
+            self._trunk_stores[key] = self._trunk.store(images.paths, images.boxes, views=key != "val")
+        return self._trunk_stores[key]
 
     # -------------------------------------------------------------- features
     def _features(self, key: str, images: ImageSet, stage: Stage,
@@ -156,10 +181,12 @@ class Trainer:
         at ``stage``'s input size."""
         from whale.inference.features import ImageBatches, compute_features
 
-        size = self._input(stage)
-        store = self.stores.get(key, images, crop_size_for(size))
+        from whale.inference.trunk import first_view
+
+        store = self._store(key, images, stage)
         indices = np.arange(len(images)) if indices is None else indices
-        batches = ImageBatches(store, indices, size, batch_size=max(self.cfg.batch_size, 32))
+        batches = ImageBatches(store, indices, store.map_size if self._trunk_run else self._input(stage),
+                               batch_size=max(self.cfg.batch_size, 32), plain=first_view if self._trunk_run else None)
         return compute_features(self.model.get_layer("branch"), batches, n=len(indices),
                                 progress=self.verbose != 0, timing=self._timing)
 
@@ -311,6 +338,7 @@ class Trainer:
         (an identity objective: P x K batches seeded by ``negatives``, :mod:`whale.training.identitybatches`)."""
         from whale.data.augment import build_augmenter
         from whale.mining import mix_random_negatives, positive_pairs
+        from whale.inference.trunk import trunk_reader
         from whale.training.clock import FirstStepClock
         from whale.training import identitybatches
         from whale.training.imagebatches import ImageBatchDataset, describe
@@ -319,10 +347,12 @@ class Trainer:
         cfg, stage, dataset = self.cfg, ep.stage, self._training(dataset)
         gallery = unlabelled.first_views(dataset) if stage.dataset == "homography" else dataset.gallery
         size = self._input(stage)
-        store = self.stores.get(stage.dataset, gallery, crop_size_for(size))
+        store = self._store(stage.dataset, gallery, stage)
         # With flip_ids a mirror image is another whale: no random flips inside an id.
         augmenter = (build_augmenter(size, channels=cfg.model.channels, style=cfg.augment_style,
                                      flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
+        if self._trunk_run:  # maps, not photos: one of each photo's augmented views, or its plain one
+            size, augmenter = store.map_size, trunk_reader(cfg.augment)
         if stage.dataset == "homography":  # two views of each photo, each slot warped by its own homography first
             store, augmenter = unlabelled.view_inputs(store, augmenter, cfg.homography, size)
         if self.objective.identities:
@@ -340,7 +370,8 @@ class Trainer:
                         batch_size=cfg.batch_size, seed=cfg.seed, epoch=ep.epoch, workers=cfg.workers)
             what = describe(data.packed) if kind is ImageBatchDataset else f"{len(pairs)} pairs"
         self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
-                 f"{size_label(size) if cfg.aspect != 1 else stage.image_size}px, K={ep.k:g}, lr={stage.lr:g}"
+                 f"{size_label(self._input(stage)) if cfg.aspect != 1 else stage.image_size}px"
+                 f"{' through the trunk' if self._trunk_run else ''}, K={ep.k:g}, lr={stage.lr:g}"
                  f"{', branch frozen' if stage.freeze_branch else ''}): {what}")
         return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False,
                               callbacks=[FirstStepClock(self._timing)])
@@ -364,7 +395,8 @@ def _summary(state: dict) -> dict:
 
 def train_fold(job: FoldJob | RunConfig, data_dir=None, fold: int | None = None, out_dir=None,
                resume: bool = False, playground=None, deadline: float | None = None, max_epochs: int | None = None,
-               score: bool = True, verbose: int | str = "auto", log=print, overwrite: bool = False) -> TrainResult:
+               score: bool = True, verbose: int | str = "auto", log=print, overwrite: bool = False,
+               trunk_cache=None) -> TrainResult:
     """Train a prepared :class:`whale.training.foldjob.FoldJob` (:func:`~whale.training.foldjob.prepare_fold`).
 
     The old form ``train_fold(cfg, data_dir, fold, out_dir, resume=..., playground=..., overwrite=...)``
@@ -377,7 +409,8 @@ def train_fold(job: FoldJob | RunConfig, data_dir=None, fold: int | None = None,
     Writes ``config.yaml`` (the sized config), ``run.json``, ``log.csv``, ``training.png``, ``tensorboard/``,
     ``checkpoints/`` and, when the schedule is done and ``score`` is true, ``scores/val.npz`` and
     ``scores/test.npz`` (and ``scores/<size>/`` of every ``snapshot: true`` stage), scored under the job's
-    config in memory.
+    config in memory. ``trunk_cache``: where a trunk run keeps its maps (:mod:`whale.inference.trunk`; None:
+    in memory).
     """
     from whale.inference.runs import score_run
 
@@ -393,15 +426,16 @@ def train_fold(job: FoldJob | RunConfig, data_dir=None, fold: int | None = None,
         if not (result.finished and score) or job.pretrain:
             return
         log(f"scoring validation and test images with checkpoint 'best' into {out_dir / 'scores'}")
-        score_run(out_dir, job.comp, job.data, checkpoint="best", log=log, progress=verbose != 0, cfg=job.sized)
+        score_run(out_dir, job.comp, job.data, checkpoint="best", log=log, progress=verbose != 0, cfg=job.sized,
+                  trunk_cache=trunk_cache)
         for stage in job.sized.stages:
             tag = snapshot_tag(stage.snapshot_name) if stage.snapshot else None
             if tag and (out_dir / "checkpoints" / f"{tag}.json").is_file():  # not in the init_from run's part
                 log(f"scoring the {stage.image_size} px snapshot into {out_dir / 'scores' / stage.snapshot_name}")
                 score_run(out_dir, job.comp, job.data, checkpoint=tag, log=log, progress=verbose != 0,
-                          cfg=job.sized)
+                          cfg=job.sized, trunk_cache=trunk_cache)
 
-    return _train(job, deadline, max_epochs, verbose, log, scores)
+    return _train(job, deadline, max_epochs, verbose, log, scores, trunk_cache)
 
 
 def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, deadline: float | None = None,
@@ -417,7 +451,7 @@ def train_pretrain(cfg: RunConfig, playground, out_dir, resume: bool = False, de
     return train_fold(job, deadline=deadline, max_epochs=max_epochs, verbose=verbose, log=log)
 
 
-def _train(job: FoldJob, deadline, max_epochs, verbose, log, then) -> TrainResult:
+def _train(job: FoldJob, deadline, max_epochs, verbose, log, then, trunk_cache=None) -> TrainResult:
     """Train under the config's device strategy, then call ``then(result)`` inside it."""
     from whale.training.distribute import describe, strategy_scope
 
@@ -429,7 +463,7 @@ def _train(job: FoldJob, deadline, max_epochs, verbose, log, then) -> TrainResul
             raise ConfigError(f"{cfg.name}: batching: images needs one device (its pairs index the whole "
                               f"batch's images), but strategy {cfg.strategy!r} gives "
                               f"{strategy.num_replicas_in_sync} replicas: set strategy: default")
-        trainer = Trainer(job, verbose=verbose, log=log)
+        trainer = Trainer(job, verbose=verbose, log=log, trunk_cache=trunk_cache)
         result = trainer.run(resume=job.resume, deadline=deadline, max_epochs=max_epochs)
         then(result)
     return result

@@ -1,0 +1,136 @@
+"""A branch cut into a frozen trunk and a trained top (whale.models.trunk), the trunk's maps kept by photo content
+(whale.inference.trunk), and a trunk run trained, scored and resumed through the trainer."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from whale.core.errors import ConfigError
+
+pytestmark = pytest.mark.backend
+
+TRUNK_CONFIG = {
+    "name": "trunk-test", "seed": 1, "model": {"branch": "tiny", "weights": None, "channels": 1},
+    "trunk": {"layer": "last_bn", "views": 2}, "objective": "arcface", "batch": {"ids": 4, "per_id": 2},
+    "mining_interval": 1, "mining": "exact", "workers": 1,
+    "stages": [{"epochs": 1, "k": 1000.0, "lr": 1.0e-3, "image_size": 32},
+               {"epochs": 1, "k": 1000.0, "lr": 3.0e-4, "image_size": 32}],
+}
+
+
+@pytest.fixture(scope="module")
+def competition(tmp_path_factory):
+    from whale.data.synth import generate
+
+    return generate(tmp_path_factory.mktemp("trunk") / "data", n_ids=12, seed=2, size=64, progress=False)
+
+
+def test_the_trunk_then_the_top_is_the_branch(backend):
+    from whale.models import build_branch
+    from whale.models.trunk import split_branch
+
+    branch = build_branch("tiny", (32, 64, 1))
+    trunk, top = split_branch(branch, "last_bn")
+    x = np.random.default_rng(0).uniform(0, 255, (3, 32, 64, 1)).astype(np.float32)
+    np.testing.assert_allclose(top.predict_on_batch(trunk.predict_on_batch(x)), branch.predict_on_batch(x),
+                               atol=1e-5)
+    assert top.name == "branch" and not trunk.trainable and trunk.output_shape[1:] == (4, 8, 32)
+    lite = build_branch("efficientnet_lite0", (32, 64, 3))
+    with pytest.raises(ConfigError, match=r"'block6d_project_bn' is not a layer .* the last that fit: .*top_conv"):
+        split_branch(lite, "block6d_project_bn")  # inside a residual block: the rest needs two inputs
+
+
+def _photos(folder: Path, n: int = 4) -> list[Path]:
+    import cv2
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(3)
+    paths = []
+    for i in range(n):
+        paths.append(folder / f"p{i}.png")
+        cv2.imwrite(str(paths[-1]), rng.integers(0, 255, (40, 70), dtype=np.uint8))
+    return paths
+
+
+_TRUNK = []
+
+
+def _maps(cache, views=2, layer="last_bn"):
+    """Maps through one tiny trunk (built once: a random branch, the same weights for every cache)."""
+    from whale.inference.trunk import TrunkMaps
+    from whale.models import build_branch
+    from whale.models.trunk import split_branch
+
+    if not _TRUNK:
+        _TRUNK.append(split_branch(build_branch("tiny", (32, 64, 1)), "last_bn")[0])
+    return TrunkMaps(_TRUNK[0], (32, 64), 1, 0.05, "box", views, "paper", {"branch": "tiny", "layer": layer},
+                     cache=cache, progress=False)
+
+
+def test_maps_are_kept_by_content_and_read_back_without_the_trunk(backend, tmp_path):
+    paths = _photos(tmp_path / "photos")
+    shutil.copyfile(paths[0], tmp_path / "photos" / "renamed.png")  # the same photo under another name
+    maps = _maps(tmp_path / "cache")
+    store = maps.store(paths + [tmp_path / "photos" / "renamed.png"], views=True)
+    assert len(store) == 5 and store[0].shape == (3, 4, 8, 32) and store[0].dtype == np.float16
+    np.testing.assert_array_equal(store[0], store[4])
+    assert not np.array_equal(store[0][1], store[0][2]) and not np.array_equal(store[0][0], store[0][1])
+    files = sorted(p.name for p in maps.folder.glob("*.npy"))
+    assert len(files) == 8 and json.loads((maps.folder / "trunk.json").read_text())["layer"] == "last_bn"
+
+    again = _maps(tmp_path / "cache")  # a new process: read from disk, never through the trunk
+    again.trunk = None
+    np.testing.assert_array_equal(again.store(paths, views=True)[2], store[2])
+    fresh = _maps(tmp_path / "elsewhere")  # the views are drawn from each photo's content: the same anywhere
+    np.testing.assert_array_equal(fresh.store(paths, views=True)[1], store[1])
+    assert _maps(None, views=3).fingerprint() != maps.fingerprint() != _maps(None, layer="x").fingerprint()
+
+    victim = next(maps.folder.glob("*.views.npy"))
+    victim.write_bytes(b"half a file")  # a damaged file is computed again
+    third = _maps(tmp_path / "cache")
+    np.testing.assert_array_equal(np.concatenate([m for m in third.store(paths, views=True)]),
+                                  np.concatenate([m for m in store][:4]))
+    assert np.load(victim).shape == (2, 4, 8, 32)
+
+
+def test_a_trunk_run_trains_scores_and_scores_again_from_the_cache(backend, competition, tmp_path, monkeypatch):
+    from whale.config import config_from_dict
+    from whale.inference.scorefile import load_score_file
+    from whale.inference.trunk import TrunkMaps
+    from whale.training.rescore import score_fold
+    from whale.training.trainer import train_fold
+
+    cfg = config_from_dict(TRUNK_CONFIG)
+    lines = []
+    res = train_fold(cfg, competition, 0, tmp_path / "run", verbose=0, log=lines.append,
+                     trunk_cache=tmp_path / "cache")
+    assert res.finished and any("through the trunk" in line for line in lines)
+    test = load_score_file(tmp_path / "run" / "scores" / "test.npz")
+    assert test.scores.shape[0] == len(list((competition / "test").iterdir()))
+
+    computed = []
+    real = TrunkMaps._compute
+    monkeypatch.setattr(TrunkMaps, "_compute", lambda self, *a: computed.append(a) or real(self, *a))
+    shutil.move(tmp_path / "run" / "scores", tmp_path / "first")
+    score_fold(tmp_path / "run", competition, 0, cfg, trunk_cache=tmp_path / "cache", log=lambda *_: None)
+    assert not computed  # every map came from the cache the training filled
+    again = load_score_file(tmp_path / "run" / "scores" / "test.npz")
+    np.testing.assert_array_equal(again.scores, test.scores)
+
+
+def test_what_a_trunk_run_cannot_do_is_refused_by_name():
+    from whale.config import config_from_dict
+
+    two_sizes = json.loads(json.dumps(TRUNK_CONFIG))
+    two_sizes["stages"][1]["image_size"] = 48
+    with pytest.raises(ConfigError, match=r"stages\[\]\.image_size: expected one image size for a trunk run"):
+        config_from_dict(two_sizes)
+    with pytest.raises(ConfigError, match="flip_ids: expected false for a trunk run"):
+        config_from_dict({**TRUNK_CONFIG, "flip_ids": True})
+    with pytest.raises(ConfigError, match="tta: expected no test-time views"):
+        config_from_dict({**TRUNK_CONFIG, "tta": ["zoom"]})
+    assert config_from_dict({k: v for k, v in TRUNK_CONFIG.items() if k != "trunk"}).trunk.layer is None
