@@ -200,12 +200,15 @@ class PixelMethod:
 class SiameseMethod:
     """A trained run folder (checkpoint ``best``): branch features, head scores."""
 
-    def __init__(self, run_dir, name: str, checkpoint: str = "best"):
+    def __init__(self, run_dir, name: str, checkpoint: str = "best", trunk_cache=None):
         from whale.inference.runs import load_run_model, RunScorer
 
         model, cfg = load_run_model(run_dir, checkpoint)
         self.name, self.run_dir = name, Path(run_dir)
-        self._rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=False)
+        if cfg.trunk.layer is None:
+            self._rs = RunScorer(model, cfg.model.channels, cfg.box_margin, verbose=False)
+        else:  # its branch reads the maps of its trunk (kept in trunk_cache)
+            self._rs = RunScorer.for_config(model, cfg, verbose=False, trunk_cache=trunk_cache)
 
     def features(self, paths: Sequence, boxes: Sequence | None = None) -> np.ndarray:
         """``[n, d] float32`` branch features of the whole images, or of their ``boxes`` (widened by the run's

@@ -27,11 +27,12 @@ Methods, each a user's command line (printed with its wall time), scored from it
 * ``keypoints``: ``whale score --matcher keypoints --data D --out K --fold 0`` then
   ``whale ensemble K --tune --out S.csv`` and ``whale submission check S.csv``; again with
   ``--tune-new-share 0.276`` (validation's few open-set queries weighted to the competition's share);
-* ``learned``: ``whale train --config configs/flukes_cpu.yaml --fold 0 --data D --out L`` (it scores its
-  fold and the test set when done), then the same ensemble and check;
-* ``fusion``: ``whale ensemble K L --tune --tune-weights --weight-grid log --out S.csv`` (``--fusion-grid
-  linear``: the grid of step 0.1; ``--keypoint-runs DIR``: ``K`` is ``DIR/seedN/keypoints`` of an earlier
-  ``--methods keypoints`` run, ``--learned-runs DIR``: ``L`` is ``DIR/seedN/learned`` of an earlier
+* ``learned``: ``whale train --config C --fold 0 --data D --out L`` for each ``--learned-config`` C (default
+  ``configs/flukes_cpu.yaml``; it scores its fold and the test set when done), then the same ensemble and check;
+  ``--gpu-runs DIR``: a GPU session's runs scored here (:mod:`benchmarks.humpback_runs`);
+* ``fusion``: ``whale ensemble K L --tune [--tune-weights --weight-grid log] --out S.csv`` for each learned run
+  and each rule of ``--fusion`` (``--keypoint-runs DIR``: ``K`` is ``DIR/seedN/keypoints`` of an earlier
+  ``--methods keypoints`` run, ``--learned-runs DIR``: ``L`` is ``DIR/seedN/learned-<config>`` of an earlier
   ``--methods learned`` run, each checked to be of the same split);
 * references measured in the same run: raw pixels (32 px gray cosine nearest neighbour, the threshold
   tuned on the same validation fold, :func:`benchmarks.common.evaluate_competition`) and the
@@ -62,6 +63,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from benchmarks import common  # noqa: E402
+from benchmarks.humpback_runs import fusion_rows, learned_runs, slug  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 METHODS = ("keypoints", "learned", "fusion", "pixels", "all_new_whale")
@@ -278,31 +280,18 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
                                        ["--tune-new-share", str(KAGGLE_NEW_SHARE)], log=log)
             rows.append(method_row(f"keypoints, --tune-new-share {KAGGLE_NEW_SHARE}", work / "keypoints_share.csv",
                                    test_kp, truth, {"ensemble": te}))
-    reuse_learned = bool(args.learned_runs) and "learned" not in args.methods  # fusion with an earlier network
-    if "learned" in args.methods or ("fusion" in args.methods and not reuse_learned):
-        learned = work / "learned"
-        t = whale_command(["train", "--config", args.learned_config, "--fold", "0", "--data", str(comp),
-                           "--out", str(learned), "--verbose", "0"], work / "learned.train.log", log)
-        runs["learned"] = learned
-        if "learned" in args.methods:
-            te, _ = ensemble_and_check([learned], work / "learned.csv", comp, work, log=log)
-            rows.append(method_row("learned", work / "learned.csv", load_score_file(learned / "scores" / "test.npz"),
-                                   truth, {"train": t, "ensemble": te}))
+    learned = learned_runs(args, seed, comp, work, log)  # name -> run folder: each learned config, each GPU run
+    for name, (run, seconds) in learned.items():
+        if "learned" in args.methods or (seconds is not None and name.startswith("gpu ")):
+            te, _ = ensemble_and_check([run], work / f"{slug(name)}.csv", comp, work, log=log)
+            rows.append(method_row(name, work / f"{slug(name)}.csv", load_score_file(score_path_of(run)), truth,
+                                   {**(seconds or {}), "ensemble": te}))
     if "fusion" in args.methods:
-        if reuse_keypoints:  # looked up once the learned run is done: the earlier run may still be writing it
+        if reuse_keypoints:  # looked up once the learned runs are done: the earlier run may still be writing it
             runs["keypoints"] = earlier_run_of(args.keypoint_runs, seed, comp)
             log(f"  keypoints: the score files of {runs['keypoints']} (the same split, checked)")
-        if reuse_learned:
-            runs["learned"] = earlier_run_of(args.learned_runs, seed, comp, "learned")
-            log(f"  learned: the score files of {runs['learned']} (the same split, checked)")
-        paths = [runs["keypoints"], runs["learned"]]
-        te, lines = ensemble_and_check(paths, work / "fusion.csv", comp, work,
-                                       ["--tune-weights", "--weight-grid", args.fusion_grid], log=log)
-        w = tuned_weights(lines, 2)
-        fused = average_score_files([score_path_of(p) for p in paths], w)
-        row = method_row("fusion", work / "fusion.csv", fused, truth, {"ensemble": te})
-        row["weights"] = w
-        rows.append(row)
+        for name, (run, _) in learned.items():
+            rows += fusion_rows(args, name, [runs["keypoints"], run], comp, truth, work, log)
     if "pixels" in args.methods:
         rows.append(pixel_row(comp, truth, log))
     if "all_new_whale" in args.methods:
@@ -519,7 +508,14 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default="keypoints,pixels,all_new_whale",
                    help=f"comma-separated, of {', '.join(METHODS)} (fusion runs keypoints and learned)")
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
-    p.add_argument("--learned-config", default=LEARNED_CONFIG)
+    p.add_argument("--learned-config", default=LEARNED_CONFIG,
+                   help="comma-separated configs of the learned rows (one whale train each, row 'learned <name>')")
+    p.add_argument("--gpu-runs", default=None, metavar="DIR",
+                   help="the flukes_<job>.tgz a GPU session returned (benchmarks/gpu_suite.py step flukes_lite0): each "
+                        "job of a seed scored here on the original photos, row 'gpu <job>', and fused")
+    p.add_argument("--fusion", default="log",
+                   help="comma-separated fusion rules of the fusion rows: calibrated (whale ensemble --tune's default "
+                        "with several runs), log, linear (--tune-weights --weight-grid)")
     p.add_argument("--cache", default=None, help="the keypoint feature store (default OUT/keypoint-store)")
     p.add_argument("--keypoint-runs", default=None, metavar="DIR",
                    help="fusion with the matcher's scores of an earlier --methods keypoints run (DIR/seedN/keypoints, "
@@ -527,9 +523,6 @@ def main(argv=None) -> int:
     p.add_argument("--learned-runs", default=None, metavar="DIR",
                    help="fusion with the network of an earlier --methods learned run (DIR/seedN/learned, checked to "
                         "be of the same split) instead of training again")
-    p.add_argument("--fusion-grid", choices=("log", "linear"), default="log",
-                   help="fusion's weight grid (whale ensemble --weight-grid; default log: the matcher's unverified "
-                        "candidates score ~1e-4, which a linear step of 0.1 cannot weigh a network against)")
     p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
                    help="instead of the methods: compare keypoint settings on validation (split of the first "
                         "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")
@@ -546,6 +539,8 @@ def main(argv=None) -> int:
     if bad:
         p.error(f"unknown methods {bad}; expected some of {', '.join(METHODS)}")
     args.cache = Path(args.cache) if args.cache else Path(args.out) / "keypoint-store"
+    args.learned_configs = [c for c in args.learned_config.split(",") if c]
+    args.fusion = [r for r in args.fusion.split(",") if r]
     if args.screen is not None:
         rows = screen(args, args.screen)
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -286,7 +286,8 @@ def learned_config(path, overrides: dict | None, sampler: str):
     return common.random_negatives(cfg) if sampler == "random" else cfg
 
 
-def train_learned(cfg, data_dir: Path, run_dir: Path, log=print, budget_s: float | None = None) -> dict:
+def train_learned(cfg, data_dir: Path, run_dir: Path, log=print, budget_s: float | None = None,
+                  trunk_cache=None) -> dict:
     """``whale train``'s fold -1 (every training photo, no validation, the final model) into ``run_dir``
     (resumed if it exists); its seconds and epochs. ``budget_s``: stop cleanly before this many seconds
     (the trainer's deadline); ``finished`` says whether the schedule ran to its end, ``checkpoint`` which model
@@ -295,7 +296,7 @@ def train_learned(cfg, data_dir: Path, run_dir: Path, log=print, budget_s: float
 
     t0 = time.time()
     res = train_fold(cfg, data_dir, -1, run_dir, resume=True, verbose=0, log=lambda m: log(f"    {m}"),
-                     deadline=None if budget_s is None else t0 + budget_s)
+                     deadline=None if budget_s is None else t0 + budget_s, trunk_cache=trunk_cache)
     if res.epochs_done == 0:
         raise RuntimeError(f"{run_dir}: the time budget ({budget_s:g} s) ended before the first epoch; "
                            "nothing to measure (give --time-budget more seconds)")
@@ -399,8 +400,9 @@ def run_fold(args, df: pd.DataFrame, folds: dict[str, int], fold: int, method: s
         cfg = learned_config(args.config, args.overrides, sampler)
         log(f"  training {method} ({sampler}) on {len(train)} photos of {train['Id'].nunique()} individuals "
             f"-> {work / sampler}")
-        row.update(train_learned(cfg, data_dir, work / sampler, log, args.time_budget))
-        model = common.SiameseMethod(work / sampler, method, checkpoint=row["checkpoint"])
+        trunk_cache = Path(args.out) / "trunk-cache"  # a trunk config's maps: every fold reads the same photos
+        row.update(train_learned(cfg, data_dir, work / sampler, log, args.time_budget, trunk_cache))
+        model = common.SiameseMethod(work / sampler, method, checkpoint=row["checkpoint"], trunk_cache=trunk_cache)
         row.update(protocol_row(model, train, test, boxes, args.redraws, seed))
     row.update(method=method, fold=fold, seconds=round(time.perf_counter() - t0, 1), redraws=args.redraws,
                train_photos=len(train),

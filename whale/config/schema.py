@@ -24,7 +24,7 @@ from whale.config.homography import HomographyConfig, homography_stage, parse_ho
 from whale.config.inputs import parse_crop_aspect
 from whale.config.objectives import BatchConfig, ObjectiveConfig, parse_batch, parse_objective
 from whale.config.overrides import apply_override
-from whale.config.trunk import TrunkConfig, check_trunk_run, parse_trunk
+from whale.config.trunk import TrunkConfig, parse_trunk
 from whale.core.errors import ConfigError
 from whale.core.files import write_text_atomic
 
@@ -92,14 +92,10 @@ class Stage:
     photo against two different photos, :mod:`whale.data.unlabelled`; random negatives, K unused).
     ``freeze_branch`` trains the head only (done after every image-size increase).
     ``l2`` is the weight-decay coefficient of the branch's kernels (0 = none).
-    ``snapshot`` keeps the model as it is at the end of this stage (checkpoint
-    ``snapshot-<image_size>``) and scores it into ``scores/<image_size>/``: one schedule then
-    yields one model per size (e.g. ConvNet v1 at 384, 768 and 1024), each an ensemble input.
-
-    Length: exactly one of ``epochs``, ``steps`` (optimiser steps) or ``pairs`` (pairs seen);
-    :func:`whale.training.schedule.sized_config` turns steps and pairs into ``epochs`` from the
-    training set's size (the schedule and the trainer only ever see epochs).
-    """
+    ``snapshot`` keeps the model as it is at the end of this stage (checkpoint ``snapshot-<image_size>``) and
+    scores it into ``scores/<image_size>/``: one schedule then yields one model per size (e.g. ConvNet v1 at 384,
+    768 and 1024), each an ensemble input. Length: exactly one of ``epochs``, ``steps`` (optimiser steps) or
+    ``pairs`` (pairs seen); :func:`whale.training.schedule.sized_config` turns the last two into ``epochs``."""
 
     epochs: int | None
     k: float
@@ -187,9 +183,8 @@ class RunConfig:
     scored image (:data:`TTA_VIEWS`); ``tta_mode``: average their ``features`` (one head pass)
     or their head ``scores`` (one pass per view). All off by default.
     ``homography``: the photos and strength of ``dataset: homography`` stages (:class:`HomographyConfig`).
-    ``crop``, ``aspect`` (width / height of the input; ``image_size``: its height): :mod:`whale.config.inputs`.
-    ``trunk``: the branch's first layers frozen and their maps computed once per photo (:mod:`whale.config.trunk`).
-    """
+    ``crop``, ``aspect`` (width / height of the input; ``image_size``: its height): :mod:`whale.config.inputs`;
+    ``trunk``: :mod:`whale.config.trunk`."""
 
     name: str
     stages: tuple[Stage, ...]
@@ -367,8 +362,8 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
             raise c.fail(f"stages[{i}].dataset", f"a pair objective for 'dataset: homography' (its photos have "
                          f"no identities; objective {objective.name!r} trains on identities)", s.dataset)
     crop, aspect = parse_crop_aspect(c, get("crop"), get("aspect"), [s.image_size for s in stages], (MIN_IMAGE_SIZE, MAX_IMAGE_SIZE))
-    trunk = parse_trunk(c, raw.get("trunk"), "trunk")
-    check_trunk_run(c, trunk, stages, c.boolean(get("flip_ids"), "flip_ids"), _views(c, get("tta")))
+    trunk = parse_trunk(c, raw.get("trunk"), "trunk", stages, c.boolean(get("flip_ids"), "flip_ids"),
+                        _views(c, get("tta")))
     return RunConfig(
         name=c.string(raw["name"], "name"),
         stages=stages,

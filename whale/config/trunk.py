@@ -24,11 +24,14 @@ class TrunkConfig:
     views: int = TRUNK_VIEWS
 
 
-def parse_trunk(c: Checker, raw: Any, path: str) -> TrunkConfig:
-    """The validated ``trunk:`` mapping (None: no trunk)."""
+def parse_trunk(c: Checker, raw: Any, path: str, stages=(), flip_ids: bool = False, tta=()) -> TrunkConfig:
+    """The validated ``trunk:`` mapping (None: no trunk), checked against the run's ``stages``, ``flip_ids`` and
+    ``tta`` (:func:`check_trunk_run`)."""
     raw = c.mapping({} if raw is None else raw, path, tuple(f.name for f in dataclasses.fields(TrunkConfig)), ())
-    return TrunkConfig(layer=c.string(raw.get("layer"), f"{path}.layer", optional=True),
-                       views=c.number(raw.get("views", TRUNK_VIEWS), f"{path}.views", int, 0, 64))
+    trunk = TrunkConfig(layer=c.string(raw.get("layer"), f"{path}.layer", optional=True),
+                        views=c.number(raw.get("views", TRUNK_VIEWS), f"{path}.views", int, 0, 64))
+    check_trunk_run(c, trunk, stages, flip_ids, tta)
+    return trunk
 
 
 def check_trunk_run(c: Checker, trunk: TrunkConfig, stages, flip_ids: bool, tta) -> None:

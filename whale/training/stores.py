@@ -1,4 +1,5 @@
-"""Decoded box crops a training run keeps between epochs, one store per (dataset, crop size)."""
+"""What a training run's batches read, kept between epochs: decoded box crops per (dataset, crop size), or a
+trunk run's maps per dataset (:mod:`whale.inference.trunk`)."""
 from __future__ import annotations
 
 from whale.data import ImageSet
@@ -20,3 +21,25 @@ class CropStores:
             self._cache[(key, crop_size)] = images.store(crop_size, channels=self.channels,
                                                          margin=self.margin, cache=self.mode, crop=self.crop)
         return self._cache[(key, crop_size)]
+
+
+class TrunkStores:
+    """A trunk run's maps per dataset key (the fold's gallery with its augmented views; the validation queries
+    plain), through the trunk of ``cfg``'s branch, kept in ``cache`` (:class:`whale.inference.trunk.TrunkMaps`)."""
+
+    def __init__(self, cfg, cache=None, progress: bool = True):
+        self.cfg, self.cache, self.progress, self.maps, self._stores = cfg, cache, progress, None, {}
+
+    def top(self):
+        """A new top of the run's branch (the model a trunk run trains), its trunk built beside it."""
+        from whale.inference.trunk import TrunkMaps
+
+        self.maps, top = TrunkMaps.for_config(self.cfg, self.cache, progress=self.progress)
+        return top
+
+    def get(self, key: str, images: ImageSet):
+        if key not in self._stores:
+            if self.maps is None:  # a resumed run: its model came from a checkpoint
+                self.top()
+            self._stores[key] = self.maps.store(images.paths, images.boxes, views=key != "val")
+        return self._stores[key]

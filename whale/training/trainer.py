@@ -32,7 +32,7 @@ from whale.training.runlog import TensorBoardLog, read_log, write_log, write_run
 from whale.training.pretrain import InitSource
 from whale.training.minedfiles import load_mined, save_mined, training_key
 from whale.training.schedule import EpochPlan, Schedule
-from whale.training.stores import CropStores
+from whale.training.stores import CropStores, TrunkStores
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -87,8 +87,8 @@ class Trainer:
         self.objective = whale.objectives.build_objective(cfg.objective, cfg.model.head_mid, cfg.model.head_hidden)
         self.tensorboard = TensorBoardLog(self.out_dir / "tensorboard", log=log)
         self.model = None
-        self.trunk_cache = trunk_cache  # where a trunk run keeps its maps (None: in memory)
-        self._trunk, self._trunk_stores = None, {}  # its TrunkMaps, and the maps of each dataset key
+        # A trunk run's branch is the top of its branch, on the maps of its frozen trunk (kept in trunk_cache).
+        self.trunk = TrunkStores(cfg, trunk_cache, verbose != 0) if cfg.trunk.layer is not None else None
         self._traced_l2: float | None = None  # the weight decay the train function was traced with
         self._timing = {"compile_s": 0.0}  # this epoch's first-call costs (next_epoch_estimate)
         self._mirrored: dict[int, FoldData] = {}
@@ -105,13 +105,9 @@ class Trainer:
     # ----------------------------------------------------------------- model
     def _prepare_stage(self, stage: Stage, dataset: FoldData) -> bool:
         """Resize, freeze and compile for ``stage`` (trained on ``dataset``); True when its first training step
-        will compile (trace) the train function again.
-
-        The optimizer (and its state) and the traced train function are kept when only the learning rate
-        changes (it is a variable of the step); a new weight decay is traced again; a new image size, a change of
-        freezing or of the model's form (``batching``, e.g. a run started from one trained with the other;
-        ArcFace's classes on another dataset) needs a fresh compile to take effect.
-        """
+        will compile (trace) the train function again. The optimizer (and its state) and the traced train function
+        are kept when only the learning rate changes (a variable of the step); a new weight decay is traced again;
+        a new image size, freezing or model form (``batching``; ArcFace's classes on another dataset) compiles."""
         from whale.models import build_branch, model_input_size, set_branch_trainable, set_l2, transfer_branch
         from whale.training.identitybatches import class_counts
 
@@ -122,14 +118,10 @@ class Trainer:
         size = self._input(stage)
         if self.model is None:
             m = self.cfg.model
-            if self._trunk_run:  # the branch's top, on the maps of its frozen trunk
-                from whale.inference.trunk import TrunkMaps
-
-                self._trunk, branch = TrunkMaps.for_config(self.cfg, self.trunk_cache, progress=self.verbose != 0)
-            else:
-                branch = build_branch(m.branch, (*size, m.channels), weights=m.weights, options=m.branch_options())
+            branch = (self.trunk.top() if self.trunk else
+                      build_branch(m.branch, (*size, m.channels), weights=m.weights, options=m.branch_options()))
             self.model = self.objective.build(branch, shared=shared, classes=classes)
-        if not self._trunk_run and model_input_size(self.model) != size:
+        if not self.trunk and model_input_size(self.model) != size:
             branch = transfer_branch(self.model.get_layer("branch"), size)
             self.model = self.objective.rebuild(self.model, branch, shared, classes)
             fresh = True
@@ -141,11 +133,11 @@ class Trainer:
             fresh = True
         if fresh:
             self.objective.compile(self.model, stage.lr, l2=stage.l2, classes=classes)
+        else:
+            self.model.optimizer.learning_rate.assign(stage.lr)
+        if fresh or self._traced_l2 == stage.l2:
             self._traced_l2 = stage.l2
-            return True
-        self.model.optimizer.learning_rate.assign(stage.lr)
-        if self._traced_l2 == stage.l2:
-            return False
+            return fresh
         # Regularisers are read when the train step is traced (and are not saved with a checkpoint): trace it again.
         set_l2(self.model, stage.l2)
         self.model.make_train_function(force=True)
@@ -157,22 +149,11 @@ class Trainer:
         input, or a trunk run's trunk's."""
         return input_size(stage.image_size, self.cfg.aspect)
 
-    @property
-    def _trunk_run(self) -> bool:
-        return self.cfg.trunk.layer is not None
-
     def _store(self, key: str, images: ImageSet, stage: Stage):
         """What the batches of dataset ``key`` (its ``images``) read: crops at ``stage``'s size, or a trunk run's
-        maps (with their augmented views, but for the validation queries)."""
-        if not self._trunk_run:
-            return self.stores.get(key, images, crop_size_for(self._input(stage)))
-        if key not in self._trunk_stores:
-            if self._trunk is None:  # resumed: the model came from a checkpoint
-                from whale.inference.trunk import TrunkMaps
-
-                self._trunk, _ = TrunkMaps.for_config(self.cfg, self.trunk_cache, progress=self.verbose != 0)
-            self._trunk_stores[key] = self._trunk.store(images.paths, images.boxes, views=key != "val")
-        return self._trunk_stores[key]
+        maps."""
+        return self.trunk.get(key, images) if self.trunk else self.stores.get(key, images,
+                                                                              crop_size_for(self._input(stage)))
 
     # -------------------------------------------------------------- features
     def _features(self, key: str, images: ImageSet, stage: Stage,
@@ -185,8 +166,8 @@ class Trainer:
 
         store = self._store(key, images, stage)
         indices = np.arange(len(images)) if indices is None else indices
-        batches = ImageBatches(store, indices, store.map_size if self._trunk_run else self._input(stage),
-                               batch_size=max(self.cfg.batch_size, 32), plain=first_view if self._trunk_run else None)
+        batches = ImageBatches(store, indices, store.map_size if self.trunk else self._input(stage),
+                               batch_size=max(self.cfg.batch_size, 32), plain=first_view if self.trunk else None)
         return compute_features(self.model.get_layer("branch"), batches, n=len(indices),
                                 progress=self.verbose != 0, timing=self._timing)
 
@@ -351,7 +332,7 @@ class Trainer:
         # With flip_ids a mirror image is another whale: no random flips inside an id.
         augmenter = (build_augmenter(size, channels=cfg.model.channels, style=cfg.augment_style,
                                      flip_p=0.0 if cfg.flip_ids else 0.02) if cfg.augment else None)
-        if self._trunk_run:  # maps, not photos: one of each photo's augmented views, or its plain one
+        if self.trunk:  # maps, not photos: one of each photo's augmented views, or its plain one
             size, augmenter = store.map_size, trunk_reader(cfg.augment)
         if stage.dataset == "homography":  # two views of each photo, each slot warped by its own homography first
             store, augmenter = unlabelled.view_inputs(store, augmenter, cfg.homography, size)
@@ -371,7 +352,7 @@ class Trainer:
             what = describe(data.packed) if kind is ImageBatchDataset else f"{len(pairs)} pairs"
         self.log(f"epoch {ep.epoch + 1} (stage {ep.stage_index + 1}/{len(cfg.stages)}, "
                  f"{size_label(self._input(stage)) if cfg.aspect != 1 else stage.image_size}px"
-                 f"{' through the trunk' if self._trunk_run else ''}, K={ep.k:g}, lr={stage.lr:g}"
+                 f"{' through the trunk' if self.trunk else ''}, K={ep.k:g}, lr={stage.lr:g}"
                  f"{', branch frozen' if stage.freeze_branch else ''}): {what}")
         return self.model.fit(data, epochs=1, verbose=self.verbose, shuffle=False,
                               callbacks=[FirstStepClock(self._timing)])
