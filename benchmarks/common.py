@@ -197,6 +197,34 @@ class PixelMethod:
         return cosine_scores(fq, fg)
 
 
+class FrozenBranchMethod:
+    """A trunk config's pretrained branch as it comes, nothing trained (:mod:`whale.inference.trunk`: its maps, the
+    rest of its backbone, global max pooling), cosine: what ImageNet features alone do."""
+
+    name = "ImageNet features (cosine)"
+
+    def __init__(self, config, cache=None):
+        from whale.config import load_config
+        from whale.inference.trunk import TrunkMaps
+
+        self.maps, self.top = TrunkMaps.for_config(load_config(config), cache, progress=False)
+
+    def features(self, paths: Sequence, boxes: Sequence | None = None) -> np.ndarray:
+        """``[n, d] float32``, rows L2-normalised."""
+        from whale.inference.features import ImageBatches, compute_features
+        from whale.inference.trunk import first_view
+
+        store = self.maps.store(list(paths), boxes)
+        f = compute_features(self.top, ImageBatches(store, None, store.map_size, 64, plain=first_view),
+                             progress=False)
+        return f / np.maximum(np.linalg.norm(f, axis=1, keepdims=True), 1e-12)
+
+    def scores(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
+        from whale.baseline import cosine_scores
+
+        return cosine_scores(fq, fg)
+
+
 class SiameseMethod:
     """A trained run folder (checkpoint ``best``): branch features, head scores."""
 

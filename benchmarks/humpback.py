@@ -35,8 +35,9 @@ Methods, each a user's command line (printed with its wall time), scored from it
   ``--methods keypoints`` run, ``--learned-runs DIR``: ``L`` is ``DIR/seedN/learned-<config>`` of an earlier
   ``--methods learned`` run, each checked to be of the same split);
 * references measured in the same run: raw pixels (32 px gray cosine nearest neighbour, the threshold
-  tuned on the same validation fold, :func:`benchmarks.common.evaluate_competition`) and the
-  submission of ``new_whale`` alone for every photo.
+  tuned on the same validation fold, :func:`benchmarks.common.evaluate_competition`), ``imagenet`` (the same with
+  the ImageNet features of ``configs/flukes_lite0_cpu.yaml``'s branch, nothing trained:
+  :class:`benchmarks.common.FrozenBranchMethod`) and the submission of ``new_whale`` alone for every photo.
 
 Reported per method: MAP@5 of the submission over all queries and split into known / ``new_whale``
 queries; for the known queries also the ranking of ids alone (the per-id maximum of the test scores,
@@ -66,11 +67,13 @@ from benchmarks import common  # noqa: E402
 from benchmarks.humpback_runs import fusion_rows, learned_runs, slug  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
-METHODS = ("keypoints", "learned", "fusion", "pixels", "all_new_whale")
+METHODS = ("keypoints", "learned", "fusion", "pixels", "imagenet", "all_new_whale")
 KAGGLE_NEW_SHARE = 0.276
 """The 2019 competition's share of new_whale test images: what a user would expect a batch to hold, and what
 ``--tune-new-share`` weighs validation's open-set queries to (fold 0 here holds about 10% of them)."""
 LEARNED_CONFIG = "configs/flukes_cpu.yaml"
+IMAGENET_CONFIG = "configs/flukes_lite0_cpu.yaml"
+"""The ``imagenet`` row's branch and input: this config's, its trunk's maps and the rest of its backbone as they come."""
 
 
 def read_source(root: Path) -> pd.DataFrame:
@@ -293,7 +296,10 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
         for name, (run, _) in learned.items():
             rows += fusion_rows(args, name, [runs["keypoints"], run], comp, truth, work, log)
     if "pixels" in args.methods:
-        rows.append(pixel_row(comp, truth, log))
+        rows.append(reference_row("pixels", common.PixelMethod(32, 1), comp, truth, log))
+    if "imagenet" in args.methods:
+        method = common.FrozenBranchMethod(IMAGENET_CONFIG, Path(args.out) / "trunk-cache")
+        rows.append(reference_row("imagenet", method, comp, truth, log))
     if "all_new_whale" in args.methods:
         pred = {n: [NEW_WHALE] for n in truth}
         rows.append({"method": "all_new_whale", **submission_metrics(pred, truth), "seconds": {}})
@@ -341,8 +347,9 @@ def score_path_of(run: Path) -> Path:
     return score_path(run, "test")
 
 
-def pixel_row(comp: Path, truth: dict[str, str], log=print) -> dict:
-    """Raw pixels (32 px gray, cosine): the threshold tuned on validation fold 0, the same metrics."""
+def reference_row(name: str, method, comp: Path, truth: dict[str, str], log=print) -> dict:
+    """A reference method without training (``features``/``scores``: raw pixels, ImageNet features), the threshold
+    tuned on validation fold 0, the same metrics."""
     from whale.data import ImageSet, fold_data, load_competition
     from whale.ranking import predict_top5, tune_threshold
 
@@ -350,16 +357,15 @@ def pixel_row(comp: Path, truth: dict[str, str], log=print) -> dict:
     c = load_competition(comp)
     data = fold_data(c, 0, 0)
     known = ImageSet.known(c)
-    method = common.PixelMethod(32, 1)
     f_all = method.features(known.paths)
     f_gal = f_all[known.positions(data.gallery.names)]
     t, _, _ = tune_threshold(method.scores(method.features(data.val.paths), f_gal), data.gallery.ids, data.val.ids)
     test_names = np.array(c.test_images)
     scores = method.scores(method.features([c.test_path(n) for n in test_names]), f_all)
     preds = dict(zip(test_names, predict_top5(scores, known.ids, t)))
-    row = {"method": "pixels", **submission_metrics(preds, truth),
+    row = {"method": name, **submission_metrics(preds, truth),
            **ranking_metrics(scores, test_names, known.ids, truth), "seconds": {"all": time.perf_counter() - t0}}
-    log(f"  pixels: {row['seconds']['all']:.0f} s")
+    log(f"  {name}: {row['seconds']['all']:.0f} s")
     return row
 
 

@@ -134,3 +134,25 @@ def test_what_a_trunk_run_cannot_do_is_refused_by_name():
     with pytest.raises(ConfigError, match="tta: expected no test-time views"):
         config_from_dict({**TRUNK_CONFIG, "tta": ["zoom"]})
     assert config_from_dict({k: v for k, v in TRUNK_CONFIG.items() if k != "trunk"}).trunk.layer is None
+
+
+def test_the_imagenet_reference_is_the_shipped_configs_branch_untrained(backend, tmp_path):
+    """benchmarks/humpback.py's ``imagenet`` row: configs/flukes_lite0_cpu.yaml's branch as it comes (ImageNet
+    weights, its trunk's maps through the rest of the backbone), unit features, cosine scores."""
+    from benchmarks.common import FrozenBranchMethod
+    from whale.models import build_branch
+
+    paths = _photos(tmp_path / "photos", 3)
+    method = FrozenBranchMethod(Path(__file__).parents[1] / "configs" / "flukes_lite0_cpu.yaml", tmp_path / "cache")
+    f = method.features(paths)
+    assert f.shape == (3, 1280) and np.allclose(np.linalg.norm(f, axis=1), 1.0, atol=1e-5)
+    s = method.scores(f, f)
+    assert s.shape == (3, 3) and np.allclose(np.diag(s), 1.0, atol=1e-4)
+    whole = build_branch("efficientnet_lite0", (224, 448, 1), weights="imagenet")  # the branch, uncut
+    from whale.data import crop_size_for
+    from whale.data.augment import build_view
+    from whale.data.images import load_crop
+
+    crop = load_crop(paths[0], None, crop_size_for((224, 448)), channels=1, margin=0.05, crop="content")
+    g = whole.predict_on_batch(build_view("plain", (224, 448), 1)(crop)[None].astype(np.float32))[0]
+    np.testing.assert_allclose(f[0], g / np.linalg.norm(g), atol=2e-3)  # the maps are float16
