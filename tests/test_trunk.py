@@ -120,6 +120,10 @@ def test_a_trunk_run_trains_scores_and_scores_again_from_the_cache(backend, comp
     assert not computed  # every map came from the cache the training filled
     again = load_score_file(tmp_path / "run" / "scores" / "test.npz")
     np.testing.assert_array_equal(again.scores, test.scores)
+    from whale.explain.cli import Explainer
+
+    with pytest.raises(ConfigError, match="a trunk run .*whale explain draws heatmaps of a whole branch"):
+        Explainer(tmp_path / "run")
 
 
 def test_what_a_trunk_run_cannot_do_is_refused_by_name():

@@ -50,6 +50,11 @@ class Explainer:
         from whale.inference.runs import RunScorer, load_run_model
 
         model, self.cfg = load_run_model(run_dir, checkpoint)
+        if self.cfg.trunk.layer is not None:
+            from whale.core.errors import ConfigError
+
+            raise ConfigError(f"{run_dir}: a trunk run (trunk.layer {self.cfg.trunk.layer}): its branch reads its "
+                              "frozen trunk's maps, not photos, and whale explain draws heatmaps of a whole branch")
         self.scorer = RunScorer(model, self.cfg.model.channels, self.cfg.box_margin, verbose=False, crop=self.cfg.crop)
         self.tap = FeatureTap(model.get_layer("branch"))
 
