@@ -60,7 +60,7 @@ def loop_fused(mats, truth, gids, rule):
 def test_runs_of_two_kinds_are_fused_as_probabilities_and_the_threshold_is_one(tmp_path, rule):
     runs, mats, truth, gids = two_kinds(tmp_path, np.random.default_rng(0))
     out = tmp_path / "sub" / f"{rule}.csv"
-    flags = [] if rule == "logodds" else ["--fusion", "mean"]  # logodds: the default for two models
+    flags = [] if rule == "mean" else ["--fusion", "logodds"]  # mean: the default for two models
     text = run_main([*runs, "--tune", *flags, "--out", out])
     assert check_submission(out) == []
     assert f"fused by: {rule}: calibrated fusion" in text and "implied test share of new_whale at rank 1" in text

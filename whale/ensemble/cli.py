@@ -87,9 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="choose T by validation MAP@5 over a fine grid; writes NAME.threshold.{csv,png} and "
                            "NAME.threshold.json (T itself, what --threshold, explain and catalogue read)")
     p.add_argument("--fusion", choices=FUSIONS, default=None,
-                   help="how several runs combine: logodds (each run's scores calibrated on its validation file to "
-                        "P(same whale), log-odds beyond the base rate summed: the default of --tune over runs of "
-                        "several models), mean (the calibrated probabilities averaged) or scores (the weighted "
+                   help="how several runs combine: mean (each run's scores calibrated on its validation file to "
+                        "P(same whale), the probabilities averaged: the default for runs of several models), "
+                        "logodds (their log-odds beyond the base rates summed, naive Bayes) or scores (the weighted "
                         "average of raw scores: the paper's; one run's, folds', --weights' and --tune-weights' "
                         "default); a calibrated rule makes the threshold a probability (docs/ensemble.md)")
     p.add_argument("--calibration", choices=METHODS, default="isotonic",

@@ -6,19 +6,21 @@ cosine) score on scales that a weighted average of raw scores cannot line up wit
 (:class:`whale.ranking.pairprob.PairCalibration`, isotonic or logistic, on that file alone), its validation
 and test matrices are mapped to probabilities, and the runs are combined by one of :data:`RULES`:
 
+* ``mean`` (the default): ``P = sum_r w_r p_r``, the runs' probabilities averaged (``w`` the runs' weights
+  summing to 1; a linear opinion pool): never more confident than the most confident run, and a run that knows
+  nothing of a pair (its base rate) only halves what the other says, never reverses it;
 * ``logodds`` (naive Bayes): ``logit P = logit(prior) + K * sum_r w_r (logit p_r - logit prior_r)``: each run's
   evidence, its log-odds beyond its own base rate, added to the prior as if the runs erred independently
-  (``w`` the runs' weights summing to 1, ``K`` the models, :func:`models_of`: with equal weights, the plain
-  sum over the models; the folds of one model averaged, not added). A candidate two runs both back rises
-  above one that a single run backs.
-* ``mean``: ``P = sum_r w_r p_r``, the mean probability: never more confident than the most confident run.
+  (``K`` the models, :func:`models_of`: with equal weights, the plain sum over the models; the folds of one
+  model averaged, not added). A candidate two runs both back rises above one that a single run backs, but
+  runs that err together (the same photo's water, a caption) are counted twice.
 
 ``scores`` (:data:`FUSIONS`) is the weighted average of the raw scores, the paper's rule and what
 ``--tune-weights``' grid searches. For runs of several models the calibrated rule is the default
 (:func:`resolve_fusion`); one run, or the folds of one model, keep the raw scores: calibration would only
 relabel one model's scale. The ``new_whale`` threshold (tuned on the fused validation matrix, given, or
-kept by an earlier ``--tune``) is then a probability. Both rules were measured side by side on the real flukes (docs/ensemble.md,
-"Calibrated fusion"); the default is the one that measured better.
+kept by an earlier ``--tune``) is then a probability. Both rules were measured side by side on the real flukes'
+validation queries (docs/ensemble.md, "Calibrated fusion"); ``mean`` measured better and is the default.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from whale.ranking.pairprob import METHODS, PairCalibration, logit
 
 RULES = ("logodds", "mean")
 FUSIONS = ("scores", *RULES)
-DEFAULT_RULE = "logodds"
+DEFAULT_RULE = "mean"
 """The rule ``--tune`` uses for runs of several models unless ``--fusion`` says otherwise (docs/ensemble.md)."""
 _P_CLIP = 1e-7  # probabilities kept inside (0, 1) before their logit in float32
 

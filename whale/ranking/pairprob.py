@@ -276,25 +276,23 @@ class PairCalibration:
                 f"({self.n_drawn} drawn), base rate {self.base_rate:.3g}")
 
 
-def _fit_logistic(x: np.ndarray, pos: np.ndarray, neg: np.ndarray, ridge: float = 1e-6,
-                  steps: int = 100) -> tuple[float, float]:
-    """``(a, b)`` maximising the weighted likelihood of ``sigmoid(a x + b)``: ``pos`` / ``neg`` weights at each
-    distinct ``x``. ``x`` is centred for the Newton steps; a tiny ridge on ``a`` keeps constant ``x`` defined
-    (then ``a = 0`` and ``b`` = the base rate's logit)."""
-    centre = float(np.average(x, weights=pos + neg))
-    xc = x - centre
+def _fit_logistic(x: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> tuple[float, float]:
+    """``(a, b)`` maximising the weighted likelihood of ``sigmoid(a x + b)`` (scikit-learn's L-BFGS, ``x``
+    standardised, a negligible L2 penalty): ``pos`` / ``neg`` weights at each distinct ``x``. Constant ``x``
+    gives ``a = 0`` and ``b`` = the base rate's logit."""
+    from sklearn.linear_model import LogisticRegression
+
     total = pos + neg
-    a, b = 0.0, float(logit(pos.sum() / total.sum()))
-    scale = total.sum()
-    for _ in range(steps):
-        p = _sigmoid(a * xc + b)
-        r = pos - total * p
-        ww = total * p * (1 - p)
-        grad = np.array([(r * xc).sum() / scale - ridge * a, r.sum() / scale])
-        hess = np.array([[(ww * xc * xc).sum() / scale + ridge, (ww * xc).sum() / scale],
-                         [(ww * xc).sum() / scale, ww.sum() / scale]])
-        step = np.linalg.solve(hess, grad)
-        a, b = a + step[0], b + step[1]
-        if np.abs(step).max() < 1e-10:
-            break
-    return float(a), float(b - a * centre)
+    centre = float(np.average(x, weights=total))
+    spread = float(np.sqrt(np.average((x - centre) ** 2, weights=total)))
+    if spread < 1e-12:
+        return 0.0, float(logit(pos.sum() / total.sum()))
+    xs = np.concatenate([x, x])[:, None]
+    z = (xs - centre) / spread
+    y = np.concatenate([np.ones(len(x)), np.zeros(len(x))])
+    w = np.concatenate([pos, neg])
+    keep = w > 0
+    w = w[keep] / w[keep].mean()  # the penalty stays negligible whatever the number of pairs
+    model = LogisticRegression(C=1e6, max_iter=1000).fit(z[keep], y[keep], sample_weight=w)
+    a = float(model.coef_[0, 0]) / spread
+    return a, float(model.intercept_[0]) - a * centre
