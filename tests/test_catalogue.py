@@ -61,9 +61,22 @@ def test_proposals_round_trip_and_errors_name_the_key(tmp_path):
     path = write_proposals(tmp_path / "p.json", props)
     assert read_proposals(path) == props
     raw = json.loads(path.read_text())
-    assert set(raw) == {"batch", "run", "threshold", "photos"}
+    assert set(raw) == {"batch", "run", "threshold", "photos", "scale"} and raw["scale"] == "score"
     assert set(raw["photos"][0]) == {"photo", "hash", "possibly_new", "group", "candidates"}
-    assert set(raw["photos"][0]["candidates"][0]) == {"individual", "score", "image"}
+    assert set(raw["photos"][0]["candidates"][0]) == {"individual", "score", "image", "probability"}
+    # a file of an earlier version (no scale, no probability) reads as a score threshold without probabilities
+    old = {k: v for k, v in raw.items() if k != "scale"}
+    old["photos"][0]["candidates"][0].pop("probability")
+    path.write_text(json.dumps(old))
+    assert read_proposals(path) == props and read_proposals(path).photos[0].candidates[0].probability is None
+    calibrated = Proposals("b", "/r", 0.5, (PhotoProposal("/x/a.jpg", "h1", False, None,
+                                                          (Candidate("w1", 0.3, "/c/1.jpg", 0.75),)),), "probability")
+    assert read_proposals(write_proposals(tmp_path / "q.json", calibrated)) == calibrated
+    raw["photos"][0]["candidates"][0]["probability"] = 1.5
+    path.write_text(json.dumps(raw))
+    with pytest.raises(DataError, match=r"p.json: photos\[0\].candidates\[0\].probability: expected a number in"):
+        read_proposals(path)
+    raw["photos"][0]["candidates"][0]["probability"] = None
     raw["photos"][0]["candidates"][0]["score"] = "high"
     path.write_text(json.dumps(raw))
     with pytest.raises(DataError, match=r"p.json: photos\[0\].candidates\[0\].score: expected"):
@@ -548,7 +561,9 @@ def test_add_index_match_accept_through_the_command(trained, tmp_path, capsys):
     for ph in props.photos:
         assert len(ph.candidates) == 3 and len({c.individual for c in ph.candidates}) == 3
         assert [c.score for c in ph.candidates] == sorted((c.score for c in ph.candidates), reverse=True)
-        assert ph.possibly_new == (ph.candidates[0].score < props.threshold)
+        assert props.scale == "probability" and props.threshold == 0.5  # calibrated on the catalogue's own photos
+        assert all(0 <= c.probability <= 1 for c in ph.candidates)
+        assert ph.possibly_new == (ph.candidates[0].probability < props.threshold)
         assert all(c.image.startswith(str(cat.resolve())) for c in ph.candidates)
     # review: the page and its decisions template; the reviewer edits two rows; accept records them
     assert main(["catalogue", "review", str(cat), "--batch", "t1", *common]) == 0
@@ -994,22 +1009,43 @@ def test_match_by_keypoints_needs_no_run_keeps_its_features_and_reviews_with_mat
                  "--quiet"]) == 0
     assert main(["catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(data / "test"),
                  "--top", "3", "--batch", "k1", "--quiet"]) == 0
-    assert "possibly new (threshold 0.150)" in capsys.readouterr().out
+    assert "possibly new (P(same whale) below 0.500)" in capsys.readouterr().out
     props = read_proposals(_proposals_path(cat, "k1"))
     assert props.run == "keypoints" and len(props.photos) == len(list((data / "test").iterdir()))
+    assert props.scale == "probability" and props.threshold == 0.5
+    calibration = list((cat / "calibration").glob("*.json"))
+    assert len(calibration) == 1  # fitted on the catalogue's own photos, kept for the next match
+    from whale.catalogue.calibration import read_calibration
+
+    cal = read_calibration(calibration[0])
     for ph in props.photos:
         assert 1 <= len(ph.candidates) <= 3 and len({c.individual for c in ph.candidates}) == len(ph.candidates)
         assert [c.score for c in ph.candidates] == sorted((c.score for c in ph.candidates), reverse=True)
-        assert ph.possibly_new == (ph.candidates[0].score < 0.15)
+        np.testing.assert_allclose([c.probability for c in ph.candidates],  # both rounded to 6 digits
+                                   cal.transform(np.float32([c.score for c in ph.candidates])), atol=2e-6)
+        assert ph.possibly_new == (ph.candidates[0].probability < 0.5)
     stored = sorted((cat / "keypoints").rglob("*.npz"))
     assert len(stored) == len(known) + len(props.photos)  # the catalogue's photos and the batch's, once each
     assert (cat / "batches" / "k1" / "keypoints.yaml").is_file()
     # a second batch extracts nothing again; a run is refused with the method
     import whale.keypoints.store as store_mod
 
+    import whale.catalogue.calibration as calibration_mod
+
     monkeypatch.setattr(store_mod, "extract", lambda *a, **k: pytest.fail("extracted again"))
+    monkeypatch.setattr(calibration_mod.PairCalibration, "fit", lambda *a, **k: pytest.fail("calibrated again"))
     assert main(["catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(data / "test"),
-                 "--batch", "k2", "--quiet"]) == 0
+                 "--batch", "k2", "--threshold", "0.9", "--quiet"]) == 0
+    assert all(ph.possibly_new == (ph.candidates[0].probability < 0.9)
+               for ph in read_proposals(_proposals_path(cat, "k2")).photos)
+    # a threshold on scores (a run's scores/threshold.json, an earlier ensemble's) is not a probability: refused
+    old = tmp_path / "old.threshold.json"
+    old.write_text(json.dumps({"threshold": 0.15, "rule": "tuned on validation MAP@5"}))
+    with pytest.raises(SystemExit):
+        main(["catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(data / "test"),
+              "--batch", "k4", "--threshold", str(old), "--quiet"])
+    assert "holds a threshold on a run's scores (0.15, tuned on validation MAP@5), not a probability" in \
+        capsys.readouterr().err
     assert main(["catalogue", "match", str(cat), "--method", "keypoints", "--run", "runs/x", "--photos",
                  str(data / "test"), "--batch", "k3", "--quiet"]) == 2
     monkeypatch.undo()

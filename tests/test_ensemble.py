@@ -232,7 +232,7 @@ def test_tune_picks_the_grid_maximum_over_fold_groups(tmp_path):
     np.testing.assert_allclose(groups[0].scores, parts[0][0], atol=1e-6)
 
     out = tmp_path / "sub" / "tuned.csv"
-    text = run_main([*runs, "--tune", "--out", out])
+    text = run_main([*runs, "--tune", "--fusion", "scores", "--out", out])  # the raw scores' average
     grid = threshold_grid()
     brute = brute_force_maps(parts, grid)
     best = int(np.argmax(brute))

@@ -41,10 +41,11 @@ def _image(path: Path, seed: int, size=(48, 64)) -> Path:
     return path
 
 
-def build_catalogue(root: Path, n_photos: int = 20, n_ids: int = 7) -> Path:
+def build_catalogue(root: Path, n_photos: int = 20, n_ids: int = 7, threshold=0.5) -> Path:
     """A catalogue of ``n_ids`` individuals (``w_1`` of 5 photos, the others of 3; one named :data:`ODD_WHALE`) and
     a batch :data:`BATCH` of ``n_photos`` new photos (one named :data:`ODD_PHOTO`), as ``match`` records one
-    (:func:`whale.catalogue.match.record_proposals`): 5 candidates each, photos 1 and 2 one group."""
+    (:func:`whale.catalogue.match.record_proposals`, ``threshold`` a score or a
+    :class:`whale.catalogue.match.Flagging`): 5 candidates each, photos 1 and 2 one group."""
     from whale.catalogue import sql
     from whale.catalogue.ingest import add_photos, image_path
     from whale.catalogue.match import record_proposals
@@ -69,7 +70,7 @@ def build_catalogue(root: Path, n_photos: int = 20, n_ids: int = 7) -> Path:
         vals = np.array([[0.9 - 0.1 * r - 0.001 * k for r in range(5)] for k in range(n_photos)], np.float32)
         groups = [1, 1] + [None] * (n_photos - 2)
         with cat.writing(), cat.transaction() as db:
-            record_proposals(cat, db, BATCH, root / "new", photos, "runs/none", "fp0123", 0.5, names, cols, vals,
+            record_proposals(cat, db, BATCH, root / "new", photos, "runs/none", "fp0123", threshold, names, cols, vals,
                              groups, [image_path(cat, r[2]) for r in gallery], [r[0] for r in gallery])
     return cat_dir
 
@@ -174,6 +175,33 @@ def server(catalogue, tmp_path):
     yield srv, catalogue
     srv.shutdown()
     srv.server_close()
+
+
+def test_the_page_shows_the_calibrated_probability_match_recorded_beside_the_score(tmp_path):
+    from whale.catalogue.match import Flagging
+    from whale.catalogue.report import write_report
+    from whale.catalogue.reviewdata import review_data
+    from whale.ranking.pairprob import PairCalibration
+
+    ids = np.repeat(["a", "b", "c"], 3)
+    scores = np.where(ids[:, None] == ids[None, :], 0.9, 0.3).astype(np.float32)
+    cal = PairCalibration.fit(scores, ids, ids, skip=np.arange(9))
+    root = build_catalogue(tmp_path, n_photos=3, threshold=Flagging.of(cal, 0.6, 0.15, "test"))
+    with Catalogue.open(root) as cat:
+        data = review_data(cat, BATCH, tmp_path / "review")
+        from whale.catalogue import sql
+
+        rel = sql.batch_proposals_file(cat.conn, BATCH)
+    assert data["scale"] == "probability" and data["threshold"] == 0.6
+    for photo in data["photos"]:
+        want = [round(float(p), 6) for p in cal.transform(np.float32([c["score"] for c in photo["candidates"]]))]
+        assert [c["probability"] for c in photo["candidates"]] == pytest.approx(want, abs=2e-6)
+        assert photo["possibly_new"] == (photo["candidates"][0]["probability"] < 0.6)
+    page = write_report(root / rel, tmp_path / "static", verbose=False).read_text(encoding="utf-8")
+    assert "possibly new below P(same) 0.600" in page and page.count('class="probability"') == 15
+    from whale.catalogue import app
+
+    assert '"possibly new below P(same) "' in app.PAGE_JS  # the served page's header says what the threshold is
 
 
 def test_the_server_records_each_decision_and_refuses_a_stale_or_foreign_one(server):

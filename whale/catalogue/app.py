@@ -125,7 +125,8 @@ PAGE_JS = r"""
     $("title").textContent = "Batch " + data.batch;
     const parts = [data.method === "keypoints" ? "method: keypoint matcher" : "method: run " + data.run];
     if (data.config_hash) parts.push("config " + data.config_hash);
-    parts.push("fingerprint " + data.fingerprint, "threshold " + fmt(data.threshold));
+    parts.push("fingerprint " + data.fingerprint, (data.scale === "probability" ?
+      "possibly new below P(same) " : "threshold ") + fmt(data.threshold));
     $("settings").textContent = parts.join(" · ");
     $("settings").title = "matched " + data.matched_at;
   }

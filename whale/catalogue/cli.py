@@ -25,7 +25,7 @@ from whale import command
 from whale.catalogue import sql
 from whale.catalogue.db import SIGHTING_COLUMNS
 from whale.core.errors import DataError
-from whale.ranking.stored import threshold_arg
+from whale.ranking.stored import probability_arg
 
 
 def _open(args, create: bool = False):
@@ -111,6 +111,7 @@ def _index(args) -> str:
 def _match(args) -> str:
     from whale.catalogue.match import check_batch, match_batch
 
+    log = None if args.quiet else print
     with _open(args) as cat:
         batch = check_batch(cat, args.photos, args.batch, args.rematch)  # before the backend loads (seconds)
         kept = sql.decision_count(cat.conn, batch)
@@ -121,18 +122,21 @@ def _match(args) -> str:
             if args.run is not None:
                 raise DataError("--method keypoints matches without a run: drop --run (or choose another --method)")
             proposals, path = match_keypoints(cat, load_keypoint_config(args.keypoint_config), args.photos, batch,
-                                              args.top, args.threshold, args.boxes, args.rematch, not args.quiet)
+                                              args.top, args.threshold, args.boxes, args.rematch, not args.quiet,
+                                              log=log)
         else:
             proposals, path = match_batch(cat, _run_of(args, cat), args.photos, batch, args.top, args.method,
-                                          args.threshold, args.boxes, args.pool, rematch=args.rematch)
+                                          args.threshold, args.boxes, args.pool, rematch=args.rematch, log=log)
         photos = {p.photo for p in proposals.photos}
         outside = len(sql.decided_photos(cat.conn, batch) - photos)
     n_new = sum(p.possibly_new for p in proposals.photos)
     groups = {p.group for p in proposals.photos if p.group is not None}
     said = (f"; re-matched: its {kept} decisions are kept" + (f" ({outside} of them for photos no longer in "
             "the batch)" if outside else "")) if args.rematch and kept else ""
-    return (f"wrote {path}: {len(proposals.photos)} photos, {n_new} possibly new (threshold "
-            f"{proposals.threshold:.3f}), {len(groups)} groups of photos matching each other{said}")
+    below = (f"P(same whale) below {proposals.threshold:.3f}" if proposals.scale == "probability" else
+             f"score below {proposals.threshold:.3f}: the catalogue cannot be calibrated")
+    return (f"wrote {path}: {len(proposals.photos)} photos, {n_new} possibly new ({below}), {len(groups)} groups "
+            f"of photos matching each other{said}")
 
 
 def _review(args) -> str:
@@ -263,9 +267,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "keypoint matcher, no --run")
     s.add_argument("--keypoint-config", help="with --method keypoints: its settings (default configs/keypoints.yaml's)")
     s.add_argument("--pool", type=int, default=300, help="images re-scored per photo by prune/faiss")
-    s.add_argument("--threshold", type=threshold_arg,
-                   help="possibly-new threshold: a number or a stored threshold file, e.g. an ensemble's "
-                        "NAME.threshold.json (default: the run's, read from its scores/threshold.json)")
+    s.add_argument("--threshold", type=probability_arg,
+                   help="possibly new when the best candidate's probability of being the same whale is below this "
+                        "probability (default 0.5), calibrated on the catalogue's own photos (each matched against "
+                        "the others; kept in CAT/calibration/ until the catalogue changes); a number in [0, 1] or "
+                        "an ensemble's NAME.threshold.json of calibrated fusion (a score threshold file, a run's "
+                        "scores/threshold.json among them, is refused: a score is not a probability)")
     s.add_argument("--boxes", help="CSV Image,x0,y0,x1,y1 of the new photos (default: whole photos)")
     s.add_argument("--rematch", action="store_true",
                    help="replace the proposals of an existing batch (its decisions are kept)")

@@ -4,12 +4,16 @@ The catalogue keeps the matcher's features in ``CAT/keypoints/<fingerprint>/`` (
 :class:`whale.keypoints.FeatureStore`: one file per photo content and feature setting, written atomically,
 so a killed match keeps what it extracted and a later match extracts only new photos). Per photo the
 candidates are the individuals ranked by their best image's score (:mod:`whale.keypoints.matcher`: LNBNN
-votes over the whole catalogue, geometric verification of the best), ``possibly_new`` below the config's
-``verify.new_threshold`` (or ``--threshold``); photos of the batch that match each other are grouped as
-:func:`whale.catalogue.match.groups_of` does. Each photo keeps the keypoints that the catalogue's own verified
-same-whale matches taught a classifier to keep (``select``, :mod:`whale.keypoints.selection`; all of them in a
-catalogue with too few such matches), the batch matched within itself with the same choice. The settings used are kept beside the proposals
-(``batches/<batch>/keypoints.yaml``), so the review page draws the matches the same way.
+votes over the whole catalogue, geometric verification of the best), each with its calibrated probability of
+the same whale (:mod:`whale.catalogue.calibration`: the catalogue's photos matched against it, each left out of
+its own row, with the same selection), ``possibly_new`` when the best one's is below ``--threshold`` (0.5; a
+catalogue that cannot be calibrated falls back to the config's score ``verify.new_threshold``); photos of the
+batch whose calibrated probability of one whale reaches the threshold are grouped as
+:func:`whale.catalogue.match.groups_of` does (complete linkage: no chain through weak links). Each photo keeps
+the keypoints that the catalogue's own verified same-whale matches taught a classifier to keep (``select``,
+:mod:`whale.keypoints.selection`; all of them in a catalogue with too few such matches), the batch matched within
+itself with the same choice. The settings used are kept beside the proposals (``batches/<batch>/keypoints.yaml``),
+so the review page draws the matches the same way.
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ import numpy as np
 from whale.catalogue import sql
 from whale.catalogue.db import Catalogue
 from whale.catalogue.ingest import image_path
-from whale.catalogue.match import batch_photos, check_batch, groups_of, record_proposals
+from whale.catalogue.calibration import catalogue_calibration
+from whale.catalogue.match import Flagging, batch_photos, check_batch, record_proposals
 from whale.catalogue.proposals import Proposals
 from whale.core.errors import DataError
 
@@ -52,8 +57,11 @@ def _box(text: str | None):
 
 def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, top: int = 10,
                     threshold: float | None = None, boxes_csv=None, rematch: bool = False,
-                    progress: bool = True) -> tuple[Proposals, Path]:
+                    progress: bool = True, log=None) -> tuple[Proposals, Path]:
     """Propose individuals for every photo of ``photos_dir`` with the keypoint matcher (module docstring).
+
+    ``threshold``: the probability of the same whale below which a photo is possibly new (default
+    :data:`whale.catalogue.match.DEFAULT_PROBABILITY`); ``log``: told how the catalogue was calibrated.
 
     Holds the catalogue's write lock for the whole match and records the proposals in one transaction, as
     :func:`whale.catalogue.match.match_batch` does; refuses an existing batch unless ``rematch``.
@@ -68,7 +76,6 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
 
     photos_dir = Path(photos_dir)
     photos, boxes = batch_photos(cat, photos_dir, batch, rematch, top, boxes_csv)
-    threshold = float(cfg.verify.new_threshold if threshold is None else threshold)
     with cat.writing():
         batch = check_batch(cat, photos_dir, batch, rematch)
         rows = [(h, ind, f, box) for h, ind, f, _, box in sql.photos(cat.conn)]
@@ -83,12 +90,21 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
         matcher = KeypointMatcher(cfg, gallery, individuals, progress=progress)
         scores = matcher.match(queries, progress=progress).scores
         names, cols, vals = best_individuals(scores, individuals, top)
+
+        def left_out(rows):  # catalogue photos as new photos: each its own gallery selection, itself left out
+            return matcher.match([gallery[i] for i in rows], progress=progress, leave_out=rows).scores
+
+        cal, how = catalogue_calibration(cat.root, f"keypoints {cfg.config_hash()}", hashes, individuals, left_out,
+                                         log)
         within = KeypointMatcher(cfg, queries, selector=matcher.selector)  # the keypoints the catalogue taught it
-        groups = groups_of(within.match(queries, progress=False).scores, threshold)
+        pairs = within.match(queries, progress=False).scores
+        flag = Flagging.of(cal, threshold, cfg.verify.new_threshold, how)
+        if log:
+            log(flag.how)
         write_text_atomic(cat.root / "batches" / batch / CONFIG_NAME, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         with cat.transaction() as db:
-            return record_proposals(cat, db, batch, photos_dir, photos, RUN, cfg.fingerprint(), threshold,
-                                    names, cols, vals, groups, paths, hashes)
+            return record_proposals(cat, db, batch, photos_dir, photos, RUN, cfg.fingerprint(), flag,
+                                    names, cols, vals, flag.groups(pairs), paths, hashes)
 
 
 def best_individuals(scores: np.ndarray, individuals: np.ndarray, top: int):

@@ -1,10 +1,14 @@
 """``match``: a folder of new photos scored against the whole catalogue; top individuals per photo.
 
 Per photo, the candidates are the catalogue's individuals ranked by their best image's score (the
-per-id maximum of :mod:`whale.ranking`), each with that best image; a photo whose best score is
-below the run's ``new_whale`` threshold (:func:`whale.explain.match.run_threshold`) is flagged
-``possibly_new``. Photos of the batch whose scores with each other reach the threshold are put in
-one group (connected components): the same unknown animal photographed twice.
+per-id maximum of :mod:`whale.ranking`), each with that best image and the calibrated probability that it is
+the same whale (:mod:`whale.catalogue.calibration`: the catalogue's own photos matched against it, each left
+out of its own row); a photo whose best candidate's probability is below the threshold (``--threshold``,
+default :data:`DEFAULT_PROBABILITY`) is flagged ``possibly_new`` (:class:`Flagging`). Photos of the batch whose
+probability of one whale reaches the threshold are grouped by complete linkage (:func:`groups_of`: every
+two photos of a group reach it, so no chain of weak links joins different whales): the same unknown animal
+photographed twice. A catalogue that cannot be calibrated (no two photos of one whale) flags by the run's
+``new_whale`` score threshold (:func:`whale.explain.match.run_threshold`), as before calibration.
 
 How the gallery is searched (``method``), always through the run's own scorer
 (:func:`whale.objectives.make_scorer`):
@@ -27,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +52,48 @@ DEFAULT_POOL = 300
 """Catalogue images re-scored exactly per photo by ``prune`` / ``faiss``."""
 INDEX_DIR = "index"
 """The catalogue's folder for ``faiss``'s stored index."""
+DEFAULT_PROBABILITY = 0.5
+"""A photo is possibly new when its best candidate's probability of the same whale is below this."""
+
+
+@dataclass(frozen=True)
+class Flagging:
+    """How a match flags "possibly new" and groups a batch: by the calibrated probability of the same whale
+    (``calibration``), or, for a catalogue without one, by the raw score (``scale`` ``score``).
+
+    Attributes:
+        calibration: the catalogue's :class:`whale.ranking.pairprob.PairCalibration`, or None.
+        threshold: a probability (or, without a calibration, a score).
+        how: one line saying which and why.
+    """
+
+    calibration: object
+    threshold: float
+    how: str
+
+    @classmethod
+    def of(cls, calibration, threshold: float | None, fallback: float, how: str) -> "Flagging":
+        """``threshold`` (a probability; None: :data:`DEFAULT_PROBABILITY`) read with ``calibration``; without one
+        the score threshold ``fallback``. ``how``: how the calibration was had (or why there is none)."""
+        if calibration is None:
+            return cls(None, float(fallback), f"{how}; possibly new below the score {float(fallback):g}" + (
+                f" (--threshold {threshold:g} is a probability: not used)" if threshold is not None else ""))
+        t = DEFAULT_PROBABILITY if threshold is None else float(threshold)
+        return cls(calibration, t, f"possibly new below P(same whale) {t:g}, by {how}")
+
+    @property
+    def scale(self) -> str:
+        """``probability``, or ``score`` without a calibration."""
+        return "score" if self.calibration is None else "probability"
+
+    def probabilities(self, scores: np.ndarray) -> np.ndarray | None:
+        """``scores`` (any shape) as float32 probabilities of the same whale; None without a calibration."""
+        return None if self.calibration is None else self.calibration.transform(scores)
+
+    def groups(self, pair_scores: np.ndarray) -> list[int | None]:
+        """:func:`groups_of` the batch's ``[n, n]`` scores against itself, read as probabilities when calibrated."""
+        p = self.probabilities(pair_scores)
+        return groups_of(pair_scores if p is None else p, self.threshold)
 
 
 def list_photos(folder) -> list[Path]:
@@ -206,19 +253,30 @@ def propose(rs, fq: np.ndarray, fg: np.ndarray, gallery_ids, top: int, method: s
     return np.where(ids >= 0, names[np.maximum(ids, 0)], ""), cols, vals
 
 
-def batch_groups(rs, fq: np.ndarray, threshold: float) -> list[int | None]:
-    """Per photo its group (photos whose mutual score reaches ``threshold``, linked transitively), None alone."""
-    return groups_of(rs.matrix(fq, fq).astype(np.float32), threshold)
+def batch_groups(rs, fq: np.ndarray, threshold: float, flag: Flagging | None = None) -> list[int | None]:
+    """Per photo its group of the batch (:func:`groups_of` of the run's scores between the batch's photos; with
+    ``flag``, as :meth:`Flagging.groups` reads them), None alone."""
+    s = rs.matrix(fq, fq).astype(np.float32)
+    return groups_of(s, threshold) if flag is None else flag.groups(s)
 
 
 def groups_of(scores: np.ndarray, threshold: float) -> list[int | None]:
-    """:func:`batch_groups` of the batch's ``[n, n]`` scores against itself."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
+    """Per photo its group, None alone: photos whose every pair reaches ``threshold`` (complete linkage over the
+    symmetrised ``[n, n]`` scores, ``max(s_ij, s_ji)``, in [0, 1]). Unlike linking every pair that reaches it
+    (connected components), a chain of photos each like the next never joins two that are not alike: in a
+    small catalogue most pairs of different whales score above a raw threshold (docs/catalogue.md).
+    Groups are numbered in the order of their first photo."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
 
-    s = np.maximum(scores, scores.T)
-    np.fill_diagonal(s, 0.0)
-    _, labels = connected_components(csr_matrix(s >= threshold), directed=False)
+    s = np.maximum(scores, scores.T).astype(np.float64)
+    n = len(s)
+    if n < 2:
+        return [None] * n
+    distance = 1.0 - np.clip(s, 0.0, 1.0)
+    np.fill_diagonal(distance, 0.0)
+    tree = linkage(squareform(distance, checks=False), method="complete")
+    labels = fcluster(tree, t=1.0 - float(threshold), criterion="distance")
     sizes = np.bincount(labels)
     renum, out = {}, []
     for lab in labels:
@@ -272,13 +330,15 @@ def batch_photos(cat: Catalogue, photos_dir: Path, batch: str | None, rematch: b
 
 def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None = None, top: int = 10,
                 method: str = "auto", threshold: float | None = None, boxes_csv=None,
-                pool: int = DEFAULT_POOL, rematch: bool = False) -> tuple[Proposals, Path]:
+                pool: int = DEFAULT_POOL, rematch: bool = False, log=None) -> tuple[Proposals, Path]:
     """Propose individuals for every photo of ``photos_dir``; write ``batches/<batch>/proposals-<sha>.json``
     and the proposals table (one transaction, after the JSON is on disk). Returns ``(proposals, path)``.
 
     The whole match holds the catalogue's write lock (:meth:`Catalogue.writing`): two matches at once
     run one after the other. An existing batch is refused unless ``rematch`` (:func:`check_batch`); a
-    re-matched batch keeps its decisions (they are never deleted).
+    re-matched batch keeps its decisions (they are never deleted). ``threshold``: the probability of the same
+    whale below which a photo is possibly new (None: :data:`DEFAULT_PROBABILITY`; :class:`Flagging`); ``log``:
+    told how the catalogue was calibrated.
 
     Raises:
         DataError: a bad batch name, an existing batch, a photo that is not an image (naming it), ...
@@ -287,46 +347,59 @@ def match_batch(cat: Catalogue, run: RunFeatures, photos_dir, batch: str | None 
     photos, boxes = batch_photos(cat, photos_dir, batch, rematch, top, boxes_csv)
     with cat.writing():
         return _match(cat, run, photos_dir, photos, boxes, check_batch(cat, photos_dir, batch, rematch), top,
-                      method, threshold, pool)
+                      method, threshold, pool, log)
 
 
-def _match(cat, run, photos_dir, photos, boxes, batch, top, method, threshold, pool) -> tuple[Proposals, Path]:
-    from whale.explain.match import run_threshold
-
+def _match(cat, run, photos_dir, photos, boxes, batch, top, method, threshold, pool, log) -> tuple[Proposals, Path]:
     pending = prepare_index(cat, run)  # the catalogue's new features: on disk, recorded with the proposals
-    threshold = float(run_threshold(run.run_dir)[0] if threshold is None else threshold)
     fq = run.features(photos, [boxes.get(p.name) for p in photos])
     # One transaction for the index and the proposals: a kill anywhere leaves the catalogue as before or after.
     with cat.transaction() as db:
         pending.record(db)
-        return _propose(cat, db, run, photos_dir, photos, fq, batch, top, method, threshold, pool)
+        return _propose(cat, db, run, photos_dir, photos, fq, batch, top, method, threshold, pool, log)
 
 
-def _propose(cat, db, run, photos_dir, photos, fq, batch, top, method, threshold, pool) -> tuple[Proposals, Path]:
+def _propose(cat, db, run, photos_dir, photos, fq, batch, top, method, threshold, pool, log) -> tuple[Proposals, Path]:
+    from whale.catalogue.calibration import catalogue_calibration
+    from whale.explain.match import run_threshold
+
     gallery = load_gallery(cat, run.fingerprint)
     names, cols, vals = propose(run.scorer, fq, gallery.features, gallery.individuals, top, method, pool,
                                 index_dir=cat.root / INDEX_DIR)
-    groups = batch_groups(run.scorer, fq, threshold)
+    cal, how = catalogue_calibration(
+        cat.root, f"run {run.fingerprint}", gallery.hashes, gallery.individuals,
+        lambda rows: run.scorer.matrix(gallery.features[:, :, rows], gallery.features), log)
+    flag = Flagging.of(cal, threshold, run_threshold(run.run_dir)[0] if cal is None else 0.0, how)
+    if log:
+        log(flag.how)
     return record_proposals(cat, db, batch, photos_dir, photos, str(run.run_dir.resolve()), run.fingerprint,
-                            threshold, names, cols, vals, groups, gallery.paths, gallery.hashes)
+                            flag, names, cols, vals, batch_groups(run.scorer, fq, flag.threshold, flag),
+                            gallery.paths, gallery.hashes)
 
 
-def record_proposals(cat, db, batch, photos_dir, photos, run: str, fingerprint: str, threshold: float,
+def record_proposals(cat, db, batch, photos_dir, photos, run: str, fingerprint: str, threshold: float | Flagging,
                      names, cols, vals, groups, gallery_paths, gallery_hashes) -> tuple[Proposals, Path]:
     """Write the batch's proposals file and rows (inside ``db``'s transaction); ``(proposals, path)``.
 
     ``names``, ``cols``, ``vals``: ``[n_photos, k]`` candidate individuals, their best gallery image's
-    column (-1: none) and score; ``groups``: per photo its group or None; ``run``: what matched (a run
-    folder, or ``keypoints``) and ``fingerprint`` its features' fingerprint, as the batch's row records them.
+    column (-1: none) and score; ``threshold``: a :class:`Flagging` (each candidate's probability recorded,
+    possibly new below its threshold), or a number (a score threshold, no probabilities); ``groups``: per photo
+    its group or None; ``run``: what matched (a run folder, or ``keypoints``) and ``fingerprint`` its features'
+    fingerprint, as the batch's row records them.
     """
+    flag = threshold if isinstance(threshold, Flagging) else Flagging(None, float(threshold), "given")
+    probs = flag.probabilities(np.asarray(vals, np.float32))
     hashes = [file_hash(p) for p in photos]
     out = []
     for i, p in enumerate(photos):
-        cands = tuple(Candidate(str(names[i, j]), round(float(vals[i, j]), 6), str(gallery_paths[cols[i, j]]))
+        cands = tuple(Candidate(str(names[i, j]), round(float(vals[i, j]), 6), str(gallery_paths[cols[i, j]]),
+                                None if probs is None else round(float(probs[i, j]), 6))
                       for j in range(names.shape[1]) if cols[i, j] >= 0)
-        possibly_new = not cands or cands[0].score < threshold
+        evidence = None if not cands else cands[0].score if probs is None else cands[0].probability
+        possibly_new = evidence is None or evidence < flag.threshold
         out.append(PhotoProposal(str(p.resolve()), hashes[i], possibly_new, groups[i], cands))
-    proposals = Proposals(batch, run, threshold, tuple(out))
+    threshold = flag.threshold
+    proposals = Proposals(batch, run, threshold, tuple(out), flag.scale)
     path = write_proposals(cat.root / proposals_file(batch, proposals), proposals)
     by_path = {str(p): h for p, h in zip(gallery_paths, gallery_hashes)}
     # The batch's row names its proposals file: a kill before the commit leaves the old row naming the old

@@ -4,11 +4,13 @@
 batch's row in the database names it; catalogues of earlier versions named it ``proposals.json``)::
 
     {"batch": str, "run": str, "threshold": float,
+     "scale": "probability" | "score",    # what threshold is on (absent: score, files of earlier versions)
      "photos": [{"photo": str,            # path of the new photo (absolute)
                  "hash": str,             # sha256 of its bytes
-                 "possibly_new": bool,    # best candidate's score below the run's threshold
+                 "possibly_new": bool,    # best candidate's probability (or score) below the threshold
                  "group": int | null,     # photos of this batch matching each other share a group
                  "candidates": [{"individual": str, "score": float,
+                                 "probability": float | null,   # calibrated P(same whale) (absent: null)
                                  "image": str}]}]}   # best catalogue image of that individual (absolute)
 
 Candidates are ordered by descending score (each individual's best image, the per-id maximum
@@ -28,13 +30,18 @@ from whale.core.files import atomic_write
 
 
 
+SCALES = ("probability", "score")
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One proposed individual for a photo: its id, its best image's score, that image's absolute path."""
+    """One proposed individual for a photo: its id, its best image's score, that image's absolute path, and
+    the calibrated probability that it is the same whale (None where the match had no calibration)."""
 
     individual: str
     score: float
     image: str
+    probability: float | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Proposals:
     run: str
     threshold: float
     photos: tuple[PhotoProposal, ...]
+    scale: str = "score"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -108,6 +116,9 @@ def read_proposals(path) -> Proposals:
         raise DataError(f"{path}: not a readable JSON file ({exc})") from None
     batch, run = _get(raw, "batch", str, "", path), _get(raw, "run", str, "", path)
     threshold = float(_get(raw, "threshold", (int, float), "", path))
+    scale = raw.get("scale", "score")
+    if scale not in SCALES:
+        raise DataError(f"{path}: scale: expected one of {', '.join(SCALES)}, received {scale!r}")
     photos, seen = [], {}
     for i, p in enumerate(_get(raw, "photos", list, "", path)):
         where = f"photos[{i}]"
@@ -122,12 +133,16 @@ def read_proposals(path) -> Proposals:
         cands = []
         for j, c in enumerate(_get(p, "candidates", list, where, path)):
             cw = f"{where}.candidates[{j}]"
+            prob = c.get("probability") if isinstance(c, dict) else None
+            if prob is not None and (isinstance(prob, bool) or not isinstance(prob, (int, float))
+                                     or not 0 <= prob <= 1):
+                raise DataError(f"{path}: {cw}.probability: expected a number in [0, 1] or null, received {prob!r}")
             cand = Candidate(_get(c, "individual", str, cw, path), float(_get(c, "score", (int, float), cw, path)),
-                             _get(c, "image", str, cw, path))
+                             _get(c, "image", str, cw, path), None if prob is None else float(prob))
             if not cand.individual.strip() or not math.isfinite(cand.score):
                 raise DataError(f"{path}: {cw}: expected a named individual and a finite score, received "
                                 f"{cand.individual!r}, {cand.score!r}")
             cands.append(cand)
         photos.append(PhotoProposal(name, _get(p, "hash", str, where, path), _get(p, "possibly_new", bool, where, path),
                                     group, tuple(cands)))
-    return Proposals(batch, run, threshold, tuple(photos))
+    return Proposals(batch, run, threshold, tuple(photos), scale)

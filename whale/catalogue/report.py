@@ -20,17 +20,20 @@ checked against the proposals. docs/review.md describes the page and the format.
 
 ``proposals.json``::
 
-    {"batch": str, "run": str, "threshold": float,
+    {"batch": str, "run": str, "threshold": float, "scale": "probability" | "score" (optional),
      "photos": [{"photo": str (relative to the file's folder, or absolute), "hash": str,
                  "possibly_new": bool, "group": int | null,
-                 "candidates": [{"individual": str, "score": float, "image": str (absolute)}]}]}
+                 "candidates": [{"individual": str, "score": float, "probability": float | null (optional),
+                                 "image": str (absolute)}]}]}
+
+(:mod:`whale.catalogue.proposals`); a candidate's calibrated probability is shown as ``P(same)`` beside its score.
 """
 from __future__ import annotations
 
 import csv
 import html
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from whale import NEW_WHALE
@@ -68,6 +71,7 @@ class Proposals:
     run: str
     threshold: float
     photos: tuple[Photo, ...]
+    scale: str = "score"
 
 
 @dataclass(frozen=True)
@@ -101,10 +105,17 @@ def load_proposals(path) -> Proposals:
         best: dict[str, Candidate] = {}
         for c in p.candidates:
             if c.individual not in best or c.score > best[c.individual].score:
-                best[c.individual] = Candidate(c.individual, c.score, str(path.parent / c.image))
+                best[c.individual] = replace(c, image=str(path.parent / c.image))
         ranked = tuple(sorted(best.values(), key=lambda c: -c.score))
         photos.append(Photo(p.photo, path.parent / p.photo, p.hash, p.possibly_new, p.group, ranked))
-    return Proposals(path, raw.batch, raw.run, raw.threshold, tuple(photos))
+    return Proposals(path, raw.batch, raw.run, raw.threshold, tuple(photos), raw.scale)
+
+
+def _threshold_text(props: Proposals) -> str:
+    """How the batch flagged "possibly new": a probability of the same whale, or (earlier batches) a score."""
+    if props.scale == "probability":
+        return f"possibly new below P(same) {props.threshold:.3f}"
+    return f"threshold {props.threshold:.3f}"
 
 
 def _e(text) -> str:
@@ -139,7 +150,10 @@ def _section(k: int, photo: Photo, images: ReviewImages, groups: dict[int, list[
         radio = (f'<input type="radio" name="d{k}" value="match" data-individual="{_e(c.individual)}" '
                  f'aria-label="match {_e(c.individual)}">')
         cands.append(_figure(images, Path(c.image), f'#{rank} <b class="individual">{_e(c.individual)}</b><br>'
-                             f'score <span class="score">{c.score:.3f}</span>', f"#{rank} {c.individual}",
+                             f'score <span class="score">{c.score:.3f}</span>' + (
+                                 "" if c.probability is None else
+                                 f' · P(same) <span class="probability">{c.probability:.3f}</span>'),
+                             f"#{rank} {c.individual}",
                              "candidate", radio, images.match(photo.path, Path(c.image))))
     flags = '<span class="flag possibly-new">possibly new</span>' if photo.possibly_new else ""
     if photo.group is not None:
@@ -169,7 +183,7 @@ def render_page(props: Proposals, images: ReviewImages) -> str:
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
 <title>{_e(title)}</title><style>{PAGE_CSS}</style></head>
 <body><header><h1>{_e(title)}</h1>
-<p>Run <code>{_e(props.run)}</code>, threshold {props.threshold:.3f}: {len(props.photos)} photos,
+<p>Run <code>{_e(props.run)}</code>, {_threshold_text(props)}: {len(props.photos)} photos,
 {n_new} possibly new. Per photo pick the matching candidate, or name a new individual, or skip it;
 then <em>Export decisions</em> (the CSV downloads as <code>decisions.csv</code> and shows below).</p></header>
 <form id="review" onsubmit="return false">

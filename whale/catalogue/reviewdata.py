@@ -6,21 +6,23 @@ catalogue on every request, so a reopened page shows what is decided. Both are p
 page's whole contract (every text is put into the page as text, never as markup)::
 
     {"batch": str, "run": str, "method": "keypoints" | "run", "config_hash": str | None,
-     "fingerprint": str, "threshold": float, "matched_at": str,
+     "fingerprint": str, "threshold": float, "scale": "probability" | "score" (what threshold is on),
+     "matched_at": str,
      "photos": [{"photo": str (the key decisions name), "name": str (file name), "hash": str,
                  "possibly_new": bool, "group": int | None, "image": str, "large": str,
                  "more": int (candidates beyond the shown ones),
                  "candidates": [{"rank": int, "individual": str, "score": float,
                                  "inliers": int | None,       # verified keypoint matches (keypoint views only)
-                                 "probability": float | None, # the hook for a calibrated P(same whale)
+                                 "probability": float | None, # calibrated P(same whale), shown as P(same)
                                  "image": str, "large": str, "match": str | None (the match view),
                                  "file": str (the image's file name where it was added from),
                                  "photos": int (its individual's photos), "others": [str] (up to 3 of them)}]}]}
 
-``probability`` is None unless :func:`review_data` is given ``probability``: a callable ``(photo, candidate)
--> float | None`` (:class:`whale.catalogue.report.Photo`, :class:`whale.catalogue.proposals.Candidate`), the
-place a calibrated probability of the same whale plugs in; the page shows it beside the raw evidence when it
-is a number. Nothing here invents one.
+``probability`` is the candidate's calibrated probability of the same whale as ``match`` recorded it
+(:mod:`whale.catalogue.calibration`; None for a batch matched before calibration or without one), unless
+:func:`review_data` is given ``probability``: a callable ``(photo, candidate) -> float | None``
+(:class:`whale.catalogue.report.Photo`, :class:`whale.catalogue.proposals.Candidate`) that replaces it. The page
+shows it beside the raw evidence when it is a number. Nothing here invents one.
 """
 from __future__ import annotations
 
@@ -80,7 +82,7 @@ def review_data(cat: Catalogue, batch: str, out_dir, matches=None,
             raise DataError(f"{props.path}: photo {photo.photo!r}: {exc}") from None
     return {"batch": batch, "run": run, "method": "keypoints" if run == _keypoint_run() else "run",
             "config_hash": _config_hash(cat, batch, run), "fingerprint": fingerprint, "threshold": threshold,
-            "matched_at": matched_at, "photos": photos}
+            "scale": props.scale, "matched_at": matched_at, "photos": photos}
 
 
 def _photo(cat, photo, images: ReviewImages, by_file: dict, of_individual: dict, probability) -> dict:
@@ -90,7 +92,7 @@ def _photo(cat, photo, images: ReviewImages, by_file: dict, of_individual: dict,
         row = by_file.get(path.name)
         others = [r for r in of_individual.get(c.individual, []) if row is None or r[0] != row[0]][:OTHERS]
         view = images.match(photo.path, path)
-        p = None if probability is None else probability(photo, c)
+        p = c.probability if probability is None else probability(photo, c)
         cands.append({"rank": rank, "individual": c.individual, "score": c.score,
                       "inliers": None if view is None else view[1], "probability": None if p is None else float(p),
                       "image": images.thumb(path), "large": images.large(path),

@@ -1,6 +1,10 @@
-"""``ensemble.py``: runs' score files -> weighted average -> ``new_whale`` placed -> checked submission.
+"""``ensemble.py``: runs' score files -> fused -> ``new_whale`` placed -> checked submission.
 
 The runs, weights and mode come as flags or as a YAML recipe (``--recipe``, :mod:`whale.ensemble.recipe`).
+How the runs combine is ``--fusion`` (:mod:`whale.ensemble.fusion`): the weighted average of raw scores (one
+run, folds of one model, ``--weights``, ``--tune-weights``), or, the default for runs of several models, each
+run calibrated on its validation file to P(same whale) and the probabilities fused (then every threshold is a
+probability); the summary names the rule.
 
 The paper's threshold rule is the default (fixed ``--threshold``, ``--tune`` on validation
 MAP@5, or ``--new-whale-fraction`` of the test set: exactly that share, ties broken by query
@@ -28,6 +32,7 @@ import numpy as np
 
 from whale import command
 from whale.ensemble.combine import average_score_files, normalise_weights, validation_groups
+from whale.ensemble.fusion import FUSIONS, calibrate_runs, resolve_fusion, write_fusion
 from whale.ensemble.identity import (check_inputs, check_no_leak, check_pairs, check_same_queries,
                                      identity_table, read_identities)
 from whale.ensemble.recipe import load_recipe
@@ -38,6 +43,7 @@ from whale.formats import DEFAULT, FORMATS, Format, detect_format, get_format
 from whale.inference.scorefile import first_names, score_path
 from whale.ranking.stored import threshold_arg, write_threshold
 from whale.ranking.calibrate import Calibrator, cross_validate
+from whale.ranking.pairprob import METHODS
 from whale.ranking.newwhale import (map_for_thresholds, new_whale_shares, predict_for_fraction,
                                     predict_from_top, share_first, tune)
 
@@ -80,6 +86,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--tune", action="store_true",
                       help="choose T by validation MAP@5 over a fine grid; writes NAME.threshold.{csv,png} and "
                            "NAME.threshold.json (T itself, what --threshold, explain and catalogue read)")
+    p.add_argument("--fusion", choices=FUSIONS, default=None,
+                   help="how several runs combine: mean (each run's scores calibrated on its validation file to "
+                        "P(same whale), the probabilities averaged: the default for runs of several models), "
+                        "logodds (their log-odds beyond the base rates summed, naive Bayes) or scores (the weighted "
+                        "average of raw scores: the paper's; one run's, folds', --weights' and --tune-weights' "
+                        "default); a calibrated rule makes the threshold a probability (docs/ensemble.md)")
+    p.add_argument("--calibration", choices=METHODS, default="isotonic",
+                   help="with a calibrated --fusion: isotonic (default) or logistic on the score's log-odds")
     p.add_argument("--tune-new-share", type=float, default=None, metavar="F",
                    help="with --tune (and --tune-weights): weigh validation's new_whale queries as a share F of "
                         "them (e.g. 0.276, the 2019 test set's), when the fold holds fewer or more than the test")
@@ -224,6 +238,22 @@ def _tuned_weights(runs: Sequence[Path], args, log) -> np.ndarray:
     return weights
 
 
+def threshold_probability(run: Path, val_path: Path, t: float, open_label: str) -> str:
+    """One run's tuned threshold read as P(same whale) by the isotonic calibration of its validation pairs
+    (:class:`whale.ranking.pairprob.PairCalibration`; the ranking itself is the raw scores'), as one line."""
+    from whale.inference.scorefile import load_score_file
+    from whale.ranking.pairprob import PairCalibration
+
+    val = load_score_file(val_path, need_query_ids=True)
+    try:
+        cal = PairCalibration.fit(val.scores, val.query_ids, val.gallery_ids, open_label)
+    except DataError as exc:
+        return f"the threshold as a probability: unknown ({exc})"
+    p = float(cal.transform(np.float64([t]))[0])
+    return (f"the threshold as a probability: P(same whale) {p:.4g} at score {t:.6g} (calibration of {run}'s "
+            f"validation pairs: {cal.describe()}); P(same whale) 0.5 at score {cal.score_for(0.5):.4g}")
+
+
 def main(argv: Sequence[str] | None = None, log=print) -> int:
     """``ensemble.py``: 0, or 2 on bad input with a one-line error (:func:`whale.command.main`)."""
     return command.main(PROG, add_arguments, lambda args: run(args, log=log), argv)
@@ -268,8 +298,25 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
         for extra in (_sibling(out, f".threshold.{ext}") for ext in ("csv", "png", "json")):
             check_output(extra, "--tune's file")
     check_pairs(runs, [score_path(r, "test") for r in runs], [score_path(r, "val") for r in runs])
+    val_paths = [score_path(r, "val") for r in runs]
+    fusion_name, why_fusion = resolve_fusion(args, len(runs), val_paths)
+    scale = getattr(args.threshold, "scale", None)  # a stored threshold file's
+    if scale is not None and (scale == "probability") != (fusion_name != "scores"):
+        raise ConfigError(f"--threshold {args.threshold.path}: a threshold on the runs' {scale} scale, but these runs are "
+                          f"fused by {fusion_name} ({why_fusion}): give --fusion "
+                          + ("logodds or mean" if scale == "probability" else "scores") + " to read it as it was tuned")
     if args.tune_weights:
         weights = _tuned_weights(runs, args, log)
+    fmt = recorded_format(runs, args.format)
+    open_label = fmt.open_label
+    fusion, fused = None, {}
+    if fusion_name != "scores":
+        if args.tune:
+            check_output(_sibling(out, ".calibration.json"), "--tune's file")
+        log(f"runs calibrated on their validation scores ({args.calibration}), fused by {fusion_name} "
+            f"({why_fusion}):")
+        fusion = calibrate_runs(runs, val_paths, fusion_name, open_label, args.calibration, log=log)
+        fused = fusion.maps()
 
     log("runs and weights:")
     for run, w in zip(runs, weights):
@@ -280,16 +327,13 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
     for line in identity_table(test_paths, test_ids):
         log("  " + line)
     check_inputs(test_paths, test_ids, log=log)
-    log("test scores:")
-    test = average_score_files(test_paths, weights, log=log)
-    fmt = recorded_format(runs, args.format)
-    open_label = fmt.open_label
+    log("test scores:" if fusion is None else "test probabilities:")
+    test = average_score_files(test_paths, weights, log=log, **fused)
     if fmt != DEFAULT:
         log(f"format: {fmt.name} (open-set label {open_label}, submission columns {','.join(fmt.submission_columns)})")
     test_top = top_ids(test, open_label=open_label)
     log(f"  {test.n_query} test images x {len(test.gallery)} gallery images")
 
-    val_paths = [score_path(r, "val") for r in runs]
     have_val = [p.is_file() for p in val_paths]
     val_top = None
     if args.tune or args.calibrate:
@@ -304,7 +348,7 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
         check_inputs(val_paths, val_ids, log=log)
         check_no_leak(val_paths)
         log("validation scores (averaged within equal query sets, concatenated across disjoint ones):")
-        groups = validation_groups(val_paths, weights, log=log)
+        groups = validation_groups(val_paths, weights, log=log, **fused)
         val_top = concat_top_ids([top_ids(g, open_label=open_label) for g in groups])
         del groups  # only the top ids are needed from here on
         log(f"  {val_top.n_query} validation queries, "
@@ -323,19 +367,28 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
                "images, lowest best-id score first, ties broken by query order")
     elif args.tune:
         t, best_map, grid, maps = tune(val_top, open_share=args.tune_new_share)
-        how = "tuned on validation MAP@5"
+        how = "tuned on validation MAP@5" + ("" if fusion is None else f" of the runs' {fusion.rule}-fused probabilities")
         csv_path = write_threshold_csv(_sibling(out, ".threshold.csv"), grid, maps)
         written.append(csv_path)
         png_path = plot_thresholds(_sibling(out, ".threshold.png"), grid, maps, t,
                                    share_first(val_top, grid), share_first(test_top, grid))
         written.append(png_path)
         stored = write_threshold(_sibling(out, ".threshold.json"), t, map5=best_map, open_label=open_label,
-                                 tuned_on="validation scores of " + ", ".join(map(str, runs)), rule=how)
+                                 tuned_on="validation scores of " + ", ".join(map(str, runs)), rule=how,
+                                 scale="score" if fusion is None else "probability")
         written.append(stored)
+        if fusion is not None:
+            written.append(write_fusion(_sibling(out, ".calibration.json"), fusion))
+            log(f"the runs' calibrations and fusion rule -> {written[-1]}")
         log(f"threshold grid ({grid.size} values, {grid.min():g}..{grid.max():g}) -> {csv_path}, {png_path}; "
             f"tuned threshold -> {stored}")
         log(f"tuned threshold {t:.6g}: validation MAP@5 {best_map:.5f} (in-sample); "
             f"test share of {open_label} at rank 1: {share_first(test_top, [t])[0]:.4f}")
+        if fusion is not None:
+            log(f"  the threshold is a probability: {open_label} goes before every id whose fused P(same whale) "
+                f"is below {t:.4g}")
+        elif len(runs) == 1:
+            log("  " + threshold_probability(runs[0], val_paths[0], t, open_label))
     if t is not None and val_top is not None:
         label = f"threshold {t:.6g}" + (" (in-sample: tuned on these queries)" if args.tune else "")
         expected[label] = float(map_for_thresholds(val_top, [t])[0])
@@ -374,6 +427,8 @@ def _run(args: argparse.Namespace, log, written: list[Path]) -> int:
     shares = new_whale_shares(predictions, open_label)
     log("summary:")
     log(f"  runs: {len(runs)}  weights: {', '.join(f'{w:.4f}' for w in weights)}")
+    log(f"  fused by: {fusion_name}: " + (fusion.describe() if fusion is not None else
+                                          f"weighted average of the raw scores ({why_fusion})"))
     if method == "calibrated":
         log(f"  {open_label}: calibrated expected-MAP@5 insertion"
             + (f" (threshold {t:.6g} not used: {why})" if t is not None else ""))

@@ -18,7 +18,7 @@ a threshold (or calibration) learnt on validation carries that bias, which is wh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +69,8 @@ def _compare_sets(ref: np.ndarray, other: np.ndarray, what: str, ref_path: Path,
 
 
 def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
-                        need_query_ids: bool = False, log=None) -> ScoreFile:
+                        need_query_ids: bool = False, log=None, transforms: Sequence[Callable] | None = None,
+                        finish: Callable | None = None) -> ScoreFile:
     """Weighted mean of several score files, aligned by query and gallery image names.
 
     All files must hold the same *sets* of query and gallery images (in any order) with the
@@ -81,6 +82,9 @@ def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
         weights: one per file, any positive scale (normalised to sum 1); None = equal.
         need_query_ids: require ``query_ids`` (validation).
         log: optional ``print``-like callable for progress.
+        transforms: one per file or None: each file's rows mapped (``[b, n_gallery]`` -> float32, same shape)
+            before they are weighed in (calibrated fusion, :mod:`whale.ensemble.fusion`).
+        finish: None, or the weighted sum's rows mapped once more at the end (in place of the sum).
 
     Returns:
         A :class:`ScoreFile` with float32 ``scores`` [n_query, n_gallery].
@@ -92,6 +96,8 @@ def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
     """
     paths = [Path(p) for p in paths]
     w = normalise_weights(weights, len(paths))
+    if transforms is not None and len(transforms) != len(paths):
+        raise ValueError(f"expected one transform per score file ({len(paths)}), got {len(transforms)}")
     metas = [read_header(p, need_query_ids) for p in paths]  # cheap: checks everything first
     ref, ref_path = metas[0], paths[0]
     plans = []
@@ -112,7 +118,7 @@ def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
         plans.append((qi, gi))
     nq, ng = ref["shape"]
     total = np.zeros((nq, ng), dtype=np.float32)
-    for path, weight, (qi, gi) in zip(paths, w, plans):
+    for i, (path, weight, (qi, gi)) in enumerate(zip(paths, w, plans)):
         if log:
             log(f"  adding {path} (weight {weight:.4g})")
         scores = load_score_file(path, need_query_ids).scores
@@ -123,13 +129,19 @@ def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
             block = scores[rows] if same_q else scores[qi[rows]]
             if not same_g:
                 block = block[:, gi]
+            if transforms is not None:
+                block = transforms[i](block)
             total[rows] += np.float32(weight) * block.astype(np.float32, copy=False)
         del scores
+    if finish is not None:
+        for start in range(0, nq, _ROW_BLOCK):
+            total[start:start + _ROW_BLOCK] = finish(total[start:start + _ROW_BLOCK])
     return ScoreFile(ref_path, total, ref["query"], ref["gallery"], ref["gallery_ids"],
                      ref.get("query_ids"), tuple(paths))
 
 
-def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, log=None) -> list[ScoreFile]:
+def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, log=None,
+                      transforms: Sequence[Callable] | None = None, finish: Callable | None = None) -> list[ScoreFile]:
     """Validation files combined: averaged within identical query sets, kept apart across disjoint ones.
 
     Files whose query *sets* are equal (several models validating the same fold) are averaged
@@ -140,6 +152,7 @@ def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, l
     Args:
         paths: ``val.npz`` files (with ``query_ids``).
         weights: one per file (None = equal).
+        transforms, finish: as :func:`average_score_files` (``transforms`` one per file of ``paths``).
 
     Returns:
         One float32 :class:`ScoreFile` per group, in order of first appearance.
@@ -171,5 +184,7 @@ def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, l
     for mem in members:
         if log:
             log(f"  validation group of {len(mem)} run(s), {len(keys[len(groups)])} queries")
-        groups.append(average_score_files([paths[i] for i in mem], w[mem], need_query_ids=True, log=log))
+        maps = None if transforms is None else [transforms[i] for i in mem]
+        groups.append(average_score_files([paths[i] for i in mem], w[mem], need_query_ids=True, log=log,
+                                          transforms=maps, finish=finish))
     return groups

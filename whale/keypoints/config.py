@@ -92,9 +92,11 @@ class VerifyConfig:
     correspondences than this and the candidate is not verified. Score of an image:
     ``t / (t + scale)``, ``t = inlier_weight + vote_weight * votes``: 0 without evidence, towards 1 with
     more verified evidence (inlier LNBNN weight), unverified votes counting ``vote_weight`` as much.
-    ``new_threshold``: below it a photo's best individual leaves it "possibly new" where no tuned threshold
-    is at hand (the catalogue's ``match --method keypoints``); chosen on the real flukes' validation folds
-    (docs/humpback.md). ``whale ensemble --tune`` tunes its own on a fold's validation queries.
+    ``new_threshold``: below it a photo's best individual leaves it "possibly new" where no calibrated
+    probability is at hand (the catalogue's ``match --method keypoints`` on a catalogue without two photos of
+    one whale; every other catalogue reads P(same whale), :mod:`whale.catalogue.calibration`); chosen on the
+    real flukes' validation folds (docs/humpback.md). ``whale ensemble --tune`` tunes its own on a fold's
+    validation queries.
     """
 
     shortlist: int = 20
