@@ -3,7 +3,7 @@
 :mod:`whale.ranking.topids` (per-id maximum through :class:`whale.core.arrays.IdGroups`, each query's best ids), :mod:`whale.ranking.newwhale`
 (the paper's threshold rule, the one threshold tuner, test-share rules) and
 :mod:`whale.ranking.calibrate` (the calibrated rule and its cross-validation);
-:mod:`whale.ranking.pairprob` (:class:`PairCalibration`: a pair score as P(same individual)).
+:mod:`whale.ranking.pairprob` (:class:`~whale.ranking.pairprob.PairCalibration`: a pair score as P(same individual)).
 """
 from whale.core.arrays import IdGroups
 from whale.ranking.newwhale import (
