@@ -519,9 +519,10 @@ def main(argv=None) -> int:
     p.add_argument("--gpu-runs", default=None, metavar="DIR",
                    help="the flukes_<job>.tgz a GPU session returned (benchmarks/gpu_suite.py step flukes_lite0): each "
                         "job of a seed scored here on the original photos, row 'gpu <job>', and fused")
-    p.add_argument("--fusion", default="log",
-                   help="comma-separated fusion rules of the fusion rows: calibrated (whale ensemble --tune's default "
-                        "with several runs), log, linear (--tune-weights --weight-grid)")
+    p.add_argument("--fusion", default="mean,log",
+                   help="comma-separated fusion rules of the fusion rows: mean, logodds (whale ensemble --tune "
+                        "--fusion RULE: calibrated probabilities; mean is --tune's default with several models), log, "
+                        "linear (--tune-weights --weight-grid: raw scores)")
     p.add_argument("--cache", default=None, help="the keypoint feature store (default OUT/keypoint-store)")
     p.add_argument("--keypoint-runs", default=None, metavar="DIR",
                    help="fusion with the matcher's scores of an earlier --methods keypoints run (DIR/seedN/keypoints, "

@@ -8,8 +8,8 @@ here, and each fused with the keypoint matcher. Not a test.
   (:mod:`benchmarks.gpu_flukes`); each job of this seed is unpacked and scored again here on the original photos
   (``whale train --score-only`` with the job's own config, its crop and margin: on the GPU they read the packed
   crops), row ``gpu <job>``.
-* fusion: ``whale ensemble KP RUN --tune`` with each fusion rule of ``--fusion`` (rows ``fusion <run>``, and
-  ``fusion <run>, <grid> grid`` for the weight grids).
+* fusion: ``whale ensemble KP RUN --tune`` with each rule of ``--fusion`` (rows ``fusion <run>, calibrated
+  <rule>`` and ``fusion <run>, <grid> grid``).
 """
 from __future__ import annotations
 
@@ -70,18 +70,19 @@ def gpu_runs(folder, seed: int, dest: Path) -> dict[str, Path]:
 
 
 def fusion_rows(args, name: str, runs: list[Path], comp: Path, truth: dict, work: Path, log=print) -> list[dict]:
-    """The keypoint matcher fused with the learned run ``runs[1]`` by each rule of ``args.fusion``: ``calibrated``
-    (``whale ensemble --tune``'s default for several runs: each run's scores as calibrated probabilities) or a
-    weight grid (``log``, ``linear``: ``--tune-weights --weight-grid``)."""
+    """The keypoint matcher fused with the learned run ``runs[1]`` by each rule of ``args.fusion``: ``mean`` or
+    ``logodds`` (``whale ensemble --tune --fusion RULE``: each run's scores as calibrated probabilities, averaged or
+    added as log-odds; ``mean`` is ``--tune``'s default for runs of several models) or a weight grid on the raw
+    scores (``log``, ``linear``: ``--tune-weights --weight-grid``)."""
     from benchmarks.humpback import ensemble_and_check, method_row, tuned_weights
     from whale.ensemble.combine import average_score_files
     from whale.inference.scorefile import score_path
 
     rows = []
     for rule in args.fusion:
-        grid = rule != "calibrated"
-        extra = ["--tune-weights", "--weight-grid", rule] if grid else []
-        label = f"fusion {name}" + (f", {rule} grid" if grid else "")
+        grid = rule in ("log", "linear")
+        extra = ["--tune-weights", "--weight-grid", rule] if grid else ["--fusion", rule]
+        label = f"fusion {name}, " + (f"{rule} grid" if grid else f"calibrated {rule}")
         te, lines = ensemble_and_check(runs, work / f"{slug(label)}.csv", comp, work, extra, log=log)
         w = tuned_weights(lines, 2) if grid else None
         fused = average_score_files([score_path(r, "test") for r in runs], w) if grid else None
