@@ -28,6 +28,8 @@ Methods (rows), each scored as a photo against the database and every pair of th
 
 * ``pixels``: raw pixels, the photo's content (its white padding cut, :func:`whale.data.images.content_box`) at
   32 x 32 gray, cosine (:class:`benchmarks.common.PixelMethod`);
+* ``imagenet``: the ``--config``'s pretrained branch (a ``trunk:`` config, e.g. ``configs/seed002_lite0_cpu.yaml``)
+  as it comes, nothing trained, cosine (:class:`benchmarks.common.FrozenBranchMethod`): what the training adds;
 * ``keypoints``: the training-free matcher (``--keypoint-config``, :class:`whale.keypoints.KeypointMatcher`),
   nothing trained. Its LNBNN votes depend on the gallery, so each draw builds its own matcher on that draw's
   database; the pairs of the test fold are every photo matched against all the other photos of the fold
@@ -70,7 +72,7 @@ N_FOLDS = 5
 M_MATCHES = 2
 """Matching photos of each query's individual in the database (section IV-C)."""
 FAR = 0.01
-METHODS = ("pixels", "keypoints", "triplet", "triplet-mined")
+METHODS = ("pixels", "imagenet", "keypoints", "triplet", "triplet-mined")
 LEARNED = {"triplet": "random", "triplet-mined": "adversarial"}
 """Learned rows -> their training folder: K = 1000 in every stage (random P x K), or the config's K schedule."""
 PAPER = {"top1": (0.6278, 0.0164), "top5": (0.8820, 0.0067), "top10": (0.9346, 0.0063), "tpr_at_far": (0.73, None),
@@ -387,6 +389,9 @@ def run_fold(args, df: pd.DataFrame, folds: dict[str, int], fold: int, method: s
     row: dict = {}
     if method == "pixels":
         row = protocol_row(common.PixelMethod(32, 1, margin=0.0), train, test, boxes, args.redraws, seed)
+    elif method == "imagenet":  # the --config's pretrained branch as it comes: what its training adds to ImageNet
+        frozen = common.FrozenBranchMethod(args.config, Path(args.out) / "trunk-cache")
+        row = protocol_row(frozen, train, test, boxes, args.redraws, seed)
     elif method == "keypoints":
         from whale.keypoints import FeatureStore
 
