@@ -578,6 +578,20 @@ def with_boxes(comp_dir, boxes_csv, out_dir) -> Path:
     return out_dir
 
 
+def wait_or_kill(proc, log, timeout_s: float):
+    """A child process's exit status, or ``"killed"`` when it ran past ``timeout_s`` seconds (killed then); its
+    ``log`` file closed either way."""
+    import subprocess
+
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = "killed"
+    log.close()
+    return rc
+
+
 def byte_digests(paths: Sequence) -> list[str]:
     """The SHA-1 of each file's bytes: byte-identical images have the same digest."""
     import hashlib

@@ -75,7 +75,7 @@ def quick_pack(work: Path) -> Path | None:
 
 def step(ctx, train_s: float = TRAIN_S, quick: bool = False, part: str = "first") -> dict:
     """Train :func:`jobs` of ``part`` at once on the pack, each with ``--time-budget train_s``; their figures."""
-    from benchmarks import humpback_pack
+    from benchmarks import common, humpback_pack
 
     pack = quick_pack(ctx.work) if quick else ROOT / PACK
     if pack is not None:
@@ -104,12 +104,7 @@ def step(ctx, train_s: float = TRAIN_S, quick: bool = False, part: str = "first"
                                                                         env=env, cwd=ROOT), log))
     rows, failed = {}, {}
     for name, objective, seed, run, cmd, proc, log in procs:
-        try:
-            rc = proc.wait(timeout=budget + (300 if quick else 150))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = "killed"
-        log.close()
+        rc = common.wait_or_kill(proc, log, budget + (300 if quick else 150))
         if rc == 3:  # paused at the budget: score the best checkpoint as it is
             rc = subprocess.run(cmd[:cmd.index("--time-budget")] + ["--score-only"] + cmd[cmd.index("--verbose"):],
                                 stdout=open(work / f"{name}.log", "a"), stderr=subprocess.STDOUT, env=env,
@@ -126,8 +121,6 @@ def step(ctx, train_s: float = TRAIN_S, quick: bool = False, part: str = "first"
         out["failed"] = failed
     arc = [r for r in rows.values() if r["objective"] == "arcface"]
     if arc:
-        from benchmarks import common
-
         out["arcface_mean_sd"] = {k: {s: round(v, 4) for s, v in common.mean_sd([r[k] for r in arc]).items()
                                       if s in ("mean", "sd", "n")}
                                   for k in ("map5", "map5_known_no_new", "top1", "top5")}

@@ -400,12 +400,7 @@ def step_seed002(ctx, train_s: float = SEED002_TRAIN_S, quick: bool = False) -> 
         procs.append((name, method, fold, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
     failed = {}
     for name, method, fold, proc, log in procs:
-        try:
-            rc = proc.wait(timeout=budget + (300 if quick else 240))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = "killed"
-        log.close()
+        rc = common.wait_or_kill(proc, log, budget + (300 if quick else 240))
         if rc != 0:
             tail = Path(log.name).read_text().strip().splitlines()[-3:]
             failed[f"{name} fold {fold} {method}"] = f"exit {rc}: " + " | ".join(tail)[-400:]

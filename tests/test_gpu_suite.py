@@ -273,3 +273,42 @@ def test_seed002_jobs_are_every_fold_of_the_paper_s_row_and_fold_0_of_the_others
     jobs = gpu_suite.seed002_jobs(quick=False)
     assert [(m, f) for n, m, f, _ in jobs if n == "small"] == [("triplet", f) for f in range(5)]
     assert [(n, m, f, sets) for n, m, f, sets in jobs if n != "small"] == [("small_mined", "triplet-mined", 0, [])]
+
+
+def test_quick_flukes_steps_train_score_measure_and_return_slim_runs(tmp_path):
+    """The pretrained-branch steps on a pack of 30 individuals of the real flukes (tiny network, one epoch a stage,
+    seconds): each job in its own process on the packed split, measured as benchmarks/humpback.py measures, and its
+    run returned as flukes_<job>.tgz: the best model without its optimizer, the ArcFace centres zeroed, and a
+    slim.json saying so, which benchmarks/humpback.py --gpu-runs unpacks by split seed."""
+    import json
+    import tarfile
+
+    import numpy as np
+
+    from benchmarks import common, gpu_flukes, humpback_runs
+
+    if common.shared_data("humpback") is None:
+        pytest.skip("no ../shared/data/humpback")
+    data = _quick(tmp_path, "--only", "flukes_lite0", timeout=900)
+    row = data["steps"]["flukes_lite0"]
+    assert row["status"] == "done", row
+    f = row["figures"]
+    assert "failed" not in f and set(f["rows"]) == {"arcface_s0", "head_s0"}
+    for r in f["rows"].values():
+        assert 0 <= r["top1"] <= r["top5"] <= 1 and 0 <= r["map5"] <= 1 and r["epochs"] >= 1
+    assert "## flukes_lite0: real flukes, EfficientNet-Lite0" in (tmp_path / "out" / "suite.md").read_text()
+    with tarfile.open(tmp_path / "out" / "flukes_arcface_s0.tgz") as tar:
+        names = set(tar.getnames())
+    assert {"arcface_s0/run.json", "arcface_s0/slim.json", "arcface_s0/checkpoints/best.json"} <= names
+    runs = humpback_runs.gpu_runs(tmp_path / "out", 0, tmp_path / "unpacked")
+    assert sorted(runs) == ["arcface_s0", "head_s0"] and humpback_runs.gpu_runs(tmp_path / "out", 1, tmp_path) == {}
+    assert json.loads((runs["arcface_s0"] / "slim.json").read_text()) == gpu_flukes.SLIM
+    from whale.models.checkpoint import read_state
+    from whale.models.io import load_model
+
+    import whale.objectives  # noqa: F401 - registers the ArcFace layer
+
+    best = runs["arcface_s0"] / "checkpoints"
+    model = load_model(best / read_state(best, "best")["model_file"])
+    assert not np.asarray(model.get_layer("arcface").get_weights()[0]).any()
+    assert getattr(model, "optimizer", None) is None
