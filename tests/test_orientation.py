@@ -56,7 +56,7 @@ def _fluke(tmp_path):
 
 def test_a_sideways_photo_gives_the_upright_photos_keypoints_box_size_and_thumbnail(tmp_path):
     from whale.boxes.labels import image_size
-    from whale.catalogue.report import _Images
+    from whale.catalogue.thumbs import ReviewImages
     from whale.keypoints import extract
     from whale.keypoints.config import FeatureConfig
 
@@ -71,7 +71,7 @@ def test_a_sideways_photo_gives_the_upright_photos_keypoints_box_size_and_thumbn
         np.testing.assert_array_equal(fb.xy, fa.xy)
         np.testing.assert_array_equal(fb.desc, fa.desc)
         assert image_size(b) == image_size(a) == (upright.shape[1], upright.shape[0])
-        images = _Images(tmp_path / "review", 96)
+        images = ReviewImages(tmp_path / "review", 96)
         assert images.thumb(b_png) == images.thumb(a)  # named by content: the same upright pixels
         thumb = load_image(tmp_path / "review" / images.thumb(b))
         assert thumb.shape[1] > thumb.shape[0]  # a fluke is wider than high: not sideways

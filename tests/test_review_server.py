@@ -532,7 +532,8 @@ def test_new_undo_enlarge_hover_markup_and_two_tabs_in_chromium(catalogue, devto
         b.key("2")  # now knowing it, the second tab replaces it
         b.wait(f"(() => {{ const s = {STATE}; return s.position === '#2 of 20' && s.kind !== 'saving'; }})()")
         assert [d[2] for d in _decisions(catalogue) if d[0] == "n00.png"] == ["w_1", "w_2"]
-        assert all(a.js(STATE)["images"]) and all(b.js(STATE)["images"])
+        loaded = "[...document.images].filter(i => i.getAttribute('src')).every(i => i.complete && i.naturalWidth > 0)"
+        assert a.wait(loaded, timeout=30) and b.wait(loaded, timeout=30)  # a loaded machine decodes slowly
     finally:
         server.stop()
     assert "stopped serving batch b20: 5 decisions recorded" in (tmp_path / "server.log").read_text()

