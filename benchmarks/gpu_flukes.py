@@ -179,11 +179,31 @@ def _pack_run(run: Path, dest: Path) -> None:
 
 
 def unpack_runs(folder: Path, dest: Path) -> dict[str, Path]:
-    """The ``flukes_<job>.tgz`` files of ``folder`` unpacked under ``dest``: ``{job: run folder}``."""
+    """The ``flukes_<job>.tgz`` files of ``folder`` unpacked under ``dest``: ``{job: dest/job}``.
+
+    Each file unpacks into its own job's folder, whatever the run folder inside it is called: a resumed job
+    (``flukes_arcface_s0_resumed.tgz`` holds ``arcface_s0/``) never lands on the run it resumed. A folder already
+    unpacked from the same file is kept as it is (with the score files written into it since).
+    """
     runs = {}
     for tgz in sorted(Path(folder).glob("flukes_*.tgz")):
+        job = tgz.stem[len("flukes_"):]
+        stamp = f"{tgz.resolve()} {tgz.stat().st_size} {tgz.stat().st_mtime_ns}"
+        mark = Path(dest) / job / ".unpacked-from"
+        if mark.is_file() and mark.read_text() == stamp:
+            runs[job] = Path(dest) / job
+            continue
+        staging = Path(dest) / f".unpack-{job}"
+        shutil.rmtree(staging, ignore_errors=True)
         with tarfile.open(tgz) as tar:
-            tar.extractall(dest, filter="data")
-        runs[tgz.stem[len("flukes_"):]] = Path(dest) / tgz.stem[len("flukes_"):]
+            tar.extractall(staging, filter="data")
+        tops = [p for p in staging.iterdir()]
+        if len(tops) != 1 or not tops[0].is_dir():
+            raise ValueError(f"{tgz}: expected one run folder inside, found {sorted(p.name for p in tops)}")
+        shutil.rmtree(Path(dest) / job, ignore_errors=True)
+        tops[0].rename(Path(dest) / job)
+        staging.rmdir()
+        mark.write_text(stamp)
+        runs[job] = Path(dest) / job
     return runs
 

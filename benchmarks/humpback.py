@@ -198,9 +198,20 @@ def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarr
 def whale_command(args: list[str], log_path: Path, log=print) -> float:
     """Run ``python -m whale ARGS`` (the user's ``whale`` command), its output into ``log_path``; its wall time.
 
+    A ``train`` or ``score`` step that finished before with the same arguments (its marker ``<log>.done.json``
+    beside the log) is not run again: a killed benchmark, run again with the same command, goes on from its first
+    unfinished step and reports the times measured then. The ensembles, seconds each, always run again.
+
     Raises:
         RuntimeError: a non-zero exit (the log file named).
     """
+    done = log_path.with_name(log_path.name + ".done.json")
+    if args[0] in ("train", "score") and done.is_file():
+        record = json.loads(done.read_text())
+        if record.get("args") == args:
+            log(f"$ whale {' '.join(args)}\n  finished earlier in {record['seconds']:.0f} s  (log {log_path})")
+            return record["seconds"]
+    done.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "whale", *args]
     log(f"$ whale {' '.join(args)}")
     t0 = time.perf_counter()
@@ -211,6 +222,7 @@ def whale_command(args: list[str], log_path: Path, log=print) -> float:
     if proc.returncode:
         raise RuntimeError(f"whale {args[0]} failed (exit {proc.returncode}); see {log_path}")
     log(f"  {seconds:.0f} s  (log {log_path})")
+    done.write_text(json.dumps({"args": args, "seconds": seconds}))
     return seconds
 
 

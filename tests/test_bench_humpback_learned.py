@@ -60,3 +60,54 @@ def test_learned_runs_are_found_by_their_scores_folder_and_split(tmp_path):
         humpback.earlier_run_of(tmp_path, 0, comps[1], "learned")
     with pytest.raises(ValueError, match="--learned-runs: .* found none"):
         humpback.earlier_run_of(tmp_path, 1, comps[1], "learned")
+
+
+def test_a_finished_step_is_not_run_again_after_a_kill(tmp_path, monkeypatch):
+    """A train or score step that finished with the same arguments is skipped (its measured time reported); other
+    arguments, a failed step or an ensemble run again."""
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd[3:])
+        return Done()
+
+    monkeypatch.setattr(humpback.subprocess, "run", fake_run)
+    log = tmp_path / "x.train.log"
+    first = humpback.whale_command(["train", "--fold", "0"], log, log=lambda m: None)
+    assert humpback.whale_command(["train", "--fold", "0"], log, log=lambda m: None) == first
+    assert calls == [["train", "--fold", "0"]]
+    humpback.whale_command(["train", "--fold", "1"], log, log=lambda m: None)
+    humpback.whale_command(["ensemble", "A"], tmp_path / "e.log", log=lambda m: None)
+    humpback.whale_command(["ensemble", "A"], tmp_path / "e.log", log=lambda m: None)
+    assert calls[1:] == [["train", "--fold", "1"], ["ensemble", "A"], ["ensemble", "A"]]
+    Done.returncode = 1
+    with pytest.raises(RuntimeError, match="x.train.log"):
+        humpback.whale_command(["train", "--fold", "2"], log, log=lambda m: None)
+    Done.returncode = 0
+    humpback.whale_command(["train", "--fold", "1"], log, log=lambda m: None)  # the failure removed the marker
+    assert calls[-1] == ["train", "--fold", "1"]
+
+
+def test_gpu_tarballs_unpack_into_their_own_job_folders(tmp_path):
+    """flukes_arcface_s0_resumed.tgz holds arcface_s0/ as flukes_arcface_s0.tgz does: each lands in its job's folder;
+    unpacking again from the same files keeps what was written into them since."""
+    import tarfile
+
+    from benchmarks import humpback_runs
+
+    tars = tmp_path / "tars"
+    tars.mkdir()
+    for job, epoch in (("arcface_s0", 1), ("arcface_s0_resumed", 3), ("arcface_s1", 1)):
+        run = tmp_path / "build" / job / "arcface_s0"
+        run.mkdir(parents=True)
+        (run / "epoch.txt").write_text(str(epoch))
+        with tarfile.open(tars / f"flukes_{job}.tgz", "w:gz") as tar:
+            tar.add(run, arcname="arcface_s0")
+    runs = humpback_runs.gpu_runs(tars, 0, tmp_path / "gpu")
+    assert sorted(runs) == ["arcface_s0", "arcface_s0_resumed"]
+    assert [(runs[j] / "epoch.txt").read_text() for j in sorted(runs)] == ["1", "3"]
+    (runs["arcface_s0"] / "scores").mkdir()
+    assert humpback_runs.gpu_runs(tars, 0, tmp_path / "gpu") == runs and (runs["arcface_s0"] / "scores").is_dir()
