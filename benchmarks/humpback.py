@@ -410,7 +410,7 @@ def gains_table(rows: list[dict], base: str = "keypoints") -> str:
         pairs = [(r, by_seed[r["seed"]]) for r in rows if r["method"] == m and r["seed"] in by_seed]
         cells = []
         for k, _ in keys:
-            d = [a[k] - b[k] for a, b in pairs]
+            d = [a[k] - b[k] for a, b in pairs if k in a and k in b]
             cells.append("" if not d else f"{np.mean(d):+.4f}" + (f" +- {np.std(d, ddof=1):.4f}" if len(d) > 1 else ""))
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {len(pairs)} |")
     return "\n".join(lines)
