@@ -72,25 +72,36 @@ def gpu_runs(folder, seed: int, dest: Path) -> dict[str, Path]:
 def fusion_rows(args, name: str, runs: list[Path], comp: Path, truth: dict, work: Path, log=print) -> list[dict]:
     """The keypoint matcher fused with the learned run ``runs[1]`` by each rule of ``args.fusion``: ``mean`` or
     ``logodds`` (``whale ensemble --tune --fusion RULE``: each run's scores as calibrated probabilities, averaged or
-    added as log-odds; ``mean`` is ``--tune``'s default for runs of several models) or a weight grid on the raw
-    scores (``log``, ``linear``: ``--tune-weights --weight-grid``)."""
-    from benchmarks.humpback import ensemble_and_check, method_row, tuned_weights
+    added as log-odds; ``mean`` is ``--tune``'s default for runs of several models), each also with
+    ``--tune-new-share`` (validation's ``new_whale`` queries weighed as the competition's test share, as the
+    matcher's own share row), or a weight grid on the raw scores (``log``, ``linear``: ``--tune-weights
+    --weight-grid``)."""
+    from benchmarks.humpback import KAGGLE_NEW_SHARE, ensemble_and_check, method_row, tuned_weights
     from whale.ensemble.combine import average_score_files
     from whale.ensemble.fusion import read_fusion
     from whale.inference.scorefile import score_path
 
-    rows = []
+    tests = [score_path(r, "test") for r in runs]
+    variants = []
     for rule in args.fusion:
-        grid = rule in ("log", "linear")
-        extra = ["--tune-weights", "--weight-grid", rule] if grid else ["--fusion", rule]
-        label = f"fusion {name}, " + (f"{rule} grid" if grid else f"calibrated {rule}")
-        te, lines = ensemble_and_check(runs, work / f"{slug(label)}.csv", comp, work, extra, log=log)
-        w = tuned_weights(lines, 2) if grid else None
-        tests = [score_path(r, "test") for r in runs]
-        fused = (average_score_files(tests, w) if grid else  # the calibrated rule as the ensemble fitted it
-                 average_score_files(tests, **read_fusion(work / f"{slug(label)}.calibration.json").maps()))
-        row = method_row(label, work / f"{slug(label)}.csv", fused, truth, {"ensemble": te})
-        if grid:
+        if rule in ("log", "linear"):
+            variants.append((f"{rule} grid", ["--tune-weights", "--weight-grid", rule]))
+        else:
+            variants += [(f"calibrated {rule}", ["--fusion", rule]),
+                         (f"calibrated {rule}, --tune-new-share {KAGGLE_NEW_SHARE}",
+                          ["--fusion", rule, "--tune-new-share", str(KAGGLE_NEW_SHARE)])]
+    rows = []
+    for how, extra in variants:
+        label = f"fusion {name}, {how}"
+        sub = work / f"{slug(label)}.csv"
+        te, lines = ensemble_and_check(runs, sub, comp, work, extra, log=log)
+        if "--tune-weights" in extra:
+            w = tuned_weights(lines, 2)
+            fused = average_score_files(tests, w)
+        else:  # the calibrated rule as the ensemble fitted it
+            w, fused = None, average_score_files(tests, **read_fusion(sub.with_suffix(".calibration.json")).maps())
+        row = method_row(label, sub, fused, truth, {"ensemble": te})
+        if w is not None:
             row["weights"] = w
         rows.append(row)
     return rows

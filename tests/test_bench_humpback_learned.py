@@ -20,14 +20,14 @@ def fake_source(root: Path, counts=(1,) * 8 + (3,) * 6 + (5,) * 4, seed=0) -> Pa
     return make(root, counts, seed)
 
 
-def _matcher_files(comp: Path, run: Path) -> None:
+def _matcher_files(comp: Path, run: Path, seed: int = 0) -> None:
     """Score files as ``whale score --matcher keypoints --fold 0`` writes them for ``comp`` (random scores)."""
     from whale.data import ImageSet, fold_data, load_competition
     from whale.inference.scorefile import write_scores
 
     c = load_competition(comp)
     data, known = fold_data(c, 0, 0), ImageSet.known(c)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     write_scores(run / "val.npz", rng.random((len(data.val), len(data.gallery))).astype(np.float32),
                  data.val.names, data.gallery.names, data.gallery.ids, query_ids=data.val.ids)
     write_scores(run / "test.npz", rng.random((len(c.test_images), len(known))).astype(np.float32),
@@ -128,3 +128,26 @@ def test_report_gathers_the_seeds_run_apart_and_pairs_fusion_gains_by_seed(tmp_p
     out = capsys.readouterr().out
     assert "| fusion x | 0.737 +- 0.142 |" in out and "| keypoints | 0.610 +- 0.014 |" in out
     assert "| fusion x | +0.0450 +- 0.0071 | +0.0450 +- 0.0071 | +0.0450 +- 0.0071 | 2 |" in out
+
+
+def test_fusion_rows_give_each_calibrated_rule_with_and_without_the_share_and_each_grid(tmp_path):
+    """Every fusion row is a checked submission with the fused test matrix's ranking figures: a calibrated rule's
+    matrix as the ensemble fitted it (read back from its calibration file), a grid's with its tuned weights."""
+    from types import SimpleNamespace
+
+    from benchmarks import humpback_runs
+
+    src = fake_source(tmp_path / "src")
+    comp, truth, _ = humpback.build_split(src, tmp_path / "seed0" / "data", 0, log=lambda m: None)
+    kp, net, work = tmp_path / "kp", tmp_path / "net", tmp_path / "work"
+    _matcher_files(comp, kp)
+    _matcher_files(comp, net, seed=1)
+    work.mkdir()
+    rows = humpback_runs.fusion_rows(SimpleNamespace(fusion=["mean", "log"]), "net", [kp, net], comp, truth, work,
+                                     log=lambda m: None)
+    assert [r["method"] for r in rows] == ["fusion net, calibrated mean",
+                                           f"fusion net, calibrated mean, --tune-new-share {humpback.KAGGLE_NEW_SHARE}",
+                                           "fusion net, log grid"]
+    for r in rows:
+        assert 0 <= r["map5"] <= 1 and 0 <= r["top1"] <= r["top5"] <= 1 and "map5_known_no_new" in r
+    assert len(rows[2]["weights"]) == 2 and "weights" not in rows[0]
