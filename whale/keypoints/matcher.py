@@ -18,8 +18,9 @@ For each query photo (HotSpotter's pipeline, Crall et al. 2013, on RootSIFT):
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,6 +133,20 @@ def evidence_to_score(evidence, votes, cfg: VerifyConfig) -> np.ndarray:
     return (total / (total + cfg.scale)).astype(np.float32)
 
 
+@contextlib.contextmanager
+def opencv_threads(n: int) -> Iterator[None]:
+    """OpenCV's thread count set to ``n`` inside the block and restored after it (``cv2.setNumThreads`` is
+    process-wide: a call must not leave it changed for the caller)."""
+    import cv2
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(n)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(before)
+
+
 class KeypointMatcher:
     """A gallery of photos' features, matched against query photos' features.
 
@@ -188,9 +203,10 @@ class KeypointMatcher:
         gallery is matched against itself; -1: none): its descriptors are skipped as neighbours. ``on_verified``:
         ``f(query, photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate.
         """
-        import cv2
+        with opencv_threads(1):  # one robust fit is small: threads cost more than they give
+            return self._match(queries, progress, leave_out, on_verified)
 
-        cv2.setNumThreads(1)  # one robust fit is small: threads cost more than they give
+    def _match(self, queries, progress, leave_out, on_verified) -> MatchResult:
         k, cfg_v = self.cfg.search.k, self.cfg.verify
         t0 = time.perf_counter()
         if self.selector is not None and self.selector.active:
