@@ -486,7 +486,7 @@ def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
     fg = store.features(g_paths, progress=False)
     fv = store.features(q_paths, progress=False)
     t_feat = time.perf_counter() - t0
-    matcher = KeypointMatcher(cfg, fg, g_ids)
+    matcher = KeypointMatcher.build(cfg, fg, g_ids)
     result = matcher.match(fv, progress=False)
     return {**validation_metrics(result.scores, g_ids, q_ids),
             "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),

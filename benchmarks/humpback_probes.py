@@ -133,7 +133,7 @@ def probe_confusers(fg, fq, g_ids, q_ids, cfg) -> list[dict]:
         cut = [f.take(~k) for f, k in zip(fg, keeps)]
         sink = Features(*(np.concatenate([getattr(f, a) for f in cut]) for a in ("xy", "shape", "desc")), (1, 1))
         for mode, gallery, ids in (("drop", kept, g_ids), ("sink", kept + [sink], np.append(g_ids, "__sink__"))):
-            result = KeypointMatcher(cfg, gallery, ids).match(fq, progress=False)
+            result = KeypointMatcher.build(cfg, gallery, ids).match(fq, progress=False)
             rows.append({"setting": f"confusers >= {least} inliers, {mode} ({share:.1%} of descriptors)",
                          "seconds": seconds, **validation_metrics(result.scores[:, :len(fg)], g_ids, q_ids)})
     return rows
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     cfg = load_keypoint_config(args.keypoint_config)
     store = FeatureStore(cfg, args.cache or Path(args.out) / "keypoint-store")
     fg, fq = store.features(g_paths), store.features(q_paths)
-    base = KeypointMatcher(cfg, fg, g_ids).match(fq).scores
+    base = KeypointMatcher.build(cfg, fg, g_ids).match(fq).scores
     rows = [{"setting": "configs/keypoints.yaml as shipped", **validation_metrics(base, g_ids, q_ids)}]
     if "rerank" in probes:
         rows += probe_rerank(base, fg, fq, g_ids, q_ids, cfg)

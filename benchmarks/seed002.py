@@ -263,7 +263,7 @@ def keypoint_row(cfg, store, train: pd.DataFrame, test: pd.DataFrame, redraws: i
     for d, picked in enumerate(retrieval_draws(test_ids, M_MATCHES, redraws, seed)):
         queries = retrieval_queries(test_ids, picked, M_MATCHES)
         gallery_ids = np.concatenate([train_ids, test_ids[picked]])
-        matcher = KeypointMatcher(cfg, f_train + [f_test[i] for i in np.flatnonzero(picked)], gallery_ids)
+        matcher = KeypointMatcher.build(cfg, f_train + [f_test[i] for i in np.flatnonzero(picked)], gallery_ids)
         scores = matcher.match([f_test[i] for i in queries], progress=False).scores
         for key, value in top_k_identities(scores, gallery_ids, test_ids[queries]).items():
             tops.setdefault(key, []).append(value)

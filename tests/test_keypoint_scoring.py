@@ -125,7 +125,7 @@ def test_a_train_csv_without_a_known_id_and_a_fold_out_of_range_are_one_line(dat
     rng = np.random.default_rng(0)
     query = Features(rng.random((10, 2)).astype(np.float32), np.zeros((10, 2), np.float32),
                      rng.integers(0, 255, (10, 128), dtype=np.uint8), (50, 50))
-    result = KeypointMatcher(cfg, [Features.empty((50, 50))] * 2, ["w1", "w2"]).match([query], progress=False)
+    result = KeypointMatcher.build(cfg, [Features.empty((50, 50))] * 2, ["w1", "w2"]).match([query], progress=False)
     assert result.scores.tolist() == [[0.0, 0.0]]
 
 

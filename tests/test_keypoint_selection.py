@@ -86,7 +86,7 @@ def test_labels_are_the_inliers_of_verified_same_individual_matches(gallery):
 
 def test_selector_keeps_the_individuals_keypoints(gallery, tmp_path):
     cfg, feats, ids = gallery
-    sel = KeypointMatcher(cfg, feats, ids).selector
+    sel = KeypointMatcher.build(cfg, feats, ids).selector
     assert sel.active, sel.reason
     band = lambda f: ((f.xy[:, 1] >= BAND[0]) & (f.xy[:, 1] < BAND[1])).mean()  # noqa: E731
     kept = sel.gallery()
@@ -103,15 +103,15 @@ def test_selector_keeps_the_individuals_keypoints(gallery, tmp_path):
 def test_without_same_individual_matches_every_keypoint_stays(gallery):
     cfg, feats, ids = gallery
     alone = np.array([f"x{i}" for i in range(len(feats))])
-    m = KeypointMatcher(cfg, feats, alone)
+    m = KeypointMatcher.build(cfg, feats, alone)
     assert not m.selector.active and "fewer than" in m.selector.reason
     assert len(m.index) == sum(len(f) for f in feats) and m.gallery == list(feats)
-    assert len(KeypointMatcher(cfg, feats).index) == sum(len(f) for f in feats)  # no ids: nothing to learn from
+    assert len(KeypointMatcher.build(cfg, feats).index) == sum(len(f) for f in feats)  # no ids: nothing to learn from
 
 
 def test_matcher_with_selection_matches_on_fewer_keypoints(gallery):
     cfg, feats, ids = gallery
-    m = KeypointMatcher(cfg, feats, ids)
+    m = KeypointMatcher.build(cfg, feats, ids)
     assert m.selector.active and len(m.index) < 0.5 * sum(len(f) for f in feats)
     result = m.match(feats[::3], progress=False)
     assert {"select", "search", "verify"} <= set(result.seconds)
@@ -119,7 +119,7 @@ def test_matcher_with_selection_matches_on_fewer_keypoints(gallery):
     assert all(0 <= s <= m.select_seconds for s in m.select_steps.values())
     truth = [np.flatnonzero(ids == ids[i]) for i in range(0, len(feats), 3)]
     assert all(row.argmax() in t for row, t in zip(result.scores, truth))
-    off = KeypointMatcher(cfg.without_selection(), feats, ids)
+    off = KeypointMatcher.build(cfg.without_selection(), feats, ids)
     assert off.selector is None and len(off.index) == sum(len(f) for f in feats) and not off.select_steps
     again = KeypointMatcher(cfg, feats[:3], selector=m.selector)  # a fitted selector reused, as the catalogue does
     assert len(again.index) == sum(len(f) for f in m.selector.select(feats[:3]))
@@ -129,17 +129,42 @@ def test_a_gallery_photo_keeps_its_gallery_selection_when_given_again(gallery):
     """The selector's gallery photos, given again (in the test gallery around a fold's), keep the keypoints chosen
     by the half of the classifier that never saw their individual, not both halves' (one of which learned from them)."""
     cfg, feats, ids = gallery
-    sel = KeypointMatcher(cfg, feats, ids).selector
+    sel = KeypointMatcher.build(cfg, feats, ids).selector
     kept = sel.gallery()
-    again = sel.select([feats[4], feats[1]])
+    again = sel.select([feats[4], feats[1]], keys=[4, 1])
     for k, i in zip(again, (4, 1)):
         assert np.array_equal(k.xy, kept[i].xy) and np.array_equal(k.desc, kept[i].desc)
     copy = dataclasses.replace(feats[4])  # the same keypoints, another photo to the selector: both halves score it
     (both,) = sel.select([copy])
     scores = selection.predict(sel.models, [copy])[0]
     assert np.array_equal(both.xy, sel.keep(copy, scores).xy)
-    sub = KeypointMatcher(cfg, feats[::2], ids[::2], selector=sel)  # a sub-gallery: no second fit
+    sub = KeypointMatcher(cfg, feats[::2], ids[::2], selector=sel, keys=range(0, len(feats), 2))  # a sub-gallery: no second fit
     assert not sub.select_steps and all(np.array_equal(a.xy, kept[i].xy) for a, i in zip(sub.gallery, range(0, 99, 2)))
+
+
+def test_the_selector_is_fitted_by_the_caller_and_knows_photos_by_key_not_by_object(gallery):
+    """``KeypointSelector.fit`` on a matcher of every keypoint, handed to a matcher that does not train: the same
+    gallery as ``build``'s. A gallery photo is recognised by its key (its index, or the caller's key), whatever
+    object holds it; without a key, even the very object the selector learned from counts as a new photo."""
+    from whale.keypoints.selection import KeypointSelector
+
+    cfg, feats, ids = gallery
+    full = KeypointMatcher(cfg, feats, ids)  # the constructor trains nothing: every keypoint indexed
+    assert full.selector is None and len(full.index) == sum(len(f) for f in feats)
+    names = [f"photo-{i}" for i in range(len(feats))]
+    sel = KeypointSelector.fit(cfg.select, full, ids, keys=names)
+    built = KeypointMatcher.build(cfg, feats, ids)
+    assert sel.active and set(sel.seconds) == {"labels", "fit", "score"}
+    m = KeypointMatcher(cfg, feats, ids, selector=sel, keys=names)
+    assert all(np.array_equal(a.xy, b.xy) for a, b in zip(m.gallery, built.gallery))
+    kept = sel.gallery()
+    copy = dataclasses.replace(feats[4])  # another object, the same key: the gallery selection
+    (k,) = sel.select([copy], keys=["photo-4"])
+    assert np.array_equal(k.xy, kept[4].xy)
+    (new,) = sel.select([feats[4]])  # the same object, no key: both halves score it
+    assert np.array_equal(new.xy, sel.keep(feats[4], selection.predict(sel.models, [feats[4]])[0]).xy)
+    with pytest.raises(ValueError, match="keys: 1 keys for 2 photos"):
+        sel.select(feats[:2], keys=["photo-0"])
 
 
 def test_predict_in_chunks_is_predict_per_photo(monkeypatch):
@@ -176,7 +201,7 @@ def test_every_step_of_selection_shows_progress(gallery, monkeypatch, capsys):
     of silence on 7,000 photos); quiet, nothing."""
     cfg, feats, ids = gallery
     monkeypatch.setattr(selection, "PREDICT_ROWS", 500)  # several classifier calls, as a large gallery's
-    m = KeypointMatcher(cfg, feats, ids, progress=True)
+    m = KeypointMatcher.build(cfg, feats, ids, progress=True)
     assert m.selector.active
     err = capsys.readouterr().err
     assert f"keypoint selection: labels from the verified same-whale matches of {len(feats)} photos" in err

@@ -209,6 +209,36 @@ def test_matcher_ranks_the_same_pattern_first_and_scores_in_0_1(tmp_path):
     assert len(q_xy) >= 10 and q_xy.shape == g_xy.shape
 
 
+def test_matching_leaves_opencv_s_thread_count_as_it_found_it(tmp_path):
+    """``match`` runs its robust fits on one OpenCV thread and restores the process-wide setting after, also when
+    the match fails."""
+    cfg = load_keypoint_config()
+    store = FeatureStore(cfg, tmp_path / "store")
+    feats = store.features([write(tmp_path / f"g{i}.png", pattern(i)) for i in range(3)], workers=1, progress=False)
+    matcher = KeypointMatcher(cfg, feats)
+    before = cv2.getNumThreads()
+    try:
+        cv2.setNumThreads(3)
+        matcher.match(feats[:1], progress=False)
+        assert cv2.getNumThreads() == 3
+        with pytest.raises(TypeError):
+            matcher.match(feats[:1], progress=False, on_verified=lambda: None)  # a callback that fails
+        assert cv2.getNumThreads() == 3
+    finally:
+        cv2.setNumThreads(before)
+
+
+def test_the_default_settings_keep_their_fingerprint_and_hash():
+    """The feature store's folder (the fingerprint) and the score files' run id (the config hash) of the shipped
+    settings, pinned: a new feature setting that changed the fingerprint would orphan every stored feature, and one
+    that changed the hash every score file's run id. A deliberate change updates these literals."""
+    cfg = load_keypoint_config()
+    assert cfg.fingerprint() == "dc148c049307"
+    assert cfg.config_hash() == "49199ccb9f04"
+    assert load_keypoint_config(Path(__file__).resolve().parents[1] / "configs" / "keypoints.yaml").fingerprint() \
+        == "dc148c049307"
+
+
 def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
     bad = tmp_path / "k.yaml"
     bad.write_text("verify: {geometry: circle}\n")

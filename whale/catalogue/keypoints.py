@@ -87,12 +87,12 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
         store = store_of(cat.root, cfg)
         gallery = store.features(paths, progress=progress, digests=hashes, boxes=[_box(r[3]) for r in rows])
         queries = store.features(photos, progress=progress, boxes=[boxes.get(p.name) for p in photos])
-        matcher = KeypointMatcher(cfg, gallery, individuals, progress=progress)
+        matcher = KeypointMatcher.build(cfg, gallery, individuals, progress=progress)
         scores = matcher.match(queries, progress=progress).scores
         names, cols, vals = best_individuals(scores, individuals, top)
 
         def left_out(rows):  # catalogue photos as new photos: each its own gallery selection, itself left out
-            return matcher.match([gallery[i] for i in rows], progress=progress, leave_out=rows).scores
+            return matcher.match([gallery[i] for i in rows], progress=progress, leave_out=rows, keys=rows).scores
 
         cal, how = catalogue_calibration(cat.root, f"keypoints {cfg.config_hash()}", hashes, individuals, left_out,
                                          log)

@@ -167,8 +167,11 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     log(f"keypoints: {len(paths)} photos' features in {times['features']:.1f} s "
         f"(store {store.folder}; {np.mean([len(f) for f in feats]) if feats else 0:.0f} per photo)")
 
+    def at(s: ImageSet) -> list[int]:  # each photo's place in ``feats``: its key to the selector
+        return [where[(str(p), b)] for p, b in zip(s.paths, s.boxes)]
+
     def of(s: ImageSet):
-        return [feats[where[(str(p), b)]] for p, b in zip(s.paths, s.boxes)]
+        return [feats[i] for i in at(s)]
 
     written = {}
     target = out if single else out / "test.npz"
@@ -182,8 +185,8 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
             return write_scores(out / "val.npz", scores, data.val.names, data.gallery.names, data.gallery.ids,
                                 query_ids=data.val.ids, identity=identity(cfg, "val", fold, seed), trained_on=[])
 
-        written["val"], selector = _score(of(data.gallery), data.gallery.ids, of(data.val), cfg, progress, times,
-                                          "val", log, write_val)
+        written["val"], selector = _score(of(data.gallery), data.gallery.ids, at(data.gallery), of(data.val), cfg,
+                                          progress, times, "val", log, write_val)
     if comp.test_images:
         def write_test(scores):
             if not single:
@@ -191,8 +194,8 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
             return write_scores(target, scores, test.names, known.names, known.ids,
                                 identity=identity(cfg, "test", fold, seed))
 
-        written["test"], _ = _score(of(known), known.ids, of(test), cfg, progress, times, "test", log, write_test,
-                                    selector=selector)
+        written["test"], _ = _score(of(known), known.ids, at(known), of(test), cfg, progress, times, "test", log,
+                                    write_test, selector=selector)
     if not single:
         import yaml
 
@@ -205,10 +208,14 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     return written
 
 
-def _score(gallery, ids, queries, cfg, progress, times, split, log, write, selector=None):
-    """Match ``queries`` against ``gallery``, record the times under ``split``, ``write`` the scores: returns
-    ``(written path, the matcher's selector)``; ``selector``: one already fitted (on the fold's gallery)."""
-    matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, progress=progress)
+def _score(gallery, ids, keys, queries, cfg, progress, times, split, log, write, selector=None):
+    """Match ``queries`` against ``gallery`` (its photos' ``keys``: their places among every photo's features),
+    record the times under ``split``, ``write`` the scores: returns ``(written path, the matcher's selector)``;
+    ``selector``: one already fitted (on the fold's gallery, under the same keys), else one is fitted here."""
+    if selector is None:
+        matcher = KeypointMatcher.build(cfg, gallery, ids, keys=keys, progress=progress)
+    else:
+        matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress)
     result = matcher.match(queries, progress=progress)
     times[f"{split}_select"] = matcher.select_seconds + result.seconds["select"]
     steps = {**matcher.select_steps, "queries": result.seconds["select"]} if matcher.select_steps else {}

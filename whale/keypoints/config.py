@@ -5,6 +5,10 @@ keeps (``select``), how the gallery's descriptors are searched and voted on (``s
 candidates are checked geometrically and turned into scores (``verify``). :meth:`KeypointConfig.fingerprint` names the feature settings only, so
 descriptors stored by one config serve every config that extracts the same way
 (:class:`whale.keypoints.store.FeatureStore`).
+
+Each setting is declared once, as a field of its group (:func:`setting`): its default, how a YAML value is read
+and checked, and whether the fingerprint names it only away from its default; :func:`parse_keypoint_config`
+walks the fields. ``tests/test_keypoints.py`` pins the defaults' fingerprint and config hash.
 """
 from __future__ import annotations
 
@@ -34,9 +38,18 @@ AUTO_IVF_FROM = 200_000
 """Gallery descriptors from which ``index: auto`` takes the approximate index."""
 FEATURE_VERSION = 2
 """Bumped when extraction changes in a way the settings do not show (stored descriptors are then redone)."""
-_LATER_FEATURE_KEYS = {"min_side": 0, "descriptor": "rootsift"}
-"""Feature settings added after :data:`FEATURE_VERSION` 2, named in the fingerprint only when set away from
-this default, so that features stored before they existed stay valid."""
+
+
+def setting(default, read: str, *, later: bool = False, **check):
+    """A setting's one declaration: a dataclass field with its ``default``, read from YAML by the
+    :class:`~whale.config.checker.Checker` method ``read`` (``boolean``, ``number``, ``choice``; ``text``: any
+    value as a string) with ``check``'s arguments (``kind``, ``lo``, ``hi``, ``lo_open``; ``options``).
+
+    ``later`` (feature settings only): added after :data:`FEATURE_VERSION` 2, so named in the fingerprint only
+    when set away from ``default``, and features stored before it existed stay valid. A new feature setting is
+    ``later`` unless it is meant to redo every stored feature (the pinned fingerprint's test says which it did).
+    """
+    return field(default=default, metadata={"read": read, "check": check, "later": later})
 
 
 @dataclass(frozen=True)
@@ -54,15 +67,15 @@ class FeatureConfig:
     descriptor (:mod:`whale.keypoints.descriptor`) describing the same keypoints' patches.
     """
 
-    trim_white: bool = True
-    max_side: int = 0
-    min_side: int = 0
-    clahe: float = 2.0
-    n_features: int = 2000
-    contrast: float = 0.04
-    sigma: float = 1.2
-    upright: bool = True
-    descriptor: str = "rootsift"
+    trim_white: bool = setting(True, "boolean")
+    max_side: int = setting(0, "number", kind=int, lo=0, hi=4096)
+    min_side: int = setting(0, "number", later=True, kind=int, lo=0, hi=4096)
+    clahe: float = setting(2.0, "number", kind=float, lo=0)
+    n_features: int = setting(2000, "number", kind=int, lo=8, hi=20000)
+    contrast: float = setting(0.04, "number", kind=float, lo=0, lo_open=True)
+    sigma: float = setting(1.2, "number", kind=float, lo=0.5, hi=8)
+    upright: bool = setting(True, "boolean")
+    descriptor: str = setting("rootsift", "text", later=True)
 
 
 @dataclass(frozen=True)
@@ -76,11 +89,11 @@ class SearchConfig:
     has). ``index``: :data:`INDEXES`; ``nprobe``: IVF lists visited per descriptor.
     """
 
-    k: int = 4
-    normaliser: str = "other_individual"
-    extra: int = 4
-    index: str = "auto"
-    nprobe: int = 8
+    k: int = setting(4, "number", kind=int, lo=1, hi=64)
+    normaliser: str = setting("other_individual", "choice", options=NORMALISERS)
+    extra: int = setting(4, "number", kind=int, lo=1, hi=64)
+    index: str = setting("auto", "choice", options=INDEXES)
+    nprobe: int = setting(8, "number", kind=int, lo=1, hi=4096)
 
 
 @dataclass(frozen=True)
@@ -99,14 +112,14 @@ class VerifyConfig:
     validation queries.
     """
 
-    shortlist: int = 20
-    geometry: str = "homography"
-    robust: str = "magsac"
-    reproj_px: float = 8.0
-    min_matches: int = 4
-    vote_weight: float = 0.001
-    scale: float = 1.0
-    new_threshold: float = 0.15
+    shortlist: int = setting(20, "number", kind=int, lo=0, hi=10000)
+    geometry: str = setting("homography", "choice", options=GEOMETRIES)
+    robust: str = setting("magsac", "choice", options=ROBUST)
+    reproj_px: float = setting(8.0, "number", kind=float, lo=0, lo_open=True)
+    min_matches: int = setting(4, "number", kind=int, lo=4, hi=1000)
+    vote_weight: float = setting(0.001, "number", kind=float, lo=0)
+    scale: float = setting(1.0, "number", kind=float, lo=0, lo_open=True)
+    new_threshold: float = setting(0.15, "number", kind=float, lo=0, hi=1)
 
 
 @dataclass(frozen=True)
@@ -121,12 +134,18 @@ class SelectConfig:
     fitted on (a seeded sample of those photos'); ``seed``: of both samples and the classifier.
     """
 
-    keep: float = 0.3
-    least: int = 20
-    min_inliers: int = 4
-    photos: int = 1500
-    samples: int = 100_000
-    seed: int = 0
+    keep: float = setting(0.3, "number", kind=float, lo=0, hi=1, lo_open=True)
+    least: int = setting(20, "number", kind=int, lo=1, hi=100000)
+    min_inliers: int = setting(4, "number", kind=int, lo=4, hi=1000)
+    photos: int = setting(1500, "number", kind=int, lo=0)
+    samples: int = setting(100_000, "number", kind=int, lo=1000, hi=100_000_000)
+    seed: int = setting(0, "number", kind=int, lo=0)
+
+
+_LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}
+"""The ``later`` feature settings (:func:`setting`) and their defaults: ``{"min_side": 0, "descriptor": "rootsift"}``."""
+_GROUPS = {"features": FeatureConfig, "search": SearchConfig, "verify": VerifyConfig, "select": SelectConfig}
+"""The config's groups in the order of :class:`KeypointConfig`'s fields (and of checking)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +187,16 @@ def _section(check: Checker, raw: dict, name: str, cls) -> dict:
     return check.mapping(value, name, allowed, ())
 
 
+def _read(check: Checker, f: dataclasses.Field, value: Any, path: str):
+    """One setting's raw ``value`` read as its declaration (:func:`setting`) says."""
+    how = f.metadata["read"]
+    if how == "text":
+        return str(value)
+    if how == "number":
+        return check.number(value, path, **f.metadata["check"])
+    return getattr(check, how)(value, path, *f.metadata["check"].values())
+
+
 def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> KeypointConfig:
     """A raw mapping (parsed YAML) -> :class:`KeypointConfig`; missing keys take the defaults.
 
@@ -175,48 +204,12 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
         ConfigError: an unknown key or a bad value, naming ``source`` and the key path.
     """
     check = Checker(source)
-    raw = check.mapping(raw if raw is not None else {}, "", ("features", "search", "verify", "select"), ())
-    f = _section(check, raw, "features", FeatureConfig)
-    s = _section(check, raw, "search", SearchConfig)
-    v = _section(check, raw, "verify", VerifyConfig)
-    c = _section(check, raw, "select", SelectConfig)
-    d = FeatureConfig()
-    features = FeatureConfig(
-        trim_white=check.boolean(f.get("trim_white", d.trim_white), "features.trim_white"),
-        max_side=check.number(f.get("max_side", d.max_side), "features.max_side", int, lo=0, hi=4096),
-        min_side=check.number(f.get("min_side", d.min_side), "features.min_side", int, lo=0, hi=4096),
-        clahe=check.number(f.get("clahe", d.clahe), "features.clahe", float, lo=0),
-        n_features=check.number(f.get("n_features", d.n_features), "features.n_features", int, lo=8, hi=20000),
-        contrast=check.number(f.get("contrast", d.contrast), "features.contrast", float, lo=0, lo_open=True),
-        sigma=check.number(f.get("sigma", d.sigma), "features.sigma", float, lo=0.5, hi=8),
-        upright=check.boolean(f.get("upright", d.upright), "features.upright"),
-        descriptor=str(f.get("descriptor", d.descriptor)))
-    d = SearchConfig()
-    search = SearchConfig(
-        k=check.number(s.get("k", d.k), "search.k", int, lo=1, hi=64),
-        normaliser=check.choice(s.get("normaliser", d.normaliser), "search.normaliser", NORMALISERS),
-        extra=check.number(s.get("extra", d.extra), "search.extra", int, lo=1, hi=64),
-        index=check.choice(s.get("index", d.index), "search.index", INDEXES),
-        nprobe=check.number(s.get("nprobe", d.nprobe), "search.nprobe", int, lo=1, hi=4096))
-    d = VerifyConfig()
-    verify = VerifyConfig(
-        shortlist=check.number(v.get("shortlist", d.shortlist), "verify.shortlist", int, lo=0, hi=10000),
-        geometry=check.choice(v.get("geometry", d.geometry), "verify.geometry", GEOMETRIES),
-        robust=check.choice(v.get("robust", d.robust), "verify.robust", ROBUST),
-        reproj_px=check.number(v.get("reproj_px", d.reproj_px), "verify.reproj_px", float, lo=0, lo_open=True),
-        min_matches=check.number(v.get("min_matches", d.min_matches), "verify.min_matches", int, lo=4, hi=1000),
-        vote_weight=check.number(v.get("vote_weight", d.vote_weight), "verify.vote_weight", float, lo=0),
-        scale=check.number(v.get("scale", d.scale), "verify.scale", float, lo=0, lo_open=True),
-        new_threshold=check.number(v.get("new_threshold", d.new_threshold), "verify.new_threshold", float, lo=0, hi=1))
-    d = SelectConfig()
-    select = SelectConfig(
-        keep=check.number(c.get("keep", d.keep), "select.keep", float, lo=0, hi=1, lo_open=True),
-        least=check.number(c.get("least", d.least), "select.least", int, lo=1, hi=100000),
-        min_inliers=check.number(c.get("min_inliers", d.min_inliers), "select.min_inliers", int, lo=4, hi=1000),
-        photos=check.number(c.get("photos", d.photos), "select.photos", int, lo=0),
-        samples=check.number(c.get("samples", d.samples), "select.samples", int, lo=1000, hi=100_000_000),
-        seed=check.number(c.get("seed", d.seed), "select.seed", int, lo=0))
-    return KeypointConfig(features, search, verify, select)
+    raw = check.mapping(raw if raw is not None else {}, "", tuple(_GROUPS), ())
+    sections = {name: _section(check, raw, name, cls) for name, cls in _GROUPS.items()}  # every key known first
+    return KeypointConfig(**{name: cls(**{f.name: _read(check, f, sections[name].get(f.name, f.default),
+                                                          f"{name}.{f.name}")
+                                          for f in dataclasses.fields(cls)})
+                             for name, cls in _GROUPS.items()})
 
 
 def load_keypoint_config(path=None, overrides: dict | None = None) -> KeypointConfig:

@@ -18,8 +18,9 @@ For each query photo (HotSpotter's pipeline, Crall et al. 2013, on RootSIFT):
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,7 @@ import numpy as np
 from whale.keypoints.config import KeypointConfig, VerifyConfig
 from whale.keypoints.extract import Features, as_float
 from whale.keypoints.index import DescriptorIndex
+from whale.keypoints.selection import KeypointSelector
 from whale.core.progress import progress_bar
 
 _QUERY_BLOCK = 64  # query photos searched per FAISS call: large enough for its threads, small for memory
@@ -132,26 +134,41 @@ def evidence_to_score(evidence, votes, cfg: VerifyConfig) -> np.ndarray:
     return (total / (total + cfg.scale)).astype(np.float32)
 
 
+@contextlib.contextmanager
+def opencv_threads(n: int) -> Iterator[None]:
+    """OpenCV's thread count set to ``n`` inside the block and restored after it (``cv2.setNumThreads`` is
+    process-wide: a call must not leave it changed for the caller)."""
+    import cv2
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(n)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(before)
+
+
 class KeypointMatcher:
     """A gallery of photos' features, matched against query photos' features.
 
+    The constructor only indexes the gallery (with ``selector``'s keypoints when one is given); :meth:`build`
+    also fits the selector the config asks for.
+
     Example:
-        >>> m = KeypointMatcher(cfg, gallery_features)          # doctest: +SKIP
-        >>> result = m.match(query_features)                    # result.scores [n_q, n_g]
+        >>> m = KeypointMatcher.build(cfg, gallery_features, ids)   # doctest: +SKIP
+        >>> result = m.match(query_features)                          # result.scores [n_q, n_g]
     """
 
     def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
-                 selector=None, progress: bool = False):
+                 selector: KeypointSelector | None = None, keys: Sequence | None = None, progress: bool = False):
         """``ids``: the gallery photos' individuals, for ``search.normaliser: other_individual`` (None: each
-        photo counts as an individual of its own) and for learning which keypoints to keep (``select``,
-        :mod:`whale.keypoints.selection`; None: every keypoint kept). ``selector``: a
-        :class:`~whale.keypoints.selection.KeypointSelector` already fitted (another matcher's ``selector``),
-        applied to this gallery as to queries, save the photos it learned from, which keep their gallery selection
+        photo counts as an individual of its own). ``selector``: a fitted
+        :class:`~whale.keypoints.selection.KeypointSelector` (None: every keypoint kept), applied to this gallery
+        as to queries, save the photos it learned from, given with their ``keys`` (one per gallery photo; None:
+        every photo new to it), which keep their gallery selection
         (:meth:`~whale.keypoints.selection.KeypointSelector.select`). ``select_seconds``: the wall time of
-        selection in all; ``select_steps``: of its steps when this matcher fitted the selector (``index`` of
+        selection in all; ``select_steps``: of its steps when :meth:`build` fitted the selector (``index`` of
         every keypoint, ``labels``, ``fit``, ``score``: :attr:`KeypointSelector.seconds`)."""
-        from whale.keypoints.selection import KeypointSelector
-
         self.cfg = cfg
         gallery = list(gallery)
         if ids is not None and len(ids) != len(gallery):
@@ -163,38 +180,57 @@ class KeypointMatcher:
         t0 = time.perf_counter()
         self.selector = selector
         self.gallery = gallery
-        self.index = None
         self.select_steps: dict = {}
-        if selector is None and cfg.select.keep < 1 and ids is not None:
-            # every keypoint: the gallery matched against itself
-            self.index = DescriptorIndex(gallery, cfg.search, progress=progress)
-            self.select_steps["index"] = time.perf_counter() - t0
-            self.selector = KeypointSelector(cfg.select, self, ids, progress)  # labels: this matcher, every keypoint
-            self.select_steps.update(self.selector.seconds)
-        if self.selector is not None and self.selector.active:
-            self.gallery = self.selector.gallery() if selector is None else self.selector.select(gallery)
-            self.index = None
+        if selector is not None and selector.active:
+            self.gallery = selector.select(gallery, keys)
         self.select_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
-        if self.index is None:
-            self.index = DescriptorIndex(self.gallery, cfg.search, progress=progress)
+        self.index = DescriptorIndex(self.gallery, cfg.search, progress=progress)
         self.index_seconds = time.perf_counter() - t0
 
+    @classmethod
+    def build(cls, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
+              keys: Sequence | None = None, progress: bool = False) -> "KeypointMatcher":
+        """The matcher of ``gallery`` with the keypoint selection ``cfg.select`` asks for, its selector fitted here
+        (:meth:`KeypointSelector.fit <whale.keypoints.selection.KeypointSelector.fit>` on the gallery matched
+        against itself with every keypoint; none without ``ids`` or with ``select.keep: 1``) and kept as
+        ``selector`` for other galleries and queries. ``keys``: the gallery photos' keys to the selector (None:
+        their indices), by which a later gallery or :meth:`match` gives them again."""
+        gallery = list(gallery)
+        if cfg.select.keep >= 1 or ids is None:
+            return cls(cfg, gallery, ids, progress=progress)
+        keys = range(len(gallery)) if keys is None else keys
+        t0 = time.perf_counter()
+        full = cls(cfg, gallery, ids, progress=progress)  # every keypoint: the labels come from its matches
+        steps = {"index": time.perf_counter() - t0}
+        selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress)
+        steps.update(selector.seconds)
+        if selector.active:
+            matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress)
+        else:  # every keypoint stays: the index of every keypoint serves
+            matcher, full.selector, full.index_seconds = full, selector, 0.0
+        matcher.select_seconds = time.perf_counter() - t0 - matcher.index_seconds
+        matcher.select_steps = steps
+        return matcher
+
     def match(self, queries: Sequence[Features], progress: bool = True, leave_out=None,
-              on_verified=None) -> MatchResult:
+              on_verified=None, keys: Sequence | None = None) -> MatchResult:
         """Scores of every query photo against every gallery photo (module docstring).
 
         ``leave_out``: ``[n_q] int``, the gallery photo each query must not find (the query itself when the
         gallery is matched against itself; -1: none): its descriptors are skipped as neighbours. ``on_verified``:
         ``f(query, photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate.
+        ``keys``: the queries' keys to the selector (None: every query new to it; a photo of the gallery the
+        selector learned from, given with its key, keeps its gallery selection).
         """
-        import cv2
+        with opencv_threads(1):  # one robust fit is small: threads cost more than they give
+            return self._match(queries, progress, leave_out, on_verified, keys)
 
-        cv2.setNumThreads(1)  # one robust fit is small: threads cost more than they give
+    def _match(self, queries, progress, leave_out, on_verified, keys) -> MatchResult:
         k, cfg_v = self.cfg.search.k, self.cfg.verify
         t0 = time.perf_counter()
         if self.selector is not None and self.selector.active:
-            queries = self.selector.select(queries)
+            queries = self.selector.select(queries, keys)
         t_select = time.perf_counter() - t0
         nq, ng = len(queries), len(self.gallery)
         evidence = np.zeros((nq, ng), np.float32)

@@ -16,9 +16,13 @@ matchability", who learn from the descriptor which keypoints structure-from-moti
    sample of ``samples`` of those keypoints in two halves by individual: a gallery photo is scored by the half
    that did not see its individual (no photo's own labels decide what it keeps), a query by both halves' mean;
 3. **selection**: every photo, gallery and query, keeps its ``keep`` share of keypoints by score (at least
-   ``least``, all of a photo with fewer). A gallery photo given again, as a query or in another gallery (the
-   same :class:`Features` object), keeps its gallery selection, so one fitted selector also serves a larger
-   gallery that holds its own: the test gallery around a validation fold's (:mod:`whale.inference.keypoints`).
+   ``least``, all of a photo with fewer). A gallery photo given again, as a query or in another gallery, with
+   its key (its index in the gallery the selector was fitted on, or the key the caller fitted it under), keeps
+   its gallery selection, so one fitted selector also serves a larger gallery that holds its own: the test
+   gallery around a validation fold's (:mod:`whale.inference.keypoints`).
+
+The caller fits the selector (:meth:`KeypointSelector.fit`, on a matcher of the gallery with every keypoint)
+and hands it to the matcher it builds; :meth:`whale.keypoints.matcher.KeypointMatcher.build` does both.
 
 ``select.keep: 1`` turns it off. A gallery without enough same-individual matches to learn from (fewer than
 :data:`MIN_POSITIVES` positive keypoints, a catalogue of one photo per whale, a gallery without identities)
@@ -122,66 +126,93 @@ def labelled_photos(ids, photos: int, seed: int) -> np.ndarray:
 
 
 class KeypointSelector:
-    """Learns from a gallery and its identities which keypoints to keep (module docstring).
+    """Which keypoints each photo keeps, learned from a gallery and its identities (module docstring).
+
+    Attributes:
+        models: the two halves' classifiers (none: not :attr:`active`, every keypoint kept; ``reason`` says why).
+        seconds: ``labels``, ``fit`` (the two classifiers), ``score`` (every gallery keypoint): wall time of
+            :meth:`fit`'s steps.
 
     Example:
-        >>> sel = KeypointSelector(cfg.select, full_matcher, ids)            # doctest: +SKIP
+        >>> full = KeypointMatcher(cfg.without_selection(), gallery, ids)    # doctest: +SKIP
+        >>> sel = KeypointSelector.fit(cfg.select, full, ids)                # doctest: +SKIP
         >>> kept_gallery = sel.gallery()                                      # doctest: +SKIP
         >>> kept_queries = sel.select(queries)                                # doctest: +SKIP
     """
 
-    def __init__(self, cfg: SelectConfig, matcher, ids, progress: bool = False):
-        """``matcher``: a :class:`~whale.keypoints.matcher.KeypointMatcher` of the gallery with every keypoint
-        indexed, ``ids`` its photos' individuals."""
-        from sklearn.ensemble import HistGradientBoostingClassifier
-
+    def __init__(self, cfg: SelectConfig, gallery: Sequence[Features], keys: Sequence | None = None,
+                 models: Sequence = (), gallery_scores: Sequence[np.ndarray] | None = None, reason: str = "",
+                 seconds: dict | None = None, progress: bool = False):
+        """A selector from its parts (:meth:`fit` makes them): the ``gallery`` it learned from, its photos'
+        ``keys`` (None: their indices), the ``models`` and each gallery photo's keypoint scores by the half that
+        did not learn from it (``gallery_scores``, ``[n_i] float`` per photo)."""
         self.cfg = cfg
         self.progress = progress
-        self.models: list = []
-        self.reason = ""
-        self.seconds: dict = {}  # labels, fit (the two classifiers), score (every gallery keypoint)
-        self._gallery = list(matcher.gallery)
-        self._gallery_scores: list[np.ndarray] | None = None
-        self._member = {id(f): i for i, f in enumerate(self._gallery)}  # the gallery holds them: ids stay unique
+        self.models = list(models)
+        self.reason = reason
+        self.seconds = dict(seconds or {})
+        self._gallery = list(gallery)
+        self._gallery_scores = None if gallery_scores is None else list(gallery_scores)
+        keys = range(len(self._gallery)) if keys is None else list(keys)
+        if len(keys) != len(self._gallery):
+            raise ValueError(f"keys: {len(keys)} keys for {len(self._gallery)} gallery photos")
+        self._member = {key: i for i, key in enumerate(keys)}
+
+    @classmethod
+    def fit(cls, cfg: SelectConfig, matcher, ids, keys: Sequence | None = None,
+            progress: bool = False) -> "KeypointSelector":
+        """Learn from the gallery of ``matcher`` (a :class:`~whale.keypoints.matcher.KeypointMatcher` with every
+        keypoint indexed and no selector) and its photos' individuals ``ids`` which keypoints to keep.
+
+        ``keys``: one hashable per gallery photo by which :meth:`select` recognises it when given again (the
+        caller's index of the photo; None: its index in this gallery).
+        """
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        gallery = list(matcher.gallery)
+        seconds: dict = {}
+
+        def made(models=(), scores=None, reason=""):
+            return cls(cfg, gallery, keys, models, scores, reason, seconds, progress)
+
         t0 = time.perf_counter()
         labelled = labelled_photos(ids, cfg.photos, cfg.seed)
         progress_line(f"keypoint selection: labels from the verified same-whale matches of {len(labelled)} photos "
-                      f"against the gallery's {len(self._gallery)}", progress)
+                      f"against the gallery's {len(gallery)}", progress)
         labels = verified_labels(matcher, ids, cfg.min_inliers, labelled, progress)
-        self.seconds["labels"] = time.perf_counter() - t0
+        seconds["labels"] = time.perf_counter() - t0
         positives = int(sum(y.sum() for y in labels))
         if positives < MIN_POSITIVES:
-            self.reason = (f"{positives} keypoints verified between photos of one individual, fewer than "
-                           f"{MIN_POSITIVES}: every keypoint kept")
-            return
+            return made(reason=f"{positives} keypoints verified between photos of one individual, fewer than "
+                               f"{MIN_POSITIVES}: every keypoint kept")
         t1 = time.perf_counter()
         _, individual = np.unique(np.asarray(ids, dtype=str), return_inverse=True)
         half = individual % 2  # alternate individuals in sorted order: halves independent of the photos' order
         rng = np.random.default_rng(cfg.seed)
+        models = []
         for h in (0, 1):  # the inputs are made per photo when needed: the whole gallery's would take GBs
             train = labelled[half[labelled] == h]
             y = np.concatenate([labels[i] for i in train]) if len(train) else np.zeros(0, bool)
             if y.all() or not y.any():
-                self.models = []
-                self.reason = (f"half {h} of the individuals (every other one by name) has no keypoint of each kind "
-                               f"to learn from: every keypoint kept")
-                return
-            x = np.concatenate([keypoint_context(self._gallery[i]) for i in train])
+                return made(reason=f"half {h} of the individuals (every other one by name) has no keypoint of each "
+                                   f"kind to learn from: every keypoint kept")
+            x = np.concatenate([keypoint_context(gallery[i]) for i in train])
             take = rng.choice(len(x), min(len(x), cfg.samples), replace=False)
             progress_line(f"keypoint selection: fitting classifier {h + 1} of 2 on {len(take):,} keypoints", progress)
             model = HistGradientBoostingClassifier(max_iter=200, max_leaf_nodes=31, random_state=cfg.seed)
-            self.models.append(model.fit(x[take], y[take]))
+            models.append(model.fit(x[take], y[take]))
             del x
         t2 = time.perf_counter()
-        self.seconds["fit"] = t2 - t1
-        self._gallery_scores = [np.zeros(0)] * len(self._gallery)
+        seconds["fit"] = t2 - t1
+        gallery_scores = [np.zeros(0)] * len(gallery)
         for h in (0, 1):
             own = np.flatnonzero(half == h)
-            scores = predict(self.models[1 - h:2 - h], [self._gallery[i] for i in own], progress,
+            scores = predict(models[1 - h:2 - h], [gallery[i] for i in own], progress,
                              f"the gallery (half {h + 1} of 2)")
             for i, p in zip(own, scores):
-                self._gallery_scores[i] = p
-        self.seconds["score"] = time.perf_counter() - t2
+                gallery_scores[i] = p
+        seconds["score"] = time.perf_counter() - t2
+        return made(models, gallery_scores)
 
     @property
     def active(self) -> bool:
@@ -202,13 +233,19 @@ class KeypointSelector:
             return self._gallery
         return [self.keep(f, s) for f, s in zip(self._gallery, self._gallery_scores)]
 
-    def select(self, photos: Sequence[Features]) -> list[Features]:
-        """Photos, each with its best keypoints (all of them when the selector is not active): a photo of the
-        gallery it learned from keeps its :meth:`gallery` selection, any other is scored by both halves."""
+    def select(self, photos: Sequence[Features], keys: Sequence | None = None) -> list[Features]:
+        """Photos, each with its best keypoints (all of them when the selector is not active).
+
+        ``keys``: one per photo (None: every photo new): a photo whose key is one of the gallery's it learned from
+        (:meth:`fit`) keeps that photo's :meth:`gallery` selection, any other is scored by both halves.
+        """
         if not self.active:
             return list(photos)
         photos = list(photos)
-        new = [f for f in photos if id(f) not in self._member]
+        keys = [None] * len(photos) if keys is None else list(keys)
+        if len(keys) != len(photos):
+            raise ValueError(f"keys: {len(keys)} keys for {len(photos)} photos")
+        member = [self._member.get(key) for key in keys]
+        new = [f for f, m in zip(photos, member) if m is None]
         scores = iter(predict(self.models, new, self.progress, f"{len(new)} new photos"))
-        return [self.keep(f, self._gallery_scores[self._member[id(f)]] if id(f) in self._member else next(scores))
-                for f in photos]
+        return [self.keep(f, next(scores) if m is None else self._gallery_scores[m]) for f, m in zip(photos, member)]
