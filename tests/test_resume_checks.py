@@ -286,7 +286,8 @@ def test_pause_refuse_another_competition_then_ctrl_c_is_one_line_and_130(comps,
     assert _snapshot(run) == before
 
     proc = subprocess.Popen(base + ["--data", str(comps[0]), "--resume"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,  # Ctrl-C heard, even under `make test &`
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:  # wait until epoch 2 is kept
         state = run / "checkpoints" / "last.json"

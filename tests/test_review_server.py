@@ -312,7 +312,10 @@ class ServerProcess:
         cmd = [sys.executable, "-m", "whale.catalogue", "review", str(cat), "--batch", batch, "--serve", "--by",
                "tester"] + (["--port", str(port)] if port else [])
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            # Ctrl-C as a terminal delivers it: a suite started in the background (`make test &`) hands its
+            # children SIGINT ignored, and Python then never raises KeyboardInterrupt
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 120
         while True:
             found = re.search(r"at (http://127\.0\.0\.1:(\d+)/)", log.read_text(errors="replace"))
