@@ -401,6 +401,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def gains_table(rows: list[dict], base: str = "keypoints") -> str:
+    """Markdown: each fusion row's gain over ``base`` on the same split seed, mean +- sd over the seeds it has."""
+    by_seed = {r["seed"]: r for r in rows if r["method"] == base}
+    keys = (("map5", "MAP@5 all"), ("map5_known_no_new", "known, ids only"), ("top5", "top-5"))
+    lines = ["| gain over " + base + " | " + " | ".join(h for _, h in keys) + " | seeds |", "| --- " * (len(keys) + 2) + "|"]
+    for m in dict.fromkeys(r["method"] for r in rows if r["method"].startswith("fusion")):
+        pairs = [(r, by_seed[r["seed"]]) for r in rows if r["method"] == m and r["seed"] in by_seed]
+        cells = []
+        for k, _ in keys:
+            d = [a[k] - b[k] for a, b in pairs if k in a and k in b]
+            cells.append("" if not d else f"{np.mean(d):+.4f}" + (f" +- {np.std(d, ddof=1):.4f}" if len(d) > 1 else ""))
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {len(pairs)} |")
+    return "\n".join(lines)
+
+
 def mirror_split(comp_dir: Path, seed: int) -> tuple:
     """A validation split drawn from ``train`` as the test set was drawn from the whole data: one photo per
     individual with two or more ``train`` photos is a known query (so 1-photo galleries occur, as in the
@@ -542,6 +557,9 @@ def main(argv=None) -> int:
     p.add_argument("--learned-runs", default=None, metavar="DIR",
                    help="fusion with the network of an earlier --methods learned run (DIR/seedN/learned, checked to "
                         "be of the same split) instead of training again")
+    p.add_argument("--report", action="store_true",
+                   help="instead of measuring: the table of every OUT/seedN/results.json written so far (seeds run by "
+                        "separate commands into one OUT), with each fusion row's gain over the matcher, paired by seed")
     p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
                    help="instead of the methods: compare keypoint settings on validation (split of the first "
                         "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")
@@ -560,6 +578,11 @@ def main(argv=None) -> int:
     args.cache = Path(args.cache) if args.cache else Path(args.out) / "keypoint-store"
     args.learned_configs = [c for c in args.learned_config.split(",") if c]
     args.fusion = [r for r in args.fusion.split(",") if r]
+    if args.report:
+        rows = [r for f in sorted(Path(args.out).glob("seed*/results.json")) for r in json.loads(f.read_text())]
+        print(table(rows))
+        print(gains_table(rows))
+        return 0
     if args.screen is not None:
         rows = screen(args, args.screen)
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,7 @@ def fusion_rows(args, name: str, runs: list[Path], comp: Path, truth: dict, work
     scores (``log``, ``linear``: ``--tune-weights --weight-grid``)."""
     from benchmarks.humpback import ensemble_and_check, method_row, tuned_weights
     from whale.ensemble.combine import average_score_files
+    from whale.ensemble.fusion import read_fusion
     from whale.inference.scorefile import score_path
 
     rows = []
@@ -85,7 +86,9 @@ def fusion_rows(args, name: str, runs: list[Path], comp: Path, truth: dict, work
         label = f"fusion {name}, " + (f"{rule} grid" if grid else f"calibrated {rule}")
         te, lines = ensemble_and_check(runs, work / f"{slug(label)}.csv", comp, work, extra, log=log)
         w = tuned_weights(lines, 2) if grid else None
-        fused = average_score_files([score_path(r, "test") for r in runs], w) if grid else None
+        tests = [score_path(r, "test") for r in runs]
+        fused = (average_score_files(tests, w) if grid else  # the calibrated rule as the ensemble fitted it
+                 average_score_files(tests, **read_fusion(work / f"{slug(label)}.calibration.json").maps()))
         row = method_row(label, work / f"{slug(label)}.csv", fused, truth, {"ensemble": te})
         if grid:
             row["weights"] = w

@@ -111,3 +111,20 @@ def test_gpu_tarballs_unpack_into_their_own_job_folders(tmp_path):
     assert [(runs[j] / "epoch.txt").read_text() for j in sorted(runs)] == ["1", "3"]
     (runs["arcface_s0"] / "scores").mkdir()
     assert humpback_runs.gpu_runs(tars, 0, tmp_path / "gpu") == runs and (runs["arcface_s0"] / "scores").is_dir()
+
+
+def test_report_gathers_the_seeds_run_apart_and_pairs_fusion_gains_by_seed(tmp_path, capsys):
+    """--report: the rows of every OUT/seedN/results.json in one table; a fusion row's gain is taken against the
+    matcher of its own seed (a seed without a matcher row is left out of the gain)."""
+    metrics = dict(map5_known=0.5, map5_new=0.9, top1=0.5, new_whale_first=0.3)
+    for seed, kp, fu in ((0, 0.60, 0.65), (1, 0.62, 0.66), (2, None, 0.9)):
+        rows = [{"method": "fusion x", "seed": seed, "map5": fu, "map5_known_no_new": fu, "top5": fu, **metrics}]
+        if kp is not None:
+            rows.append({"method": "keypoints", "seed": seed, "map5": kp, "map5_known_no_new": kp, "top5": kp,
+                         **metrics})
+        (tmp_path / f"seed{seed}").mkdir()
+        (tmp_path / f"seed{seed}" / "results.json").write_text(json.dumps(rows))
+    humpback.main(["--out", str(tmp_path), "--report"])
+    out = capsys.readouterr().out
+    assert "| fusion x | 0.737 +- 0.142 |" in out and "| keypoints | 0.610 +- 0.014 |" in out
+    assert "| fusion x | +0.0450 +- 0.0071 | +0.0450 +- 0.0071 | +0.0450 +- 0.0071 | 2 |" in out

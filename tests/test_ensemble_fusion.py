@@ -8,6 +8,8 @@ import pytest
 from whale import NEW_WHALE
 from whale.core.errors import ConfigError
 from whale.ensemble.cli import main
+from whale.ensemble.combine import average_score_files
+from whale.ensemble.fusion import read_fusion
 from whale.metrics import map_at_k
 from whale.ranking import predict_top5
 from whale.ranking.pairprob import PairCalibration
@@ -73,6 +75,10 @@ def test_runs_of_two_kinds_are_fused_as_probabilities_and_the_threshold_is_one(t
     record = json.loads((tmp_path / "sub" / f"{rule}.calibration.json").read_text())
     assert record["rule"] == rule and [r["run"] for r in record["runs"]] == list(map(str, runs))
     assert PairCalibration.from_dict(record["runs"][1]["calibration"]).n_positive > 0
+    # the kept fusion read back fuses the validation files as the ensemble did: the loop's matrix again
+    kept = read_fusion(tmp_path / "sub" / f"{rule}.calibration.json")
+    again_val = average_score_files([r / "scores" / "val.npz" for r in runs], **kept.maps())
+    assert again_val.scores == pytest.approx(fused, abs=1e-5)
     # the raw average cannot see the 1000x smaller run: calibration can
     raw = run_main([*runs, "--tune", "--fusion", "scores", "--out", tmp_path / "raw.csv"])
     assert "fused by: scores: weighted average of the raw scores (--fusion)" in raw
@@ -110,3 +116,15 @@ def test_flags_that_contradict_the_fusion_are_refused(tmp_path):
     text = run_main([*runs, "--tune", "--weights", "1", "3", "--fusion", "mean", "--calibration", "logistic",
                      "--out", tmp_path / "wm.csv"])
     assert "fused by: mean" in text and "logistic on" in text
+
+
+def test_a_kept_fusion_that_is_not_one_is_refused_by_name(tmp_path):
+    from whale.core.errors import DataError
+
+    bad = tmp_path / "f.calibration.json"
+    for text, match in (("{", "cannot read"), ('{"rule": "max", "runs": []}', "rule one of"),
+                        ('{"rule": "mean", "runs": [], "models": 0}', "models"),
+                        ('{"rule": "mean", "runs": [{"calibration": {}}], "models": 1}', "runs\\[0\\].calibration")):
+        bad.write_text(text)
+        with pytest.raises(DataError, match=match):
+            read_fusion(bad)

@@ -24,6 +24,7 @@ validation queries (docs/ensemble.md, "Calibrated fusion"); ``mean`` measured be
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,3 +175,28 @@ def calibrate_runs(runs: Sequence[Path], val_paths: Sequence[Path], rule: str, o
 def write_fusion(path, fusion: Fusion) -> Path:
     """Keep ``fusion`` (rule and calibrations) as JSON in ``path``, atomically; returns ``path``."""
     return write_json_atomic(path, fusion.to_dict())
+
+
+def read_fusion(path) -> Fusion:
+    """The :class:`Fusion` :func:`write_fusion` kept in ``path`` (to fuse other score files as that ensemble did).
+
+    Raises:
+        DataError: naming ``path``: unreadable, not JSON, or a rule or calibration that is not one.
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: cannot read the fusion: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("rule") not in RULES or not isinstance(raw.get("runs"), list):
+        raise DataError(f"{path}: expected a fusion's JSON (rule one of {', '.join(RULES)}, runs a list)")
+    models = raw.get("models")
+    if isinstance(models, bool) or not isinstance(models, int) or models < 1:
+        raise DataError(f"{path}: models: expected a positive integer, received {models!r}")
+    cals, runs = [], []
+    for i, run in enumerate(raw["runs"]):
+        if not isinstance(run, dict):
+            raise DataError(f"{path}: runs[{i}]: expected a JSON object")
+        cals.append(PairCalibration.from_dict(run.get("calibration"), f"{path}: runs[{i}].calibration"))
+        runs.append(str(run.get("run", "")))
+    return Fusion(raw["rule"], tuple(cals), models, tuple(runs))
