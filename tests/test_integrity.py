@@ -264,7 +264,7 @@ def test_calibrate_with_a_threshold_mode_says_which_rule_wrote_the_submission(tm
         cv = real(*a, **k)
         return dataclasses.replace(cv, calibrated_map=cv.threshold_map - 0.01)
 
-    monkeypatch.setattr("whale.ensemble.cli.cross_validate", threshold_wins)
+    monkeypatch.setattr("whale.ensemble.decide.cross_validate", threshold_wins)
     out_t, out_c = tmp_path / "t.csv", tmp_path / "c.csv"
     lines = []
     run([str(r), "--new-whale-fraction", "0.3", "--calibrate", "--out", str(out_t)], log=lines.append)
