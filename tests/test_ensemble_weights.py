@@ -181,3 +181,43 @@ def test_tune_weights_on_runs_of_different_folds_names_the_mismatch(tmp_path, ca
     assert "--tune-weights: " in err and "validates 12 queries (fold 1)" in err
     assert "12 (fold 0), 0 of them shared" in err
     assert "weights must be finite" not in err and not out.exists()
+
+
+def test_tune_weights_reads_each_validation_file_once(tmp_path, monkeypatch):
+    """The log grid's 25 points combine in memory: every validation file is loaded once per tuning."""
+    import whale.ensemble.combine as combine
+
+    runs = _runs(tmp_path)
+    loads = []
+    real = combine.load_score_file
+    monkeypatch.setattr(combine, "load_score_file", lambda path, *a, **k: loads.append(path) or real(path, *a, **k))
+    w, best, table = tune_weights([r / "val.npz" for r in runs], "new_whale", grid="log")
+    assert len(table) == 25 and sorted(map(str, loads)) == sorted(str(r / "val.npz") for r in runs)
+
+
+def test_held_validation_groups_equal_validation_groups(tmp_path):
+    """Two models of one fold (averaged) and a fold of its own (concatenated), its queries in another order:
+    the held files combine to the same float32 sums as validation_groups reading them."""
+    from whale.ensemble.combine import HeldValidation, validation_groups
+
+    rng = np.random.default_rng(3)
+    gallery_ids = np.repeat(["a", "b", "c"], 2)
+    gallery = [f"g{i}.jpg" for i in range(6)]
+    query = [f"q{i}.jpg" for i in range(5)]
+    query_ids = np.array(["a", "b", "new_whale", "c", "a"])
+    paths = []
+    for name, (q, ids) in {"m1": (query, query_ids), "m2": (query[::-1], query_ids[::-1]),
+                           "f1": ([f"u{i}.jpg" for i in range(4)], query_ids[:4])}.items():
+        path = tmp_path / name / "val.npz"
+        write_scores(path, rng.random((len(q), 6)).astype(np.float16), q, gallery[::-1] if name == "m2" else gallery,
+                     gallery_ids[::-1] if name == "m2" else gallery_ids, query_ids=ids,
+                     identity={"run_id": name, "fold": 0, "split": "val"}, trained_on=[])
+        paths.append(path)
+    held = HeldValidation.read(paths)
+    for w in ([1, 1, 1], [0.7, 0.1, 0.2], [1.0, 0.0, 3.0]):
+        ours, theirs = held.groups(w), validation_groups(paths, w)
+        assert len(ours) == len(theirs) == 2
+        for a, b in zip(ours, theirs):
+            assert a.scores.dtype == np.float32 and a.scores.tobytes() == b.scores.tobytes()
+            assert a.query.tolist() == b.query.tolist() and a.query_ids.tolist() == b.query_ids.tolist()
+            assert a.gallery_ids.tolist() == b.gallery_ids.tolist() and a.sources == b.sources

@@ -77,6 +77,28 @@ def test_score_files_record_their_identity_and_old_ones_still_load(tmp_path):
     assert load_score_file(old).identity is None
 
 
+def test_every_score_file_writer_builds_its_identity_with_one_helper(monkeypatch):
+    """A trained run's and the keypoint matcher's identities hold the same fields (score_identity's); the ensemble's
+    identity table shows only fields of them."""
+    import whale.inference.scorefile as scorefile
+    from whale.ensemble.identity import COLUMNS
+    from whale.inference.keypoints import identity
+    from whale.inference.scorefile import IDENTITY_FIELDS, score_identity
+    from whale.keypoints.config import load_keypoint_config
+
+    monkeypatch.setattr(scorefile, "git_revision", lambda: "feedface")
+    ident = score_identity("val", run_id="r1", run="fold0", config_hash="abc", fold=0, seed=1, backend="jax")
+    assert tuple(ident) == IDENTITY_FIELDS and ident["git_revision"] == "feedface" and ident["split"] == "val"
+    assert ident["checkpoint"] is ident["snapshot"] is ident["init_from"] is ident["epoch"] is None
+    kp = identity(load_keypoint_config(None), "test", None, 3)
+    assert tuple(kp) == (*IDENTITY_FIELDS, "matcher") and kp["git_revision"] == "feedface"
+    assert set(COLUMNS) <= set(IDENTITY_FIELDS)
+    with pytest.raises(ValueError, match="fields of every score file"):
+        score_identity("val", run_id="r", run="r", config_hash="c", fold=0, seed=0, backend="b", git_revision="x")
+    with pytest.raises(ValueError, match="split must be one of"):
+        score_identity("train", run_id="r", run="r", config_hash="c", fold=0, seed=0, backend="b")
+
+
 def _save_run(root, name, split_files):
     """A run folder with score files: ``split_files`` maps split -> kwargs of write_scores."""
     for split, kw in split_files.items():
@@ -264,7 +286,7 @@ def test_calibrate_with_a_threshold_mode_says_which_rule_wrote_the_submission(tm
         cv = real(*a, **k)
         return dataclasses.replace(cv, calibrated_map=cv.threshold_map - 0.01)
 
-    monkeypatch.setattr("whale.ensemble.cli.cross_validate", threshold_wins)
+    monkeypatch.setattr("whale.ensemble.decide.cross_validate", threshold_wins)
     out_t, out_c = tmp_path / "t.csv", tmp_path / "c.csv"
     lines = []
     run([str(r), "--new-whale-fraction", "0.3", "--calibrate", "--out", str(out_t)], log=lines.append)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from whale.catalogue import sql
 from whale.catalogue.db import SIGHTING_COLUMNS, Catalogue, user
 from whale.catalogue.ingest import flush, store_photo
-from whale.catalogue.report import Decision, Proposals, decision_problem, load_proposals, read_decisions
+from whale.catalogue.report import Decision, ProposalsFile, decision_problem, load_proposals, read_decisions
 from whale.core.errors import DataError
 
 UNDO = "undo"
@@ -97,7 +97,7 @@ def record(cat: Catalogue, batch: str, decisions: Sequence[Decision], by: str | 
         return _record(cat, batch, proposals, decisions, lambda d: where, by or user(), redecide, defaults)
 
 
-def batch_proposals(cat: Catalogue, batch: str) -> Proposals:
+def batch_proposals(cat: Catalogue, batch: str) -> ProposalsFile:
     """The checked proposals of ``batch`` (the file its row names)."""
     rel = sql.batch_proposals_file(cat.conn, batch)
     if rel is None:
@@ -114,7 +114,7 @@ def _defaults(sighting: dict[str, str] | None) -> dict[str, str]:
     return defaults
 
 
-def _record(cat: Catalogue, batch: str, proposals: Proposals, decisions: Sequence[Decision],
+def _record(cat: Catalogue, batch: str, proposals: ProposalsFile, decisions: Sequence[Decision],
             where: Callable[[Decision], str], by: str, redecide: bool, defaults: dict[str, str]) -> dict[str, int]:
     photos = {p.photo: p for p in proposals.photos}
     existing = cat.individuals()

@@ -63,8 +63,9 @@ class Photo:
 
 
 @dataclass(frozen=True)
-class Proposals:
-    """A checked ``proposals.json`` (:func:`load_proposals`)."""
+class ProposalsFile:
+    """A batch's ``proposals.json`` read back and checked for review (:func:`load_proposals`): its ``path`` and each
+    photo resolved (:class:`Photo`). What ``match`` wrote is :class:`whale.catalogue.proposals.Proposals`."""
 
     path: Path
     batch: str
@@ -92,7 +93,7 @@ class Decision:
         return {c: getattr(self, c) for c in SIGHTING_COLUMNS if getattr(self, c) is not None}
 
 
-def load_proposals(path) -> Proposals:
+def load_proposals(path) -> ProposalsFile:
     """Read and check ``proposals.json`` (:func:`whale.catalogue.proposals.read_proposals`: every
     error names the file and the key, ``photos[2].candidates[0].score``), paths resolved relative
     to the file's folder. A candidate individual listed twice for one photo keeps its best-scored
@@ -108,10 +109,10 @@ def load_proposals(path) -> Proposals:
                 best[c.individual] = replace(c, image=str(path.parent / c.image))
         ranked = tuple(sorted(best.values(), key=lambda c: -c.score))
         photos.append(Photo(p.photo, path.parent / p.photo, p.hash, p.possibly_new, p.group, ranked))
-    return Proposals(path, raw.batch, raw.run, raw.threshold, tuple(photos), raw.scale)
+    return ProposalsFile(path, raw.batch, raw.run, raw.threshold, tuple(photos), raw.scale)
 
 
-def _threshold_text(props: Proposals) -> str:
+def _threshold_text(props: ProposalsFile) -> str:
     """How the batch flagged "possibly new": a probability of the same whale, or (earlier batches) a score."""
     if props.scale == "probability":
         return f"possibly new below P(same) {props.threshold:.3f}"
@@ -170,7 +171,7 @@ def _section(k: int, photo: Photo, images: ReviewImages, groups: dict[int, list[
 </section>"""
 
 
-def render_page(props: Proposals, images: ReviewImages) -> str:
+def render_page(props: ProposalsFile, images: ReviewImages) -> str:
     """The page's HTML: every text escaped, every image a relative link made by ``images``."""
     groups: dict[int, list[int]] = {}
     for k, photo in enumerate(props.photos, 1):
@@ -194,7 +195,7 @@ then <em>Export decisions</em> (the CSV downloads as <code>decisions.csv</code> 
 """
 
 
-def template_csv(props: Proposals) -> str:
+def template_csv(props: ProposalsFile) -> str:
     """The decisions CSV with every photo ``skip``."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -270,7 +271,7 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
     """The decisions CSV ``photo,decision,individual[,date,location,encounter]`` at ``path``, checked
     row by row against ``proposals``.
 
-    ``proposals``: a :class:`Proposals` or the path of ``proposals.json``. Each row names a photo
+    ``proposals``: a :class:`ProposalsFile` or the path of ``proposals.json``. Each row names a photo
     of the proposals (as spelled there; at most one row per photo; photos without a row are left
     undecided, like ``skip``) and one of :data:`DECISIONS`: ``match`` with one of that photo's
     candidate individuals (any other name only with ``allow_unlisted=True``: a match the model did
@@ -287,7 +288,7 @@ def read_decisions(path, proposals, allow_unlisted: bool = False) -> list[Decisi
         DataError: naming the file and the row (the header is row 1) of the first bad row.
     """
     path = Path(path)
-    props = proposals if isinstance(proposals, Proposals) else load_proposals(proposals)
+    props = proposals if isinstance(proposals, ProposalsFile) else load_proposals(proposals)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:

@@ -34,7 +34,7 @@ from whale.catalogue import sql
 from whale.catalogue.db import Catalogue
 from whale.catalogue.decisions import batch_proposals, standing
 from whale.catalogue.ingest import image_path
-from whale.catalogue.report import Proposals
+from whale.catalogue.report import ProposalsFile
 from whale.catalogue.thumbs import ReviewImages
 from whale.core.errors import DataError
 
@@ -126,7 +126,7 @@ def _config_hash(cat: Catalogue, batch: str, run: str) -> str | None:
         return None
 
 
-def decision_state(cat: Catalogue, batch: str, props: Proposals | None = None) -> dict:
+def decision_state(cat: Catalogue, batch: str, props: ProposalsFile | None = None) -> dict:
     """The decisions standing now for the photos of ``batch``::
 
         {"decisions": {photo: {"id": int (the latest decision, an undo's too), "decision": "match" | "new" |

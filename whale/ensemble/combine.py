@@ -19,6 +19,7 @@ a threshold (or calibration) learnt on validation carries that bias, which is wh
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,30 @@ def _compare_sets(ref: np.ndarray, other: np.ndarray, what: str, ref_path: Path,
                         f"{first_names(extra)}; every run must score the same {what} images")
 
 
+def _alignment(paths: Sequence[Path], need_query_ids: bool) -> tuple[dict, list[tuple[np.ndarray, np.ndarray]]]:
+    """The first file's header and, per file, its query and gallery rows in the first file's order (``(qi, gi)``,
+    int64): the files checked to hold the same images with the same ids, from their headers alone."""
+    metas = [read_header(p, need_query_ids) for p in paths]  # cheap: checks everything first
+    ref, ref_path = metas[0], paths[0]
+    plans = []
+    for path, meta in zip(paths, metas):
+        _compare_sets(ref["query"], meta["query"], "query", ref_path, path)
+        _compare_sets(ref["gallery"], meta["gallery"], "gallery", ref_path, path)
+        qi = _positions(meta["query"], ref["query"])
+        gi = _positions(meta["gallery"], ref["gallery"])
+        bad = np.flatnonzero(meta["gallery_ids"][gi] != ref["gallery_ids"])
+        if bad.size:
+            raise DataError(f"{path}: gallery ids differ from {ref_path} for images "
+                            f"{first_names(ref['gallery'][bad])}")
+        if "query_ids" in ref and "query_ids" in meta:
+            bad = np.flatnonzero(meta["query_ids"][qi] != ref["query_ids"])
+            if bad.size:
+                raise DataError(f"{path}: query ids differ from {ref_path} for images "
+                                f"{first_names(ref['query'][bad])}")
+        plans.append((qi, gi))
+    return ref, plans
+
+
 def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
                         need_query_ids: bool = False, log=None, transforms: Sequence[Callable] | None = None,
                         finish: Callable | None = None) -> ScoreFile:
@@ -98,24 +123,8 @@ def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
     w = normalise_weights(weights, len(paths))
     if transforms is not None and len(transforms) != len(paths):
         raise ValueError(f"expected one transform per score file ({len(paths)}), got {len(transforms)}")
-    metas = [read_header(p, need_query_ids) for p in paths]  # cheap: checks everything first
-    ref, ref_path = metas[0], paths[0]
-    plans = []
-    for path, meta in zip(paths, metas):
-        _compare_sets(ref["query"], meta["query"], "query", ref_path, path)
-        _compare_sets(ref["gallery"], meta["gallery"], "gallery", ref_path, path)
-        qi = _positions(meta["query"], ref["query"])
-        gi = _positions(meta["gallery"], ref["gallery"])
-        bad = np.flatnonzero(meta["gallery_ids"][gi] != ref["gallery_ids"])
-        if bad.size:
-            raise DataError(f"{path}: gallery ids differ from {ref_path} for images "
-                            f"{first_names(ref['gallery'][bad])}")
-        if "query_ids" in ref and "query_ids" in meta:
-            bad = np.flatnonzero(meta["query_ids"][qi] != ref["query_ids"])
-            if bad.size:
-                raise DataError(f"{path}: query ids differ from {ref_path} for images "
-                                f"{first_names(ref['query'][bad])}")
-        plans.append((qi, gi))
+    ref, plans = _alignment(paths, need_query_ids)
+    ref_path = paths[0]
     nq, ng = ref["shape"]
     total = np.zeros((nq, ng), dtype=np.float32)
     for i, (path, weight, (qi, gi)) in enumerate(zip(paths, w, plans)):
@@ -163,6 +172,24 @@ def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, l
     """
     paths = [Path(p) for p in paths]
     w = normalise_weights(weights, len(paths))
+    keys, members = _query_groups(paths)
+    groups = []
+    for mem in members:
+        if log:
+            log(f"  validation group of {len(mem)} run(s), {len(keys[len(groups)])} queries")
+        maps = None if transforms is None else [transforms[i] for i in mem]
+        groups.append(average_score_files([paths[i] for i in mem], w[mem], need_query_ids=True, log=log,
+                                          transforms=maps, finish=finish))
+    return groups
+
+
+def _query_groups(paths: Sequence[Path]) -> tuple[list[frozenset], list[list[int]]]:
+    """``(query sets, members)``: the validation files grouped by equal query sets, in order of first appearance
+    (``members``: each group's indices into ``paths``), from their headers.
+
+    Raises:
+        DataError: two files share some but not all queries.
+    """
     keys: list[frozenset] = []
     members: list[list[int]] = []
     for i, p in enumerate(paths):
@@ -180,11 +207,50 @@ def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, l
         else:
             keys.append(q)
             members.append([i])
-    groups = []
-    for mem in members:
-        if log:
-            log(f"  validation group of {len(mem)} run(s), {len(keys[len(groups)])} queries")
-        maps = None if transforms is None else [transforms[i] for i in mem]
-        groups.append(average_score_files([paths[i] for i in mem], w[mem], need_query_ids=True, log=log,
-                                          transforms=maps, finish=finish))
-    return groups
+    return keys, members
+
+
+@dataclass(frozen=True)
+class HeldValidation:
+    """Validation files read once and held aligned, to be combined under many weights (a weight search).
+
+    Attributes:
+        paths: the ``val.npz`` files, in run order.
+        members: per group of equal query sets, its indices into ``paths`` (:func:`validation_groups`' groups).
+        refs: per group, its first file's header (the order every member is aligned to).
+        matrices: per file, its ``[n_query, n_gallery]`` float32 scores in its group's order: one matrix per run
+            in memory (float16 files are held as float32).
+    """
+
+    paths: tuple[Path, ...]
+    members: tuple[tuple[int, ...], ...]
+    refs: tuple[dict, ...]
+    matrices: tuple[np.ndarray, ...]
+
+    @classmethod
+    def read(cls, paths: Sequence) -> "HeldValidation":
+        """Read and align every file of ``paths`` once (checked as :func:`validation_groups` checks them)."""
+        paths = tuple(Path(p) for p in paths)
+        _, members = _query_groups(paths)
+        refs, matrices = [], [None] * len(paths)
+        for mem in members:
+            ref, plans = _alignment([paths[i] for i in mem], True)
+            refs.append(ref)
+            for i, (qi, gi) in zip(mem, plans):
+                scores = load_score_file(paths[i], True).scores
+                matrices[i] = scores[qi][:, gi].astype(np.float32, copy=False)
+                del scores
+        return cls(paths, tuple(tuple(m) for m in members), tuple(refs), tuple(matrices))
+
+    def groups(self, weights: Sequence[float] | None = None) -> list[ScoreFile]:
+        """What ``validation_groups(self.paths, weights)`` returns (the same float32 sums), from memory."""
+        w = normalise_weights(weights, len(self.paths))
+        groups = []
+        for mem, ref in zip(self.members, self.refs):
+            wg = normalise_weights(w[list(mem)], len(mem))
+            total = np.zeros(ref["shape"], dtype=np.float32)
+            for i, weight in zip(mem, wg):
+                total += np.float32(weight) * self.matrices[i]
+            groups.append(ScoreFile(self.paths[mem[0]], total, ref["query"], ref["gallery"], ref["gallery_ids"],
+                                    ref.get("query_ids"), tuple(self.paths[i] for i in mem)))
+        return groups

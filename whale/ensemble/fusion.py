@@ -115,25 +115,26 @@ def models_of(val_paths: Sequence[Path]) -> int:
     return max(keys.values())
 
 
-def resolve_fusion(args, n_runs: int, val_paths: Sequence[Path]) -> tuple[str, str]:
-    """``(fusion, why)``: ``args.fusion`` if given (checked against the other flags), else the default:
+def resolve_fusion(fusion: str | None, n_runs: int, val_paths: Sequence[Path], *, tune_weights: bool = False,
+                   weights_given: bool = False) -> tuple[str, str]:
+    """``(fusion, why)``: ``fusion`` (``--fusion``) if given (checked against ``--tune-weights``), else the default:
     :data:`DEFAULT_RULE` for runs of several models (:func:`models_of` >= 2), each with its validation file,
-    with neither ``--weights`` nor ``--tune-weights``; else ``scores``. Whatever the threshold mode: a
-    threshold ``--tune`` kept is then read back (``--threshold NAME.threshold.json``) on the same scale.
+    with neither ``--weights`` (``weights_given``) nor ``--tune-weights``; else ``scores``. Whatever the threshold
+    mode: a threshold ``--tune`` kept is then read back (``--threshold NAME.threshold.json``) on the same scale.
 
     Raises:
         ConfigError: a calibrated rule with ``--tune-weights`` (whose grid weighs raw scores).
     """
-    if args.fusion is not None:
-        if args.fusion in RULES and args.tune_weights:
-            raise ConfigError(f"--fusion {args.fusion} combines calibrated probabilities; --tune-weights searches "
+    if fusion is not None:
+        if fusion in RULES and tune_weights:
+            raise ConfigError(f"--fusion {fusion} combines calibrated probabilities; --tune-weights searches "
                               "weights of raw scores (--fusion scores): give one of them")
-        return args.fusion, "--fusion"
-    if args.tune_weights:
+        return fusion, "--fusion"
+    if tune_weights:
         return "scores", "--tune-weights searches weights of the raw scores"
     if n_runs < 2:
         return "scores", "one run"
-    if args.weights is not None:
+    if weights_given:
         return "scores", "--weights weigh the raw scores (--fusion logodds|mean to calibrate them)"
     if not all(Path(p).is_file() for p in val_paths):
         return "scores", "not every run has validation scores to calibrate"

@@ -29,6 +29,7 @@ from whale.core.errors import DataError
 from whale.inference.scorefile import first_names, read_header
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")
+"""The identity table's columns: fields of :data:`whale.inference.scorefile.IDENTITY_FIELDS`, in the table's order."""
 
 
 def read_identities(paths: Sequence[Path]) -> list[dict | None]:

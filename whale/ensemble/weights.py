@@ -2,8 +2,9 @@
 
 Two grids: ``linear`` (:func:`simplex_grid`, steps of ``step`` summing to 1) and ``log`` (:func:`log_grid`:
 the first run's weight 1, every other run's 0 or a ratio on a factor-2 ladder from 2^-17 to 2^6, then
-normalised). For each candidate weight vector the runs' validation files are
-combined as :func:`whale.ensemble.combine.validation_groups` does and the ``new_whale`` threshold is
+normalised). The runs' validation files are read once (:class:`whale.ensemble.combine.HeldValidation`: one
+matrix per run in memory); for each candidate weight vector they are combined as
+:func:`whale.ensemble.combine.validation_groups` does and the ``new_whale`` threshold is
 tuned on them (:func:`whale.ranking.newwhale.tune`); the weights of the best tuned MAP@5 win (ties:
 the first in grid order, i.e. the most weight on the earlier runs). Both the weights and the threshold
 are then in-sample on these validation queries, which the ensemble says when it prints the estimate.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from whale.ensemble.combine import validation_groups
+from whale.ensemble.combine import HeldValidation
 from whale.core.errors import ConfigError
 from whale.ranking.newwhale import tune
 from whale.ranking.topids import concat_top_ids, top_ids
@@ -83,9 +84,11 @@ def tune_weights(val_paths: Sequence[Path], open_label: str, step: float = 0.1, 
     Returns:
         ``(weights [n_runs], best MAP@5, table)``, ``table`` a ``(weights, MAP@5, threshold)`` per grid point.
     """
+    points = weight_grid(len(val_paths), grid, step)
+    held = HeldValidation.read(val_paths)  # read once: each grid point combines in memory
     table = []
-    for w in weight_grid(len(val_paths), grid, step):
-        groups = validation_groups(val_paths, w)
+    for w in points:
+        groups = held.groups(w)
         top = concat_top_ids([top_ids(g, open_label=open_label) for g in groups])
         t, best, _, _ = tune(top, open_share=open_share)
         table.append((w, float(best), float(t)))

@@ -32,8 +32,8 @@ import numpy as np
 from whale.data import ImageSet, fold_data, load_competition
 from whale.data.folds import N_FOLDS
 from whale.core.errors import ConfigError, DataError, OutputError
-from whale.core.files import git_revision, write_json_atomic, write_text_atomic
-from whale.inference.scorefile import read_header, write_scores
+from whale.core.files import write_json_atomic, write_text_atomic
+from whale.inference.scorefile import read_header, score_identity, write_scores
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.matcher import KeypointMatcher
 from whale.keypoints.store import FeatureStore
@@ -100,10 +100,10 @@ class _Folder:
 
 
 def identity(cfg: KeypointConfig, split: str, fold: int | None, seed: int) -> dict:
-    """What a keypoint score file records about its writer (the fields of a run's, :mod:`whale.inference.scorefile`)."""
-    return {"run_id": f"{MATCHER}-{cfg.config_hash()}", "run": MATCHER, "matcher": MATCHER,
-            "config_hash": cfg.config_hash(), "fold": fold, "seed": seed, "checkpoint": None, "snapshot": None,
-            "init_from": None, "epoch": None, "git_revision": git_revision(), "backend": "opencv", "split": split}
+    """What a keypoint score file records about its writer (:func:`whale.inference.scorefile.score_identity`, and
+    ``matcher``)."""
+    return score_identity(split, run_id=f"{MATCHER}-{cfg.config_hash()}", run=MATCHER, config_hash=cfg.config_hash(),
+                          fold=fold, seed=seed, backend="opencv", matcher=MATCHER)
 
 
 def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = None, seed: int = 0,

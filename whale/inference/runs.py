@@ -14,7 +14,7 @@ import numpy as np
 from whale.data import ImageSet, ImageStore, crop_size_for
 from whale.core.errors import DataError
 from whale.inference.features import ImageBatches, compute_features
-from whale.inference.scorefile import write_scores
+from whale.inference.scorefile import score_identity, write_scores
 from whale.models.checkpoint import load_checkpoint, snapshot_name
 from whale.objectives import make_scorer  # importing whale.objectives registers its layers for loading
 
@@ -115,23 +115,21 @@ def load_run_model(run_dir, checkpoint: str = "best", with_state: bool = False, 
 
 
 def run_identity(run_dir, cfg, checkpoint: str, state: dict, split: str) -> dict:
-    """What a score file records about the run that wrote it (see :mod:`whale.inference.scorefile`)."""
+    """What a score file records about the run that wrote it (:func:`whale.inference.scorefile.score_identity`)."""
     import json
 
     import keras
 
     from whale.config import config_hash
-    from whale.core.files import git_revision
 
     try:
         meta = json.loads((Path(run_dir) / "run.json").read_text())
     except (OSError, ValueError):
         meta = {}
-    return {"run_id": meta.get("run_id"), "run": Path(run_dir).name, "config_hash": config_hash(cfg),
-            "fold": meta.get("fold"), "seed": cfg.seed, "checkpoint": str(checkpoint),
-            "snapshot": snapshot_name(checkpoint), "init_from": (meta.get("init_from") or {}).get("run_id"),
-            "epoch": state.get("epochs_done"), "git_revision": git_revision(),
-            "backend": keras.backend.backend(), "split": split}
+    return score_identity(split, run_id=meta.get("run_id"), run=Path(run_dir).name, config_hash=config_hash(cfg),
+                          fold=meta.get("fold"), seed=cfg.seed, backend=keras.backend.backend(),
+                          checkpoint=str(checkpoint), snapshot=snapshot_name(checkpoint),
+                          init_from=(meta.get("init_from") or {}).get("run_id"), epoch=state.get("epochs_done"))
 
 
 def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None, identity: dict | None = None) -> Path:

@@ -11,8 +11,9 @@ whale), ``query``, ``gallery``, ``gallery_ids`` (1-D str) and, for validation, `
 Strings are stored as numpy unicode arrays so ``np.load(..., allow_pickle=False)`` reads them.
 
 Identity: files written by this version also hold ``identity``, a ``[1]`` str array with one
-JSON object describing the run that wrote them (``run_id``, ``config_hash``, ``fold``, ``seed``,
-``checkpoint``, ``snapshot``, ``init_from``, ``epoch``, ``git_revision``, ``backend``, ``split``), and validation files
+JSON object describing the run that wrote them (:data:`IDENTITY_FIELDS`: ``run_id``, ``config_hash``, ``fold``,
+``seed``, ``checkpoint``, ``snapshot``, ``init_from``, ``epoch``, ``git_revision``, ``backend``, ``split``; every writer
+builds it with :func:`score_identity`), and validation files
 ``trained_on`` (``[n]`` str, the images the model trained on), so ``ensemble.py`` can refuse
 mixed or leaking inputs. Files without them (older versions) still load, with ``identity`` None.
 :func:`write_scores` writes one atomically, :func:`load_score_file` reads and checks one;
@@ -29,9 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import DataError
-from whale.core.files import atomic_write
+from whale.core.files import atomic_write, git_revision
 
 SPLITS = ("val", "test")
+IDENTITY_FIELDS = ("run_id", "run", "config_hash", "fold", "seed", "checkpoint", "snapshot", "init_from", "epoch",
+                   "git_revision", "backend", "split")
+"""The fields of a score file's ``identity`` (module docstring; a writer may add its own, :func:`score_identity`)."""
 _NAMES_SHOWN = 5
 
 
@@ -68,6 +72,25 @@ class ScoreFile:
     @property
     def n_query(self) -> int:
         return len(self.query)
+
+
+def score_identity(split: str, *, run_id: str | None, run: str, config_hash: str, fold: int | None, seed: int,
+                   backend: str, checkpoint: str | None = None, snapshot: str | None = None,
+                   init_from: str | None = None, epoch: int | None = None, **extra) -> dict:
+    """The ``identity`` a score file records about its writer: every field of :data:`IDENTITY_FIELDS` (the code's
+    ``git_revision`` filled in), and ``extra``, a writer's own fields (the keypoint matcher's ``matcher``).
+
+    Raises:
+        ValueError: ``split`` is not one of :data:`SPLITS`, or ``extra`` names a field of :data:`IDENTITY_FIELDS`.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    clash = sorted(set(extra) & set(IDENTITY_FIELDS))
+    if clash:
+        raise ValueError(f"extra identity fields {clash} are fields of every score file's identity")
+    return {"run_id": run_id, "run": run, "config_hash": config_hash, "fold": fold, "seed": seed,
+            "checkpoint": checkpoint, "snapshot": snapshot, "init_from": init_from, "epoch": epoch,
+            "git_revision": git_revision(), "backend": backend, "split": split, **extra}
 
 
 def score_path(run_dir, split: str) -> Path:

@@ -44,6 +44,22 @@ def sample_pairs(photos: Sequence, features_cfg, n_pairs: int, seed: int = 0, sh
     return np.concatenate(a)[:n_pairs], np.concatenate(b)[:n_pairs]
 
 
+def descriptor_loss(name: str):
+    """The Keras loss of the objective ``name`` (one of :data:`LOSSES`) with its default parameters, section 5.2's
+    constants, as the objective registry builds it (:func:`whale.objectives.registry.build_objective`).
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`LOSSES`.
+    """
+    from whale.config.checker import Checker
+    from whale.config.objectives import parse_objective
+    from whale.objectives.registry import build_objective
+
+    if name not in LOSSES:
+        raise ValueError(f"loss: expected one of {LOSSES}, received {name!r}")
+    return build_objective(parse_objective(Checker("the descriptor's loss"), name)).loss()
+
+
 def train(photos: Sequence, out, features_cfg, *, loss: str = "tgloss", pairs_per_batch: int = 128,
           epochs: int = 4, n_pairs: int = 40_000, width: int = 16, dim: int = 128, lr: float = 1e-3,
           seed: int = 0, progress: bool = True, log=print) -> dict:
@@ -55,18 +71,15 @@ def train(photos: Sequence, out, features_cfg, *, loss: str = "tgloss", pairs_pe
     import keras
 
     from whale.core.files import write_text_atomic
-    from whale.objectives.globalloss import global_loss, tg_loss
 
-    if loss not in LOSSES:
-        raise ValueError(f"loss: expected one of {LOSSES}, received {loss!r}")
+    objective_loss = descriptor_loss(loss)
     t0 = time.perf_counter()
     a, b = sample_pairs(photos, features_cfg, n_pairs, seed, progress=progress)
     t_pairs = time.perf_counter() - t0
     xa, xb = standardise(a), standardise(b)
     keras.utils.set_random_seed(seed)
     net = build_net(width, dim)
-    fn = tg_loss if loss == "tgloss" else global_loss
-    net.compile(optimizer=keras.optimizers.Adam(lr), loss=lambda y, e: fn(keras.ops.reshape(y, (-1,)), e))
+    net.compile(optimizer=keras.optimizers.Adam(lr), loss=objective_loss)
     rng = np.random.default_rng(seed + 1)
     p = pairs_per_batch
     n_batches = len(xa) // p

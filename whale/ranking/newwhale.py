@@ -260,6 +260,18 @@ def map_for_thresholds(top: TopIds, grid, open_share: float | None = None) -> np
                                        top.open_label, open_share))
 
 
+def at_threshold(threshold: float, test: TopIds | None = None, val: TopIds | None = None,
+                 open_share: float | None = None) -> tuple[list[list[str]] | None, list[float]]:
+    """The paper's rule at one threshold: ``(predictions, maps)``, the test queries' labels (:func:`predict_from_top`;
+    None without ``test``) and the rule's validation MAP@5 (``[]`` without ``val``; else ``[MAP@5]``, and with
+    ``open_share`` also the MAP@5 with the open-set queries weighted to it)."""
+    predictions = None if test is None else predict_from_top(test, threshold)
+    maps = [] if val is None else [float(map_for_thresholds(val, [threshold])[0])]
+    if val is not None and open_share is not None:
+        maps.append(float(map_for_thresholds(val, [threshold], open_share)[0]))
+    return predictions, maps
+
+
 def tune(top: TopIds, grid=None, open_share: float | None = None) -> tuple[float, float, np.ndarray, np.ndarray]:
     """The threshold of best validation MAP@5 over the pooled queries of ``top`` (``open_share``: with the
     open-set queries weighted to that share, :func:`open_share_weights`).
