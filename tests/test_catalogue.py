@@ -423,19 +423,28 @@ def test_an_export_that_fails_leaves_no_folder_it_created(tmp_path, monkeypatch,
     assert not (tmp_path / "out" / "x").exists()
 
 
-def test_a_version_1_catalogue_is_migrated_and_knows_which_sightings_decisions_added(tmp_path):
-    import sqlite3
-
-    from whale.catalogue.db import DB_NAME
+def _decided_catalogue(tmp_path, decisions: list[list[str]]):
+    """``tmp_path/cat``: two photos of w0, and batch b1 of one new photo per decision (``[decision, individual]``),
+    accepted; returns the known and the new photos."""
     from whale.catalogue.decisions import accept
     from whale.catalogue.ingest import add_photos
 
-    known, new = _photos(tmp_path / "known", 2), _photos(tmp_path / "new", 1, seed=1)
+    known, new = _photos(tmp_path / "known", 2), _photos(tmp_path / "new", len(decisions), seed=1)
     with Catalogue.create(tmp_path / "cat") as c:
         add_photos(c, _csv(tmp_path / "k.csv", ["image", "individual"], [[p.name, "w0"] for p in known]),
                    tmp_path / "known", progress=False)
         _batch(c, new)
-        accept(c, "b1", _csv(tmp_path / "d.csv", ["photo", "decision", "individual"], [[new[0].name, "match", "w0"]]))
+        accept(c, "b1", _csv(tmp_path / "d.csv", ["photo", "decision", "individual"],
+                             [[n.name, *d] for n, d in zip(new, decisions)]))
+    return known, new
+
+
+def test_a_version_1_catalogue_is_migrated_and_knows_which_sightings_decisions_added(tmp_path):
+    import sqlite3
+
+    from whale.catalogue.db import DB_NAME
+
+    known, new = _decided_catalogue(tmp_path, [["match", "w0"]])
     conn = sqlite3.connect(tmp_path / "cat" / DB_NAME)
     conn.executescript("ALTER TABLE sightings DROP COLUMN decision; UPDATE meta SET value = '1' "
                        "WHERE key = 'schema_version';")
@@ -450,17 +459,11 @@ def test_a_version_2_catalogue_is_migrated_to_3_keeping_its_decisions_and_may_re
     import sqlite3
 
     from whale.catalogue.db import DB_NAME
-    from whale.catalogue.decisions import accept, record
-    from whale.catalogue.ingest import add_photos
+    from whale.catalogue.decisions import record
     from whale.catalogue.report import Decision
 
-    known, new = _photos(tmp_path / "known", 2), _photos(tmp_path / "new", 2, seed=1)
-    with Catalogue.create(tmp_path / "cat") as c:
-        add_photos(c, _csv(tmp_path / "k.csv", ["image", "individual"], [[p.name, "w0"] for p in known]),
-                   tmp_path / "known", progress=False)
-        _batch(c, new)
-        accept(c, "b1", _csv(tmp_path / "d.csv", ["photo", "decision", "individual"],
-                             [[new[0].name, "match", "w0"], [new[1].name, "skip", ""]]))
+    known, new = _decided_catalogue(tmp_path, [["match", "w0"], ["skip", ""]])
+    with Catalogue.open(tmp_path / "cat") as c:
         before = {t: c.query(f"SELECT * FROM {t} ORDER BY 1") for t in ("decisions", "sightings", "images")}
     conn = sqlite3.connect(tmp_path / "cat" / DB_NAME)  # the decisions table as version 2 made it: no 'undo'
     conn.executescript("PRAGMA foreign_keys=OFF; BEGIN; CREATE TABLE d2 (id INTEGER PRIMARY KEY, batch TEXT NOT NULL, "
@@ -993,8 +996,9 @@ def test_a_stored_faiss_index_is_reused_while_the_embeddings_are_unchanged(tmp_p
     assert now[1] != stored[0]
 
 
-def test_match_by_keypoints_needs_no_run_keeps_its_features_and_reviews_with_match_views(tmp_path, capsys,
-                                                                                         monkeypatch):
+def _synthetic_catalogue(tmp_path):
+    """``tmp_path/cat`` holding the identified photos of a small synthetic competition (``tmp_path/data``, whose
+    ``test/`` is the batch to match); returns ``(data, cat, the catalogued rows of train.csv)``."""
     import pandas as pd
 
     from whale.cli import main
@@ -1007,6 +1011,14 @@ def test_match_by_keypoints_needs_no_run_keeps_its_features_and_reviews_with_mat
     labels = _csv(tmp_path / "labels.csv", ["Image", "Id"], known.values.tolist())
     assert main(["catalogue", "add", str(cat), "--photos", str(data / "train"), "--labels", str(labels),
                  "--quiet"]) == 0
+    return data, cat, known
+
+
+def test_match_by_keypoints_needs_no_run_keeps_its_features_and_reviews_with_match_views(tmp_path, capsys,
+                                                                                         monkeypatch):
+    from whale.cli import main
+
+    data, cat, known = _synthetic_catalogue(tmp_path)
     assert main(["catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(data / "test"),
                  "--top", "3", "--batch", "k1", "--quiet"]) == 0
     assert "possibly new (P(same whale) below 0.500)" in capsys.readouterr().out
@@ -1062,18 +1074,9 @@ def test_match_by_keypoints_needs_no_run_keeps_its_features_and_reviews_with_mat
 
 def test_check_ties_every_keypoint_feature_file_to_its_photo_and_a_match_extracts_a_mismatched_one_again(
         tmp_path, capsys):
-    import pandas as pd
-
     from whale.cli import main
-    from whale.data.synth import generate
 
-    data = generate(tmp_path / "data", n_ids=8, seed=5, size=96, progress=False)
-    cat = tmp_path / "cat"
-    train = pd.read_csv(data / "train.csv")
-    known = train[train["Id"] != "new_whale"]
-    labels = _csv(tmp_path / "labels.csv", ["Image", "Id"], known.values.tolist())
-    assert main(["catalogue", "add", str(cat), "--photos", str(data / "train"), "--labels", str(labels),
-                 "--quiet"]) == 0
+    data, cat, known = _synthetic_catalogue(tmp_path)
     match = ["catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(data / "test"), "--batch", "k1",
              "--quiet"]
     assert main(match) == 0
