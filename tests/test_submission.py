@@ -134,3 +134,43 @@ def test_cli_exit_codes(tmp_path, sample):
     fail = run_cli("check", bad, "--sample", sample)
     assert fail.returncode == 1
     assert "line 2" in fail.stdout and "has 4 labels" in fail.stdout
+
+
+def test_score_gives_map5_overall_known_and_new_and_the_new_whale_share(tmp_path, capsys):
+    """``whale submission score``: a.jpg's answer w2 at rank 2 (1/2), b.jpg (new_whale, not predicted) 0, c.jpg
+    new_whale at rank 1; new_whale first for 1 of 3 images whose true share is 2 of 3."""
+    from whale.submission import main, score_submission
+
+    sub = write_submission(tmp_path / "s.csv", IMAGES, PREDS)
+    solution = tmp_path / "test_solution.csv"
+    solution.write_text(f"Image,Id\nc.jpg,{NEW_WHALE}\na.jpg,w2\nb.jpg,{NEW_WHALE}\n")
+    m = score_submission(sub, solution)
+    assert m["map5"] == pytest.approx(0.5) and m["map5_known"] == pytest.approx(0.5)
+    assert m["map5_open"] == pytest.approx(0.5) and (m["known"], m["open"], m["images"]) == (1, 2, 3)
+    assert m["open_first"] == pytest.approx(1 / 3) and m["open_share"] == pytest.approx(2 / 3)
+    assert main(["score", str(sub), "--solution", str(solution)]) == 0
+    assert "MAP@5 0.5000 over 3 images (known 0.5000 over 1, new_whale 0.5000 over 2); new_whale first for 33.3% " \
+           "(true share 66.7%)" in capsys.readouterr().out
+
+
+def test_score_refuses_a_submission_that_does_not_fit_the_solution_and_a_bad_solution(tmp_path, capsys):
+    from whale.submission import main, score_submission
+
+    sub = write_submission(tmp_path / "s.csv", IMAGES, PREDS)
+    short = tmp_path / "short.csv"
+    short.write_text("Image,Id\na.jpg,w2\nb.jpg,w1\n")
+    with pytest.raises(DataError, match="1 images are not in .*short.csv: 'c.jpg'"):
+        score_submission(sub, short)
+    more = tmp_path / "more.csv"
+    more.write_text("Image,Id\na.jpg,w2\nb.jpg,w1\nc.jpg,w1\nd.jpg,w1\n")
+    with pytest.raises(DataError, match="1 images of .*more.csv are missing: 'd.jpg'"):
+        score_submission(sub, more)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("Image,Id\na.jpg,\n")
+    with pytest.raises(DataError, match="bad.csv: line 2: expected an image and its individual"):
+        score_submission(sub, bad)
+    (tmp_path / "broken.csv").write_text("Image,Id\na.jpg,w1 w2\n")
+    with pytest.raises(DataError, match="has 2 labels, expected 5"):
+        score_submission(tmp_path / "broken.csv", more)
+    assert main(["score", str(sub), "--solution", str(tmp_path / "nope.csv")]) == 2
+    assert "nope.csv: cannot read the solution" in capsys.readouterr().err

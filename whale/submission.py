@@ -10,9 +10,12 @@ target folder, then ``os.replace``: :func:`whale.core.files.atomic_write`), so a
 Command line::
 
     python -m whale.submission check FILE [--sample sample_submission.csv] [--format happywhale2022]
+    python -m whale.submission score FILE --solution test_solution.csv
 
-prints ``OK: FILE (N rows)`` and exits 0, or prints the problems and exits 1 (2 when the
-sample itself cannot be read).
+``check`` prints ``OK: FILE (N rows)`` and exits 0, or prints the problems and exits 1 (2 when the
+sample itself cannot be read). ``score`` (:func:`score_submission`) checks the file against the solution's images,
+then prints its MAP@5 over all images, over the known and the open-set (``new_whale``) ones, and how often the
+open label comes first against its true share: a threshold tuned locally, measured on a split whose answers you hold.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from whale.core.files import atomic_write
 from whale.formats import DEFAULT, FORMATS, get_format, read_header
 from whale.metrics import as_labels
 
-__all__ = ["N_LABELS", "read_sample_images", "write_submission", "check_submission", "main"]
+__all__ = ["N_LABELS", "read_sample_images", "write_submission", "check_submission", "score_submission",
+           "main"]
 
 N_LABELS = 5
 HEADER = ["Image", "Id"]
@@ -246,6 +250,64 @@ def check_submission(path: str | os.PathLike, sample: str | os.PathLike | None =
     return problems
 
 
+def score_submission(path: str | os.PathLike, solution: str | os.PathLike) -> dict:
+    """MAP@5 of a valid submission against a solution file (``train.csv``'s columns of a format: ``Image,Id``, or
+    ``image,species,individual_id``), one row per test image.
+
+    Returns:
+        ``{"map5", "map5_known", "map5_open", "open_first", "open_share", "images", "known", "open", "open_label"}``:
+        MAP@5 over all images, over those whose answer is a known individual and over the open-set ones (NaN where
+        there are none), the share of images with the open label first, and its true share.
+
+    Raises:
+        DataError: an unreadable solution (naming it and the row), or a submission that is not valid for the
+            solution's images (its problems listed).
+    """
+    from whale.formats import format_of_header
+    from whale.metrics import precision_at_k_per_image
+
+    path, solution = Path(path), Path(solution)
+    try:
+        with open(solution, newline="", encoding="utf-8-sig") as fh:
+            rows = list(_numbered_rows(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise DataError(f"{solution}: cannot read the solution: {err}") from None
+    if not rows:
+        raise DataError(f"{solution}: empty file; expected a header and one row per test image")
+    fmt = format_of_header(rows[0][1], f"{solution}: line {rows[0][0]}")
+    i_col, id_col = rows[0][1].index(fmt.image_column), rows[0][1].index(fmt.id_column)
+    truth: dict[str, str] = {}
+    for line, row in rows[1:]:
+        if len(row) <= max(i_col, id_col) or not row[i_col].strip() or not row[id_col].strip():
+            raise DataError(f"{solution}: line {line}: expected an image and its individual, got {row}")
+        truth[row[i_col]] = row[id_col]
+    columns = fmt.submission_columns
+    problems = check_submission(path, None, columns)
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        predicted = {} if problems else {r[0]: r[1].split() for _, r in list(_numbered_rows(fh))[1:]}
+    missing = [n for n in truth if n not in predicted]
+    extra = [n for n in predicted if n not in truth]
+    if not problems and missing:
+        problems.append(f"{path}: {len(missing)} images of {solution} are missing: {_some(missing)}")
+    if not problems and extra:
+        problems.append(f"{path}: {len(extra)} images are not in {solution}: {_some(extra)}")
+    if problems:
+        raise DataError("\n".join(problems[:_MAX_PRINTED]))
+    names = list(truth)
+    answers = [truth[n] for n in names]
+    ap = precision_at_k_per_image([predicted[n] for n in names], answers, N_LABELS)
+    is_open = [a == fmt.open_label for a in answers]
+    known = [x for x, o in zip(ap, is_open) if not o]
+    opened = [x for x, o in zip(ap, is_open) if o]
+    first = [predicted[n][0] == fmt.open_label for n in names]
+    return {"map5": float(sum(ap) / len(ap)) if names else float("nan"),
+            "map5_known": float(sum(known) / len(known)) if known else float("nan"),
+            "map5_open": float(sum(opened) / len(opened)) if opened else float("nan"),
+            "open_first": sum(first) / len(first) if names else float("nan"),
+            "open_share": sum(is_open) / len(is_open) if names else float("nan"),
+            "images": len(names), "known": len(known), "open": len(opened), "open_label": fmt.open_label}
+
+
 def _numbered_rows(fh):
     """Yield ``(line number, fields)`` for each CSV record (line of its last physical line)."""
     reader = csv.reader(fh)
@@ -309,11 +371,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--format", choices=list(FORMATS), default=None,
                        help="competition format: its submission's columns (default: the one whose columns "
                             f"FILE's header has, else {DEFAULT.name})")
+    score = sub.add_parser("score", help="a submission's MAP@5 against a solution you hold (a local split's answers)")
+    score.add_argument("file", type=Path)
+    score.add_argument("--solution", type=Path, required=True,
+                       help="the test images' answers: train.csv's columns (Image,Id), one row per test image")
 
 
 def run(args: argparse.Namespace) -> int:
-    """``check``: 0 when the file is a valid submission, else 1; raises :class:`whale.core.errors.WhaleError`
-    when a file cannot be read."""
+    """``check``: 0 when the file is a valid submission, else 1; ``score``: its figures (0), a file that cannot be
+    scored raises. Raises :class:`whale.core.errors.WhaleError` when a file cannot be read."""
+    if args.command == "score":
+        m = score_submission(args.file, args.solution)
+        print(f"{args.file}: MAP@5 {m['map5']:.4f} over {m['images']} images (known {m['map5_known']:.4f} over "
+              f"{m['known']}, {m['open_label']} {m['map5_open']:.4f} over {m['open']}); {m['open_label']} first "
+              f"for {m['open_first']:.1%} (true share {m['open_share']:.1%})")
+        return 0
     problems = check_submission(args.file, args.sample, _columns(args.file, args.format))
     if problems:
         for problem in problems[:_MAX_PRINTED]:
