@@ -197,7 +197,7 @@ def unpack_runs(folder: Path, dest: Path) -> dict[str, Path]:
         shutil.rmtree(staging, ignore_errors=True)
         with tarfile.open(tgz) as tar:
             tar.extractall(staging, filter="data")
-        tops = [p for p in staging.iterdir()]
+        tops = list(staging.iterdir())
         if len(tops) != 1 or not tops[0].is_dir():
             raise ValueError(f"{tgz}: expected one run folder inside, found {sorted(p.name for p in tops)}")
         shutil.rmtree(Path(dest) / job, ignore_errors=True)

@@ -170,16 +170,13 @@ def read_submission(path: Path) -> dict[str, list[str]]:
 
 
 def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dict[str, float]:
-    """MAP@5 over all queries, known and ``new_whale`` ones apart, and the ``new_whale`` share at rank 1."""
-    from whale.metrics import map_at_k
+    """MAP@5 over all queries, known and ``new_whale`` ones apart, and the ``new_whale`` share at rank 1
+    (:func:`whale.submission.submission_figures`, the figures of ``whale submission score``)."""
+    from whale.submission import submission_figures
 
-    names = sorted(truth)
-    known = [n for n in names if truth[n] != NEW_WHALE]
-    new = [n for n in names if truth[n] == NEW_WHALE]
-    return {"map5": map_at_k([pred[n] for n in names], [truth[n] for n in names]),
-            "map5_known": map_at_k([pred[n] for n in known], [truth[n] for n in known]),
-            "map5_new": map_at_k([pred[n] for n in new], [truth[n] for n in new]) if new else float("nan"),
-            "new_whale_first": float(np.mean([pred[n][0] == NEW_WHALE for n in names]))}
+    f = submission_figures(pred, truth, NEW_WHALE)
+    return {"map5": f["map5"], "map5_known": f["map5_known"], "map5_new": f["map5_open"],
+            "new_whale_first": f["open_first"]}
 
 
 def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:

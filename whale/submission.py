@@ -34,7 +34,7 @@ from whale.formats import DEFAULT, FORMATS, get_format, read_header
 from whale.metrics import as_labels
 
 __all__ = ["N_LABELS", "read_sample_images", "write_submission", "check_submission", "score_submission",
-           "main"]
+           "submission_figures", "main"]
 
 N_LABELS = 5
 HEADER = ["Image", "Id"]
@@ -264,7 +264,6 @@ def score_submission(path: str | os.PathLike, solution: str | os.PathLike) -> di
             solution's images (its problems listed).
     """
     from whale.formats import format_of_header
-    from whale.metrics import precision_at_k_per_image
 
     path, solution = Path(path), Path(solution)
     try:
@@ -293,19 +292,27 @@ def score_submission(path: str | os.PathLike, solution: str | os.PathLike) -> di
         problems.append(f"{path}: {len(extra)} images are not in {solution}: {_some(extra)}")
     if problems:
         raise DataError("\n".join(problems[:_MAX_PRINTED]))
+    return submission_figures(predicted, truth, fmt.open_label)
+
+
+def submission_figures(predicted: dict[str, Sequence[str]], truth: dict[str, str], open_label: str) -> dict:
+    """:func:`score_submission`'s figures for predictions already read (``{image: labels}``, every image of
+    ``truth`` present; ``open_label`` the format's, e.g. :data:`whale.NEW_WHALE`)."""
+    from whale.metrics import precision_at_k_per_image
+
     names = list(truth)
     answers = [truth[n] for n in names]
     ap = precision_at_k_per_image([predicted[n] for n in names], answers, N_LABELS)
-    is_open = [a == fmt.open_label for a in answers]
+    is_open = [a == open_label for a in answers]
     known = [x for x, o in zip(ap, is_open) if not o]
     opened = [x for x, o in zip(ap, is_open) if o]
-    first = [predicted[n][0] == fmt.open_label for n in names]
+    first = [predicted[n][0] == open_label for n in names]
     return {"map5": float(sum(ap) / len(ap)) if names else float("nan"),
             "map5_known": float(sum(known) / len(known)) if known else float("nan"),
             "map5_open": float(sum(opened) / len(opened)) if opened else float("nan"),
             "open_first": sum(first) / len(first) if names else float("nan"),
             "open_share": sum(is_open) / len(is_open) if names else float("nan"),
-            "images": len(names), "known": len(known), "open": len(opened), "open_label": fmt.open_label}
+            "images": len(names), "known": len(known), "open": len(opened), "open_label": open_label}
 
 
 def _numbered_rows(fh):
