@@ -13,7 +13,8 @@ from whale.keypoints import FeatureStore, KeypointMatcher, extract, load_keypoin
 from whale.keypoints.config import FeatureConfig, SearchConfig, VerifyConfig  # noqa: E402
 from whale.keypoints.extract import as_float, trim_white  # noqa: E402
 from whale.keypoints.index import DescriptorIndex  # noqa: E402
-from whale.keypoints.matcher import fit_geometry, lnbnn_votes  # noqa: E402
+from whale.keypoints.verify import fit_geometry  # noqa: E402
+from whale.keypoints.votes import lnbnn_votes  # noqa: E402
 
 
 def pattern(seed: int, size=(120, 200)) -> np.ndarray:
@@ -165,7 +166,7 @@ def test_lnbnn_votes_match_a_loop():
 
 
 def test_the_name_rule_normalises_with_another_individual():
-    from whale.keypoints.matcher import normaliser
+    from whale.keypoints.votes import normaliser
 
     owner = np.arange(6)  # one row per gallery photo
     individual = np.array([0, 0, 0, 1, 0, 2])
