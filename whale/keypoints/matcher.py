@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from whale import NEW_WHALE
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.extract import Features, as_float
 from whale.keypoints.index import DescriptorIndex
@@ -113,12 +114,14 @@ class KeypointMatcher:
 
     @classmethod
     def build(cls, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
-              keys: Sequence | None = None, progress: bool = False) -> "KeypointMatcher":
+              keys: Sequence | None = None, progress: bool = False, open_label: str = NEW_WHALE) -> "KeypointMatcher":
         """The matcher of ``gallery`` with the keypoint selection ``cfg.select`` asks for, its selector fitted here
         (:meth:`KeypointSelector.fit <whale.keypoints.selection.KeypointSelector.fit>` on the gallery matched
         against itself with every keypoint; none without ``ids`` or with ``select.keep: 1``) and kept as
         ``selector`` for other galleries and queries. ``keys``: the gallery photos' keys to the selector (None:
-        their indices), by which a later gallery or :meth:`match` gives them again."""
+        their indices), by which a later gallery or :meth:`match` gives them again. ``open_label``: the format's
+        label of a gallery photo whose individual is unknown (:attr:`whale.formats.Format.open_label`): the
+        selector never pairs it."""
         gallery = list(gallery)
         parts = MatchParts.of(cfg)
         if cfg.select.keep >= 1 or ids is None:
@@ -127,7 +130,7 @@ class KeypointMatcher:
         t0 = time.perf_counter()
         full = cls(cfg, gallery, ids, progress=progress, parts=parts)  # every keypoint: labels from its matches
         steps = {"index": time.perf_counter() - t0}
-        selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress)
+        selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress, open_label)
         steps.update(selector.seconds)
         if selector.active:
             matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, parts=parts)
