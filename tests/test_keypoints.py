@@ -210,6 +210,32 @@ def test_matcher_ranks_the_same_pattern_first_and_scores_in_0_1(tmp_path):
     assert len(q_xy) >= 10 and q_xy.shape == g_xy.shape
 
 
+def test_matcher_s_parts_are_handed_in_and_the_display_fits_through_the_same_verifier(tmp_path):
+    """Parts built once from the config give what the matcher builds itself; a verifier of other settings changes
+    the matcher's verification and the display's correspondences alike."""
+    import dataclasses
+
+    from whale.keypoints.matcher import MatchParts
+    from whale.keypoints.scoring import EvidenceScore, evidence_to_score
+    from whale.keypoints.verify import GeometricVerifier
+
+    cfg = load_keypoint_config()
+    store = FeatureStore(cfg, tmp_path / "store")
+    gallery = store.features([write(tmp_path / f"g{i}.png", pattern(i)) for i in range(4)], workers=1, progress=False)
+    query = store.features([write(tmp_path / "q.png", warp(pattern(1), 101))], workers=1, progress=False)
+    own = KeypointMatcher(cfg, gallery).match(query, progress=False)
+    given = KeypointMatcher(cfg, gallery, parts=MatchParts.of(cfg)).match(query, progress=False)
+    np.testing.assert_array_equal(own.scores, given.scores)
+    unverified = np.zeros_like(own.votes)
+    np.testing.assert_array_equal(EvidenceScore.of(cfg.verify)(unverified, own.votes),
+                                  evidence_to_score(unverified, own.votes, cfg.verify))
+    strict = GeometricVerifier(dataclasses.replace(cfg.verify, min_matches=1000))  # no candidate has that many
+    parts = dataclasses.replace(MatchParts.of(cfg), verifier=strict)
+    assert KeypointMatcher(cfg, gallery, parts=parts).match(query, progress=False).inliers.max() == 0
+    assert len(pair_matches(query[0], gallery[1], strict)[0]) == 0
+    assert len(pair_matches(query[0], gallery[1], GeometricVerifier(cfg.verify))[0]) >= 10
+
+
 def test_matching_leaves_opencv_s_thread_count_as_it_found_it(tmp_path):
     """``match`` runs its robust fits on one OpenCV thread and restores the process-wide setting after, also when
     the match fails."""
