@@ -9,7 +9,7 @@ shipped matcher's scores measured in the same run:
 
 * ``rerank``: the 20 best photos of each query matched again pairwise (every query descriptor's two nearest
   descriptors of that photo, Lowe's ratio test at 0.85, the shipped geometric fit), the photo's score
-  ``pairwise inliers + w x t`` (``t``: the shipped evidence, :func:`whale.keypoints.matcher.evidence_to_score`'s
+  ``pairwise inliers + w x t`` (``t``: the shipped evidence, :func:`whale.keypoints.scoring.evidence_to_score`'s
   ``t``) for several ``w``: does matching the shortlist densely, beyond the LNBNN correspondences, rank better?
 * ``confusers`` (Knopp et al. 2010, "Avoiding confusing features in place recognition"): the gallery matched
   against itself; keypoints verified as inliers of a match to a photo of another individual with at least
@@ -47,7 +47,7 @@ CONFUSER_INLIERS = (6, 12)
 
 
 def evidence(scores: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    """The ``t`` of ``score = t / (t + scale)`` (:func:`whale.keypoints.matcher.evidence_to_score`)."""
+    """The ``t`` of ``score = t / (t + scale)`` (:func:`whale.keypoints.scoring.evidence_to_score`)."""
     return scale * scores / np.maximum(1.0 - scores, 1e-6)
 
 
@@ -56,7 +56,7 @@ def pairwise_inliers(fq, fg, shortlist: np.ndarray, cfg) -> np.ndarray:
     import cv2
 
     from whale.keypoints.extract import as_float
-    from whale.keypoints.matcher import fit_geometry
+    from whale.keypoints.verify import fit_geometry
 
     cv2.setNumThreads(1)
     matcher = cv2.BFMatcher(cv2.NORM_L2)

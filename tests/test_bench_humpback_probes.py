@@ -45,7 +45,7 @@ def test_confusers_are_matches_across_individuals_only(tmp_path):
 
 
 def test_evidence_inverts_the_score():
-    from whale.keypoints.matcher import evidence_to_score
+    from whale.keypoints.scoring import evidence_to_score
     from whale.keypoints import load_keypoint_config
 
     t = np.array([0.0, 0.5, 3.0])

@@ -1111,3 +1111,19 @@ def test_check_ties_every_keypoint_feature_file_to_its_photo_and_a_match_extract
 
     assert read_entry(over, over.stem)[1] == "" and read_entry(old, old.stem)[1] == ""
     assert main(["catalogue", "check", str(cat)]) == 0
+
+
+def test_keypoint_best_individuals_match_a_loop_over_each_individuals_photos():
+    """The catalogue's best photo per individual (through ``IdGroups``) against an explicit loop, ties included."""
+    from whale.catalogue.keypoints import best_individuals
+
+    rng = np.random.default_rng(0)
+    individuals = np.array(["b", "a", "c", "b", "a", "b"])
+    scores = (rng.integers(0, 3, (5, 6)) / 2).astype(np.float32)  # many ties
+    names, cols, vals = best_individuals(scores, individuals, top=2)
+    assert names.shape == cols.shape == vals.shape == (5, 2)
+    for i in range(5):
+        for j in range(2):
+            members = np.flatnonzero(individuals == names[i, j])
+            assert cols[i, j] == members[np.argmax(scores[i, members])]  # the first photo of the best on a tie
+            assert vals[i, j] == scores[i, members].max()

@@ -48,6 +48,13 @@ def test_paired_photos_have_another_photo_of_a_named_individual():
     assert paired_photos(ids).tolist() == [True, True, True, False, False, False, True]
 
 
+def test_paired_photos_take_the_formats_open_label_and_never_pair_an_empty_label():
+    ids = np.array(["a", "new_individual", "a", "new_individual", "", ""])
+    assert paired_photos(ids, open_label="new_individual").tolist() == [True, False, True, False, False, False]
+    assert paired_photos(ids).tolist() == [True, True, True, True, False, False]  # new_whale's format: a name
+    assert labelled_photos(ids, 0, seed=0, open_label="new_individual").tolist() == [0, 2]
+
+
 def test_labelled_photos_are_whole_paired_individuals_seeded():
     ids = np.array([f"w{i // 3}" for i in range(30)] + ["new_whale"] * 4 + ["solo"])
     paired = np.flatnonzero(paired_photos(ids))

@@ -13,7 +13,8 @@ from whale.keypoints import FeatureStore, KeypointMatcher, extract, load_keypoin
 from whale.keypoints.config import FeatureConfig, SearchConfig, VerifyConfig  # noqa: E402
 from whale.keypoints.extract import as_float, trim_white  # noqa: E402
 from whale.keypoints.index import DescriptorIndex  # noqa: E402
-from whale.keypoints.matcher import fit_geometry, lnbnn_votes  # noqa: E402
+from whale.keypoints.verify import fit_geometry  # noqa: E402
+from whale.keypoints.votes import lnbnn_votes  # noqa: E402
 
 
 def pattern(seed: int, size=(120, 200)) -> np.ndarray:
@@ -165,7 +166,7 @@ def test_lnbnn_votes_match_a_loop():
 
 
 def test_the_name_rule_normalises_with_another_individual():
-    from whale.keypoints.matcher import normaliser
+    from whale.keypoints.votes import normaliser
 
     owner = np.arange(6)  # one row per gallery photo
     individual = np.array([0, 0, 0, 1, 0, 2])
@@ -207,6 +208,32 @@ def test_matcher_ranks_the_same_pattern_first_and_scores_in_0_1(tmp_path):
     q_xy, g_xy = pair_matches(store.features([query_paths[0]], progress=False)[0],
                               store.features([gallery_paths[0]], progress=False)[0], cfg)
     assert len(q_xy) >= 10 and q_xy.shape == g_xy.shape
+
+
+def test_matcher_s_parts_are_handed_in_and_the_display_fits_through_the_same_verifier(tmp_path):
+    """Parts built once from the config give what the matcher builds itself; a verifier of other settings changes
+    the matcher's verification and the display's correspondences alike."""
+    import dataclasses
+
+    from whale.keypoints.matcher import MatchParts
+    from whale.keypoints.scoring import EvidenceScore, evidence_to_score
+    from whale.keypoints.verify import GeometricVerifier
+
+    cfg = load_keypoint_config()
+    store = FeatureStore(cfg, tmp_path / "store")
+    gallery = store.features([write(tmp_path / f"g{i}.png", pattern(i)) for i in range(4)], workers=1, progress=False)
+    query = store.features([write(tmp_path / "q.png", warp(pattern(1), 101))], workers=1, progress=False)
+    own = KeypointMatcher(cfg, gallery).match(query, progress=False)
+    given = KeypointMatcher(cfg, gallery, parts=MatchParts.of(cfg)).match(query, progress=False)
+    np.testing.assert_array_equal(own.scores, given.scores)
+    unverified = np.zeros_like(own.votes)
+    np.testing.assert_array_equal(EvidenceScore.of(cfg.verify)(unverified, own.votes),
+                                  evidence_to_score(unverified, own.votes, cfg.verify))
+    strict = GeometricVerifier(dataclasses.replace(cfg.verify, min_matches=1000))  # no candidate has that many
+    parts = dataclasses.replace(MatchParts.of(cfg), verifier=strict)
+    assert KeypointMatcher(cfg, gallery, parts=parts).match(query, progress=False).inliers.max() == 0
+    assert len(pair_matches(query[0], gallery[1], strict)[0]) == 0
+    assert len(pair_matches(query[0], gallery[1], GeometricVerifier(cfg.verify))[0]) >= 10
 
 
 def test_matching_leaves_opencv_s_thread_count_as_it_found_it(tmp_path):

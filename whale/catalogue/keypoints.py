@@ -109,14 +109,11 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
 
 def best_individuals(scores: np.ndarray, individuals: np.ndarray, top: int):
     """``(names [n, k] str, cols [n, k] int64, vals [n, k] float32)``: per row of ``scores`` ``[n, n_gallery]``
-    the ``k = min(top, individuals)`` best individuals by their best image, that image's column and score."""
+    the ``k = min(top, individuals)`` best individuals by their best image, that image's column and score (the
+    toolkit's per-individual reduction, :class:`whale.core.arrays.IdGroups`)."""
+    from whale.core.arrays import IdGroups
     from whale.ranking import top_id_scores
 
     names, idx, vals = top_id_scores(scores.astype(np.float32), individuals, k=min(int(top), len(set(individuals))))
-    top_names = names[idx]
-    cols = np.full(top_names.shape, -1, np.int64)
-    for i in range(len(scores)):
-        for j, name in enumerate(top_names[i]):
-            members = np.flatnonzero(individuals == name)
-            cols[i, j] = members[np.argmax(scores[i, members])]
-    return top_names, cols, vals.astype(np.float32)
+    cols = IdGroups.of(individuals).best_columns(scores, idx)
+    return names[idx], cols, vals.astype(np.float32)

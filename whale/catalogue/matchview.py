@@ -2,7 +2,7 @@
 
 HotSpotter's match view for the review page (:mod:`whale.catalogue.report`): both photos scaled to one
 height and placed side by side, each verified correspondence (:func:`whale.keypoints.pair_matches`:
-mutual nearest RootSIFT neighbours passing the ratio test, kept by the geometric fit) a line from the
+mutual nearest RootSIFT neighbours passing the ratio test, kept by the matcher's geometric verifier) a line from the
 query's keypoint to the candidate's, circles at both ends. Features come from a
 :class:`whale.keypoints.FeatureStore` (extracted once per photo content).
 """
@@ -26,7 +26,10 @@ class MatchViews:
     """Match views of photo pairs under one keypoint config, features kept in ``store``."""
 
     def __init__(self, store, height: int = HEIGHT):
+        from whale.keypoints.verify import GeometricVerifier
+
         self.store, self.cfg, self.height = store, store.cfg, int(height)
+        self.verifier = GeometricVerifier(self.cfg.verify)  # the matcher's verification, built once for every view
 
     def features(self, path: Path):
         return self.store.features([path], workers=1, progress=False)[0]
@@ -37,7 +40,7 @@ class MatchViews:
 
         from whale.keypoints import pair_matches
 
-        q_xy, c_xy = pair_matches(self.features(query), self.features(candidate), self.cfg)
+        q_xy, c_xy = pair_matches(self.features(query), self.features(candidate), self.verifier)
         panels, offsets, scales = [], [], []
         x = 0
         for path in (query, candidate):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from whale import NEW_WHALE
 from whale.data import ImageSet, fold_data, load_competition
 from whale.data.folds import N_FOLDS
 from whale.core.errors import ConfigError, DataError, OutputError
@@ -186,7 +187,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
                                 query_ids=data.val.ids, identity=identity(cfg, "val", fold, seed), trained_on=[])
 
         written["val"], selector = _score(of(data.gallery), data.gallery.ids, at(data.gallery), of(data.val), cfg,
-                                          progress, times, "val", log, write_val)
+                                          progress, times, "val", log, write_val, open_label=comp.open_label)
     if comp.test_images:
         def write_test(scores):
             if not single:
@@ -195,7 +196,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
                                 identity=identity(cfg, "test", fold, seed))
 
         written["test"], _ = _score(of(known), known.ids, at(known), of(test), cfg, progress, times, "test", log,
-                                    write_test, selector=selector)
+                                    write_test, selector=selector, open_label=comp.open_label)
     if not single:
         import yaml
 
@@ -208,12 +209,13 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     return written
 
 
-def _score(gallery, ids, keys, queries, cfg, progress, times, split, log, write, selector=None):
+def _score(gallery, ids, keys, queries, cfg, progress, times, split, log, write, selector=None, open_label=NEW_WHALE):
     """Match ``queries`` against ``gallery`` (its photos' ``keys``: their places among every photo's features),
     record the times under ``split``, ``write`` the scores: returns ``(written path, the matcher's selector)``;
-    ``selector``: one already fitted (on the fold's gallery, under the same keys), else one is fitted here."""
+    ``selector``: one already fitted (on the fold's gallery, under the same keys), else one is fitted here, never
+    pairing a gallery photo labelled ``open_label`` (the format's)."""
     if selector is None:
-        matcher = KeypointMatcher.build(cfg, gallery, ids, keys=keys, progress=progress)
+        matcher = KeypointMatcher.build(cfg, gallery, ids, keys=keys, progress=progress, open_label=open_label)
     else:
         matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress)
     result = matcher.match(queries, progress=progress)

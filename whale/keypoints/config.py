@@ -30,7 +30,7 @@ ROBUST = ("magsac", "ransac")
 """Robust estimators of verification: OpenCV's USAC MAGSAC++ or classic RANSAC (a similarity is always
 fitted by RANSAC: OpenCV has no USAC estimator for it)."""
 NORMALISERS = ("next", "other_individual")
-"""Which neighbour normalises LNBNN's votes (:func:`whale.keypoints.matcher.normaliser`)."""
+"""Which neighbour normalises LNBNN's votes (:func:`whale.keypoints.votes.normaliser`)."""
 INDEXES = ("auto", "exact", "ivf")
 """Nearest-neighbour search: every descriptor compared (``exact``), or FAISS IVF-PQ fast scan whose
 candidates are re-ranked exactly (``ivf``); ``auto`` takes ``ivf`` from :data:`AUTO_IVF_FROM` descriptors."""

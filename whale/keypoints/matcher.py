@@ -8,27 +8,34 @@ For each query photo (HotSpotter's pipeline, Crall et al. 2013, on RootSIFT):
 1. every query descriptor finds its ``k + 1`` nearest gallery descriptors (:mod:`whale.keypoints.index`);
    each of the first ``k`` votes for its photo with the LNBNN weight ``d_(k+1) - d_i`` (a descriptor close
    to one photo and far from the rest is evidence; one seen everywhere, such as water, is not), at most
-   one vote per (query descriptor, photo);
+   one vote per (query descriptor, photo) (:mod:`whale.keypoints.votes`);
 2. the ``shortlist`` photos with the most votes are verified: their voting correspondences are fitted
    by a homography, affine or similarity transform (OpenCV USAC MAGSAC++ or RANSAC); the LNBNN weight of
-   the inliers is the photo's evidence;
+   the inliers is the photo's evidence (:mod:`whale.keypoints.verify`);
 3. score = ``t / (t + scale), t = evidence + vote_weight * votes`` in [0, 1): the score files of the
    toolkit (:mod:`whale.inference.scorefile`), so the per-id maximum, the ``new_whale`` threshold and
-   the ensemble treat it like a trained run's. The threshold on it is a threshold on verified evidence.
+   the ensemble treat it like a trained run's. The threshold on it is a threshold on verified evidence
+   (:mod:`whale.keypoints.scoring`).
+
+This module orchestrates: the three rules are parts (:class:`MatchParts`) built once from the config and
+handed to the matcher. The display's correspondences of two photos: :func:`whale.keypoints.pairs.pair_matches`.
 """
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from whale.keypoints.config import KeypointConfig, VerifyConfig
+from whale import NEW_WHALE
+from whale.keypoints.config import KeypointConfig
 from whale.keypoints.extract import Features, as_float
 from whale.keypoints.index import DescriptorIndex
+from whale.keypoints.scoring import EvidenceScore
 from whale.keypoints.selection import KeypointSelector
+from whale.keypoints.verify import GeometricVerifier, opencv_threads
+from whale.keypoints.votes import LnbnnVotes
 from whale.core.progress import progress_bar
 
 _QUERY_BLOCK = 64  # query photos searched per FAISS call: large enough for its threads, small for memory
@@ -51,101 +58,18 @@ class MatchResult:
     seconds: dict
 
 
-def normaliser(rows: np.ndarray, owner: np.ndarray, individual: np.ndarray | None, k: int) -> np.ndarray:
-    """``[m] int64``: the neighbour (column of ``rows``) whose distance normalises each descriptor's votes.
+@dataclass(frozen=True)
+class MatchParts:
+    """The matcher's rules: the LNBNN ``votes``, the geometric ``verifier`` and the ``score`` of the evidence."""
 
-    ``individual`` None: column ``k``, the ``k+1``-th neighbour (McCann & Lowe). Else HotSpotter's name rule:
-    the first neighbour after the ``k`` voters whose individual (``individual[owner[row]]``) none of the
-    voters has, so that an individual with many gallery photos does not normalise its own votes away; the
-    last neighbour found when every searched one is one of theirs. A gallery without descriptors (``owner``
-    empty: no neighbour found) gives column ``k`` too.
-    """
-    m, depth = rows.shape
-    if individual is None or depth == k + 1 or not len(owner):
-        return np.full(m, k, np.int64)
-    ind = np.where(rows >= 0, individual[owner[np.maximum(rows, 0)]], -1)
-    voters = ind[:, :k]
-    other = np.ones((m, depth - k), bool)
-    for j in range(k):
-        other &= ind[:, k:] != voters[:, j:j + 1]
-    found = rows[:, k:] >= 0
-    other &= found
-    last = k + np.where(found.any(axis=1), depth - k - 1 - np.argmax(found[:, ::-1], axis=1), 0)
-    return np.where(other.any(axis=1), k + other.argmax(axis=1), last).astype(np.int64)
+    votes: LnbnnVotes
+    verifier: GeometricVerifier
+    score: EvidenceScore
 
-
-def lnbnn_votes(dist: np.ndarray, rows: np.ndarray, owner: np.ndarray, k: int, n_gallery: int,
-                individual: np.ndarray | None = None):
-    """One query photo's votes.
-
-    Args:
-        dist, rows: ``[m, d]`` neighbours of its ``m`` descriptors (:meth:`DescriptorIndex.search`), ``d > k``.
-        owner: ``[N] int64`` gallery photo of each index row. k: voters per descriptor.
-        n_gallery: gallery photos. individual: ``[n_gallery] int64`` individual of each gallery photo, for
-            :func:`normaliser`'s name rule (None: the ``k+1``-th neighbour normalises).
-
-    Returns:
-        ``(votes [n_gallery] float32, feat [v], photo [v], row [v], weight [v])``: the votes summed per
-        photo and the ``v`` kept votes (query descriptor, gallery photo, gallery row, weight), at most
-        one per (descriptor, photo), the strongest.
-    """
-    m = len(dist)
-    votes = np.zeros(n_gallery, np.float32)
-    empty = np.zeros(0, np.int64)
-    if m == 0 or not len(owner):  # no query descriptor, or a gallery without any: no vote
-        return votes, empty, empty, empty, np.zeros(0, np.float32)
-    norm = np.take_along_axis(dist, normaliser(rows, owner, individual, k)[:, None], axis=1)
-    w = norm - dist[:, :k]
-    r = rows[:, :k]
-    ok = (r >= 0) & np.isfinite(w) & (w > 0)
-    feat = np.repeat(np.arange(m, dtype=np.int64), k)[ok.ravel()]
-    row = r.ravel()[ok.ravel()]
-    weight = w.ravel()[ok.ravel()].astype(np.float32)
-    photo = owner[row]
-    key = feat * n_gallery + photo
-    order = np.lexsort((-weight, key))
-    first = np.ones(len(order), bool)
-    first[1:] = key[order][1:] != key[order][:-1]
-    keep = order[first]
-    np.add.at(votes, photo[keep], weight[keep])
-    return votes, feat[keep], photo[keep], row[keep], weight[keep]
-
-
-def fit_geometry(src: np.ndarray, dst: np.ndarray, cfg: VerifyConfig) -> np.ndarray | None:
-    """``[n] bool`` inliers of the transform of ``cfg.geometry`` from ``src`` to ``dst`` (``[n, 2] float32``
-    pixels), or None when there are too few points or no transform fits."""
-    import cv2
-
-    if len(src) < cfg.min_matches:
-        return None
-    method = cv2.USAC_MAGSAC if cfg.robust == "magsac" else cv2.RANSAC
-    if cfg.geometry == "homography":
-        _, mask = cv2.findHomography(src, dst, method, cfg.reproj_px)
-    elif cfg.geometry == "affine":
-        _, mask = cv2.estimateAffine2D(src, dst, method=method, ransacReprojThreshold=cfg.reproj_px)
-    else:  # OpenCV has no USAC estimator of a similarity: RANSAC whatever ``robust`` says
-        _, mask = cv2.estimateAffinePartial2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=cfg.reproj_px)
-    return None if mask is None else mask.ravel().astype(bool)
-
-
-def evidence_to_score(evidence, votes, cfg: VerifyConfig) -> np.ndarray:
-    """``t / (t + scale), t = evidence + vote_weight * votes`` as float32 (module docstring)."""
-    total = np.asarray(evidence, np.float64) + cfg.vote_weight * np.asarray(votes, np.float64)
-    return (total / (total + cfg.scale)).astype(np.float32)
-
-
-@contextlib.contextmanager
-def opencv_threads(n: int) -> Iterator[None]:
-    """OpenCV's thread count set to ``n`` inside the block and restored after it (``cv2.setNumThreads`` is
-    process-wide: a call must not leave it changed for the caller)."""
-    import cv2
-
-    before = cv2.getNumThreads()
-    cv2.setNumThreads(n)
-    try:
-        yield
-    finally:
-        cv2.setNumThreads(before)
+    @classmethod
+    def of(cls, cfg: KeypointConfig) -> "MatchParts":
+        """The parts ``cfg`` describes (``search`` for the votes, ``verify`` for verification and the score)."""
+        return cls(LnbnnVotes.of(cfg.search), GeometricVerifier(cfg.verify), EvidenceScore.of(cfg.verify))
 
 
 class KeypointMatcher:
@@ -160,7 +84,8 @@ class KeypointMatcher:
     """
 
     def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
-                 selector: KeypointSelector | None = None, keys: Sequence | None = None, progress: bool = False):
+                 selector: KeypointSelector | None = None, keys: Sequence | None = None, progress: bool = False,
+                 parts: MatchParts | None = None):
         """``ids``: the gallery photos' individuals, for ``search.normaliser: other_individual`` (None: each
         photo counts as an individual of its own). ``selector``: a fitted
         :class:`~whale.keypoints.selection.KeypointSelector` (None: every keypoint kept), applied to this gallery
@@ -168,15 +93,14 @@ class KeypointMatcher:
         every photo new to it), which keep their gallery selection
         (:meth:`~whale.keypoints.selection.KeypointSelector.select`). ``select_seconds``: the wall time of
         selection in all; ``select_steps``: of its steps when :meth:`build` fitted the selector (``index`` of
-        every keypoint, ``labels``, ``fit``, ``score``: :attr:`KeypointSelector.seconds`)."""
+        every keypoint, ``labels``, ``fit``, ``score``: :attr:`KeypointSelector.seconds`). ``parts``: the rules
+        (None: :meth:`MatchParts.of` ``cfg``)."""
         self.cfg = cfg
+        self.parts = MatchParts.of(cfg) if parts is None else parts
         gallery = list(gallery)
         if ids is not None and len(ids) != len(gallery):
             raise ValueError(f"ids: {len(ids)} individuals for {len(gallery)} gallery photos")
-        self.individual = None
-        if cfg.search.normaliser == "other_individual":
-            self.individual = (np.arange(len(gallery), dtype=np.int64) if ids is None else
-                               np.unique(np.asarray(ids, dtype=str), return_inverse=True)[1].astype(np.int64))
+        self.individual = self.parts.votes.individuals(ids, len(gallery))
         t0 = time.perf_counter()
         self.selector = selector
         self.gallery = gallery
@@ -190,23 +114,26 @@ class KeypointMatcher:
 
     @classmethod
     def build(cls, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
-              keys: Sequence | None = None, progress: bool = False) -> "KeypointMatcher":
+              keys: Sequence | None = None, progress: bool = False, open_label: str = NEW_WHALE) -> "KeypointMatcher":
         """The matcher of ``gallery`` with the keypoint selection ``cfg.select`` asks for, its selector fitted here
         (:meth:`KeypointSelector.fit <whale.keypoints.selection.KeypointSelector.fit>` on the gallery matched
         against itself with every keypoint; none without ``ids`` or with ``select.keep: 1``) and kept as
         ``selector`` for other galleries and queries. ``keys``: the gallery photos' keys to the selector (None:
-        their indices), by which a later gallery or :meth:`match` gives them again."""
+        their indices), by which a later gallery or :meth:`match` gives them again. ``open_label``: the format's
+        label of a gallery photo whose individual is unknown (:attr:`whale.formats.Format.open_label`): the
+        selector never pairs it."""
         gallery = list(gallery)
+        parts = MatchParts.of(cfg)
         if cfg.select.keep >= 1 or ids is None:
-            return cls(cfg, gallery, ids, progress=progress)
+            return cls(cfg, gallery, ids, progress=progress, parts=parts)
         keys = range(len(gallery)) if keys is None else keys
         t0 = time.perf_counter()
-        full = cls(cfg, gallery, ids, progress=progress)  # every keypoint: the labels come from its matches
+        full = cls(cfg, gallery, ids, progress=progress, parts=parts)  # every keypoint: labels from its matches
         steps = {"index": time.perf_counter() - t0}
-        selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress)
+        selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress, open_label)
         steps.update(selector.seconds)
         if selector.active:
-            matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress)
+            matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, parts=parts)
         else:  # every keypoint stays: the index of every keypoint serves
             matcher, full.selector, full.index_seconds = full, selector, 0.0
         matcher.select_seconds = time.perf_counter() - t0 - matcher.index_seconds
@@ -227,7 +154,7 @@ class KeypointMatcher:
             return self._match(queries, progress, leave_out, on_verified, keys)
 
     def _match(self, queries, progress, leave_out, on_verified, keys) -> MatchResult:
-        k, cfg_v = self.cfg.search.k, self.cfg.verify
+        votes_of, verifier = self.parts.votes, self.parts.verifier
         t0 = time.perf_counter()
         if self.selector is not None and self.selector.active:
             queries = self.selector.select(queries, keys)
@@ -237,7 +164,7 @@ class KeypointMatcher:
         inliers = np.zeros((nq, ng), np.int32)
         votes = np.zeros((nq, ng), np.float32)
         t_search = t_verify = 0.0
-        depth = k + 1 + (self.cfg.search.extra if self.individual is not None else 0)
+        depth = votes_of.depth(self.individual)
         bar = progress_bar(range(0, nq, _QUERY_BLOCK), desc=f"matching {nq} photos",
                            enabled=progress and nq > _QUERY_BLOCK)
         for start in bar:
@@ -259,63 +186,13 @@ class KeypointMatcher:
             for j, q in enumerate(block):
                 i = start + j
                 sl = slice(offsets[j], offsets[j + 1])
-                v, feat, photo, row, weight = lnbnn_votes(dist[sl], rows[sl], self.index.owner, k, ng,
-                                                          self.individual)
+                v, feat, photo, row, weight = votes_of(dist[sl], rows[sl], self.index.owner, ng, self.individual)
                 if leave_out is not None and leave_out[i] >= 0:
                     v[leave_out[i]] = 0  # its other keypoints may still be among a descriptor's neighbours
                 votes[i] = v
                 report = None if on_verified is None else (lambda c, qk, gk, i=i: on_verified(i, c, qk, gk))
-                self._verify(q, v, feat, photo, row, weight, evidence[i], inliers[i], cfg_v, report)
+                verifier.verify(q, self.gallery, self.index.local, v, feat, photo, row, weight, evidence[i],
+                                inliers[i], report)
             t_verify += time.perf_counter() - t1
-        scores = evidence_to_score(evidence, votes, cfg_v)
+        scores = self.parts.score(evidence, votes)
         return MatchResult(scores, inliers, votes, {"select": t_select, "search": t_search, "verify": t_verify})
-
-    def _verify(self, q: Features, v, feat, photo, row, weight, evidence_row, inlier_row, cfg: VerifyConfig,
-                report=None) -> None:
-        if cfg.shortlist == 0 or not len(photo):
-            return
-        n = min(cfg.shortlist, int((v > 0).sum()))
-        if n == 0:
-            return
-        cand = np.argpartition(-v, n - 1)[:n] if n < len(v) else np.arange(len(v))
-        order = np.argsort(photo, kind="stable")
-        sorted_photo = photo[order]
-        for c in cand:
-            lo, hi = np.searchsorted(sorted_photo, [c, c + 1])
-            sel = order[lo:hi]
-            if len(sel) < cfg.min_matches:
-                continue
-            g = self.gallery[c]
-            mask = fit_geometry(q.xy[feat[sel]], g.xy[self.index.local[row[sel]]], cfg)
-            if mask is None:
-                continue
-            evidence_row[c] = weight[sel][mask].sum()
-            inlier_row[c] = int(mask.sum())
-            if report is not None:
-                report(int(c), feat[sel][mask], self.index.local[row[sel]][mask])
-
-
-def pair_matches(fq: Features, fg: Features, cfg: KeypointConfig, ratio: float = 0.85):
-    """The verified correspondences of two photos, for showing a person what the matcher saw.
-
-    Mutual nearest neighbours passing Lowe's ratio test, fitted like a candidate (``cfg.verify``).
-
-    Returns:
-        ``(q_xy [n, 2], g_xy [n, 2])`` float32 inlier positions in the two original photos (n may be 0).
-    """
-    none = (np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32))
-    if len(fq) < 2 or len(fg) < 2:
-        return none
-    a, b = as_float(fq.desc), as_float(fg.desc)
-    d2 = np.maximum((a * a).sum(1)[:, None] - 2 * a @ b.T + (b * b).sum(1)[None], 0)
-    two = np.argpartition(d2, 1, axis=1)[:, :2]
-    pd = np.take_along_axis(d2, two, axis=1)
-    swap = pd[:, 0] > pd[:, 1]
-    best = np.where(swap, two[:, 1], two[:, 0])
-    d_best, d_second = np.minimum(pd[:, 0], pd[:, 1]), np.maximum(pd[:, 0], pd[:, 1])
-    ok = (d_best < ratio * ratio * d_second) & (d2.argmin(axis=0)[best] == np.arange(len(a)))
-    qi = np.flatnonzero(ok)
-    mask = fit_geometry(fq.xy[qi], fg.xy[best[qi]], cfg.verify)
-    if mask is None:
-        return none
-    return fq.xy[qi[mask]], fg.xy[best[qi[mask]]]

@@ -26,7 +26,9 @@ and hands it to the matcher it builds; :meth:`whale.keypoints.matcher.KeypointMa
 
 ``select.keep: 1`` turns it off. A gallery without enough same-individual matches to learn from (fewer than
 :data:`MIN_POSITIVES` positive keypoints, a catalogue of one photo per whale, a gallery without identities)
-keeps every keypoint, and :attr:`KeypointSelector.reason` says why.
+keeps every keypoint, and :attr:`KeypointSelector.reason` says why. A gallery photo labelled with the format's
+open label (``open_label``, :attr:`whale.formats.Format.open_label`; ``new_whale`` by default) or with no label
+names no individual and is never paired.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from whale import NEW_WHALE
 from whale.core.progress import progress_bar, progress_line
 from whale.keypoints.config import SelectConfig
 from whale.keypoints.extract import Features, as_float
@@ -43,8 +46,6 @@ PREDICT_ROWS = 100_000
 """Keypoints scored in one call of the classifier: a call per photo (~1,000 keypoints) costs twice as much."""
 MIN_POSITIVES = 200
 """Positive keypoints (verified same-individual inliers) below which no classifier is fitted."""
-UNKNOWN_IDS = frozenset({"new_whale", ""})
-"""Gallery labels that name no individual: their photos are never paired."""
 
 
 def keypoint_context(f: Features) -> np.ndarray:
@@ -86,17 +87,25 @@ def predict(models, photos: Sequence[Features], progress: bool = False, what: st
     return out
 
 
-def verified_labels(matcher, ids, min_inliers: int, photos=None, progress: bool = False) -> list[np.ndarray]:
+def unknown_labels(open_label: str = NEW_WHALE) -> frozenset:
+    """The gallery labels that name no individual: the format's ``open_label`` and the empty label."""
+    return frozenset({open_label, ""})
+
+
+def verified_labels(matcher, ids, min_inliers: int, photos=None, progress: bool = False,
+                    open_label: str = NEW_WHALE) -> list[np.ndarray]:
     """``[n_i] bool`` per gallery photo of ``matcher`` (:class:`~whale.keypoints.matcher.KeypointMatcher`):
     its keypoints that are inliers of a verified match to another photo of its individual (module docstring),
-    found by matching the gallery photos ``photos`` (indices; None: every photo) against the gallery."""
+    found by matching the gallery photos ``photos`` (indices; None: every photo) against the gallery; photos
+    labelled ``open_label`` or ``""`` are never paired."""
     ids = np.asarray(ids, dtype=str)
+    unknown = unknown_labels(open_label)
     photos = np.arange(len(ids)) if photos is None else np.asarray(photos, dtype=np.int64)
     labels = [np.zeros(len(f), bool) for f in matcher.gallery]
 
     def record(q, c, query_keys, photo_keys):
         i = photos[q]
-        if ids[i] == ids[c] and ids[i] not in UNKNOWN_IDS and len(query_keys) >= min_inliers:
+        if ids[i] == ids[c] and ids[i] not in unknown and len(query_keys) >= min_inliers:
             labels[i][query_keys] = True
             labels[c][photo_keys] = True
 
@@ -104,19 +113,19 @@ def verified_labels(matcher, ids, min_inliers: int, photos=None, progress: bool 
     return labels
 
 
-def paired_photos(ids) -> np.ndarray:
-    """``[n] bool``: the photos whose individual (not :data:`UNKNOWN_IDS`) has another photo among ``ids``."""
+def paired_photos(ids, open_label: str = NEW_WHALE) -> np.ndarray:
+    """``[n] bool``: the photos whose individual (not ``open_label`` nor ``""``) has another photo among ``ids``."""
     ids = np.asarray(ids, dtype=str)
     _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
-    return (counts[inverse] >= 2) & ~np.isin(ids, list(UNKNOWN_IDS))
+    return (counts[inverse] >= 2) & ~np.isin(ids, sorted(unknown_labels(open_label)))
 
 
-def labelled_photos(ids, photos: int, seed: int) -> np.ndarray:
+def labelled_photos(ids, photos: int, seed: int, open_label: str = NEW_WHALE) -> np.ndarray:
     """Sorted indices of the :func:`paired_photos` that give the labels: every one (``photos`` 0 or at least
     their number), else whole individuals in a seeded order until ``photos`` are reached, so that each sampled
     photo's same-whale matches are all among the sample."""
     ids = np.asarray(ids, dtype=str)
-    paired = np.flatnonzero(paired_photos(ids))
+    paired = np.flatnonzero(paired_photos(ids, open_label))
     if photos == 0 or len(paired) <= photos:
         return paired
     names, per_name = np.unique(ids[paired], return_counts=True)
@@ -160,12 +169,13 @@ class KeypointSelector:
 
     @classmethod
     def fit(cls, cfg: SelectConfig, matcher, ids, keys: Sequence | None = None,
-            progress: bool = False) -> "KeypointSelector":
+            progress: bool = False, open_label: str = NEW_WHALE) -> "KeypointSelector":
         """Learn from the gallery of ``matcher`` (a :class:`~whale.keypoints.matcher.KeypointMatcher` with every
         keypoint indexed and no selector) and its photos' individuals ``ids`` which keypoints to keep.
 
         ``keys``: one hashable per gallery photo by which :meth:`select` recognises it when given again (the
-        caller's index of the photo; None: its index in this gallery).
+        caller's index of the photo; None: its index in this gallery). ``open_label``: the format's label of a
+        photo whose individual is unknown (:attr:`whale.formats.Format.open_label`), never paired.
         """
         from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -176,10 +186,10 @@ class KeypointSelector:
             return cls(cfg, gallery, keys, models, scores, reason, seconds, progress)
 
         t0 = time.perf_counter()
-        labelled = labelled_photos(ids, cfg.photos, cfg.seed)
+        labelled = labelled_photos(ids, cfg.photos, cfg.seed, open_label)
         progress_line(f"keypoint selection: labels from the verified same-whale matches of {len(labelled)} photos "
                       f"against the gallery's {len(gallery)}", progress)
-        labels = verified_labels(matcher, ids, cfg.min_inliers, labelled, progress)
+        labels = verified_labels(matcher, ids, cfg.min_inliers, labelled, progress, open_label)
         seconds["labels"] = time.perf_counter() - t0
         positives = int(sum(y.sum() for y in labels))
         if positives < MIN_POSITIVES:

@@ -1,0 +1,99 @@
+"""Geometric verification: a candidate photo's correspondences with the query fitted by one transform (step 2).
+
+The ``shortlist`` gallery photos with the most LNBNN votes (:mod:`whale.keypoints.votes`) are verified: their
+voting correspondences are fitted by a homography, affine or similarity transform (OpenCV USAC MAGSAC++ or
+RANSAC); the LNBNN weight of the inliers is the photo's evidence (:mod:`whale.keypoints.scoring` turns it into
+a score). :class:`GeometricVerifier` is the rule built once from the config
+(:class:`~whale.keypoints.config.VerifyConfig`); the matcher and the display's
+:func:`~whale.keypoints.pairs.pair_matches` fit through the same one.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from whale.keypoints.config import VerifyConfig
+from whale.keypoints.extract import Features
+
+
+def fit_geometry(src: np.ndarray, dst: np.ndarray, cfg: VerifyConfig) -> np.ndarray | None:
+    """``[n] bool`` inliers of the transform of ``cfg.geometry`` from ``src`` to ``dst`` (``[n, 2] float32``
+    pixels), or None when there are too few points or no transform fits."""
+    import cv2
+
+    if len(src) < cfg.min_matches:
+        return None
+    method = cv2.USAC_MAGSAC if cfg.robust == "magsac" else cv2.RANSAC
+    if cfg.geometry == "homography":
+        _, mask = cv2.findHomography(src, dst, method, cfg.reproj_px)
+    elif cfg.geometry == "affine":
+        _, mask = cv2.estimateAffine2D(src, dst, method=method, ransacReprojThreshold=cfg.reproj_px)
+    else:  # OpenCV has no USAC estimator of a similarity: RANSAC whatever ``robust`` says
+        _, mask = cv2.estimateAffinePartial2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=cfg.reproj_px)
+    return None if mask is None else mask.ravel().astype(bool)
+
+
+@contextlib.contextmanager
+def opencv_threads(n: int) -> Iterator[None]:
+    """OpenCV's thread count set to ``n`` inside the block and restored after it (``cv2.setNumThreads`` is
+    process-wide: a call must not leave it changed for the caller)."""
+    import cv2
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(n)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(before)
+
+
+class GeometricVerifier:
+    """Verification of a query's best candidates by ``cfg``'s transform (module docstring).
+
+    Example:
+        >>> verifier = GeometricVerifier(cfg.verify)                          # doctest: +SKIP
+        >>> mask = verifier.fit(src_xy, dst_xy)                               # [n] bool inliers, or None
+    """
+
+    def __init__(self, cfg: VerifyConfig):
+        self.cfg = cfg
+
+    def fit(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
+        """:func:`fit_geometry` under this verifier's settings."""
+        return fit_geometry(src, dst, self.cfg)
+
+    def candidates(self, votes: np.ndarray) -> np.ndarray:
+        """``[c] int`` gallery photos to verify: the ``shortlist`` with the most votes among those with any
+        (``votes`` ``[n_gallery] float32``), in no particular order."""
+        n = min(self.cfg.shortlist, int((votes > 0).sum()))
+        if n == 0:
+            return np.zeros(0, np.int64)
+        return np.argpartition(-votes, n - 1)[:n] if n < len(votes) else np.arange(len(votes))
+
+    def verify(self, q: Features, gallery: Sequence[Features], local: np.ndarray, votes: np.ndarray,
+               feat: np.ndarray, photo: np.ndarray, row: np.ndarray, weight: np.ndarray,
+               evidence_row: np.ndarray, inlier_row: np.ndarray, report: Callable | None = None) -> None:
+        """Verify query ``q``'s :meth:`candidates` among ``gallery`` from its kept votes (``feat``, ``photo``,
+        ``row``, ``weight`` ``[v]``: :func:`~whale.keypoints.votes.lnbnn_votes`; ``local`` ``[N] int64``: each
+        index row's keypoint within its photo), writing each verified candidate's inlier weight into
+        ``evidence_row`` and its inlier count into ``inlier_row`` (``[n_gallery]``). ``report``:
+        ``f(photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate."""
+        if self.cfg.shortlist == 0 or not len(photo):
+            return
+        cand = self.candidates(votes)
+        order = np.argsort(photo, kind="stable")
+        sorted_photo = photo[order]
+        for c in cand:
+            lo, hi = np.searchsorted(sorted_photo, [c, c + 1])
+            sel = order[lo:hi]
+            if len(sel) < self.cfg.min_matches:
+                continue
+            mask = self.fit(q.xy[feat[sel]], gallery[c].xy[local[row[sel]]])
+            if mask is None:
+                continue
+            evidence_row[c] = weight[sel][mask].sum()
+            inlier_row[c] = int(mask.sum())
+            if report is not None:
+                report(int(c), feat[sel][mask], local[row[sel]][mask])
