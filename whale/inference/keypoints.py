@@ -37,6 +37,7 @@ from whale.core.files import write_json_atomic, write_text_atomic
 from whale.inference.scorefile import read_header, score_identity, write_scores
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.matcher import KeypointMatcher
+from whale.keypoints.selectcache import SelectorCache
 from whale.keypoints.store import FeatureStore
 
 MATCHER = "keypoints"
@@ -168,11 +169,19 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     log(f"keypoints: {len(paths)} photos' features in {times['features']:.1f} s "
         f"(store {store.folder}; {np.mean([len(f) for f in feats]) if feats else 0:.0f} per photo)")
 
-    def at(s: ImageSet) -> list[int]:  # each photo's place in ``feats``: its key to the selector
+    def at(s: ImageSet) -> list[int]:  # each photo's place in ``feats``
         return [where[(str(p), b)] for p, b in zip(s.paths, s.boxes)]
 
     def of(s: ImageSet):
         return [feats[i] for i in at(s)]
+
+    store_keys = store.keys
+
+    def keys(s: ImageSet) -> list[str]:  # each photo's store key (its content): its key to the selector
+        return [store_keys[i] for i in at(s)]
+
+    def cache(s: ImageSet) -> SelectorCache:  # where the selector fitted on gallery ``s`` is kept
+        return SelectorCache(store.folder, cfg, keys(s), s.ids, comp.open_label)
 
     written = {}
     target = out if single else out / "test.npz"
@@ -186,8 +195,10 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
             return write_scores(out / "val.npz", scores, data.val.names, data.gallery.names, data.gallery.ids,
                                 query_ids=data.val.ids, identity=identity(cfg, "val", fold, seed), trained_on=[])
 
-        written["val"], selector = _score(of(data.gallery), data.gallery.ids, at(data.gallery), of(data.val), cfg,
-                                          progress, times, "val", log, write_val, open_label=comp.open_label)
+        fitted_on = cache(data.gallery)
+        written["val"], selector = _score(of(data.gallery), data.gallery.ids, keys(data.gallery), of(data.val),
+                                          keys(data.val), cfg, progress, times, "val", log, write_val,
+                                          open_label=comp.open_label, cache=fitted_on)
     if comp.test_images:
         def write_test(scores):
             if not single:
@@ -195,8 +206,9 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
             return write_scores(target, scores, test.names, known.names, known.ids,
                                 identity=identity(cfg, "test", fold, seed))
 
-        written["test"], _ = _score(of(known), known.ids, at(known), of(test), cfg, progress, times, "test", log,
-                                    write_test, selector=selector, open_label=comp.open_label)
+        written["test"], _ = _score(of(known), known.ids, keys(known), of(test), keys(test), cfg, progress, times,
+                                    "test", log, write_test, selector=selector, open_label=comp.open_label,
+                                    cache=fitted_on if data is not None else cache(known))
     if not single:
         import yaml
 
@@ -209,16 +221,29 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     return written
 
 
-def _score(gallery, ids, keys, queries, cfg, progress, times, split, log, write, selector=None, open_label=NEW_WHALE):
-    """Match ``queries`` against ``gallery`` (its photos' ``keys``: their places among every photo's features),
-    record the times under ``split``, ``write`` the scores: returns ``(written path, the matcher's selector)``;
-    ``selector``: one already fitted (on the fold's gallery, under the same keys), else one is fitted here, never
-    pairing a gallery photo labelled ``open_label`` (the format's)."""
+def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split, log, write, selector=None,
+           open_label=NEW_WHALE, cache: SelectorCache | None = None):
+    """Match ``queries`` against ``gallery`` (``keys``, ``query_keys``: the photos' store keys), record the times
+    under ``split``, ``write`` the scores: returns ``(written path, the matcher's selector)``; ``selector``: one
+    already fitted (on the fold's gallery), else the one ``cache`` keeps (:mod:`whale.keypoints.selectcache`),
+    else one is fitted here, never pairing a gallery photo labelled ``open_label`` (the format's); ``cache``
+    keeps it afterwards with every photo it scored."""
+    given = selector is not None
+    read_back = False
+    if not given and cache is not None and cfg.select.keep < 1:
+        selector = cache.load(gallery, progress)
+        read_back = selector is not None
     if selector is None:
         matcher = KeypointMatcher.build(cfg, gallery, ids, keys=keys, progress=progress, open_label=open_label)
+        if matcher.selector is not None and cache is not None:
+            matcher.selector.memo = {}
     else:
         matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress)
-    result = matcher.match(queries, progress=progress)
+    result = matcher.match(queries, progress=progress, keys=query_keys)
+    if cache is not None and matcher.selector is not None and matcher.selector.active:
+        cache.save(matcher.selector)
+    if read_back:
+        log(f"keypoints {split}: the keypoint selector of this gallery read back from {cache.path} (nothing fitted)")
     times[f"{split}_select"] = matcher.select_seconds + result.seconds["select"]
     steps = {**matcher.select_steps, "queries": result.seconds["select"]} if matcher.select_steps else {}
     times.update({f"{split}_select_{step}": s for step, s in steps.items()})  # where selection's time goes
@@ -227,8 +252,8 @@ def _score(gallery, ids, keys, queries, cfg, progress, times, split, log, write,
     times[f"{split}_verify"] = result.seconds["verify"]
     fitted = matcher.selector
     if fitted is not None:
-        how = ("the validation fold's classifier" if selector is not None else
-               "a classifier of the gallery's same-whale matches")
+        how = ("the validation fold's classifier" if given else
+               "a classifier of the gallery's same-whale matches" + (", read back" if read_back else ""))
         took = ", ".join([f"{times[f'{split}_select']:.1f} s"] + [f"{k} {v:.1f} s" for k, v in steps.items()])
         log(f"keypoints {split}: " + (fitted.reason or f"each photo keeps {cfg.select.keep:.0%} of its keypoints, "
                                       f"chosen by {how} ({took})"))

@@ -176,6 +176,16 @@ class KeypointConfig:
         payload = json.dumps({"v": FEATURE_VERSION, **features}, sort_keys=True)
         return hashlib.sha1(payload.encode()).hexdigest()[:12]
 
+    def selection_hash(self) -> str:
+        """12 hex digits naming what a fitted keypoint selector depends on besides its gallery: the features,
+        the search, the verification that labels its keypoints (not the score rule's ``vote_weight``, ``scale``
+        nor ``new_threshold``) and ``select`` (:mod:`whale.keypoints.selectcache`)."""
+        verify = {k: v for k, v in dataclasses.asdict(self.verify).items()
+                  if k not in ("vote_weight", "scale", "new_threshold")}
+        payload = json.dumps({"features": self.fingerprint(), "search": dataclasses.asdict(self.search),
+                              "verify": verify, "select": dataclasses.asdict(self.select)}, sort_keys=True)
+        return hashlib.sha1(payload.encode()).hexdigest()[:12]
+
     def config_hash(self) -> str:
         """12 hex digits naming every setting (the score files' ``config_hash``)."""
         return hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]

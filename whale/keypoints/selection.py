@@ -166,6 +166,24 @@ class KeypointSelector:
         if len(keys) != len(self._gallery):
             raise ValueError(f"keys: {len(keys)} keys for {len(self._gallery)} gallery photos")
         self._member = {key: i for i, key in enumerate(keys)}
+        self.memo: dict | None = None
+        """Scores of photos new to the gallery by their key, kept when set to a dict (keys that name a photo's
+        content, as :class:`~whale.keypoints.selectcache.SelectorCache` gives: a photo is scored once)."""
+
+    def state(self) -> dict:
+        """What :meth:`from_state` needs besides the gallery: models, the gallery's scores, reason, seconds and
+        the :attr:`memo`."""
+        return {"models": self.models, "gallery_scores": self._gallery_scores, "reason": self.reason,
+                "seconds": self.seconds, "memo": self.memo}
+
+    @classmethod
+    def from_state(cls, cfg: SelectConfig, gallery: Sequence[Features], keys: Sequence | None, state: dict,
+                   progress: bool = False) -> "KeypointSelector":
+        """The selector :meth:`state` described, of the same ``gallery`` under the same ``keys``."""
+        selector = cls(cfg, gallery, keys, state["models"], state["gallery_scores"], state["reason"],
+                       state["seconds"], progress)
+        selector.memo = state.get("memo")
+        return selector
 
     @classmethod
     def fit(cls, cfg: SelectConfig, matcher, ids, keys: Sequence | None = None,
@@ -256,6 +274,12 @@ class KeypointSelector:
         if len(keys) != len(photos):
             raise ValueError(f"keys: {len(keys)} keys for {len(photos)} photos")
         member = [self._member.get(key) for key in keys]
-        new = [f for f, m in zip(photos, member) if m is None]
-        scores = iter(predict(self.models, new, self.progress, f"{len(new)} new photos"))
-        return [self.keep(f, next(scores) if m is None else self._gallery_scores[m]) for f, m in zip(photos, member)]
+        memo = {} if self.memo is None else self.memo
+        new = [i for i, m in enumerate(member) if m is None and (keys[i] is None or keys[i] not in memo)]
+        predicted = dict(zip(new, predict(self.models, [photos[i] for i in new], self.progress,
+                                          f"{len(new)} new photos")))
+        if self.memo is not None:
+            self.memo.update((keys[i], p) for i, p in predicted.items() if keys[i] is not None)
+        return [self.keep(f, self._gallery_scores[m] if m is not None else
+                          predicted[i] if i in predicted else memo[keys[i]])
+                for i, (f, m) in enumerate(zip(photos, member))]

@@ -100,6 +100,9 @@ class FeatureStore:
         self.root = Path(root) if root is not None else default_root()
         self.folder = self.root / cfg.fingerprint()
         self.redone = 0
+        self.keys: list[str] = []
+        """The store keys of the photos of the last :meth:`features` call, in order (a photo's sha256, with its
+        box): what names a photo's content to :class:`~whale.keypoints.selectcache.SelectorCache`."""
 
     def path(self, digest: str) -> Path:
         return self.folder / digest[:2] / f"{digest}.npz"
@@ -145,6 +148,7 @@ class FeatureStore:
         boxes = list(boxes) if boxes is not None else [None] * len(paths)
         digests = [d if b is None else f"{d}-{'_'.join(str(round(float(v), 1)) for v in b)}"
                    for d, b in zip(digests, boxes)]
+        self.keys = list(digests)
         redone = self.redone
         reading = progress_bar(digests, desc="reading stored keypoint features", enabled=progress and len(paths) > 200)
         out: list[Features | None] = [self._read(d) for d in reading]
