@@ -188,7 +188,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     folder = _Folder(out, log)
     writes = {name for name, yes in (("val.npz", data is not None), ("test.npz", bool(comp.test_images))) if yes}
     writes |= {"run.json", "keypoints.yaml"}
-    selector = None  # the validation fold's, reused by the test
+    selector = check = None  # the validation fold's, reused by the test
     if data is not None:
         def write_val(scores):
             folder.clear(writes)
@@ -196,9 +196,10 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
                                 query_ids=data.val.ids, identity=identity(cfg, "val", fold, seed), trained_on=[])
 
         fitted_on = cache(data.gallery)
-        written["val"], selector = _score(of(data.gallery), data.gallery.ids, keys(data.gallery), of(data.val),
+        written["val"], fitted = _score(of(data.gallery), data.gallery.ids, keys(data.gallery), of(data.val),
                                           keys(data.val), cfg, progress, times, "val", log, write_val,
                                           open_label=comp.open_label, cache=fitted_on)
+        selector, check = fitted.selector, fitted.check
     if comp.test_images:
         def write_test(scores):
             if not single:
@@ -207,7 +208,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
                                 identity=identity(cfg, "test", fold, seed))
 
         written["test"], _ = _score(of(known), known.ids, keys(known), of(test), keys(test), cfg, progress, times,
-                                    "test", log, write_test, selector=selector, open_label=comp.open_label,
+                                    "test", log, write_test, selector=selector, check=check, open_label=comp.open_label,
                                     cache=fitted_on if data is not None else cache(known))
     if not single:
         import yaml
@@ -222,12 +223,12 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
 
 
 def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split, log, write, selector=None,
-           open_label=NEW_WHALE, cache: SelectorCache | None = None):
+           check=None, open_label=NEW_WHALE, cache: SelectorCache | None = None):
     """Match ``queries`` against ``gallery`` (``keys``, ``query_keys``: the photos' store keys), record the times
-    under ``split``, ``write`` the scores: returns ``(written path, the matcher's selector)``; ``selector``: one
-    already fitted (on the fold's gallery), else the one ``cache`` keeps (:mod:`whale.keypoints.selectcache`),
-    else one is fitted here, never pairing a gallery photo labelled ``open_label`` (the format's); ``cache``
-    keeps it afterwards with every photo it scored."""
+    under ``split``, ``write`` the scores: returns ``(written path, the matcher)``; ``selector``, ``check``: ones
+    already fitted (on the fold's gallery), else the selector ``cache`` keeps (:mod:`whale.keypoints.selectcache`),
+    else one is fitted here, as the check ``cfg.check`` asks for, never pairing a gallery photo labelled
+    ``open_label`` (the format's); ``cache`` keeps the selector afterwards with every photo it scored."""
     given = selector is not None
     read_back = False
     if not given and cache is not None and cfg.select.keep < 1:
@@ -238,7 +239,9 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
         if matcher.selector is not None and cache is not None:
             matcher.selector.memo = {}
     else:
-        matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress)
+        matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, check=check)
+        if check is None:
+            matcher.fit_check(ids, open_label, progress)
     result = matcher.match(queries, progress=progress, keys=query_keys)
     if cache is not None and matcher.selector is not None and matcher.selector.active:
         cache.save(matcher.selector)
@@ -251,6 +254,11 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
     times[f"{split}_search"] = result.seconds["search"]
     times[f"{split}_verify"] = result.seconds["verify"]
     fitted = matcher.selector
+    if matcher.check is not None:
+        times.update({f"{split}_check_{step}": s for step, s in matcher.check.seconds.items()})
+        log(f"keypoints {split}: " + (matcher.check.reason or "verified matches scored by a check fitted on "
+                                      "{:,} same-individual and {:,} other verified pairs of the gallery".format(
+                                          *matcher.check.pairs) + (" (the validation fold's)" if check is not None else "")))
     if fitted is not None:
         how = ("the validation fold's classifier" if given else
                "a classifier of the gallery's same-whale matches" + (", read back" if read_back else ""))
@@ -260,4 +268,4 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
     log(f"keypoints {split}: {len(queries)} queries x {len(gallery)} gallery photos "
         f"({len(matcher.index)} descriptors, {matcher.index.kind} index {matcher.index_seconds:.1f} s, "
         f"search {result.seconds['search']:.1f} s, verification {result.seconds['verify']:.1f} s)")
-    return write(result.scores), fitted
+    return write(result.scores), matcher

@@ -1,8 +1,9 @@
 """The keypoint matcher's settings: YAML (``configs/keypoints.yaml``) -> one frozen dataclass.
 
-Four groups, each a plain value: how a photo becomes local features (``features``), which of them each photo
+Five groups, each a plain value: how a photo becomes local features (``features``), which of them each photo
 keeps (``select``), how the gallery's descriptors are searched and voted on (``search``), how the best
-candidates are checked geometrically and turned into scores (``verify``). :meth:`KeypointConfig.fingerprint` names the feature settings only, so
+candidates are checked geometrically and turned into scores (``verify``), and the learned check of each verified
+match that may score it instead (``check``). :meth:`KeypointConfig.fingerprint` names the feature settings only, so
 descriptors stored by one config serve every config that extracts the same way
 (:class:`whale.keypoints.store.FeatureStore`).
 
@@ -142,9 +143,30 @@ class SelectConfig:
     seed: int = setting(0, "number", kind=int, lo=0)
 
 
+CHECK_MODELS = ("none", "gbm")
+"""The learned check of verified matches: none (today's evidence score) or gradient-boosted trees."""
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    """A learned check of each verified match (:mod:`whale.keypoints.check`): a classifier of what verification
+    saw (:mod:`whale.keypoints.pairstats`), fitted on the gallery matched against itself (same individual or
+    not), whose probability becomes the verified candidate's score.
+
+    ``model``: ``none`` (the evidence score of ``verify``) or ``gbm`` (scikit-learn's gradient-boosted trees);
+    ``rounds``: its boosting iterations; ``seed``: its seed. Settings at their defaults leave the config hash as
+    it was before the group existed (:meth:`KeypointConfig.config_hash`).
+    """
+
+    model: str = setting("none", "choice", options=CHECK_MODELS)
+    rounds: int = setting(200, "number", kind=int, lo=1, hi=5000)
+    seed: int = setting(0, "number", kind=int, lo=0)
+
+
 _LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}
 """The ``later`` feature settings (:func:`setting`) and their defaults: ``{"min_side": 0, "descriptor": "rootsift"}``."""
-_GROUPS = {"features": FeatureConfig, "search": SearchConfig, "verify": VerifyConfig, "select": SelectConfig}
+_GROUPS = {"features": FeatureConfig, "search": SearchConfig, "verify": VerifyConfig, "select": SelectConfig,
+           "check": CheckConfig}
 """The config's groups in the order of :class:`KeypointConfig`'s fields (and of checking)."""
 
 
@@ -156,6 +178,7 @@ class KeypointConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
+    check: CheckConfig = field(default_factory=CheckConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -187,8 +210,12 @@ class KeypointConfig:
         return hashlib.sha1(payload.encode()).hexdigest()[:12]
 
     def config_hash(self) -> str:
-        """12 hex digits naming every setting (the score files' ``config_hash``)."""
-        return hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        """12 hex digits naming every setting (the score files' ``config_hash``); the ``check`` group only when
+        away from its defaults, so the hash of a config without a check is the one it had before the group."""
+        settings = self.to_dict()
+        if self.check == CheckConfig():
+            del settings["check"]
+        return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _section(check: Checker, raw: dict, name: str, cls) -> dict:

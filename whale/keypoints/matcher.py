@@ -29,9 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from whale import NEW_WHALE
+from whale.keypoints.check import MatchCheck
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.extract import Features, as_float
 from whale.keypoints.index import DescriptorIndex
+from whale.keypoints.pairstats import NAMES, share_of_best
 from whale.keypoints.scoring import EvidenceScore
 from whale.keypoints.selection import KeypointSelector
 from whale.keypoints.verify import GeometricVerifier, opencv_threads
@@ -39,6 +41,19 @@ from whale.keypoints.votes import LnbnnVotes
 from whale.core.progress import progress_bar
 
 _QUERY_BLOCK = 64  # query photos searched per FAISS call: large enough for its threads, small for memory
+
+
+@dataclass
+class VerifiedPairs:
+    """Every verified (query, gallery photo) candidate of a match and what verification saw of it.
+
+    Attributes:
+        index: ``[m, 2] int64`` (query, gallery photo). rows: ``[m, len(pairstats.NAMES)] float32``
+            (:func:`whale.keypoints.pairstats.pair_row`, ``evidence_share`` filled in).
+    """
+
+    index: np.ndarray
+    rows: np.ndarray
 
 
 @dataclass
@@ -50,12 +65,14 @@ class MatchResult:
         inliers: ``[n_q, n_g] int32`` verified correspondences (0 where not verified).
         votes: ``[n_q, n_g] float32`` LNBNN vote per gallery photo.
         seconds: ``{"select", "search", "verify"}`` wall time (``select``: the queries' keypoints chosen).
+        pairs: the verified candidates described (:class:`VerifiedPairs`), when asked for or a check scored them.
     """
 
     scores: np.ndarray
     inliers: np.ndarray
     votes: np.ndarray
     seconds: dict
+    pairs: VerifiedPairs | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,7 @@ class KeypointMatcher:
 
     def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
                  selector: KeypointSelector | None = None, keys: Sequence | None = None, progress: bool = False,
-                 parts: MatchParts | None = None):
+                 parts: MatchParts | None = None, check: MatchCheck | None = None):
         """``ids``: the gallery photos' individuals, for ``search.normaliser: other_individual`` (None: each
         photo counts as an individual of its own). ``selector``: a fitted
         :class:`~whale.keypoints.selection.KeypointSelector` (None: every keypoint kept), applied to this gallery
@@ -94,9 +111,11 @@ class KeypointMatcher:
         (:meth:`~whale.keypoints.selection.KeypointSelector.select`). ``select_seconds``: the wall time of
         selection in all; ``select_steps``: of its steps when :meth:`build` fitted the selector (``index`` of
         every keypoint, ``labels``, ``fit``, ``score``: :attr:`KeypointSelector.seconds`). ``parts``: the rules
-        (None: :meth:`MatchParts.of` ``cfg``)."""
+        (None: :meth:`MatchParts.of` ``cfg``). ``check``: a fitted :class:`~whale.keypoints.check.MatchCheck`
+        that scores the verified candidates (None: the evidence score)."""
         self.cfg = cfg
         self.parts = MatchParts.of(cfg) if parts is None else parts
+        self.check = check
         gallery = list(gallery)
         if ids is not None and len(ids) != len(gallery):
             raise ValueError(f"ids: {len(ids)} individuals for {len(gallery)} gallery photos")
@@ -125,7 +144,7 @@ class KeypointMatcher:
         gallery = list(gallery)
         parts = MatchParts.of(cfg)
         if cfg.select.keep >= 1 or ids is None:
-            return cls(cfg, gallery, ids, progress=progress, parts=parts)
+            return cls(cfg, gallery, ids, progress=progress, parts=parts).fit_check(ids, open_label, progress)
         keys = range(len(gallery)) if keys is None else keys
         t0 = time.perf_counter()
         full = cls(cfg, gallery, ids, progress=progress, parts=parts)  # every keypoint: labels from its matches
@@ -138,25 +157,36 @@ class KeypointMatcher:
             matcher, full.selector, full.index_seconds = full, selector, 0.0
         matcher.select_seconds = time.perf_counter() - t0 - matcher.index_seconds
         matcher.select_steps = steps
-        return matcher
+        return matcher.fit_check(ids, open_label, progress)
+
+    def fit_check(self, ids, open_label: str = NEW_WHALE, progress: bool = False) -> "KeypointMatcher":
+        """This matcher with the check ``cfg.check`` asks for (:class:`~whale.keypoints.check.MatchCheck`) fitted
+        on its gallery and kept as :attr:`check` (none without ``ids`` or with ``check.model: none``)."""
+        if self.cfg.check.model != "none" and ids is not None:
+            self.check = MatchCheck.fit(self.cfg.check, self, ids, open_label, progress)
+        return self
 
     def match(self, queries: Sequence[Features], progress: bool = True, leave_out=None,
-              on_verified=None, keys: Sequence | None = None) -> MatchResult:
+              on_verified=None, keys: Sequence | None = None, selected: bool = False,
+              describe: bool = False) -> MatchResult:
         """Scores of every query photo against every gallery photo (module docstring).
 
         ``leave_out``: ``[n_q] int``, the gallery photo each query must not find (the query itself when the
         gallery is matched against itself; -1: none): its descriptors are skipped as neighbours. ``on_verified``:
         ``f(query, photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate.
         ``keys``: the queries' keys to the selector (None: every query new to it; a photo of the gallery the
-        selector learned from, given with its key, keeps its gallery selection).
+        selector learned from, given with its key, keeps its gallery selection). ``selected``: the queries' keypoints
+        are already chosen (this gallery's own photos): none is dropped. ``describe``: also return every verified
+        candidate's :class:`VerifiedPairs` (always done when a :attr:`check` scores them).
         """
+        describe = describe or (self.check is not None and self.check.active)
         with opencv_threads(1):  # one robust fit is small: threads cost more than they give
-            return self._match(queries, progress, leave_out, on_verified, keys)
+            return self._match(queries, progress, leave_out, on_verified, keys, selected, describe)
 
-    def _match(self, queries, progress, leave_out, on_verified, keys) -> MatchResult:
+    def _match(self, queries, progress, leave_out, on_verified, keys, selected, describe) -> MatchResult:
         votes_of, verifier = self.parts.votes, self.parts.verifier
         t0 = time.perf_counter()
-        if self.selector is not None and self.selector.active:
+        if self.selector is not None and self.selector.active and not selected:
             queries = self.selector.select(queries, keys)
         t_select = time.perf_counter() - t0
         nq, ng = len(queries), len(self.gallery)
@@ -164,6 +194,7 @@ class KeypointMatcher:
         inliers = np.zeros((nq, ng), np.int32)
         votes = np.zeros((nq, ng), np.float32)
         t_search = t_verify = 0.0
+        described: list[tuple[int, int, np.ndarray]] = []
         depth = votes_of.depth(self.individual)
         bar = progress_bar(range(0, nq, _QUERY_BLOCK), desc=f"matching {nq} photos",
                            enabled=progress and nq > _QUERY_BLOCK)
@@ -191,8 +222,18 @@ class KeypointMatcher:
                     v[leave_out[i]] = 0  # its other keypoints may still be among a descriptor's neighbours
                 votes[i] = v
                 report = None if on_verified is None else (lambda c, qk, gk, i=i: on_verified(i, c, qk, gk))
+                seen: list | None = [] if describe else None
                 verifier.verify(q, self.gallery, self.index.local, v, feat, photo, row, weight, evidence[i],
-                                inliers[i], report)
+                                inliers[i], report, seen)
+                if seen:
+                    table = share_of_best(np.stack([r for _, r in seen]))
+                    described.extend((i, c, r) for (c, _), r in zip(seen, table))
             t_verify += time.perf_counter() - t1
         scores = self.parts.score(evidence, votes)
-        return MatchResult(scores, inliers, votes, {"select": t_select, "search": t_search, "verify": t_verify})
+        pairs = None
+        if describe:
+            pairs = VerifiedPairs(np.array([(i, c) for i, c, _ in described], np.int64).reshape(-1, 2),
+                                  np.array([r for _, _, r in described], np.float32).reshape(-1, len(NAMES)))
+            if self.check is not None and self.check.active:
+                scores = self.check.scores(scores, pairs)
+        return MatchResult(scores, inliers, votes, {"select": t_select, "search": t_search, "verify": t_verify}, pairs)

@@ -18,21 +18,29 @@ from whale.keypoints.config import VerifyConfig
 from whale.keypoints.extract import Features
 
 
-def fit_geometry(src: np.ndarray, dst: np.ndarray, cfg: VerifyConfig) -> np.ndarray | None:
-    """``[n] bool`` inliers of the transform of ``cfg.geometry`` from ``src`` to ``dst`` (``[n, 2] float32``
-    pixels), or None when there are too few points or no transform fits."""
+def fit_model(src: np.ndarray, dst: np.ndarray, cfg: VerifyConfig, geometry: str | None = None):
+    """``(model, inliers)``: the transform of ``geometry`` (None: ``cfg.geometry``) from ``src`` to ``dst``
+    (``[n, 2] float32`` pixels; ``3x3`` or ``2x3``) and its ``[n] bool`` inliers, or ``(None, None)`` when there
+    are too few points or no transform fits."""
     import cv2
 
     if len(src) < cfg.min_matches:
-        return None
+        return None, None
+    geometry = cfg.geometry if geometry is None else geometry
     method = cv2.USAC_MAGSAC if cfg.robust == "magsac" else cv2.RANSAC
-    if cfg.geometry == "homography":
-        _, mask = cv2.findHomography(src, dst, method, cfg.reproj_px)
-    elif cfg.geometry == "affine":
-        _, mask = cv2.estimateAffine2D(src, dst, method=method, ransacReprojThreshold=cfg.reproj_px)
+    if geometry == "homography":
+        model, mask = cv2.findHomography(src, dst, method, cfg.reproj_px)
+    elif geometry == "affine":
+        model, mask = cv2.estimateAffine2D(src, dst, method=method, ransacReprojThreshold=cfg.reproj_px)
     else:  # OpenCV has no USAC estimator of a similarity: RANSAC whatever ``robust`` says
-        _, mask = cv2.estimateAffinePartial2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=cfg.reproj_px)
-    return None if mask is None else mask.ravel().astype(bool)
+        model, mask = cv2.estimateAffinePartial2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=cfg.reproj_px)
+    return (None, None) if mask is None else (model, mask.ravel().astype(bool))
+
+
+def fit_geometry(src: np.ndarray, dst: np.ndarray, cfg: VerifyConfig) -> np.ndarray | None:
+    """``[n] bool`` inliers of the transform of ``cfg.geometry`` from ``src`` to ``dst`` (``[n, 2] float32``
+    pixels), or None when there are too few points or no transform fits."""
+    return fit_model(src, dst, cfg)[1]
 
 
 @contextlib.contextmanager
@@ -64,6 +72,17 @@ class GeometricVerifier:
         """:func:`fit_geometry` under this verifier's settings."""
         return fit_geometry(src, dst, self.cfg)
 
+    def describe(self, q: Features, g: Features, src: np.ndarray, dst: np.ndarray, mask: np.ndarray,
+                 weight: np.ndarray, votes: float, model: np.ndarray | None) -> np.ndarray:
+        """The :func:`~whale.keypoints.pairstats.pair_row` of one verified candidate, with a similarity transform
+        fitted again to its inliers as the second robust fit."""
+        from whale.keypoints.pairstats import pair_row
+
+        inliers = int(mask.sum())
+        _, again = fit_model(src[mask], dst[mask], self.cfg, geometry="similarity")
+        agreement = 0.0 if again is None else float(again.sum()) / max(inliers, 1)
+        return pair_row(q, g, src, dst, mask, weight, votes, model, agreement)
+
     def candidates(self, votes: np.ndarray) -> np.ndarray:
         """``[c] int`` gallery photos to verify: the ``shortlist`` with the most votes among those with any
         (``votes`` ``[n_gallery] float32``), in no particular order."""
@@ -74,12 +93,15 @@ class GeometricVerifier:
 
     def verify(self, q: Features, gallery: Sequence[Features], local: np.ndarray, votes: np.ndarray,
                feat: np.ndarray, photo: np.ndarray, row: np.ndarray, weight: np.ndarray,
-               evidence_row: np.ndarray, inlier_row: np.ndarray, report: Callable | None = None) -> None:
+               evidence_row: np.ndarray, inlier_row: np.ndarray, report: Callable | None = None,
+               rows: list | None = None) -> None:
         """Verify query ``q``'s :meth:`candidates` among ``gallery`` from its kept votes (``feat``, ``photo``,
         ``row``, ``weight`` ``[v]``: :func:`~whale.keypoints.votes.lnbnn_votes`; ``local`` ``[N] int64``: each
         index row's keypoint within its photo), writing each verified candidate's inlier weight into
         ``evidence_row`` and its inlier count into ``inlier_row`` (``[n_gallery]``). ``report``:
-        ``f(photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate."""
+        ``f(photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate. ``rows``: a
+        list given to receive ``(photo, row)`` of every verified candidate (:func:`whale.keypoints.pairstats.pair_row`;
+        its ``evidence_share`` still 1)."""
         if self.cfg.shortlist == 0 or not len(photo):
             return
         cand = self.candidates(votes)
@@ -90,10 +112,13 @@ class GeometricVerifier:
             sel = order[lo:hi]
             if len(sel) < self.cfg.min_matches:
                 continue
-            mask = self.fit(q.xy[feat[sel]], gallery[c].xy[local[row[sel]]])
+            src, dst = q.xy[feat[sel]], gallery[c].xy[local[row[sel]]]
+            model, mask = fit_model(src, dst, self.cfg)
             if mask is None:
                 continue
             evidence_row[c] = weight[sel][mask].sum()
             inlier_row[c] = int(mask.sum())
+            if rows is not None:
+                rows.append((int(c), self.describe(q, gallery[c], src, dst, mask, weight[sel], float(votes[c]), model)))
             if report is not None:
                 report(int(c), feat[sel][mask], local[row[sel]][mask])

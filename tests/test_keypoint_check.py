@@ -1,0 +1,131 @@
+"""The matcher's learned check of verified matches (``check.model: gbm``, issue 56) and the fitted keypoint selector
+kept beside the features (a second score run of one gallery fits none)."""
+import pickle
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cv2")
+
+from whale.keypoints.check import UNVERIFIED, MatchCheck  # noqa: E402
+from whale.keypoints.config import CheckConfig, KeypointConfig, load_keypoint_config  # noqa: E402
+from whale.keypoints.extract import Features  # noqa: E402
+from whale.keypoints.matcher import VerifiedPairs  # noqa: E402
+from whale.keypoints.pairstats import NAMES, pair_row, share_of_best, transform_shape  # noqa: E402
+from whale.keypoints.selectcache import SelectorCache  # noqa: E402
+from whale.keypoints.selection import KeypointSelector  # noqa: E402
+
+
+def photo(n=40, size=(200, 300), seed=0) -> Features:
+    rng = np.random.default_rng(seed)
+    xy = (rng.random((n, 2)) * [size[1], size[0]]).astype(np.float32)
+    return Features(xy, np.ones((n, 2), np.float32), rng.integers(0, 255, (n, 128), dtype=np.uint8), size)
+
+
+def test_the_transforms_shape_reads_scale_shear_rotation_and_perspective():
+    q, g = photo(size=(100, 200)), photo(size=(200, 400))
+    assert np.allclose(transform_shape(np.diag([2.0, 2.0, 1.0]), q, g), 0, atol=1e-9)  # twice the photo, twice the scale
+    c, s = np.cos(0.3), np.sin(0.3)
+    rotated = transform_shape(np.array([[c, -s, 0], [s, c, 0], [0, 0, 1.0]]), q, q)
+    assert rotated[2] == pytest.approx(0.3) and rotated[0] == pytest.approx(0, abs=1e-9)
+    squeezed = transform_shape(np.array([[2.0, 0, 0], [0, 1.0, 0], [0, 0, 1]]), q, q)
+    assert squeezed[1] == pytest.approx(np.log(2)) and squeezed[0] == pytest.approx(0.5 * np.log(2))
+    assert transform_shape(np.array([[1.0, 0, 0], [0, 1, 0], [1e-3, 0, 1]]), q, q)[3] > 0
+    assert (transform_shape(None, q, g) == 0).all() and (transform_shape(np.zeros((3, 3)), q, g) == 0).all()
+
+
+def test_a_row_describes_the_inliers_and_the_share_of_the_best_evidence():
+    q, g = photo(seed=1), photo(seed=2)
+    src, dst = q.xy[:10], g.xy[:10]
+    mask = np.arange(10) < 6
+    row = pair_row(q, g, src, dst, mask, np.full(10, 0.5, np.float32), 4.0, np.eye(3), 0.5)
+    assert row.shape == (len(NAMES),) and row.dtype == np.float32
+    named = dict(zip(NAMES, row))
+    assert named["inliers"] == 6 and named["inlier_ratio"] == pytest.approx(0.6)
+    assert named["log_evidence"] == pytest.approx(np.log1p(3.0)) and named["similarity_agreement"] == 0.5
+    other = row.copy()
+    other[NAMES.index("log_evidence")] = np.log1p(1.5)
+    shares = share_of_best(np.stack([row, other]))[:, NAMES.index("evidence_share")]
+    assert shares == pytest.approx([1.0, 0.5])
+
+
+def test_the_check_scores_verified_candidates_by_probability_and_the_rest_below_them():
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(200, len(NAMES))).astype(np.float32)
+    y = rows[:, 0] > 0
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    check = MatchCheck(CheckConfig(model="gbm"), HistGradientBoostingClassifier(max_iter=20).fit(rows, y))
+    base = np.full((2, 3), 0.9, np.float32)
+    pairs = VerifiedPairs(np.array([[0, 1], [1, 2]]), np.stack([rows[y][0], rows[~y][0]]))
+    out = check.scores(base, pairs)
+    assert out[0, 1] > out[1, 2] >= UNVERIFIED  # a verified candidate is never below an unverified one
+    assert out[0, 0] == pytest.approx(0.9 * UNVERIFIED) and (out < 1).all()
+    assert not MatchCheck(CheckConfig(model="gbm"), reason="few").active
+
+
+def test_a_config_without_a_check_keeps_its_hash_and_a_check_changes_it():
+    plain = KeypointConfig()
+    assert plain.config_hash() == "49199ccb9f04"  # the pinned hash of the defaults (tests/test_keypoints.py)
+    checked = load_keypoint_config(None, {"check.model": "gbm"})
+    assert checked.check.model == "gbm" and checked.config_hash() != plain.config_hash()
+    assert checked.selection_hash() == plain.selection_hash()  # the selector does not depend on the check
+    assert load_keypoint_config(None, {"verify.scale": "2"}).selection_hash() == plain.selection_hash()
+    assert load_keypoint_config(None, {"select.keep": "0.5"}).selection_hash() != plain.selection_hash()
+
+
+class Proba:
+    """A picklable stand-in for a classifier: each keypoint's score is its first descriptor byte."""
+
+    calls = 0
+
+    def predict_proba(self, x):
+        Proba.calls += 1
+        p = x[:, 0] / x[:, 0].max() if len(x) and x[:, 0].max() > 0 else np.zeros(len(x))
+        return np.stack([1 - p, p], axis=1)
+
+
+def test_a_selector_kept_beside_the_features_is_read_back_with_every_photo_it_scored(tmp_path):
+    cfg = KeypointConfig()
+    gallery = [photo(seed=i) for i in range(4)]
+    keys, ids = [f"k{i}" for i in range(4)], ["a", "a", "b", "b"]
+    cache = SelectorCache(tmp_path, cfg, keys, ids, "new_whale")
+    assert cache.load(gallery) is None  # nothing kept yet
+    scores = [np.linspace(0, 1, len(f)) for f in gallery]
+    fitted = KeypointSelector(cfg.select, gallery, keys, [Proba()], scores)
+    fitted.memo = {}
+    queries, query_keys = [photo(seed=10), photo(seed=11)], ["q0", "q1"]
+    first = fitted.select(queries, query_keys)
+    assert set(fitted.memo) == {"q0", "q1"}
+    cache.save(fitted)
+    back = cache.load(gallery)
+    calls = Proba.calls
+    again = back.select(queries + gallery[:1], query_keys + keys[:1])
+    assert Proba.calls == calls  # every photo's scores read back, none predicted again
+    for a, b in zip(first + back.gallery()[:1], again):
+        assert np.array_equal(a.xy, b.xy)
+    assert SelectorCache(tmp_path, cfg, keys, ["a", "b", "a", "b"], "new_whale").load(gallery) is None  # other ids
+    cache.path.write_bytes(b"not a pickle")
+    assert cache.load(gallery) is None  # a damaged file is fitted again
+    cache.path.write_bytes(pickle.dumps({"format": 0}))
+    assert cache.load(gallery) is None
+
+
+def test_a_second_score_run_reads_the_selector_back_and_writes_the_same_files(tmp_path, monkeypatch):
+    import whale.keypoints.selection as selection
+    from whale.data.synth import generate
+    from whale.inference.keypoints import score_competition
+
+    monkeypatch.setattr(selection, "MIN_POSITIVES", 1)  # the tiny synthetic gallery has few verified keypoints
+    data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
+    cfg = load_keypoint_config(None, {"check.model": "gbm"})
+    logs: list[list[str]] = [[], []]
+    for run, log in enumerate(logs):
+        score_competition(data, tmp_path / f"out{run}", cfg, fold=0, store_root=tmp_path / "store", workers=1,
+                          progress=False, log=log.append)
+    assert not any("read back" in line for line in logs[0])
+    assert any("read back" in line and "nothing fitted" in line for line in logs[1])
+    assert any("check fitted on" in line for line in logs[1])
+    for name in ("val.npz", "test.npz"):
+        assert (tmp_path / "out0" / name).read_bytes() == (tmp_path / "out1" / name).read_bytes()
+    assert len(list((tmp_path / "store").glob("*/selectors/*.pkl"))) == 1

@@ -1,0 +1,87 @@
+"""A learned check of each verified match: P(same individual) from what verification saw (``check.model: gbm``).
+
+The evidence score (:mod:`whale.keypoints.scoring`) ranks a verified candidate by one number, the LNBNN weight
+of its inliers. A photo of water or a caption can gather inliers too; a true match's inliers spread over the
+fluke under a plausible transform. The 2019 competition's 4th place fed each homography's statistics to a
+gradient-boosted classifier; so does this check, with no other training data than the gallery's identities:
+
+1. **pairs**: the gallery is matched against itself (each photo left out of its own neighbours), every verified
+   candidate described by :func:`whale.keypoints.pairstats.pair_row` and labelled same individual or not (a
+   photo whose individual has no other photo in the gallery gives only negatives, as a new whale does);
+2. **classifier**: scikit-learn's gradient-boosted trees on those rows;
+3. **score**: a query's verified candidate scores the classifier's probability, an unverified one
+   ``UNVERIFIED`` times the evidence score of its votes (below every verified one, still ordered by votes).
+
+The matcher holds the fitted check (:meth:`whale.keypoints.matcher.KeypointMatcher.build` fits it after the
+keypoint selection; ``whale score --fold K`` fits it on the fold's gallery and the test reuses it, as the
+selector). Too few pairs of each kind (fewer than :data:`MIN_PAIRS`) and no classifier is fitted: the evidence
+score stays, and :attr:`MatchCheck.reason` says why.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from whale import NEW_WHALE
+from whale.core.progress import progress_line
+from whale.keypoints.config import CheckConfig
+
+MIN_PAIRS = 20
+"""Verified candidates of each kind (same individual, another) below which no classifier is fitted."""
+UNVERIFIED = 1e-3
+"""An unverified candidate's score: this times its evidence score (votes only), below the verified ones'."""
+
+
+class MatchCheck:
+    """The fitted check (module docstring): :meth:`fit` on a matcher of the gallery, :meth:`scores` on a match.
+
+    Attributes:
+        model: the classifier (None: not :attr:`active`; ``reason`` says why).
+        pairs: ``(positives, negatives)`` it was fitted on. seconds: ``match``, ``fit`` wall time.
+    """
+
+    def __init__(self, cfg: CheckConfig, model=None, reason: str = "", pairs=(0, 0), seconds: dict | None = None):
+        self.cfg, self.model, self.reason, self.pairs = cfg, model, reason, tuple(pairs)
+        self.seconds = dict(seconds or {})
+
+    @property
+    def active(self) -> bool:
+        return self.model is not None
+
+    @classmethod
+    def fit(cls, cfg: CheckConfig, matcher, ids, open_label: str = NEW_WHALE, progress: bool = False) -> "MatchCheck":
+        """The check learned from ``matcher``'s gallery (a :class:`~whale.keypoints.matcher.KeypointMatcher`,
+        its keypoints selected as it matches) matched against itself, with its photos' individuals ``ids``;
+        photos labelled ``open_label`` or ``""`` are never a same-individual pair."""
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        ids = np.asarray(ids, dtype=str)
+        t0 = time.perf_counter()
+        progress_line(f"match check: the gallery's {len(ids)} photos matched against it", progress)
+        pairs = matcher.match(matcher.gallery, progress=progress, leave_out=np.arange(len(ids)), selected=True,
+                              describe=True).pairs
+        seconds = {"match": time.perf_counter() - t0}
+        query, photo = pairs.index[:, 0], pairs.index[:, 1]
+        y = (ids[query] == ids[photo]) & ~np.isin(ids[query], [open_label, ""])
+        positives, negatives = int(y.sum()), int((~y).sum())
+        if min(positives, negatives) < MIN_PAIRS:
+            return cls(cfg, reason=f"{positives} verified same-individual and {negatives} other pairs in the gallery, "
+                                   f"fewer than {MIN_PAIRS} of each: the evidence score stays", pairs=(positives, negatives),
+                       seconds=seconds)
+        t1 = time.perf_counter()
+        progress_line(f"match check: fitting on {positives:,} same-individual and {negatives:,} other pairs", progress)
+        model = HistGradientBoostingClassifier(max_iter=cfg.rounds, max_leaf_nodes=31, learning_rate=0.05,
+                                               random_state=cfg.seed).fit(pairs.rows, y)
+        seconds["fit"] = time.perf_counter() - t1
+        return cls(cfg, model, pairs=(positives, negatives), seconds=seconds)
+
+    def scores(self, base: np.ndarray, pairs) -> np.ndarray:
+        """``[n_q, n_g] float32``: the verified candidates of ``pairs``
+        (:class:`~whale.keypoints.matcher.VerifiedPairs`) scored by the classifier, every other one ``UNVERIFIED``
+        times its evidence score ``base`` (module docstring)."""
+        out = (np.asarray(base, np.float64) * UNVERIFIED).astype(np.float32)
+        if self.active and len(pairs.rows):
+            p = self.model.predict_proba(pairs.rows)[:, 1]
+            out[pairs.index[:, 0], pairs.index[:, 1]] = np.clip(p, UNVERIFIED, 1 - 1e-6)
+        return out
