@@ -270,7 +270,9 @@ def test_quick_seed002_step_runs_its_processes_and_is_tabled(tmp_path):
 
 
 def test_seed002_jobs_are_every_fold_of_the_paper_s_row_and_fold_0_of_the_others():
-    jobs = gpu_suite.seed002_jobs(quick=False)
+    from benchmarks.gpu.steps.seed002 import seed002_jobs
+
+    jobs = seed002_jobs(quick=False)
     assert [(m, f) for n, m, f, _ in jobs if n == "small"] == [("triplet", f) for f in range(5)]
     assert [(n, m, f, sets) for n, m, f, sets in jobs if n != "small"] == [("small_mined", "triplet-mined", 0, [])]
 

@@ -6,7 +6,8 @@ here, ready to run without thinking. Each step calls the one implementation of i
 other benchmarks (:mod:`benchmarks.speed.bench_train`, :mod:`benchmarks.speed.bench_scoring`,
 :mod:`benchmarks.seeds.omniglot`, the trainer's own miners); nothing is measured twice in two ways.
 
-Steps, in the order they run (see :data:`STEPS`; ``--list`` prints them with their estimates):
+Steps, in the order they run (see :data:`STEPS`; ``--list`` prints them with their estimates; each family's code
+is a file of :mod:`benchmarks.gpu.steps`, this file keeps the runner, the budget and the report):
 
 1. ``rates_*``: training rates, pairs/s, for DenseNet121 at 512 and 384 px, SE-ResNeXt50 at 384 px
    and ConvNet v1 at 768 px (mixed_bfloat16), then DenseNet121 384 px float32: model only,
@@ -84,18 +85,20 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-KAGGLE_TRAIN_IMAGES = 15697   # Kaggle's train.csv rows, new_whale included: the mining step's size
+# The steps, one family a file (none imports Keras at module level: this parent process leaves the GPU to them).
+from benchmarks.gpu.steps import (  # noqa: E402
+    flukes, head_matrix, homography, mining, objectives, omniglot, rates, seed002)
+from benchmarks.gpu.steps.features import KAGGLE_TRAIN_IMAGES  # noqa: E402
+from benchmarks.gpu.steps.flukes import FLUKES_SEEDS_TRAIN_S, FLUKES_TRAIN_S  # noqa: E402
+from benchmarks.gpu.steps.homography import ROWS as HOMOGRAPHY_ROWS  # noqa: E402
+from benchmarks.gpu.steps.seed002 import SEED002_TRAIN_S  # noqa: E402
+
 FOLD_PAIR_IMAGES = 10861      # training images of one fold's pairs (docs/kaggle.md's plan)
 E2E_TARGET = 0.90             # end to end over model only
 HEAD_MATRIX_TARGET_S = 5.0
 MINING_SHARE_TARGET = 0.10    # of one mining interval of the 512 px stage
 OMNIGLOT_TARGET = 0.92        # Koch et al.'s one-shot accuracy
-HOMOGRAPHY_ROWS = ("siamese_ce", "siamese_contrastive", "triplet_hinge", "triplet_mse")  # = benchmarks.seeds.homography.ROWS
 OUTPUT_FILES = ("suite.json", "suite.md", "rates.json", "suite.log", "seed002_work.tgz")
-SEED002_DATA = ".seed002_data"  # benchmarks/seeds/seed002.py --pack: the flukes' content crops, carried to the device
-SEED002_TRAIN_S = 420.0         # each seed 002 training's budget (the trainer's deadline)
-FLUKES_TRAIN_S = 360.0          # each flukes_lite0 training's budget (benchmarks/gpu/gpu_flukes.py)
-FLUKES_SEEDS_TRAIN_S = 240.0    # flukes_lite0_seeds': what a second call of the session leaves
 
 
 # ------------------------------------------------------------------------------ the steps
@@ -105,7 +108,8 @@ class Step:
 
     ``estimate_s``: seconds on the H100 with compilation; ``quick_estimate_s``: seconds of the
     ``--quick`` version on 2 CPU cores; ``params`` / ``quick_params``: keyword arguments of
-    ``run`` (a name of this module's ``step_*`` functions) in the full and the quick run.
+    ``run`` (the name of a ``step_*`` function of :mod:`benchmarks.gpu.steps`, a key of :data:`RUNNERS`)
+    in the full and the quick run.
     """
 
     name: str
@@ -176,296 +180,10 @@ STEPS = (
 )
 """The suite, in order of value."""
 
-
-def step_rates(ctx, branch: str, size: int, precision: str, config: str, inference: bool = False,
-               quick: bool = False) -> dict:
-    """Model-only, pipeline-only and end-to-end pairs/s of ``branch`` at ``size`` px (:mod:`benchmarks.speed.bench_train`).
-
-    Batch size, channels and stem come from ``config`` (the model that trains on the GPU);
-    ``quick``: tiny shapes (8-pair batches, 3 timed steps, 12 synthetic ids, 2 epochs).
-    """
-    import keras
-
-    from benchmarks.speed import bench_train
-    from whale.config import load_config
-    from whale.data import fold_data, load_competition
-    from whale.models import precision_scope
-
-    cfg = load_config(ROOT / config)
-    batch = 8 if quick else cfg.batch_size
-    channels = 3 if quick else cfg.model.channels
-    stem = None if quick else cfg.model.stem
-    steps = 3 if quick else 20
-    args = SimpleNamespace(batch_size=batch, workers=ctx.workers, interval=2 if quick else 3)
-    data_dir = synthetic_data(ctx)
-    data = fold_data(load_competition(data_dir), -1, 0)
-    keras.utils.set_random_seed(0)
-    timings: dict = {}
-    with precision_scope(precision):
-        a = bench_train.model_only(branch, size, channels, batch, steps, stem, timings=timings,
-                                   inference_steps=(3 if quick else 10) if inference else 0)
-    b = bench_train.pipeline_only(data, size, channels, batch, steps, ctx.workers)
-    e2e: dict = {}
-    c = bench_train.end_to_end(branch, size, channels, precision, args, data_dir, stem, timings=e2e)
-    row = {"branch": branch, "image_size": size, "precision": precision, "batch_size": batch,
-           "workers": ctx.workers, "model_pairs_s": round(a, 2), "pipeline_pairs_s": round(b, 2),
-           "end_to_end_pairs_s": round(c, 2), "end_to_end_over_model": round(c / a, 3),
-           "model_compile_s": round(timings["compile_s"], 1), "trainer_first_epoch_s": round(e2e["first_epoch_s"], 1)}
-    if stem:
-        row["stem"] = stem
-    if "inference_images_s" in timings:
-        row.update(inference_images_s=round(timings["inference_images_s"], 1),
-                   inference_compile_s=round(timings["inference_compile_s"], 1))
-    return {"rate": row}
-
-
-def _features(n: int, d: int, seed: int = 0):
-    """``(f [n, d] float32, ids [n] str)``: :func:`benchmarks.speed.bench_scoring.world`'s hard world with
-    the Kaggle images-per-id tail, cut to ``n`` images (whole ids)."""
-    from benchmarks.speed.bench_scoring import world
-
-    n_ids = max(2, int(round(n * 5004 / KAGGLE_TRAIN_IMAGES)) + 1)
-    f, ids, _, _ = world(n_ids, 0, seed=seed, kind="hard", d=d)
-    return f[:n], ids[:n]
-
-
-def _head(d: int):
-    import keras
-
-    from whale.models import build_head
-
-    keras.utils.set_random_seed(0)
-    return build_head(d, 32)
-
-
-def step_head_matrix(ctx, n: int, d: int) -> dict:
-    """Seconds of the exact train-vs-train head matrix (:func:`benchmarks.speed.bench_scoring.time_exact_matrix`)."""
-    from benchmarks.speed.bench_scoring import time_exact_matrix
-    from whale.models import HeadScorer
-
-    f, _ = _features(n, d)
-    out = time_exact_matrix(HeadScorer(_head(d)), f)
-    out.pop("matrix")
-    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in out.items()}
-
-
-def step_mining(ctx, mode: str, n: int, d: int, epochs: int, k: float = 0.25) -> dict:
-    """One mining as the trainer does it (:func:`whale.mining.make_miner`), compiled beforehand."""
-    import numpy as np
-
-    from whale.mining import make_miner
-    from whale.models import HeadScorer
-
-    f, ids = _features(n, d)
-    scorer = HeadScorer(_head(d))
-    t = time.perf_counter()
-    scorer.matrix(f[:64], progress=False)
-    scorer.pairs(f[:8], f[:8])
-    compile_s = time.perf_counter() - t
-    miner = make_miner(mode, 100)
-    miner.mine(scorer, f, ids, k, epochs, np.random.default_rng(0))
-    st = miner.last_stats
-    return {"mode": mode, "n": n, "d": d, "k": k, "epochs": epochs, "mining_s": round(st.seconds, 2),
-            "mining_s_per_epoch": round(st.seconds / epochs, 2), "pairs_scored": int(st.pairs_scored),
-            "fallback_pairs": int(st.fallback_pairs), "mean_mined_score": round(st.mean_score, 4),
-            "compile_s": round(compile_s, 2)}
-
-
-def step_objectives(ctx, n: int, d: int) -> dict:
-    """Seconds of each embedding objective's exact train-vs-train score matrix at ``n`` images (branch
-    features ``[n, d]``), as the miner and validation compute it (:func:`whale.objectives.make_scorer`):
-    the projection once per image, then one matrix product per block (seed 004's models: weighted norms)."""
-    import keras
-
-    from benchmarks.speed.bench_scoring import time_exact_matrix
-    from whale.objectives import Embedding, EmbeddingScorer, SimilarityModel
-
-    f, _ = _features(n, d)
-    out = {"n": n, "d": d}
-    kinds = [("triplet/contrastive", 256, "cauchy", None), ("global/tgloss", 256, "cosine", None),
-             ("arcface", 512, "cosine", None), ("probabilistic cauchy", 20, "cauchy", "cauchy"),
-             ("probabilistic laplacian", 20, "cauchy", "laplacian")]
-    for label, dim, score, similarity in kinds:
-        keras.utils.set_random_seed(0)
-        layer = Embedding(dim, normalize=score == "cosine", score=score)
-        layer.build((None, d))
-        sim = None
-        if similarity:
-            sim = SimilarityModel(similarity, dim=dim)
-            sim.build([(None, dim), (None, dim)])
-        res = time_exact_matrix(EmbeddingScorer(layer, similarity=sim), f)
-        out[label] = {"embedding": dim, "exact_matrix_s": round(res["exact_matrix_s"], 3),
-                      "pairs_per_s": round(res["exact_pairs_per_s"])}
-    return out
-
-
-def step_omniglot(ctx, seed: int, quick: bool = False) -> dict:
-    """``benchmarks/seeds/omniglot.py --gpu --seeds SEED --jobs 2`` (random and adversarial at once); the
-    seed's metrics. ``quick``: the tiny branch at 32 px, two one-epoch stages, 30 characters of
-    ``--quick``'s 12 drawers."""
-    from benchmarks.seeds import omniglot
-
-    if omniglot.find_zips(None) is None:
-        return {"skipped": "Omniglot data not found (../shared/data/omniglot/images_background_small{1,2}.zip)"}
-    work = ctx.work / f"omniglot_seed{seed}"
-    shutil.rmtree(work, ignore_errors=True)  # a half-finished earlier try is not resumed: same seed, fresh
-    argv = ["--gpu", "--out", str(work), "--seeds", str(seed), "--jobs", "2"]
-    if quick:
-        argv += ["--quick", "--config", str(_tiny_omniglot_config(ctx.work)), "--budget", "0", "--characters", "30"]
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # two processes share the GPU
-    omniglot.main(argv)
-    summary = json.loads((work / "summary.json").read_text())
-    if not summary["seeds"] or summary["seeds"][0].get("skipped"):
-        return {"skipped": "benchmarks/seeds/omniglot.py skipped (no data)"}
-    m = summary["seeds"][0]
-    keys = ("one_shot_adversarial", "one_shot_random", "one_shot_pixel", "map5_adversarial", "map5_random",
-            "map5_pixel", "miner_gap_one_shot", "miner_gap_map5", "val_map5_adversarial", "val_map5_random",
-            "train_s_adversarial", "train_s_random", "epochs_adversarial", "epochs_random")
-    return {"seed": seed, **{k: m[k] for k in keys if k in m}}
-
-
-def step_homography(ctx, row: str, seed: int = 0, quick: bool = False) -> dict:
-    """``benchmarks/seeds/homography.py --rows ROW --seeds SEED`` at the paper's scale (``quick``: its ``--quick``
-    plumbing scale); the row's figures beside Table I's."""
-    from benchmarks.seeds import homography
-
-    work = ctx.work / f"homography_{row}"
-    payload = homography.main(["--out", str(work), "--seeds", str(seed), "--rows", row, "--quiet"]
-                              + (["--quick"] if quick else []))
-    res = payload["per_seed"][0][row]
-    return {"row": row, "seed": seed, "paper": homography.ROWS[row][3], "test_accuracy": res["test_accuracy"],
-            "test_order_accuracy": res["test_order_accuracy"], "test_items": res["test_items"],
-            "val_accuracy_per_stage": [st["val_accuracy"] for st in res["stages"]],
-            "scale": {k: payload["scale"][k] for k in ("size", "images_per_stage", "epochs")},
-            "train_s": round(res["seconds"], 1)}
-
-
-def seed002_jobs(quick: bool) -> list[tuple[str, str, int, list[str]]]:
-    """``(name, method, fold, --set overrides)`` of the seed 002 step's processes: the paper's sampler on every
-    fold (the Table II row, mean +- sd), and on fold 0 the adversarial miner. (The paper's InceptionV3 from
-    scratch, a seventh process on 2026-11-27, trained one epoch in the 300 s budget: not worth its share.)"""
-    if quick:
-        tiny = ["model.branch=tiny", "workers=1", "stages[0].epochs=1", "stages[1].epochs=1",
-                "stages[0].image_size=32", "stages[1].image_size=32"]
-        return [("small", "triplet", 0, tiny), ("small_mined", "triplet-mined", 1, tiny)]
-    return [("small", "triplet", f, []) for f in range(5)] + [("small_mined", "triplet-mined", 0, [])]
-
-
-def _seed002_source(ctx) -> Path | None:
-    """The photos of the seed 002 step: ``.seed002_data`` (full), or a pack of 40 individuals of
-    ``../shared/data/humpback`` made here (``quick``); None when neither exists."""
-    from benchmarks import common
-    from benchmarks.seeds import seed002
-
-    if not ctx.quick:
-        path = ROOT / SEED002_DATA
-        return path if (path / "train.csv").is_file() else None
-    src = common.shared_data("humpback")
-    if src is None or not (src / "train.csv").is_file():
-        return None
-    dest = ctx.work / "seed002_quick_data"
-    if not (dest / "train.csv").is_file():
-        df = seed002.read_photos(src)
-        df = df[df["Id"].isin(sorted(set(df["Id"]))[:40])].reset_index(drop=True)
-        boxes = dict(zip(df["Image"], seed002.content_boxes(list(df["path"]))))
-        seed002.pack_photos(df, boxes, dest)
-    return dest
-
-
-def step_seed002(ctx, train_s: float = SEED002_TRAIN_S, quick: bool = False) -> dict:
-    """Seed 002's protocol (``benchmarks/seeds/seed002.py``) on the carried flukes: :func:`seed002_jobs`, each in its own
-    process with ``--time-budget train_s`` (the GPU shared, its memory not preallocated); every row measured, and
-    the triplet row's mean +- sd over the folds done."""
-    from benchmarks import common
-    from benchmarks.seeds import seed002
-
-    source = _seed002_source(ctx)
-    if source is None:
-        return {"skipped": f"no {SEED002_DATA}/ (benchmarks/seeds/seed002.py --out RUN --pack {SEED002_DATA}, then carry it)"
-                if not quick else "no ../shared/data/humpback beside the checkout"}
-    work = ctx.work / "seed002"
-    df = seed002.read_photos(source)
-    boxes = work / "content_boxes.csv"  # computed once here: each process reads its copy, none writes it
-    seed002.content_boxes(list(df["path"]), boxes)
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    budget = 60.0 if quick else float(train_s)
-    procs = []
-    for name, method, fold, sets in seed002_jobs(quick):
-        out = work / name
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(boxes, out / "content_boxes.csv")
-        cmd = [sys.executable, "-u", str(ROOT / "benchmarks" / "seeds" / "seed002.py"), "--out", str(out), "--source", str(source),
-               "--config", str(ROOT / "configs" / "seed002_gpu.yaml"), "--methods", method, "--folds", str(fold),
-               "--redraws", "1" if quick else "10", "--time-budget", str(budget)]
-        cmd += [a for v in sets for a in ("--set", v)]
-        log = open(work / f"{name}_fold{fold}_{method}.log", "w")
-        procs.append((name, method, fold, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
-    failed = {}
-    for name, method, fold, proc, log in procs:
-        rc = common.wait_or_kill(proc, log, budget + (300 if quick else 240))
-        if rc != 0:
-            tail = Path(log.name).read_text().strip().splitlines()[-3:]
-            failed[f"{name} fold {fold} {method}"] = f"exit {rc}: " + " | ".join(tail)[-400:]
-    keys = ("top1", "top5", "top10", "tpr_at_far", "auc", "epochs", "finished", "train_s", "seconds",
-            "test_photos", "test_individuals")
-    rows = {}
-    for name in dict.fromkeys(j[0] for j in seed002_jobs(quick)):
-        for r in seed002.read_rows(work / name / "results.json"):
-            rows.setdefault(name, []).append({"fold": r["fold"], "method": r["method"],
-                                              **{k: (round(r[k], 4) if isinstance(r[k], float) else r[k])
-                                                 for k in keys if k in r}})
-    out = {"train_budget_s": budget, "photos": len(df), "individuals": int(df["Id"].nunique()),
-           "source": str(source.name), "rows": rows, "paper": {k: v[0] for k, v in seed002.PAPER.items()}}
-    random_rows = rows.get("small", [])
-    if random_rows:
-        out["small_mean_sd"] = {k: {s: round(v, 4) for s, v in common.mean_sd([r[k] for r in random_rows]).items()
-                                    if s in ("mean", "sd", "n")} for k in ("top1", "top5", "top10", "tpr_at_far", "auc")}
-    if failed:
-        out["failed"] = failed
-    _pack_work(work, Path(ctx.work).parent / "seed002_work.tgz")
-    return out
-
-
-def step_flukes(ctx, train_s: float = FLUKES_TRAIN_S, quick: bool = False, part: str = "first") -> dict:
-    """:func:`benchmarks.gpu.gpu_flukes.step`: the pretrained branch fine-tuned on the carried flukes."""
-    from benchmarks.gpu import gpu_flukes
-
-    return gpu_flukes.step(ctx, train_s, quick, part)
-
-
-def _pack_work(work: Path, dest: Path) -> None:
-    """The seed 002 processes' logs, rows and epoch logs (``log.csv``) as one file, to come back from the device."""
-    import tarfile
-
-    with tarfile.open(dest, "w:gz") as tar:
-        for path in sorted([*work.glob("*.log"), *work.glob("*/results.json"), *work.glob("*/fold*/*/log.csv")]):
-            tar.add(path, arcname=str(path.relative_to(work)))
-
-
-def _tiny_omniglot_config(work: Path) -> Path:
-    """``configs/omniglot_gpu.yaml`` on the tiny branch at 32 px, batch 32, its first and last stage one
-    epoch each: the ``--quick`` Omniglot."""
-    from whale.config import config_from_dict, load_config
-
-    d = load_config(ROOT / "configs" / "omniglot_gpu.yaml").to_dict()
-    d["name"] = "omniglot_gpu_tiny"
-    d["model"]["branch"], d["batch_size"], d["workers"], d["mining_interval"] = "tiny", 32, 2, 1
-    # Two one-epoch stages: random negatives, then the config's last (hardest) K.
-    d["stages"] = [dict(d["stages"][0], image_size=32, epochs=1), dict(d["stages"][-1], image_size=32, epochs=1)]
-    path = work / "omniglot_gpu_tiny.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    config_from_dict(d, source="gpu_suite quick").to_yaml(path)
-    return path
-
-
-def synthetic_data(ctx) -> Path:
-    """The synthetic competition of the rate steps (:mod:`whale.data.synth`), generated once under the work folder."""
-    from whale.data.synth import generate
-
-    path = ctx.work / ("synth_quick" if ctx.quick else "synth")
-    if not (path / "train.csv").exists():
-        generate(path, n_ids=12 if ctx.quick else 200, seed=0, size=96 if ctx.quick else 256, progress=False)
-    return path
+RUNNERS = {f.__name__: f for f in (
+    rates.step_rates, head_matrix.step_head_matrix, mining.step_mining, objectives.step_objectives,
+    omniglot.step_omniglot, homography.step_homography, seed002.step_seed002, flukes.step_flukes)}
+"""Each step's function by its name (a :class:`Step`'s ``run``)."""
 
 
 # ------------------------------------------------------------------------------ the runner
@@ -482,7 +200,7 @@ def device() -> dict:
 def run_one(name: str, ctx) -> dict:
     """Run step ``name`` here; its figures (a ``skipped`` key: it decided not to measure)."""
     step = next(s for s in STEPS if s.name == name)
-    return globals()[step.run](ctx, **step.kwargs(ctx.quick))
+    return RUNNERS[step.run](ctx, **step.kwargs(ctx.quick))
 
 
 class Suite:
