@@ -1,4 +1,4 @@
-"""Shared pieces of the accuracy benchmarks (``omniglot.py``, ``lions.py``). Not a test.
+"""Shared pieces of every group of benchmarks (``seeds/omniglot.py``, ``flukes/humpback.py``, ...). Not a test.
 
 * :func:`shared_data` finds ``../shared/data/...`` beside the checkout (None when absent:
   the benchmarks then print a message and exit 0; nothing from there is copied into the repo).

@@ -1,4 +1,4 @@
-"""benchmarks/bench_augment.py: both ways of seeding run and are timed; the former one is deterministic too."""
+"""benchmarks/speed/bench_augment.py: both ways of seeding run and are timed; the former one is deterministic too."""
 
 import json
 import subprocess
@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def test_bench_augment_prints_both_timings_and_their_ratio():
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_augment.py"), "--images", "20",
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed" / "bench_augment.py"), "--images", "20",
                           "--repeats", "1"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     last = json.loads(res.stdout.strip().splitlines()[-1])
@@ -22,7 +22,7 @@ def test_bench_augment_prints_both_timings_and_their_ratio():
 
 
 def test_the_baseline_is_the_former_augmenter_deterministic_given_the_generator():
-    from benchmarks.bench_augment import per_transform_seeding
+    from benchmarks.speed.bench_augment import per_transform_seeding
     from whale.data.augment import Augmenter
 
     img = np.random.default_rng(3).integers(0, 256, (74, 74, 1), dtype=np.uint8)

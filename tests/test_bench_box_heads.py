@@ -1,4 +1,4 @@
-"""benchmarks/box_heads.py --quick --refine: both VGG heads and the refiner (at the shipped margins and at one)
+"""benchmarks/seeds/box_heads.py --quick --refine: both VGG heads and the refiner (at the shipped margins and at one)
 cross-validated on every seed, figures consistent with run.json."""
 
 import json
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow  # 2-3 minutes: the benchmark's whole --quick run
 def test_box_heads_quick_reports_both_heads_and_the_refiner_on_each_seed(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "box_heads.py"), "--out", str(tmp_path),
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seeds" / "box_heads.py"), "--out", str(tmp_path),
                           "--seeds", "0,1", "--quick", "--refine"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

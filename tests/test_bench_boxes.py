@@ -1,4 +1,5 @@
-"""benchmarks/boxes.py: the labels avoid the scored images; --quick runs every step and prints the run's own figures."""
+"""benchmarks/seeds/boxes.py: the labels avoid the scored images; --quick runs every step and prints the run's own
+figures."""
 
 import csv
 import json
@@ -15,7 +16,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def test_labels_never_include_an_image_whose_bytes_are_in_a_scored_competition(tmp_path):
-    from benchmarks import boxes, common
+    from benchmarks.seeds import boxes
+    from benchmarks import common
     from whale.data.synth import generate
 
     lab = generate(tmp_path / "lab", n_ids=12, seed=3, progress=False)
@@ -37,7 +39,7 @@ def test_labels_never_include_an_image_whose_bytes_are_in_a_scored_competition(t
 @pytest.mark.slow
 def test_boxes_benchmark_quick_reports_the_cross_validation_and_both_map_figures(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "boxes.py"), "--out", str(tmp_path),
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seeds" / "boxes.py"), "--out", str(tmp_path),
                           "--quick", "--labels", "120", "--set", "image_size=32", "--set", "refine_size=32",
                           "--set", "refine_passes=1"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=1200)
@@ -61,8 +63,8 @@ def test_boxes_benchmark_quick_reports_the_cross_validation_and_both_map_figures
 
     # --demo-runs: the same trained run, scored again on the competition its run.json names
     again = tmp_path / "again"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "boxes.py"), "--out", str(again), "--quick",
-                          "--labels", "120", "--set", "image_size=32", "--set", "refine_size=32", "--set",
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "seeds" / "boxes.py"), "--out", str(again),
+                          "--quick", "--labels", "120", "--set", "image_size=32", "--set", "refine_size=32", "--set",
                           "refine_passes=1", "--no-probe", "--demo-runs", str(tmp_path / "demo_run"),
                           str(tmp_path / "demo_run"), "--tta", "shift_left,zoom"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=1200)
@@ -81,7 +83,7 @@ def test_boxes_benchmark_quick_reports_the_cross_validation_and_both_map_figures
 def test_tta_views_are_checked_against_the_known_views():
     import argparse
 
-    from benchmarks import boxes
+    from benchmarks.seeds import boxes
 
     assert boxes.tta_views("shift_left, zoom") == ("shift_left", "zoom")
     for bad in ("shift_up", "", "zoom,tilt"):

@@ -1,4 +1,4 @@
-"""benchmarks/catalogue.py's scale phase: exact product vs FAISS, built per match and stored."""
+"""benchmarks/seeds/catalogue.py's scale phase: exact product vs FAISS, built per match and stored."""
 import json
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import catalogue  # noqa: E402
+from benchmarks.seeds import catalogue  # noqa: E402
 
 
 def test_scale_only_times_exact_faiss_and_the_stored_index(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""benchmarks/homography.py (seed 000, Table I): the accuracy rule, the losses, and a --quick run end to end."""
+"""benchmarks/seeds/homography.py (seed 000, Table I): the accuracy rule, the losses, and a --quick run end to end."""
 
 import json
 import sys
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import homography as bench  # noqa: E402
+from benchmarks.seeds import homography as bench  # noqa: E402
 
 
 def test_accuracy_counts_a_triplet_only_when_both_pairs_are_right():

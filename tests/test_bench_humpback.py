@@ -1,4 +1,4 @@
-"""benchmarks/humpback.py: the split's rules and checks, the metrics, and a whole run on a tiny fake source."""
+"""benchmarks/flukes/humpback.py: the split's rules and checks, the metrics, and a whole run on a tiny fake source."""
 import json
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import humpback  # noqa: E402
+from benchmarks.flukes import humpback  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 
@@ -106,7 +106,7 @@ def test_screen_compares_settings_on_validation_only(tmp_path, monkeypatch):
 
 
 def test_breakdown_bins_known_queries_by_gallery_photos(tmp_path):
-    from benchmarks import humpback_breakdown as hb
+    from benchmarks.flukes import humpback_breakdown as hb
 
     seed = tmp_path / "seed0"
     (seed / "data").mkdir(parents=True)

@@ -1,9 +1,9 @@
-"""benchmarks/humpback_compare.py: two humpback runs paired by split seed."""
+"""benchmarks/flukes/humpback_compare.py: two humpback runs paired by split seed."""
 import json
 
 import pytest
 
-from benchmarks.humpback_compare import compare, main, rows_by_seed
+from benchmarks.flukes.humpback_compare import compare, main, rows_by_seed
 
 
 def write_run(root, seeds_values: dict[int, float]):

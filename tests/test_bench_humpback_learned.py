@@ -1,5 +1,5 @@
-"""benchmarks/humpback.py's learned path: ``--keypoint-runs`` and ``--learned-runs`` reuse earlier runs' score files
-of the same split only."""
+"""benchmarks/flukes/humpback.py's learned path: ``--keypoint-runs`` and ``--learned-runs`` reuse earlier runs' score
+files of the same split only."""
 import json
 import shutil
 import sys
@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import humpback  # noqa: E402
+from benchmarks.flukes import humpback  # noqa: E402
 
 
 def fake_source(root: Path, counts=(1,) * 8 + (3,) * 6 + (5,) * 4, seed=0) -> Path:
@@ -96,7 +96,7 @@ def test_gpu_tarballs_unpack_into_their_own_job_folders(tmp_path):
     unpacking again from the same files keeps what was written into them since."""
     import tarfile
 
-    from benchmarks import humpback_runs
+    from benchmarks.flukes import humpback_runs
 
     tars = tmp_path / "tars"
     tars.mkdir()
@@ -135,7 +135,7 @@ def test_fusion_rows_give_each_calibrated_rule_with_and_without_the_share_and_ea
     matrix as the ensemble fitted it (read back from its calibration file), a grid's with its tuned weights."""
     from types import SimpleNamespace
 
-    from benchmarks import humpback_runs
+    from benchmarks.flukes import humpback_runs
 
     src = fake_source(tmp_path / "src")
     comp, truth, _ = humpback.build_split(src, tmp_path / "seed0" / "data", 0, log=lambda m: None)

@@ -1,11 +1,12 @@
-"""benchmarks/humpback_misses.py: what a second run holds of the first run's top-5 misses, on two tiny score files."""
+"""benchmarks/flukes/humpback_misses.py: what a second run holds of the first run's top-5 misses, on two tiny score
+files."""
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import humpback_misses  # noqa: E402
+from benchmarks.flukes import humpback_misses  # noqa: E402
 from whale.inference.scorefile import load_score_file, write_scores  # noqa: E402
 
 

@@ -1,5 +1,5 @@
-"""benchmarks/humpback_probes.py: the pairwise re-ranking and the confuser search on photos whose answers are known,
-and a whole run on a tiny fake source."""
+"""benchmarks/flukes/humpback_probes.py: the pairwise re-ranking and the confuser search on photos whose answers are
+known, and a whole run on a tiny fake source."""
 import json
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import humpback, humpback_probes as probes  # noqa: E402
+from benchmarks.flukes import humpback, humpback_probes as probes  # noqa: E402
 from tests.test_bench_humpback import fake_source  # noqa: E402
 from tests.test_keypoints import pattern, warp, write  # noqa: E402
 

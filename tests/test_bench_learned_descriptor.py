@@ -1,4 +1,5 @@
-"""benchmarks/learned_descriptor.py on a tiny fake source: trains, checks its photos against the queries, compares."""
+"""benchmarks/flukes/learned_descriptor.py on a tiny fake source: trains, checks its photos against the queries,
+compares."""
 import json
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 cv2 = pytest.importorskip("cv2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import learned_descriptor  # noqa: E402
+from benchmarks.flukes import learned_descriptor  # noqa: E402
 from tests.test_keypoints import pattern, warp  # noqa: E402
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/mnist.py (seed 004, Section 4.4): the idx loader and its MNIST checks, inputs, pairs, and a --quick run.
+"""benchmarks/seeds/mnist.py (seed 004, Section 4.4): the idx loader and its MNIST checks, inputs, pairs, and a
+--quick run.
 
 No MNIST ships with the toolkit: the files here are written by the test, with MNIST's shapes and per-digit counts.
 """
@@ -13,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import mnist  # noqa: E402
+from benchmarks.seeds import mnist  # noqa: E402
 from whale.core.errors import DataError, MissingFileError  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/objectives.py: its splits, its equal-steps rule and its table; the whole --quick run is slow."""
+"""benchmarks/seeds/objectives.py: its splits, its equal-steps rule and its table; the whole --quick run is slow."""
 import json
 import subprocess
 import sys
@@ -11,7 +11,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def test_held_out_characters_are_half_of_each_alphabet_and_seeded():
-    from benchmarks.objectives import held_out_characters
+    from benchmarks.seeds.objectives import held_out_characters
 
     rows = [{"id": f"{a}_{c}", "alphabet": a} for a, n in (("x", 5), ("y", 4)) for c in range(n) for _ in range(3)]
     held = held_out_characters(rows, seed=0)
@@ -20,7 +20,7 @@ def test_held_out_characters_are_half_of_each_alphabet_and_seeded():
 
 
 def test_identity_objectives_get_twice_the_epochs_for_the_same_optimiser_steps():
-    from benchmarks.objectives import objective_config
+    from benchmarks.seeds.objectives import objective_config
 
     path = ROOT / "configs" / "demo.yaml"
     head, triplet = objective_config(path, "head", 1, 1.0), objective_config(path, "triplet", 1, 1.0)
@@ -31,7 +31,7 @@ def test_identity_objectives_get_twice_the_epochs_for_the_same_optimiser_steps()
 
 
 def test_summary_gives_mean_and_sd_per_set_and_objective():
-    from benchmarks.objectives import summary
+    from benchmarks.seeds.objectives import summary
 
     rows = [{"set": "synthetic", "objective": "head", "seed": s, "map5": m, "top1": 0.1, "top5": 0.2, "top10": 0.3,
              "val_map5": 0.5, "train_s": 10.0} for s, m in ((0, 0.5), (1, 0.7))]
@@ -41,7 +41,7 @@ def test_summary_gives_mean_and_sd_per_set_and_objective():
 
 
 def test_random_sampler_rows_are_named_apart_and_pixels_shared():
-    from benchmarks.objectives import label, summary
+    from benchmarks.seeds.objectives import label, summary
 
     assert label("triplet", "mined") == "triplet" and label("triplet", "random") == "triplet (random)"
     assert label("pixels", "random") == "pixels"  # one pixel baseline per seed, whatever the sampler
@@ -53,7 +53,7 @@ def test_random_sampler_rows_are_named_apart_and_pixels_shared():
 
 
 def test_set_flags_name_their_rows_and_reach_the_config():
-    from benchmarks.objectives import label, objective_config
+    from benchmarks.seeds.objectives import label, objective_config
     from whale.config.overrides import overrides
 
     assert label("tgloss", "mined", ["flip_ids=true"]) == "tgloss [flip_ids=true]"
@@ -68,8 +68,8 @@ def test_set_flags_name_their_rows_and_reach_the_config():
 
 
 def test_a_bad_set_flag_fails_before_training(tmp_path):
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "objectives.py"), "--out", str(tmp_path), "--sets", "synthetic",
-           "--objectives", "triplet", "--set", "flip_ids=maybe"]
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "seeds" / "objectives.py"), "--out", str(tmp_path),
+           "--sets", "synthetic", "--objectives", "triplet", "--set", "flip_ids=maybe"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 2 and "flip_ids" in out.stderr, out.stderr[-2000:]
     assert not (tmp_path / "results.json").exists()
@@ -77,7 +77,7 @@ def test_a_bad_set_flag_fails_before_training(tmp_path):
 
 @pytest.mark.slow
 def test_quick_run_trains_scores_and_resumes_from_its_results(tmp_path):
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "objectives.py"), "--out", str(tmp_path), "--quick",
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "seeds" / "objectives.py"), "--out", str(tmp_path), "--quick",
            "--sets", "synthetic", "--objectives", "head,arcface", "--seeds", "0"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

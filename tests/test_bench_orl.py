@@ -1,4 +1,4 @@
-"""benchmarks/orl.py (seed 004, Section 4.3): splits, disjointness checks, pairs, and a --quick run."""
+"""benchmarks/seeds/orl.py (seed 004, Section 4.3): splits, disjointness checks, pairs, and a --quick run."""
 
 import json
 import sys
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import orl  # noqa: E402
+from benchmarks.seeds import orl  # noqa: E402
 from whale.core.errors import DataError, MissingFileError  # noqa: E402
 
 FACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "orl" / "att_faces"

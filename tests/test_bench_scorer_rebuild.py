@@ -1,4 +1,4 @@
-"""benchmarks/scorer_rebuild.py: runs on CPU, scores every head like head.predict, prints its JSON line."""
+"""benchmarks/speed/scorer_rebuild.py: runs on CPU, scores every head like head.predict, prints its JSON line."""
 
 import json
 import os
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_scorer_rebuild_runs_and_checks_every_head_against_predict(tmp_path):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scorer_rebuild.py"), "--heads", "3",
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed" / "scorer_rebuild.py"), "--heads", "3",
                           "--n", "40", "--d", "8", "--mid", "4", "--rate-n", "100", "--rate-d", "16"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""benchmarks/seed002.py on a tiny fake flukes folder: selection, folds, the folder read in place, the keypoint
+"""benchmarks/seeds/seed002.py on a tiny fake flukes folder: selection, folds, the folder read in place, the keypoint
 matcher's leave-one-out pairs against a loop of matchers, and a whole run of the training-free rows."""
 import json
 import sys
@@ -40,7 +40,7 @@ def fake_flukes(root: Path, n_ids: int = 25, seed: int = 0) -> Path:
 
 
 def test_selection_keeps_individuals_with_three_photos_and_folds_are_complementary(tmp_path):
-    from benchmarks.seed002 import identity_folds, read_photos
+    from benchmarks.seeds.seed002 import identity_folds, read_photos
 
     df = read_photos(fake_flukes(tmp_path / "src"))
     counts = df["Id"].value_counts()
@@ -54,7 +54,7 @@ def test_selection_keeps_individuals_with_three_photos_and_folds_are_complementa
 
 
 def test_training_folder_reads_the_photos_in_place(tmp_path):
-    from benchmarks.seed002 import content_boxes, read_photos, training_folder
+    from benchmarks.seeds.seed002 import content_boxes, read_photos, training_folder
     from whale.data import load_competition
 
     src = fake_flukes(tmp_path / "src")
@@ -88,7 +88,7 @@ def _features(rng, n_photos: int, dup: bool = True):
 @pytest.mark.parametrize("shortlist", [0, 3])
 def test_leave_one_out_scores_equal_a_matcher_built_without_each_photo(shortlist):
     """Each row: what a matcher whose gallery is every other photo gives (exact index), duplicates included."""
-    from benchmarks.seed002 import leave_one_out_scores
+    from benchmarks.seeds.seed002 import leave_one_out_scores
     from whale.keypoints import KeypointMatcher
     from whale.keypoints.config import load_keypoint_config
     from whale.config.overrides import overrides
@@ -106,7 +106,7 @@ def test_leave_one_out_scores_equal_a_matcher_built_without_each_photo(shortlist
 
 
 def test_cached_pair_scores_are_read_back_only_for_the_same_photos(tmp_path):
-    from benchmarks.seed002 import cached_pair_scores
+    from benchmarks.seeds.seed002 import cached_pair_scores
 
     calls = []
 
@@ -125,7 +125,7 @@ def test_cached_pair_scores_are_read_back_only_for_the_same_photos(tmp_path):
 
 
 def test_pixels_and_keypoints_rows_on_five_folds(tmp_path, capsys):
-    from benchmarks.seed002 import main
+    from benchmarks.seeds.seed002 import main
 
     src = fake_flukes(tmp_path / "src")
     out = tmp_path / "out"
@@ -156,7 +156,7 @@ def test_pixels_and_keypoints_rows_on_five_folds(tmp_path, capsys):
 
 
 def test_learned_rows_differ_only_in_their_k_schedule():
-    from benchmarks.seed002 import learned_config
+    from benchmarks.seeds.seed002 import learned_config
     from whale.config import load_config
     from whale.config.overrides import overrides
 
@@ -174,7 +174,7 @@ def test_learned_rows_differ_only_in_their_k_schedule():
 
 @pytest.mark.slow
 def test_learned_row_trains_on_four_folds_and_is_measured_on_the_fifth(tmp_path):
-    from benchmarks.seed002 import identity_folds, main, read_photos
+    from benchmarks.seeds.seed002 import identity_folds, main, read_photos
 
     src = fake_flukes(tmp_path / "src")
     out = tmp_path / "out"
@@ -195,7 +195,7 @@ def test_learned_row_trains_on_four_folds_and_is_measured_on_the_fifth(tmp_path)
 def test_a_pack_is_a_source_of_the_same_photos_folds_and_content(tmp_path, capsys):
     """--pack writes the selected photos' content crops (white bands cut) and their train.csv: read back as a
     --source it gives the same individuals, photos and folds, and each photo is its content at the same size."""
-    from benchmarks.seed002 import identity_folds, main, read_photos
+    from benchmarks.seeds.seed002 import identity_folds, main, read_photos
     from whale.data.images import load_image
 
     src = fake_flukes(tmp_path / "src")
@@ -215,7 +215,7 @@ def test_a_pack_is_a_source_of_the_same_photos_folds_and_content(tmp_path, capsy
 def test_a_time_budget_stops_the_training_and_measures_the_model_as_trained(tmp_path):
     """--time-budget: the trainer's deadline stops a schedule far longer than the budget, and the row is the model
     of checkpoint ``last`` (no ``best`` is written by a run that did not finish)."""
-    from benchmarks.seed002 import main
+    from benchmarks.seeds.seed002 import main
 
     src = fake_flukes(tmp_path / "src")
     out = tmp_path / "out"

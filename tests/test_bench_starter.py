@@ -1,4 +1,4 @@
-"""benchmarks/starter.py's Omniglot catalogue: the shared alphabets stay out, train and test share no bytes."""
+"""benchmarks/seeds/starter.py's Omniglot catalogue: the shared alphabets stay out, train and test share no bytes."""
 
 import io
 import sys
@@ -12,7 +12,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import starter  # noqa: E402
+from benchmarks.seeds import starter  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/bench_train.py --quick: runs on CPU, prints the three rates, writes a rates file --plan reads."""
+"""benchmarks/speed/bench_train.py --quick: runs on CPU, prints the three rates, writes a rates file --plan reads."""
 
 import json
 import os
@@ -17,7 +17,7 @@ def test_bench_train_quick_prints_rates_that_plan_reads(tmp_path):
 
     out = tmp_path / "rates.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_train.py"), "--quick",
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed" / "bench_train.py"), "--quick",
                           "--batchings", "pairs,images", "--out", str(out)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -135,7 +135,7 @@ def test_evaluate_competition_breaks_top_k_down_by_group(tmp_path):
 
 
 def test_lion_views_name_each_test_photo_of_a_known_lion(tmp_path):
-    from benchmarks.lions import index_lions, lion_competition, view_of
+    from benchmarks.seeds.lions import index_lions, lion_competition, view_of
 
     assert [view_of(Path(f"Ayo_{v}.png"), "Ayo") for v in ("Left_Face", "Portrait", "Right_ear", "Nose",
                                                             "Whiskers", "Teeth", "Left_Body", "Tail", "Paw")] == \
@@ -174,7 +174,7 @@ def test_random_negatives_and_quick_config():
 
 
 def test_synthetic_variant_config_sets_batching_and_scales_the_demo_s_stages():
-    from benchmarks import synthetic
+    from benchmarks.seeds import synthetic
     from whale.config import load_config
 
     demo = load_config(common.repo_root() / "configs" / "demo.yaml")
@@ -204,7 +204,7 @@ def test_mean_sd_and_seed_table():
 
 
 def test_omniglot_leak_free_drops_shared_alphabets_and_checks_bytes(tmp_path):
-    from benchmarks import omniglot
+    from benchmarks.seeds import omniglot
 
     def img(name, content):
         p = tmp_path / name
@@ -250,7 +250,7 @@ def test_run_seeds_runs_each_seed_and_reports_failures(tmp_path):
 
 
 def test_omniglot_several_seeds_summarises(tmp_path, monkeypatch, capsys):
-    from benchmarks import omniglot
+    from benchmarks.seeds import omniglot
 
     def fake(script, argv, seeds, out, jobs=1, log=print, split=None):
         assert "--seeds" not in argv and "--out" not in argv and "--gpu" in argv
@@ -267,7 +267,7 @@ def test_omniglot_several_seeds_summarises(tmp_path, monkeypatch, capsys):
 
 
 def test_synthetic_several_seeds_summarises(tmp_path, monkeypatch, capsys):
-    from benchmarks import synthetic
+    from benchmarks.seeds import synthetic
 
     def fake(script, argv, seeds, out, jobs=1, log=print, split=None):
         assert split is None and script.name == "synthetic.py"  # 2 jobs < 3 seeds x 2 methods

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = re.compile(r":(mod|func|class):`~?([A-Za-z_][\w.]*)(?:\(\))?`")
-SOURCES = sorted(ROOT.glob("whale/**/*.py")) + sorted(ROOT.glob("*.py")) + sorted(ROOT.glob("benchmarks/*.py"))
+SOURCES = sorted(ROOT.glob("whale/**/*.py")) + sorted(ROOT.glob("*.py")) + sorted(ROOT.glob("benchmarks/**/*.py"))
 DOCS = sorted(ROOT.glob("docs/*.md"))
 
 

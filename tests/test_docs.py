@@ -66,8 +66,8 @@ def _words(line: str) -> list[str]:
 
 def _source_flags(path: Path, flags: list[str]) -> list[str]:
     source = path.read_text()
-    if path.parent.name == "benchmarks":  # flags shared by every benchmark live in benchmarks/common.py
-        source += (path.parent / "common.py").read_text()
+    if path.relative_to(ROOT).parts[0] == "benchmarks":  # flags shared by every benchmark: benchmarks/common.py
+        source += (ROOT / "benchmarks" / "common.py").read_text()
     return [f for f in flags if f'"{f}"' not in source and f"'{f}'" not in source]
 
 
@@ -132,7 +132,7 @@ def test_the_checker_catches_a_wrong_flag_a_wrong_value_and_a_missing_subcommand
            "whale train --config configs/demo.yaml --flod 0",  # no such flag
            "python -m whale.boxes train --data d --labels l.csv --out r --model vgg16",  # not a choice
            "python -m whale.explain --run r --data d [--top 5] [--frobnicate]",  # synopsis, unknown flag
-           "whale trian --fold 0", "make tset", "python benchmarks/synthetic.py --no-such-flag"]
+           "whale trian --fold 0", "make tset", "python benchmarks/seeds/synthetic.py --no-such-flag"]
     for line in bad:
         with pytest.raises(AssertionError):
             check_command(line)

@@ -1,4 +1,4 @@
-"""benchmarks/global_toy.py (seed 001's toy experiment): its data, grid, 1-NN rule, and the --quick table."""
+"""benchmarks/seeds/global_toy.py (seed 001's toy experiment): its data, grid, 1-NN rule, and the --quick table."""
 import json
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import global_toy  # noqa: E402
+from benchmarks.seeds import global_toy  # noqa: E402
 
 
 def test_toy_data_has_two_classes_of_forty_and_four_flipped_labels():

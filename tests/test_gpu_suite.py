@@ -1,7 +1,7 @@
-"""benchmarks/gpu_suite.py: the budget (a step that does not fit is recorded as skipped, a resumed
+"""benchmarks/gpu/gpu_suite.py: the budget (a step that does not fit is recorded as skipped, a resumed
 suite keeps what was done), the files it writes after each step (suite.json, suite.md, a rates
 file that whale.training.plan reads back), and --quick on the CPU so the suite cannot rot between
-GPU sessions. benchmarks/gpu_wheels.py: the pins come from requirements.txt."""
+GPU sessions. benchmarks/gpu/gpu_wheels.py: the pins come from requirements.txt."""
 
 import json
 import os
@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import gpu_suite, gpu_wheels  # noqa: E402
+from benchmarks.gpu import gpu_suite, gpu_wheels  # noqa: E402
 
 
 class FakeClock:
@@ -156,7 +156,7 @@ def test_wheels_are_pinned_from_requirements_and_the_setup_names_them(tmp_path):
 
 def _quick(tmp_path, *extra, timeout=600):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--quick", "--out",
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "gpu_suite.py"), "--quick", "--out",
                           str(tmp_path / "out"), *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=timeout)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -202,7 +202,7 @@ def test_quick_measures_and_skips_what_does_not_fit(tmp_path):
 
 def test_quick_table_i_row_runs_and_is_tabled(tmp_path):
     """One of seed 000's Table I steps at the homography benchmark's tiny --quick scale (seconds)."""
-    from benchmarks import homography
+    from benchmarks.seeds import homography
 
     assert gpu_suite.HOMOGRAPHY_ROWS == tuple(homography.ROWS)
     data = _quick(tmp_path, "--only", "homography_triplet_hinge", timeout=600)
@@ -270,22 +270,26 @@ def test_quick_seed002_step_runs_its_processes_and_is_tabled(tmp_path):
 
 
 def test_seed002_jobs_are_every_fold_of_the_paper_s_row_and_fold_0_of_the_others():
-    jobs = gpu_suite.seed002_jobs(quick=False)
+    from benchmarks.gpu.steps.seed002 import seed002_jobs
+
+    jobs = seed002_jobs(quick=False)
     assert [(m, f) for n, m, f, _ in jobs if n == "small"] == [("triplet", f) for f in range(5)]
     assert [(n, m, f, sets) for n, m, f, sets in jobs if n != "small"] == [("small_mined", "triplet-mined", 0, [])]
 
 
 def test_quick_flukes_steps_train_score_measure_and_return_slim_runs(tmp_path):
     """The pretrained-branch steps on a pack of 30 individuals of the real flukes (tiny network, one epoch a stage,
-    seconds): each job in its own process on the packed split, measured as benchmarks/humpback.py measures, and its
-    run returned as flukes_<job>.tgz: the best model without its optimizer, the ArcFace centres zeroed, and a
-    slim.json saying so, which benchmarks/humpback.py --gpu-runs unpacks by split seed."""
+    seconds): each job in its own process on the packed split, measured as benchmarks/flukes/humpback.py measures,
+    and its run returned as flukes_<job>.tgz: the best model without its optimizer, the ArcFace centres zeroed, and a
+    slim.json saying so, which benchmarks/flukes/humpback.py --gpu-runs unpacks by split seed."""
     import json
     import tarfile
 
     import numpy as np
 
-    from benchmarks import common, gpu_flukes, humpback_runs
+    from benchmarks import common
+    from benchmarks.flukes import humpback_runs
+    from benchmarks.gpu import gpu_flukes
 
     if common.shared_data("humpback") is None:
         pytest.skip("no ../shared/data/humpback")

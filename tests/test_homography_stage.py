@@ -166,7 +166,7 @@ def test_a_homography_stage_trains_and_resumes_exactly(backend, comp_dir, tmp_pa
 
 
 def test_benchmark_moves_steps_from_the_first_stage_to_a_homography_stage():
-    from benchmarks.homography_pretrain import steps_per_epoch, with_homography
+    from benchmarks.seeds.homography_pretrain import steps_per_epoch, with_homography
     from whale.config import config_from_dict
 
     cfg = config_from_dict({"name": "b", "batch_size": 32, "stages": STAGES[1:]})

@@ -141,7 +141,7 @@ def test_what_a_trunk_run_cannot_do_is_refused_by_name():
 
 
 def test_the_imagenet_reference_is_the_shipped_configs_branch_untrained(backend, tmp_path):
-    """benchmarks/humpback.py's ``imagenet`` row: configs/flukes_lite0_cpu.yaml's branch as it comes (ImageNet
+    """benchmarks/flukes/humpback.py's ``imagenet`` row: configs/flukes_lite0_cpu.yaml's branch as it comes (ImageNet
     weights, its trunk's maps through the rest of the backbone), unit features, cosine scores."""
     from benchmarks.common import FrozenBranchMethod
     from whale.models import build_branch

@@ -234,7 +234,7 @@ def retrieval_protocol(s_train: np.ndarray, s_test: np.ndarray, train_ids: Seque
 
     For scores that do not depend on the gallery (an embedding's, the head's). A matcher whose scores change with
     the gallery (LNBNN votes) runs once per draw on that draw's gallery and uses the three functions above itself
-    (``benchmarks/seed002.py``).
+    (``benchmarks/seeds/seed002.py``).
 
     Args:
         s_train: ``[n_test, n_train]`` scores of the test images against the training images.

@@ -14,7 +14,7 @@ Two heads (``head``):
 - ``"dense"`` (the paper's four regressed outputs): flatten the last ``S/32 x S/32`` map
   (position matters for a box, so no global pooling), then Dense(256, ReLU), Dropout,
   Dense(4, sigmoid).
-- ``"integral"`` (ours, measured side by side in ``benchmarks/box_heads.py``): the same backbone read
+- ``"integral"`` (ours, measured side by side in ``benchmarks/seeds/box_heads.py``): the same backbone read
   at stride 8 (block 4's last convolution, before its pooling), a 1x1 convolution to one map
   per edge, and for each edge the expectation of its coordinate under the softmax of its map
   over all ``S/8 x S/8`` positions (a soft argmax; the cell centres span 0..1). The four

@@ -23,7 +23,7 @@ How the gallery is searched (``method``), always through the run's own scorer
   (its file is named by their digest; a stale one is deleted when the next is written).
 * ``auto``: ``exact``, except ``prune`` for the head from :data:`AUTO_FROM` catalogue images; FAISS
   only when asked: its first match builds the index, slower than the exact product at every size
-  measured (up to 100,000 images); later matches load it (``benchmarks/catalogue.py``,
+  measured (up to 100,000 images); later matches load it (``benchmarks/seeds/catalogue.py``,
   docs/catalogue.md).
 """
 from __future__ import annotations

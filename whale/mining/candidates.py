@@ -13,7 +13,7 @@ distance, up to a per-row constant) or ``"head"`` (the head's own logit, factori
 :meth:`HeadScorer.proxy_features`; the default, ``"auto"``, of :func:`whale.inference.topk.topk_stream` for a hidden=0
 head). Cosine over raw features because the branch ends in a global max pooling of ReLU
 activations: vectors are non-negative with norms that vary with contrast and size, while identity
-lives in the direction. Measured by the ``proxy`` phase of ``python benchmarks/bench_scoring.py``
+lives in the direction. Measured by the ``proxy`` phase of ``python benchmarks/speed/bench_scoring.py``
 (hard world; top-5 agreement with exact scoring, 200 queries x 1,568 gallery, P re-ranked, P =
 50 / 100 / 300 / 600): cosine 0.71 / 0.89 / 0.99 / 1.00, euclidean 0.06 / 0.09 / 0.17 / 0.36,
 dot 0.10 / 0.21 / 0.37 / 0.58, head rank-4 1.00 already at P = 50. Mining uses cosine: its

@@ -113,7 +113,7 @@ def small(input_shape, weights=None, stem: str = "conv") -> keras.Model:
     ``stem="pool"`` adds a 2x2 max pooling after the stem, as the reference ConvNet's first
     block does (``[b, S, S, C] -> [b, S/64, S/64, 128]``, same weights): the stages then see a
     quarter of the pixels: on 2 CPU cores at 64 px the train step ran 2.0x and the whole
-    training 1.9x as fast (``benchmarks/bench_train.py --branches small --stems conv,pool``, README).
+    training 1.9x as fast (``benchmarks/speed/bench_train.py --branches small --stems conv,pool``, README).
     """
     _no_weights("small", weights)
     if stem not in SMALL_STEMS:

@@ -17,12 +17,12 @@ XLA-compiled function per block shape (written once in ``keras.ops``; compiled b
 ``tf.function(jit_compile=True)`` on TensorFlow, ``jax.jit`` on JAX; blocks are padded to a
 fixed shape, so it compiles once). The weights are the compiled function's arguments, not
 constants baked into it: a training run scores with a new head every mining and validation,
-and each reuses the functions compiled for the first (``benchmarks/scorer_rebuild.py``
+and each reuses the functions compiled for the first (``benchmarks/speed/scorer_rebuild.py``
 measures the saving). The formula runs in float32 whatever the head's dtype
 policy: under mixed precision it is the head's exact float32 value. XLA fuses the ``mid`` units into a single loop, so the ``[a, b, d, mid]``
 intermediate is never written to memory and no pair of features is ever gathered; the speed
 against the reference style (gather every pair, ``head.predict(batch_size=2048)``) is
-measured in one run by ``python benchmarks/bench_scoring.py`` (docs/scoring.md). The head is symmetric in its two
+measured in one run by ``python benchmarks/speed/bench_scoring.py`` (docs/scoring.md). The head is symmetric in its two
 inputs (every stacked feature is), so a train-vs-train matrix computes the upper triangle of
 blocks once and mirrors it exactly. A head whose layers do not follow the contract is
 evaluated through the Keras model itself on pair blocks (same blocking, slower); the choice is
@@ -184,7 +184,7 @@ class HeadScorer:
         check: compare with ``head`` on random pairs when built; a mismatch (a head that does
             not follow the contract) switches to the generic path through the Keras model.
         constants: fold the weights into the compiled functions as constants (the scorer's
-            original form; faster per pair, 1.11x in ``benchmarks/scorer_rebuild.py`` on a
+            original form; faster per pair, 1.11x in ``benchmarks/speed/scorer_rebuild.py`` on a
             2-core CPU under TensorFlow), compiled anew for every scorer (seconds): for one
             head scoring many pairs (inference). Without it the weights are arguments and
             every scorer of the same head shapes reuses one compilation (training: a new head

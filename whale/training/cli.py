@@ -73,7 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "runs and folds on the same photos share them")
     p.add_argument("--verbose", type=int, default=None, help="Keras verbosity 0/1/2 (default: auto)")
     p.add_argument("--plan", action="store_true", help="print the schedule and its cost; train nothing")
-    p.add_argument("--rates", help="--plan: pairs/s per branch, size, precision (JSON of benchmarks/bench_train.py)")
+    p.add_argument("--rates",
+                   help="--plan: pairs/s per branch, size, precision (JSON of benchmarks/speed/bench_train.py)")
     p.add_argument("--pair-images", type=int,
                    help="--plan: training images of the fold instead of counting them in --data")
     p.add_argument("--playground-images", type=int,

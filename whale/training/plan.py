@@ -7,7 +7,7 @@ versions and weeks of GPU quota those hours need. The one planner of the toolkit
 (two per training image of the fold: one positive, one mined negative; the playground's for
 ``dataset: playground`` stages) and the minings; and, given a rates file, the hours.
 
-Rates file (JSON, written by ``benchmarks/bench_train.py``)::
+Rates file (JSON, written by ``benchmarks/speed/bench_train.py``)::
 
     {"device": "...", "rates": [{"branch": "densenet121", "image_size": 384,
       "precision": "mixed_bfloat16", "model_pairs_s": 307.0, "end_to_end_pairs_s": 280.0}, ...]}
@@ -189,7 +189,7 @@ def format_plan(cfg: RunConfig, plan: list[StagePlan], rates_file: str | None = 
     minings = sum(p.minings for p in plan)
     cost = fold_cost(plan, hours_per_version)
     if rates_file is None:
-        total = "no estimate of hours: pass --rates FILE (written by benchmarks/bench_train.py)"
+        total = "no estimate of hours: pass --rates FILE (written by benchmarks/speed/bench_train.py)"
     elif cost is None:
         total = f"no estimate of hours: {rates_file} has no rate for {cfg.model.branch} {cfg.precision}"
     else:

@@ -1,0 +1,610 @@
+"""Real humpback flukes: every method through the user's own commands, on Kaggle-like splits. Not a test.
+
+    python benchmarks/flukes/humpback.py --out runs/humpback [--seeds 0,1,2] [--methods keypoints,learned,fusion]
+    python benchmarks/flukes/humpback.py --out runs/humpback --screen '' 'features.upright=true'   # settings, on validation
+
+Data: ``../shared/data/humpback/{train.csv,train/}`` beside the checkout (real 2019 competition photos,
+half of its identified individuals; read in place, copied under ``--out``; the benchmark prints a
+message and exits 0 when absent). Nothing of it is committed.
+
+The split (:func:`split_flukes`, one per ``--seeds`` value), as Kaggle's 2019 test set was made:
+
+* known queries: one photo drawn per individual with two or more photos (the rest stay in ``train``);
+* ``new_whale`` queries: half of the one-photo individuals (their id appears nowhere in ``train``);
+* the other one-photo individuals stay in ``train`` labelled ``new_whale`` (as Kaggle's unidentified
+  photos): the fold rules turn them into the open-set part of validation, so ``new_whale``'s threshold
+  is tuned on validation queries whose individuals the gallery lacks, never on the test queries (about
+  10% of fold 0's validation queries: the data has no more one-photo individuals to give; the test
+  set's share is about 26%, Kaggle's 27.6%). The gallery's one-photo individuals are those with two
+  photos, one of which became a query.
+
+:func:`check_disjoint` refuses a split whose ``new_whale`` queries share an id with ``train`` or whose
+query photos share their bytes with a ``train`` photo (the data holds a few byte-identical photos:
+such a query is moved to ``train``).
+
+Methods, each a user's command line (printed with its wall time), scored from its submission:
+
+* ``keypoints``: ``whale score --matcher keypoints --data D --out K --fold 0`` then
+  ``whale ensemble K --tune --out S.csv`` and ``whale submission check S.csv``; again with
+  ``--tune-new-share 0.276`` (validation's few open-set queries weighted to the competition's share);
+* ``learned``: ``whale train --config C --fold 0 --data D --out L`` for each ``--learned-config`` C (default
+  ``configs/flukes_cpu.yaml``; it scores its fold and the test set when done), then the same ensemble and check;
+  ``--gpu-runs DIR``: a GPU session's runs scored here (:mod:`benchmarks.flukes.humpback_runs`);
+* ``fusion``: ``whale ensemble K L --tune [--tune-weights --weight-grid log] --out S.csv`` for each learned run
+  and each rule of ``--fusion`` (``--keypoint-runs DIR``: ``K`` is ``DIR/seedN/keypoints`` of an earlier
+  ``--methods keypoints`` run, ``--learned-runs DIR``: ``L`` is ``DIR/seedN/learned-<config>`` of an earlier
+  ``--methods learned`` run, each checked to be of the same split);
+* references measured in the same run: raw pixels (32 px gray cosine nearest neighbour, the threshold
+  tuned on the same validation fold, :func:`benchmarks.common.evaluate_competition`), ``imagenet`` (the same with
+  the ImageNet features of ``configs/flukes_lite0_cpu.yaml``'s branch, nothing trained:
+  :class:`benchmarks.common.FrozenBranchMethod`) and the submission of ``new_whale`` alone for every photo.
+
+Reported per method: MAP@5 of the submission over all queries and split into known / ``new_whale``
+queries; for the known queries also the ranking of ids alone (the per-id maximum of the test scores,
+``new_whale`` never predicted: MAP@5 "known, ids only", top-1, top-5); the ``new_whale`` share at rank 1;
+the wall time of each command. With several seeds: mean +- sd.
+The last stdout line is ``{"benchmark": "humpback", "metrics": {...}, "seconds": ...}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from whale.command import quiet_unless_debugging  # noqa: E402
+
+quiet_unless_debugging()  # before anything imports the backend
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+from benchmarks.flukes.humpback_runs import fusion_rows, learned_runs, slug  # noqa: E402
+from whale import NEW_WHALE  # noqa: E402
+
+METHODS = ("keypoints", "learned", "fusion", "pixels", "imagenet", "all_new_whale")
+KAGGLE_NEW_SHARE = 0.276
+"""The 2019 competition's share of new_whale test images: what a user would expect a batch to hold, and what
+``--tune-new-share`` weighs validation's open-set queries to (fold 0 here holds about 10% of them)."""
+LEARNED_CONFIG = "configs/flukes_cpu.yaml"
+IMAGENET_CONFIG = "configs/flukes_lite0_cpu.yaml"
+"""The ``imagenet`` row's branch and input: this config's, its trunk's maps and the rest of its backbone as they come."""
+
+
+def read_source(root: Path) -> pd.DataFrame:
+    """``Image, Id, path`` rows of ``root/train.csv`` whose photo exists under ``root/train``."""
+    df = pd.read_csv(root / "train.csv")
+    if list(df.columns[:2]) != ["Image", "Id"]:
+        raise ValueError(f"{root / 'train.csv'}: expected columns Image,Id, found {','.join(df.columns)}")
+    df["path"] = [root / "train" / n for n in df["Image"]]
+    missing = [str(p) for p in df["path"] if not p.is_file()]
+    if missing:
+        raise ValueError(f"{root / 'train.csv'}: {len(missing)} photos missing under train/, e.g. {missing[0]}")
+    return df
+
+
+def split_flukes(df: pd.DataFrame, seed: int) -> tuple[list[tuple], list[tuple]]:
+    """``(train, test)`` lists of ``(photo path, id)`` (module docstring); test ids go to test_solution.csv."""
+    rng = np.random.default_rng(seed)
+    groups = df.groupby("Id").indices
+    names = sorted(groups)
+    test_rows, train_rows = [], []
+    singles = []
+    for name in names:
+        rows = groups[name]
+        if len(rows) == 1:
+            singles.append(rows[0])
+            continue
+        q = int(rng.choice(rows))
+        test_rows.append(q)
+        train_rows += [int(r) for r in rows if r != q]
+    singles = rng.permutation(singles)
+    n_new = len(singles) // 2
+    new_queries, unidentified = singles[:n_new], singles[n_new:]
+    paths, ids = df["path"].to_numpy(), df["Id"].to_numpy()
+    train = [(paths[r], ids[r]) for r in train_rows] + [(paths[r], NEW_WHALE) for r in unidentified]
+    test = [(paths[r], ids[r]) for r in test_rows] + [(paths[r], NEW_WHALE) for r in new_queries]
+    order = rng.permutation(len(test))  # known and new queries mixed, as in a real test folder
+    return train, [test[i] for i in order]
+
+
+def check_disjoint(train: list[tuple], test: list[tuple], log=print) -> tuple[list[tuple], list[tuple]]:
+    """The split with every query's bytes absent from ``train`` (such queries join ``train``), checked.
+
+    Raises:
+        ValueError: a ``new_whale`` query whose photo's true id is in ``train`` (by id), or, after the move,
+            any byte-identical photo on both sides (by SHA-1 of the file).
+    """
+    digest_train = set(common.byte_digests([p for p, _ in train]))
+    digest_test = common.byte_digests([p for p, _ in test])
+    moved = [t for t, d in zip(test, digest_test) if d in digest_train]
+    if moved:
+        log(f"split: {len(moved)} query photos have a byte-identical twin in train: moved to train")
+        test = [t for t, d in zip(test, digest_test) if d not in digest_train]
+        train = train + [(p, i) for p, i in moved]
+    return train, test
+
+
+def assert_disjoint(comp_dir: Path, truth_ids: dict[str, str]) -> dict:
+    """Check the written folder itself: ``new_whale`` queries' individuals absent from train.csv, no query
+    photo byte-identical to a train photo. Returns counts for the report; raises ValueError otherwise."""
+    train = pd.read_csv(comp_dir / "train.csv")
+    test_names = sorted(truth_ids)
+    d_train = set(common.byte_digests([comp_dir / "train" / n for n in train["Image"]]))
+    d_test = common.byte_digests([comp_dir / "test" / n for n in test_names])
+    shared = sum(d in d_train for d in d_test)
+    if shared:
+        raise ValueError(f"{comp_dir}: {shared} test photos are byte-identical to train photos")
+    return {"train": len(train), "test": len(test_names),
+            "known_queries": sum(v != NEW_WHALE for v in truth_ids.values()),
+            "new_queries": sum(v == NEW_WHALE for v in truth_ids.values())}
+
+
+def build_split(source: Path, out: Path, seed: int, log=print) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """The seed's competition folder ``out`` and ``(folder, truth, true_individual)``: the test image ->
+    truth (its id or ``new_whale``) and -> its real individual (to check new queries' ids against train)."""
+    df = read_source(source)
+    train, test = split_flukes(df, seed)
+    train, test = check_disjoint(train, test, log)
+    source_id = dict(zip(df["path"].astype(str), df["Id"]))
+    comp = common.build_competition(out, train, test, suffix=".jpg")
+    truth = dict(zip(*pd.read_csv(comp / "test_solution.csv")[["Image", "Id"]].to_numpy().T))
+    individual = {f"te{i:05d}.jpg": source_id[str(p)] for i, (p, _) in enumerate(test)}
+    train_individuals = {source_id[str(p)] for p, _ in train}
+    clash = [n for n, t in truth.items() if t == NEW_WHALE and individual[n] in train_individuals]
+    if clash:
+        raise ValueError(f"{comp}: new_whale queries whose individual is in train, e.g. {clash[0]}")
+    return comp, truth, individual
+
+
+# ------------------------------------------------------------------------------ measuring
+def read_submission(path: Path) -> dict[str, list[str]]:
+    """``{image: [5 labels]}`` of a 2019-format submission CSV."""
+    df = pd.read_csv(path)
+    return {str(i): str(p).split() for i, p in zip(df["Image"], df["Id"])}
+
+
+def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dict[str, float]:
+    """MAP@5 over all queries, known and ``new_whale`` ones apart, and the ``new_whale`` share at rank 1
+    (:func:`whale.submission.submission_figures`, the figures of ``whale submission score``)."""
+    from whale.submission import submission_figures
+
+    f = submission_figures(pred, truth, NEW_WHALE)
+    return {"map5": f["map5"], "map5_known": f["map5_known"], "map5_new": f["map5_open"],
+            "new_whale_first": f["open_first"]}
+
+
+def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:
+    """Top-1 / top-5 and the MAP@5 of the known queries by the per-id maximum (``new_whale`` never predicted)."""
+    from whale.ranking import top_id_scores
+
+    known = np.array([truth[str(q)] != NEW_WHALE for q in query])
+    names, idx, _ = top_id_scores(scores[known], gallery_ids, k=5)
+    top = names[idx]
+    actual = np.array([truth[str(q)] for q in query[known]])
+    hit = top == actual[:, None]
+    return {"top1": float(hit[:, 0].mean()), "top5": float(hit.any(axis=1).mean()),
+            "map5_known_no_new": float((hit / np.arange(1, hit.shape[1] + 1)).sum(axis=1).mean())}
+
+
+def whale_command(args: list[str], log_path: Path, log=print) -> float:
+    """Run ``python -m whale ARGS`` (the user's ``whale`` command), its output into ``log_path``; its wall time.
+
+    A ``train`` or ``score`` step that finished before with the same arguments (its marker ``<log>.done.json``
+    beside the log) is not run again: a killed benchmark, run again with the same command, goes on from its first
+    unfinished step and reports the times measured then. The ensembles, seconds each, always run again.
+
+    Raises:
+        RuntimeError: a non-zero exit (the log file named).
+    """
+    done = log_path.with_name(log_path.name + ".done.json")
+    if args[0] in ("train", "score") and done.is_file():
+        record = json.loads(done.read_text())
+        if record.get("args") == args:
+            log(f"$ whale {' '.join(args)}\n  finished earlier in {record['seconds']:.0f} s  (log {log_path})")
+            return record["seconds"]
+    done.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "whale", *args]
+    log(f"$ whale {' '.join(args)}")
+    t0 = time.perf_counter()
+    with open(log_path, "w") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=common.repo_root(),
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"whale {args[0]} failed (exit {proc.returncode}); see {log_path}")
+    log(f"  {seconds:.0f} s  (log {log_path})")
+    done.write_text(json.dumps({"args": args, "seconds": seconds}))
+    return seconds
+
+
+def ensemble_and_check(runs: list[Path], sub: Path, comp: Path, work: Path, extra=(), log=print) -> tuple[float, list[str]]:
+    """``whale ensemble RUNS --tune --out SUB`` and ``whale submission check SUB``; seconds and the ensemble's log lines."""
+    t = whale_command(["ensemble", *map(str, runs), "--tune", "--out", str(sub), *extra], work / f"{sub.stem}.ensemble.log", log)
+    t += whale_command(["submission", "check", str(sub), "--sample", str(comp / "sample_submission.csv")],
+                       work / f"{sub.stem}.check.log", log)
+    return t, (work / f"{sub.stem}.ensemble.log").read_text().splitlines()
+
+
+def tuned_weights(lines: list[str], n: int) -> list[float] | None:
+    """The weights an ensemble's ``--tune-weights`` chose, read from its output."""
+    for line in lines:
+        if line.startswith("tuned weights "):
+            return [float(x) for x in line[len("tuned weights "):].split(":")[0].split(",")][:n]
+    return None
+
+
+def method_row(name: str, sub: Path, test_scores, truth: dict[str, str], seconds: dict) -> dict:
+    row = {"method": name, **submission_metrics(read_submission(sub), truth)}
+    if test_scores is not None:
+        row.update(ranking_metrics(test_scores.scores, test_scores.query, test_scores.gallery_ids, truth))
+    row["seconds"] = seconds
+    return row
+
+
+REFERENCE_PHOTOS = 100
+
+
+def machine_reference(source: Path, config: str) -> float:
+    """Seconds to extract the RootSIFT features of the source's first :data:`REFERENCE_PHOTOS` photos in one
+    process (no store): the machine's speed in the same run, so that times compare across days."""
+    from whale.keypoints import extract, load_keypoint_config
+
+    cfg = load_keypoint_config(config).features
+    paths = sorted((source / "train").glob("*.jpg"))[:REFERENCE_PHOTOS]
+    t0 = time.perf_counter()
+    for p in paths:
+        extract(p, cfg)
+    return time.perf_counter() - t0
+
+
+def run_seed(args, seed: int, log=print) -> list[dict]:
+    """Every method of ``args.methods`` on split ``seed``; one result row per method."""
+    from whale.ensemble.combine import average_score_files
+    from whale.inference.scorefile import load_score_file
+
+    work = Path(args.out) / f"seed{seed}"
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    comp, truth, _ = build_split(args.source, work / "data", seed, log)
+    counts = assert_disjoint(comp, truth)
+    log(f"seed {seed}: split in {time.perf_counter() - t0:.0f} s: {counts}")
+    rows, runs = [], {}
+    reuse_keypoints = bool(args.keypoint_runs) and "keypoints" not in args.methods  # fusion with an earlier run's matcher
+    if "keypoints" in args.methods or ("fusion" in args.methods and not reuse_keypoints):
+        kp = work / "keypoints"
+        t = whale_command(["score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp), "--fold", "0",
+                           "--config", args.keypoint_config, "--cache", str(args.cache), "--quiet"],
+                          work / "keypoints.score.log", log)
+        runs["keypoints"] = kp
+        if "keypoints" in args.methods:
+            te, _ = ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
+            test_kp = load_score_file(kp / "test.npz")
+            rows.append(method_row("keypoints", work / "keypoints.csv", test_kp, truth,
+                                   {"score": t, "ensemble": te,
+                                    **json.loads((kp / "run.json").read_text())["seconds"]}))
+            te, _ = ensemble_and_check([kp], work / "keypoints_share.csv", comp, work,
+                                       ["--tune-new-share", str(KAGGLE_NEW_SHARE)], log=log)
+            rows.append(method_row(f"keypoints, --tune-new-share {KAGGLE_NEW_SHARE}", work / "keypoints_share.csv",
+                                   test_kp, truth, {"ensemble": te}))
+    learned = learned_runs(args, seed, comp, work, log)  # name -> run folder: each learned config, each GPU run
+    for name, (run, seconds) in learned.items():
+        if "learned" in args.methods or (seconds is not None and name.startswith("gpu ")):
+            te, _ = ensemble_and_check([run], work / f"{slug(name)}.csv", comp, work, log=log)
+            rows.append(method_row(name, work / f"{slug(name)}.csv", load_score_file(score_path_of(run)), truth,
+                                   {**(seconds or {}), "ensemble": te}))
+    if "fusion" in args.methods:
+        if reuse_keypoints:  # looked up once the learned runs are done: the earlier run may still be writing it
+            runs["keypoints"] = earlier_run_of(args.keypoint_runs, seed, comp)
+            log(f"  keypoints: the score files of {runs['keypoints']} (the same split, checked)")
+        for name, (run, _) in learned.items():
+            rows += fusion_rows(args, name, [runs["keypoints"], run], comp, truth, work, log)
+    if "pixels" in args.methods:
+        rows.append(reference_row("pixels", common.PixelMethod(32, 1), comp, truth, log))
+    if "imagenet" in args.methods:
+        method = common.FrozenBranchMethod(IMAGENET_CONFIG, Path(args.out) / "trunk-cache")
+        rows.append(reference_row("imagenet", method, comp, truth, log))
+    if "all_new_whale" in args.methods:
+        pred = {n: [NEW_WHALE] for n in truth}
+        rows.append({"method": "all_new_whale", **submission_metrics(pred, truth), "seconds": {}})
+    for r in rows:
+        r["seed"] = seed
+    (work / "results.json").write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+def earlier_run_of(root, seed: int, comp: Path, kind: str = "keypoints") -> Path:
+    """``ROOT/seedN/KIND`` (``keypoints``: the matcher's scores of an earlier ``--methods keypoints`` run;
+    ``learned``: an earlier ``--methods learned`` run's trained model and scores), checked to be of split ``comp``:
+    the folder it scored (its ``run.json``'s ``data``) holds the same ``train.csv``, ``test_solution.csv`` and
+    photos, byte for byte, and its test score file names the same queries.
+
+    Raises:
+        ValueError: no such folder, or it scored another split (file named).
+    """
+    from whale.inference.scorefile import load_score_file, score_path
+
+    run = Path(root) / f"seed{seed}" / kind
+    option = {"keypoints": "--keypoint-runs", "learned": "--learned-runs"}[kind]
+    files = [score_path(run, "test"), score_path(run, "val"), run / "run.json"]
+    if not all(f.is_file() for f in files):
+        raise ValueError(f"{option}: expected {', '.join(map(str, files))} "
+                         f"(benchmarks/flukes/humpback.py --methods {kind} "
+                         f"--out {root}), found none")
+    scored = Path(json.loads((run / "run.json").read_text())["data"])
+
+    def content(folder: Path) -> tuple:
+        photos = sorted((folder / "train").glob("*.jpg")) + sorted((folder / "test").glob("*.jpg"))
+        return ((folder / "train.csv").read_bytes(), (folder / "test_solution.csv").read_bytes(),
+                [p.name for p in photos], common.byte_digests(photos))
+
+    if not scored.is_dir() or content(scored) != content(comp):
+        raise ValueError(f"{run / 'run.json'}: it scored {scored}, another split than {comp}")
+    test = load_score_file(files[0])
+    if sorted(map(str, test.query)) != sorted(pd.read_csv(comp / "test_solution.csv")["Image"].astype(str)):
+        raise ValueError(f"{files[0]}: its queries are not {comp}'s test photos")
+    return run
+
+
+def score_path_of(run: Path) -> Path:
+    from whale.inference.scorefile import score_path
+
+    return score_path(run, "test")
+
+
+def reference_row(name: str, method, comp: Path, truth: dict[str, str], log=print) -> dict:
+    """A reference method without training (``features``/``scores``: raw pixels, ImageNet features), the threshold
+    tuned on validation fold 0, the same metrics."""
+    from whale.data import ImageSet, fold_data, load_competition
+    from whale.ranking import predict_top5, tune_threshold
+
+    t0 = time.perf_counter()
+    c = load_competition(comp)
+    data = fold_data(c, 0, 0)
+    known = ImageSet.known(c)
+    f_all = method.features(known.paths)
+    f_gal = f_all[known.positions(data.gallery.names)]
+    t, _, _ = tune_threshold(method.scores(method.features(data.val.paths), f_gal), data.gallery.ids, data.val.ids)
+    test_names = np.array(c.test_images)
+    scores = method.scores(method.features([c.test_path(n) for n in test_names]), f_all)
+    preds = dict(zip(test_names, predict_top5(scores, known.ids, t)))
+    row = {"method": name, **submission_metrics(preds, truth),
+           **ranking_metrics(scores, test_names, known.ids, truth), "seconds": {"all": time.perf_counter() - t0}}
+    log(f"  {name}: {row['seconds']['all']:.0f} s")
+    return row
+
+
+COLUMNS = (("map5", "MAP@5 all"), ("map5_known", "known"), ("map5_new", "new_whale"),
+           ("map5_known_no_new", "known, ids only"), ("top1", "top-1"), ("top5", "top-5"),
+           ("new_whale_first", "new_whale first"))
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one line per method, mean +- sd over the seeds of each column."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    lines = ["| method | " + " | ".join(h for _, h in COLUMNS) + " | seeds |", "| --- " * (len(COLUMNS) + 2) + "|"]
+    for m in methods:
+        rs = [r for r in rows if r["method"] == m]
+        cells = []
+        for k, _ in COLUMNS:
+            v = [r[k] for r in rs if k in r and np.isfinite(r[k])]
+            cells.append("" if not v else (f"{np.mean(v):.3f}" if len(v) == 1 else
+                                           f"{np.mean(v):.3f} +- {np.std(v, ddof=1):.3f}"))
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {len(rs)} |")
+    return "\n".join(lines)
+
+
+def gains_table(rows: list[dict], base: str = "keypoints") -> str:
+    """Markdown: each fusion row's gain over ``base`` on the same split seed, mean +- sd over the seeds it has."""
+    by_seed = {r["seed"]: r for r in rows if r["method"] == base}
+    keys = (("map5", "MAP@5 all"), ("map5_known_no_new", "known, ids only"), ("top5", "top-5"))
+    lines = ["| gain over " + base + " | " + " | ".join(h for _, h in keys) + " | seeds |", "| --- " * (len(keys) + 2) + "|"]
+    for m in dict.fromkeys(r["method"] for r in rows if r["method"].startswith("fusion")):
+        pairs = [(r, by_seed[r["seed"]]) for r in rows if r["method"] == m and r["seed"] in by_seed]
+        cells = []
+        for k, _ in keys:
+            d = [a[k] - b[k] for a, b in pairs if k in a and k in b]
+            cells.append("" if not d else f"{np.mean(d):+.4f}" + (f" +- {np.std(d, ddof=1):.4f}" if len(d) > 1 else ""))
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {len(pairs)} |")
+    return "\n".join(lines)
+
+
+def mirror_split(comp_dir: Path, seed: int) -> tuple:
+    """A validation split drawn from ``train`` as the test set was drawn from the whole data: one photo per
+    individual with two or more ``train`` photos is a known query (so 1-photo galleries occur, as in the
+    test), every ``train`` photo labelled ``new_whale`` an open-set query, the other known photos the gallery.
+
+    Returns:
+        ``(gallery_paths, gallery_ids, query_paths, query_ids)``, ids as str arrays.
+    """
+    df = pd.read_csv(comp_dir / "train.csv")
+    known = df[df["Id"] != NEW_WHALE]
+    rng = np.random.default_rng(1000 + seed)
+    query_rows = [g.index[rng.integers(len(g))] for _, g in known.groupby("Id", sort=True) if len(g) >= 2]
+    gallery = known.drop(index=query_rows)
+    queries = pd.concat([known.loc[query_rows], df[df["Id"] == NEW_WHALE]])
+
+    def paths(frame):
+        return [comp_dir / "train" / name for name in frame["Image"]]
+
+    return (paths(gallery), gallery["Id"].to_numpy(str), paths(queries), queries["Id"].to_numpy(str))
+
+
+def screen(args, settings: list[str], log=print) -> list[dict]:
+    """Keypoint settings compared on validation only, never on the test set: split ``args.seeds``' first seed,
+    either fold 0's validation queries against the fold's training images (``args.screen_on == "fold0"``: the
+    queries ``whale ensemble --tune`` sees; every known one has two or more gallery photos) or
+    :func:`mirror_split` (``"mirror"``: drawn from ``train`` as the test was, 1-photo galleries included).
+    ``settings``: one string of space-separated ``KEY=VALUE`` overrides of ``--keypoint-config`` each."""
+    from whale.data import fold_data, load_competition
+    from whale.keypoints import load_keypoint_config
+    from whale.config.overrides import overrides
+
+    seed = int(args.seeds.split(",")[0])
+    comp_dir = Path(args.out) / f"seed{seed}" / "data"
+    if not (comp_dir / "test_solution.csv").is_file():
+        build_split(args.source, comp_dir, seed, log)
+    if args.screen_on == "mirror":
+        g_paths, g_ids, q_paths, q_ids = mirror_split(comp_dir, seed)
+    else:
+        data = fold_data(load_competition(comp_dir), 0, 0)
+        g_paths, g_ids, q_paths, q_ids = data.gallery.paths, data.gallery.ids, data.val.paths, data.val.ids
+    known = q_ids != NEW_WHALE
+    single = single_photo_queries(g_ids, q_ids)
+    log(f"screen on split {seed}, {args.screen_on}: {len(q_ids)} validation queries ({(~known).sum()} new, "
+        f"{single.sum()} known with one gallery photo), {len(g_ids)} gallery photos")
+    rows = []
+    for setting in settings:
+        cfg = load_keypoint_config(args.keypoint_config, overrides(setting.split()))
+        row = {"setting": setting or "(the config as it is)", "screen_on": args.screen_on,
+               **evaluate_setting(cfg, args.cache, g_paths, g_ids, q_paths, q_ids)}
+        log(json.dumps(row))
+        rows.append(row)
+    log(screen_table(rows))
+    return rows
+
+
+def single_photo_queries(g_ids: np.ndarray, q_ids: np.ndarray) -> np.ndarray:
+    """``[known queries] bool``: the known queries whose individual has one gallery photo."""
+    photos_of = pd.Series(g_ids).value_counts()
+    return photos_of.reindex(q_ids[q_ids != NEW_WHALE]).to_numpy() == 1
+
+
+def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
+    """One keypoint config on a validation split: :func:`validation_metrics`, descriptors per photo, seconds."""
+    from whale.keypoints import FeatureStore, KeypointMatcher
+
+    store = FeatureStore(cfg, cache)
+    t0 = time.perf_counter()
+    fg = store.features(g_paths, progress=False)
+    fv = store.features(q_paths, progress=False)
+    t_feat = time.perf_counter() - t0
+    matcher = KeypointMatcher.build(cfg, fg, g_ids)
+    result = matcher.match(fv, progress=False)
+    return {**validation_metrics(result.scores, g_ids, q_ids),
+            "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
+            "seconds": {"features": t_feat, "select_gallery": matcher.select_seconds,
+                        **{f"select_{step}": v for step, v in matcher.select_steps.items()},
+                        "index": matcher.index_seconds, **result.seconds}}
+
+
+def validation_metrics(scores: np.ndarray, g_ids: np.ndarray, q_ids: np.ndarray) -> dict:
+    """``scores [queries, gallery photos]`` on a validation split: known MAP@5 (all, one gallery photo), top-1/5,
+    MAP@5 with ``new_whale`` at the threshold tuned on the same queries."""
+    from whale.ranking import top_id_scores, tune_threshold
+
+    known = q_ids != NEW_WHALE
+    single = single_photo_queries(g_ids, q_ids)
+    names, idx, _ = top_id_scores(scores[known], g_ids, k=5)
+    hit = names[idx] == q_ids[known][:, None]
+    ap5 = (hit / np.arange(1, 6)).sum(1)
+    _, val_map, _ = tune_threshold(scores, g_ids, q_ids)
+    return {"map5_known": float(ap5.mean()), "map5_known_single": float(ap5[single].mean()) if single.any() else None,
+            "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map)}
+
+
+def screen_table(rows: list[dict]) -> str:
+    lines = ["| setting | known MAP@5 | 1 gallery photo | top-1 | top-5 | MAP@5, threshold tuned | descriptors/photo |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['setting']} | {r['map5_known']:.3f} | "
+              f"{'-' if r['map5_known_single'] is None else format(r['map5_known_single'], '.3f')} | {r['top1']:.3f} | "
+              f"{r['top5']:.3f} | {r['map5_tuned']:.3f} | "
+              f"{format(r['descriptors_per_photo'], '.0f') if 'descriptors_per_photo' in r else '-'} |" for r in rows]
+    return "\n".join(lines)
+
+
+def times_table(rows: list[dict], reference: float) -> str:
+    """Each method's steps in seconds (mean over seeds) and as multiples of the machine reference."""
+    lines = ["| method | step | seconds | x reference |", "| --- | --- | --- | --- |"]
+    for m in dict.fromkeys(r["method"] for r in rows):
+        steps = {}
+        for r in rows:
+            if r["method"] == m:
+                for k, v in r.get("seconds", {}).items():
+                    steps.setdefault(k, []).append(v)
+        for k, v in steps.items():
+            lines.append(f"| {m} | {k} | {np.mean(v):.0f} | {np.mean(v) / reference:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="working folder (splits, runs, submissions, results)")
+    p.add_argument("--seeds", default="0", help="comma-separated split seeds (default 0)")
+    p.add_argument("--methods", default="keypoints,pixels,all_new_whale",
+                   help=f"comma-separated, of {', '.join(METHODS)} (fusion runs keypoints and learned)")
+    p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
+    p.add_argument("--learned-config", default=LEARNED_CONFIG,
+                   help="comma-separated configs of the learned rows (one whale train each, row 'learned <name>')")
+    p.add_argument("--gpu-runs", default=None, metavar="DIR",
+                   help="the flukes_<job>.tgz a GPU session returned (benchmarks/gpu/gpu_suite.py step "
+                        "flukes_lite0): each job of a seed scored here on the original photos, row 'gpu <job>', "
+                        "and fused")
+    p.add_argument("--fusion", default="mean,log",
+                   help="comma-separated fusion rules of the fusion rows: mean, logodds (whale ensemble --tune "
+                        "--fusion RULE: calibrated probabilities; mean is --tune's default with several models), log, "
+                        "linear (--tune-weights --weight-grid: raw scores)")
+    p.add_argument("--cache", default=None, help="the keypoint feature store (default OUT/keypoint-store)")
+    p.add_argument("--keypoint-runs", default=None, metavar="DIR",
+                   help="fusion with the matcher's scores of an earlier --methods keypoints run (DIR/seedN/keypoints, "
+                        "checked to be of the same split) instead of scoring again")
+    p.add_argument("--learned-runs", default=None, metavar="DIR",
+                   help="fusion with the network of an earlier --methods learned run (DIR/seedN/learned, checked to "
+                        "be of the same split) instead of training again")
+    p.add_argument("--report", action="store_true",
+                   help="instead of measuring: the table of every OUT/seedN/results.json written so far (seeds run by "
+                        "separate commands into one OUT), with each fusion row's gain over the matcher, paired by seed")
+    p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
+                   help="instead of the methods: compare keypoint settings on validation (split of the first "
+                        "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")
+    p.add_argument("--screen-on", choices=("fold0", "mirror"), default="fold0",
+                   help="--screen's queries: fold 0's validation (default) or a split of train drawn as the test "
+                        "was (mirror: known whales with a single gallery photo included)")
+    args = p.parse_args(argv)
+    args.source = common.shared_data("humpback")
+    if args.source is None:
+        print("no ../shared/data/humpback beside the checkout: nothing to measure")
+        return 0
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in args.methods if m not in METHODS]
+    if bad:
+        p.error(f"unknown methods {bad}; expected some of {', '.join(METHODS)}")
+    args.cache = Path(args.cache) if args.cache else Path(args.out) / "keypoint-store"
+    args.learned_configs = [c for c in args.learned_config.split(",") if c]
+    args.fusion = [r for r in args.fusion.split(",") if r]
+    if args.report:
+        rows = [r for f in sorted(Path(args.out).glob("seed*/results.json")) for r in json.loads(f.read_text())]
+        print(table(rows))
+        print(gains_table(rows))
+        return 0
+    if args.screen is not None:
+        rows = screen(args, args.screen)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "screen.json").write_text(json.dumps(rows, indent=2))
+        return 0
+    t0 = time.perf_counter()
+    reference = machine_reference(args.source, args.keypoint_config)
+    print(f"machine reference: {REFERENCE_PHOTOS} photos' keypoints in {reference:.1f} s, one process", flush=True)
+    rows = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        rows += run_seed(args, seed)
+        print(table(rows), flush=True)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "results.json").write_text(json.dumps({"reference_s": reference, "rows": rows}, indent=2))
+    print(table(rows))
+    print(times_table(rows, reference))
+    summary = {f"{r['method']}_{k}": [x[k] for x in rows if x["method"] == r["method"] and k in x]
+               for r in rows for k, _ in COLUMNS}
+    metrics = {k: float(np.mean(v)) for k, v in summary.items() if v and np.all(np.isfinite(v))}
+    metrics["reference_s"] = reference
+    print(common.final_json("humpback", metrics, time.perf_counter() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
