@@ -170,17 +170,19 @@ def read_submission(path: Path) -> dict[str, list[str]]:
 
 
 def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dict[str, float]:
-    """MAP@5 over all queries, known and ``new_whale`` ones apart, and the ``new_whale`` share at rank 1
-    (:func:`whale.submission.submission_figures`, the figures of ``whale submission score``)."""
+    """MAP@5 over all queries, known and ``new_whale`` ones apart, the ``new_whale`` share at rank 1 and its true
+    share among the queries (:func:`whale.submission.submission_figures`, the figures of ``whale submission
+    score``)."""
     from whale.submission import submission_figures
 
     f = submission_figures(pred, truth, NEW_WHALE)
     return {"map5": f["map5"], "map5_known": f["map5_known"], "map5_new": f["map5_open"],
-            "new_whale_first": f["open_first"]}
+            "new_whale_first": f["open_first"], "new_whale_true": f["open_share"]}
 
 
 def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:
-    """Top-1 / top-5 and the MAP@5 of the known queries by the per-id maximum (``new_whale`` never predicted)."""
+    """Top-1 / top-5 and the MAP@5 of the known queries by the per-id maximum (``new_whale`` never predicted), and
+    that MAP@5 of the queries whose whale has one gallery photo (``map5_one_photo``: 44% of the known queries)."""
     from whale.ranking import top_id_scores
 
     known = np.array([truth[str(q)] != NEW_WHALE for q in query])
@@ -188,8 +190,11 @@ def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarr
     top = names[idx]
     actual = np.array([truth[str(q)] for q in query[known]])
     hit = top == actual[:, None]
+    ap = (hit / np.arange(1, hit.shape[1] + 1)).sum(axis=1)
+    photos, counts = np.unique(np.asarray(gallery_ids, dtype=str), return_counts=True)
+    one = np.isin(actual, photos[counts == 1])
     return {"top1": float(hit[:, 0].mean()), "top5": float(hit.any(axis=1).mean()),
-            "map5_known_no_new": float((hit / np.arange(1, hit.shape[1] + 1)).sum(axis=1).mean())}
+            "map5_known_no_new": float(ap.mean()), "map5_one_photo": float(ap[one].mean()) if one.any() else np.nan}
 
 
 def whale_command(args: list[str], log_path: Path, log=print) -> float:
@@ -380,8 +385,9 @@ def reference_row(name: str, method, comp: Path, truth: dict[str, str], log=prin
 
 
 COLUMNS = (("map5", "MAP@5 all"), ("map5_known", "known"), ("map5_new", "new_whale"),
-           ("map5_known_no_new", "known, ids only"), ("top1", "top-1"), ("top5", "top-5"),
-           ("new_whale_first", "new_whale first"))
+           ("map5_known_no_new", "known, ids only"), ("map5_one_photo", "one-photo whales, ids only"),
+           ("top1", "top-1"), ("top5", "top-5"), ("new_whale_first", "new_whale first"),
+           ("new_whale_true", "new_whale true share"))
 
 
 def table(rows: list[dict]) -> str:
