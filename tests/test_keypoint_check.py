@@ -71,7 +71,9 @@ def test_a_config_without_a_check_keeps_its_hash_and_a_check_changes_it():
     assert checked.check.model == "gbm" and checked.config_hash() != plain.config_hash()
     assert checked.selection_hash() == plain.selection_hash()  # the selector does not depend on the check
     assert load_keypoint_config(None, {"verify.scale": "2"}).selection_hash() == plain.selection_hash()
-    assert load_keypoint_config(None, {"select.keep": "0.5"}).selection_hash() != plain.selection_hash()
+    assert load_keypoint_config(None, {"select.keep": "0.5"}).selection_hash() == plain.selection_hash()  # applied after
+    assert load_keypoint_config(None, {"select.photos": "100"}).selection_hash() != plain.selection_hash()
+    assert load_keypoint_config(None, {"search.k": "12"}).selection_hash() != plain.selection_hash()
 
 
 class Proba:

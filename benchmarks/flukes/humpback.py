@@ -482,16 +482,30 @@ def single_photo_queries(g_ids: np.ndarray, q_ids: np.ndarray) -> np.ndarray:
 
 
 def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
-    """One keypoint config on a validation split: :func:`validation_metrics`, descriptors per photo, seconds."""
+    """One keypoint config on a validation split: :func:`validation_metrics`, descriptors per photo, seconds. The
+    keypoint selector is read back from the store when a run fitted it on this gallery under the same settings
+    (:mod:`whale.keypoints.selectcache`), else fitted and kept there."""
     from whale.keypoints import FeatureStore, KeypointMatcher
+    from whale.keypoints.selectcache import SelectorCache
 
     store = FeatureStore(cfg, cache)
     t0 = time.perf_counter()
     fg = store.features(g_paths, progress=False)
+    g_keys = store.keys
     fv = store.features(q_paths, progress=False)
+    q_keys = store.keys
     t_feat = time.perf_counter() - t0
-    matcher = KeypointMatcher.build(cfg, fg, g_ids)
-    result = matcher.match(fv, progress=False)
+    kept = SelectorCache(store.folder, cfg, g_keys, g_ids, NEW_WHALE)
+    selector = kept.load(fg) if cfg.select.keep < 1 else None
+    if selector is None:
+        matcher = KeypointMatcher.build(cfg, fg, g_ids, keys=g_keys)
+    else:
+        matcher = KeypointMatcher(cfg, fg, g_ids, selector=selector, keys=g_keys).fit_check(g_ids)
+    if matcher.selector is not None and matcher.selector.active:
+        matcher.selector.memo = {} if matcher.selector.memo is None else matcher.selector.memo
+    result = matcher.match(fv, progress=False, keys=q_keys)
+    if matcher.selector is not None and matcher.selector.active:
+        kept.save(matcher.selector)
     return {**validation_metrics(result.scores, g_ids, q_ids),
             "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
             "seconds": {"features": t_feat, "select_gallery": matcher.select_seconds,

@@ -202,11 +202,13 @@ class KeypointConfig:
     def selection_hash(self) -> str:
         """12 hex digits naming what a fitted keypoint selector depends on besides its gallery: the features,
         the search, the verification that labels its keypoints (not the score rule's ``vote_weight``, ``scale``
-        nor ``new_threshold``) and ``select`` (:mod:`whale.keypoints.selectcache`)."""
+        nor ``new_threshold``) and how ``select`` fits (not the share it keeps, ``keep`` and ``least``, applied to
+        the scores it gives) (:mod:`whale.keypoints.selectcache`)."""
         verify = {k: v for k, v in dataclasses.asdict(self.verify).items()
                   if k not in ("vote_weight", "scale", "new_threshold")}
+        select = {k: v for k, v in dataclasses.asdict(self.select).items() if k not in ("keep", "least")}
         payload = json.dumps({"features": self.fingerprint(), "search": dataclasses.asdict(self.search),
-                              "verify": verify, "select": dataclasses.asdict(self.select)}, sort_keys=True)
+                              "verify": verify, "select": select}, sort_keys=True)
         return hashlib.sha1(payload.encode()).hexdigest()[:12]
 
     def config_hash(self) -> str:
