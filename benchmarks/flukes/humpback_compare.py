@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.flukes.humpback import KAGGLE_NEW_SHARE  # noqa: E402
 
 METRICS = (("map5", "MAP@5, all queries"), ("map5_known", "known"), ("map5_new", "new_whale"),
-           ("map5_known_no_new", "known, ids only"), ("top1", "top-1"), ("top5", "top-5"),
-           ("new_whale_first", "new_whale first"))
+           ("map5_known_no_new", "known, ids only"), ("map5_one_photo", "one-photo whales, ids only"),
+           ("top1", "top-1"), ("top5", "top-5"), ("new_whale_first", "new_whale first"),
+           ("new_whale_true", "new_whale true share"))
 
 
 def rows_by_seed(folders: list[str], method: str) -> dict[int, dict]:
