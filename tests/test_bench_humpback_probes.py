@@ -23,7 +23,11 @@ def features_of(images, tmp_path):
 def test_pairwise_inliers_find_the_same_photo_among_the_shortlist(tmp_path):
     a, b, c = pattern(1), pattern(2), pattern(3)
     cfg, (fa, fb, fc, fq) = features_of([a, b, c, warp(b, 0)], tmp_path)
+    import cv2
+
+    before = cv2.getNumThreads()
     pin = probes.pairwise_inliers([fq], [fa, fb, fc], np.array([[0, 1]]), cfg)
+    assert cv2.getNumThreads() == before  # one thread inside it only (verify.opencv_threads), not process-wide
     assert pin.shape == (1, 3)
     assert pin[0, 1] >= 20 and pin[0, 1] > 4 * pin[0, 0]
     assert pin[0, 2] == 0  # not on the shortlist: never matched

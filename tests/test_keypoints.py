@@ -56,7 +56,7 @@ def test_trim_white_cuts_the_padding_and_positions_stay_in_the_photo(tmp_path):
     f_pad = extract(write(tmp_path / "b.png", padded), cfg)
     assert len(f_plain) > 20 and len(f_pad) == len(f_plain)
     np.testing.assert_allclose(f_pad.xy, f_plain.xy + [0, 40], atol=1e-3)
-    assert f_pad.size == (200, 200)
+    assert f_pad.photo_size == (200, 200)
     norms = np.linalg.norm(as_float(f_plain.desc), axis=1)  # RootSIFT: unit L2 norm, up to the uint8 step
     assert np.all(np.abs(norms - 1) < 0.03)
 
@@ -261,7 +261,7 @@ def test_the_default_settings_keep_their_fingerprint_and_hash():
     that changed the hash every score file's run id. A deliberate change updates these literals."""
     cfg = load_keypoint_config()
     assert cfg.fingerprint() == "dc148c049307"
-    assert cfg.config_hash() == "49199ccb9f04"
+    assert cfg.config_hash() == "7d5abae91a1a"
     assert load_keypoint_config(Path(__file__).resolve().parents[1] / "configs" / "keypoints.yaml").fingerprint() \
         == "dc148c049307"
 
@@ -277,6 +277,26 @@ def test_config_rejects_unknown_keys_and_bad_values(tmp_path):
     cfg = load_keypoint_config(Path(__file__).resolve().parents[1] / "configs" / "keypoints.yaml")
     assert cfg == load_keypoint_config(None)  # the shipped file says what the defaults are
     assert load_keypoint_config(overrides={"verify.shortlist": 5}).verify.shortlist == 5
+
+
+def test_an_old_config_naming_the_moved_new_threshold_is_read_with_a_note(tmp_path, capsys):
+    """``verify.new_threshold`` is the catalogue's now (:data:`whale.catalogue.keypoints.SCORE_THRESHOLD`): an old
+    YAML (a batch's recorded ``keypoints.yaml`` among them) or ``--set`` naming it is read without it, one line says
+    where it went, and the config is the one without it (its scores and config hash)."""
+    from whale.catalogue.keypoints import SCORE_THRESHOLD
+
+    old = tmp_path / "old.yaml"
+    old.write_text("verify: {shortlist: 7, new_threshold: 0.15}\n")
+    cfg = load_keypoint_config(old)
+    assert cfg == load_keypoint_config(None, {"verify.shortlist": 7}) and not hasattr(cfg.verify, "new_threshold")
+    note = capsys.readouterr().err.strip().splitlines()
+    assert len(note) == 1 and "old.yaml: verify.new_threshold is no longer a keypoint setting (ignored)" in note[0]
+    assert "whale.catalogue.keypoints.SCORE_THRESHOLD" in note[0] and SCORE_THRESHOLD == 0.15
+    assert load_keypoint_config(None, {"verify.new_threshold": 0.3}) == load_keypoint_config(None)
+    assert "verify.new_threshold" in capsys.readouterr().err
+    old.write_text("verify: {new_thresholds: 0.15}\n")  # any other unknown key is still refused
+    with pytest.raises(ConfigError, match="unknown key 'new_thresholds'"):
+        load_keypoint_config(old)
 
 
 def test_score_keypoints_then_ensemble_writes_a_checked_submission(tmp_path, monkeypatch):

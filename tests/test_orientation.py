@@ -67,7 +67,7 @@ def test_a_sideways_photo_gives_the_upright_photos_keypoints_box_size_and_thumbn
         b_png = save(tmp_path / f"camera{value}.png", STORED[value](upright), value)
         np.testing.assert_array_equal(load_image(b_png), upright)
         fa, fb = extract(a, FeatureConfig()), extract(b_png, FeatureConfig())
-        assert len(fa) > 20 and fb.size == fa.size == upright.shape[:2]
+        assert len(fa) > 20 and fb.photo_size == fa.photo_size == upright.shape[:2]
         np.testing.assert_array_equal(fb.xy, fa.xy)
         np.testing.assert_array_equal(fb.desc, fa.desc)
         assert image_size(b) == image_size(a) == (upright.shape[1], upright.shape[0])

@@ -56,28 +56,28 @@ def pairwise_inliers(fq, fg, shortlist: np.ndarray, cfg) -> np.ndarray:
     import cv2
 
     from whale.keypoints.extract import as_float
-    from whale.keypoints.verify import fit_geometry
+    from whale.keypoints.verify import fit_geometry, opencv_threads
 
-    cv2.setNumThreads(1)
     matcher = cv2.BFMatcher(cv2.NORM_L2)
     out = np.zeros((len(fq), len(fg)), np.float32)
     gallery = [as_float(f.desc) for f in fg]
-    for i, q in enumerate(progress_bar(fq, desc="pairwise matches")):
-        if len(q) < 2:
-            continue
-        qd = as_float(q.desc)
-        for c in shortlist[i]:
-            if len(gallery[c]) < 2:
+    with opencv_threads(1):  # one thread per pair match; the caller's OpenCV thread count is restored after
+        for i, q in enumerate(progress_bar(fq, desc="pairwise matches")):
+            if len(q) < 2:
                 continue
-            pairs = [m for m in matcher.knnMatch(qd, gallery[c], k=2)
-                     if len(m) == 2 and m[0].distance < RERANK_RATIO * m[1].distance]
-            if len(pairs) < cfg.verify.min_matches:
-                continue
-            src = q.xy[[m[0].queryIdx for m in pairs]]
-            dst = fg[c].xy[[m[0].trainIdx for m in pairs]]
-            mask = fit_geometry(src, dst, cfg.verify)
-            if mask is not None:
-                out[i, c] = mask.sum()
+            qd = as_float(q.desc)
+            for c in shortlist[i]:
+                if len(gallery[c]) < 2:
+                    continue
+                pairs = [m for m in matcher.knnMatch(qd, gallery[c], k=2)
+                         if len(m) == 2 and m[0].distance < RERANK_RATIO * m[1].distance]
+                if len(pairs) < cfg.verify.min_matches:
+                    continue
+                src = q.xy[[m[0].queryIdx for m in pairs]]
+                dst = fg[c].xy[[m[0].trainIdx for m in pairs]]
+                mask = fit_geometry(src, dst, cfg.verify)
+                if mask is not None:
+                    out[i, c] = mask.sum()
     return out
 
 
@@ -131,7 +131,8 @@ def probe_confusers(fg, fq, g_ids, q_ids, cfg) -> list[dict]:
         share = 1 - sum(k.sum() for k in keeps) / sum(len(k) for k in keeps)
         kept = [f.take(k) for f, k in zip(fg, keeps)]
         cut = [f.take(~k) for f, k in zip(fg, keeps)]
-        sink = Features(*(np.concatenate([getattr(f, a) for f in cut]) for a in ("xy", "shape", "desc")), (1, 1))
+        sink = Features(*(np.concatenate([getattr(f, a) for f in cut]) for a in ("xy", "diameter_angle", "desc")),
+                        (1, 1))
         for mode, gallery, ids in (("drop", kept, g_ids), ("sink", kept + [sink], np.append(g_ids, "__sink__"))):
             result = KeypointMatcher.build(cfg, gallery, ids).match(fq, progress=False)
             rows.append({"setting": f"confusers >= {least} inliers, {mode} ({share:.1%} of descriptors)",

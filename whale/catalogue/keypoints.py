@@ -7,7 +7,7 @@ candidates are the individuals ranked by their best image's score (:mod:`whale.k
 votes over the whole catalogue, geometric verification of the best), each with its calibrated probability of
 the same whale (:mod:`whale.catalogue.calibration`: the catalogue's photos matched against it, each left out of
 its own row, with the same selection), ``possibly_new`` when the best one's is below ``--threshold`` (0.5; a
-catalogue that cannot be calibrated falls back to the config's score ``verify.new_threshold``); photos of the
+catalogue that cannot be calibrated falls back to the score :data:`SCORE_THRESHOLD`); photos of the
 batch whose calibrated probability of one whale reaches the threshold are grouped as
 :func:`whale.catalogue.match.groups_of` does (complete linkage: no chain through weak links). Each photo keeps
 the keypoints that the catalogue's own verified same-whale matches taught a classifier to keep (``select``,
@@ -34,6 +34,12 @@ STORE_DIR = "keypoints"
 RUN = "keypoints"
 """What a keypoint batch's row and proposals record as the run that matched it."""
 CONFIG_NAME = "keypoints.yaml"
+SCORE_THRESHOLD = 0.15
+"""The keypoint score below which a photo's best individual leaves it "possibly new" in a catalogue that cannot be
+calibrated (no two photos of one whale; every other catalogue reads P(same whale) against ``--threshold``,
+:mod:`whale.catalogue.calibration`); chosen on the real flukes' validation folds (docs/humpback.md). Formerly the
+keypoint config's ``verify.new_threshold`` (:data:`whale.keypoints.config.MOVED`); ``whale ensemble --tune`` tunes
+its own on a fold's validation queries."""
 
 
 def store_of(cat_root, cfg):
@@ -98,7 +104,7 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
                                          log)
         within = KeypointMatcher(cfg, queries, selector=matcher.selector)  # the keypoints the catalogue taught it
         pairs = within.match(queries, progress=False).scores
-        flag = Flagging.of(cal, threshold, cfg.verify.new_threshold, how)
+        flag = Flagging.of(cal, threshold, SCORE_THRESHOLD, how)
         if log:
             log(flag.how)
         write_text_atomic(cat.root / "batches" / batch / CONFIG_NAME, yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,11 +107,6 @@ class VerifyConfig:
     correspondences than this and the candidate is not verified. Score of an image:
     ``t / (t + scale)``, ``t = inlier_weight + vote_weight * votes``: 0 without evidence, towards 1 with
     more verified evidence (inlier LNBNN weight), unverified votes counting ``vote_weight`` as much.
-    ``new_threshold``: below it a photo's best individual leaves it "possibly new" where no calibrated
-    probability is at hand (the catalogue's ``match --method keypoints`` on a catalogue without two photos of
-    one whale; every other catalogue reads P(same whale), :mod:`whale.catalogue.calibration`); chosen on the
-    real flukes' validation folds (docs/humpback.md). ``whale ensemble --tune`` tunes its own on a fold's
-    validation queries.
     """
 
     shortlist: int = setting(20, "number", kind=int, lo=0, hi=10000)
@@ -120,7 +116,6 @@ class VerifyConfig:
     min_matches: int = setting(4, "number", kind=int, lo=4, hi=1000)
     vote_weight: float = setting(0.001, "number", kind=float, lo=0)
     scale: float = setting(1.0, "number", kind=float, lo=0, lo_open=True)
-    new_threshold: float = setting(0.15, "number", kind=float, lo=0, hi=1)
 
 
 @dataclass(frozen=True)
@@ -165,6 +160,9 @@ class CheckConfig:
 
 _LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}
 """The ``later`` feature settings (:func:`setting`) and their defaults: ``{"min_side": 0, "descriptor": "rootsift"}``."""
+MOVED = {"verify.new_threshold": "whale.catalogue.keypoints.SCORE_THRESHOLD (the catalogue's score threshold)"}
+"""Settings that left the config, and where they live now: an old YAML (or ``--set``) naming one is read without
+it and a one-line note on stderr says where it went (a batch's recorded ``keypoints.yaml`` stays readable)."""
 _GROUPS = {"features": FeatureConfig, "search": SearchConfig, "verify": VerifyConfig, "select": SelectConfig,
            "check": CheckConfig}
 """The config's groups in the order of :class:`KeypointConfig`'s fields (and of checking)."""
@@ -201,11 +199,10 @@ class KeypointConfig:
 
     def selection_hash(self) -> str:
         """12 hex digits naming what a fitted keypoint selector depends on besides its gallery: the features,
-        the search, the verification that labels its keypoints (not the score rule's ``vote_weight``, ``scale``
-        nor ``new_threshold``) and how ``select`` fits (not the share it keeps, ``keep`` and ``least``, applied to
-        the scores it gives) (:mod:`whale.keypoints.selectcache`)."""
-        verify = {k: v for k, v in dataclasses.asdict(self.verify).items()
-                  if k not in ("vote_weight", "scale", "new_threshold")}
+        the search, the verification that labels its keypoints (not the score rule's ``vote_weight`` nor
+        ``scale``) and how ``select`` fits (not the share it keeps, ``keep`` and ``least``, applied to the scores it
+        gives) (:mod:`whale.keypoints.selectcache`)."""
+        verify = {k: v for k, v in dataclasses.asdict(self.verify).items() if k not in ("vote_weight", "scale")}
         select = {k: v for k, v in dataclasses.asdict(self.select).items() if k not in ("keep", "least")}
         payload = json.dumps({"features": self.fingerprint(), "search": dataclasses.asdict(self.search),
                               "verify": verify, "select": select}, sort_keys=True)
@@ -222,6 +219,11 @@ class KeypointConfig:
 
 def _section(check: Checker, raw: dict, name: str, cls) -> dict:
     value = raw.get(name) or {}
+    moved = [k for k in value if f"{name}.{k}" in MOVED] if isinstance(value, dict) else []
+    for key in moved:
+        print(f"{check.source}: {name}.{key} is no longer a keypoint setting (ignored): see {MOVED[f'{name}.{key}']}",
+              file=sys.stderr)
+    value = {k: v for k, v in value.items() if k not in moved} if moved else value
     allowed = tuple(f.name for f in dataclasses.fields(cls))
     return check.mapping(value, name, allowed, ())
 
@@ -238,6 +240,8 @@ def _read(check: Checker, f: dataclasses.Field, value: Any, path: str):
 
 def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> KeypointConfig:
     """A raw mapping (parsed YAML) -> :class:`KeypointConfig`; missing keys take the defaults.
+
+    A key of :data:`MOVED` is left out with a note on stderr.
 
     Raises:
         ConfigError: an unknown key or a bad value, naming ``source`` and the key path.

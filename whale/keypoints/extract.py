@@ -27,27 +27,30 @@ class Features:
 
     Attributes:
         xy: ``[n, 2] float32`` keypoint positions (x, y) in pixels of the original photo.
-        shape: ``[n, 2] float32`` keypoint size (diameter, original pixels) and angle (degrees).
+        diameter_angle: ``[n, 2] float32`` each keypoint's diameter (original pixels) and angle (degrees).
         desc: ``[n, 128] uint8`` RootSIFT x :data:`DESCRIPTOR_SCALE`.
-        size: ``(height, width)`` of the original photo.
+        photo_size: ``(height, width)`` of the original photo.
+
+    The feature store's files keep the array names ``shape`` and ``size`` of these last two
+    (:mod:`whale.keypoints.store`).
     """
 
     xy: np.ndarray
-    shape: np.ndarray
+    diameter_angle: np.ndarray
     desc: np.ndarray
-    size: tuple[int, int]
+    photo_size: tuple[int, int]
 
     def __len__(self) -> int:
         return len(self.xy)
 
     def take(self, keep) -> "Features":
         """The keypoints ``keep`` (indices or a ``[n] bool`` mask) of the same photo."""
-        return Features(self.xy[keep], self.shape[keep], self.desc[keep], self.size)
+        return Features(self.xy[keep], self.diameter_angle[keep], self.desc[keep], self.photo_size)
 
     @classmethod
-    def empty(cls, size=(0, 0)) -> "Features":
+    def empty(cls, photo_size=(0, 0)) -> "Features":
         return cls(np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32), np.zeros((0, 128), np.uint8),
-                   tuple(size))
+                   tuple(photo_size))
 
 
 def as_float(desc: np.ndarray) -> np.ndarray:
@@ -125,5 +128,5 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
         root = np.sqrt(desc)
     root = np.clip(root * DESCRIPTOR_SCALE + 0.5, 0, 255).astype(np.uint8)
     pts = np.array([kp.pt for kp in keypoints], dtype=np.float32) / scale + np.float32([x0, y0])
-    shape = np.array([(kp.size / scale, kp.angle) for kp in keypoints], dtype=np.float32)
-    return Features(pts, shape, root, tuple(original.shape))
+    diameter_angle = np.array([(kp.size / scale, kp.angle) for kp in keypoints], dtype=np.float32)
+    return Features(pts, diameter_angle, root, tuple(original.shape))

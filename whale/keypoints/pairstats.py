@@ -45,7 +45,7 @@ def _spread(points: np.ndarray, every: np.ndarray) -> np.ndarray:
 
 
 def _diagonal(f: Features) -> float:
-    h, w = f.size if len(f.size) == 2 and min(f.size) > 0 else (1, 1)
+    h, w = f.photo_size if len(f.photo_size) == 2 and min(f.photo_size) > 0 else (1, 1)
     return float(np.hypot(h, w))
 
 

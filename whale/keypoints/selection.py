@@ -54,12 +54,12 @@ def keypoint_context(f: Features) -> np.ndarray:
     content lies, letterboxed or not), that span's width over its height, and log(1 + diameter)."""
     if not len(f):
         return np.zeros((0, 134), np.float32)
-    h, w = f.size if len(f.size) == 2 and min(f.size) > 0 else (1, 1)
+    h, w = f.photo_size if len(f.photo_size) == 2 and min(f.photo_size) > 0 else (1, 1)
     lo, hi = np.percentile(f.xy, 1, axis=0), np.percentile(f.xy, 99, axis=0)
     span = np.maximum(hi - lo, 1.0)
     aspect = np.full((len(f), 1), span[0] / span[1])
     return np.hstack([as_float(f.desc), f.xy / np.float32([w, h]), (f.xy - lo) / span, aspect,
-                      np.log1p(f.shape[:, :1])]).astype(np.float32)
+                      np.log1p(f.diameter_angle[:, :1])]).astype(np.float32)
 
 
 def predict(models, photos: Sequence[Features], progress: bool = False, what: str = "") -> list[np.ndarray]:

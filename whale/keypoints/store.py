@@ -77,7 +77,7 @@ def read_entry(path: Path, key: str) -> tuple[Features | None, str]:
             if "photo" not in names:
                 return None, UNTIED
             photo = str(z["photo"])
-            f = Features(z["xy"], z["shape"], z["desc"], tuple(int(v) for v in z["size"]))
+            f = Features(z["xy"], z["shape"], z["desc"], tuple(int(v) for v in z["size"]))  # file names: _write
     except FileNotFoundError:
         return None, MISSING
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
@@ -85,8 +85,9 @@ def read_entry(path: Path, key: str) -> tuple[Features | None, str]:
     if photo != key:
         return None, f"holds the features of photo {photo[:12]}, not of {key[:12]} its name says"
     n = len(f.xy)
-    if (f.xy.shape != (n, 2) or f.shape.shape != (n, 2) or f.desc.shape != (n, 128) or f.desc.dtype != np.uint8
-            or len(f.size) != 2 or not (np.isfinite(f.xy).all() and np.isfinite(f.shape).all())):
+    if (f.xy.shape != (n, 2) or f.diameter_angle.shape != (n, 2) or f.desc.shape != (n, 128)
+            or f.desc.dtype != np.uint8 or len(f.photo_size) != 2
+            or not (np.isfinite(f.xy).all() and np.isfinite(f.diameter_angle).all())):
         return None, "arrays of the wrong shape or type, or values that are not finite"
     return f, ""
 
@@ -114,9 +115,9 @@ class FeatureStore:
         return features
 
     def _write(self, digest: str, f: Features) -> None:
-        def write(tmp: Path) -> None:
+        def write(tmp: Path) -> None:  # the files' array names stay those of earlier versions: shape, size
             with open(tmp, "wb") as fh:
-                np.savez(fh, xy=f.xy, shape=f.shape, desc=f.desc, size=np.asarray(f.size, np.int64),
+                np.savez(fh, xy=f.xy, shape=f.diameter_angle, desc=f.desc, size=np.asarray(f.photo_size, np.int64),
                          photo=np.asarray(digest))
 
         atomic_write(self.path(digest), write, flag="--cache")
