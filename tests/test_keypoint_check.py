@@ -10,7 +10,7 @@ pytest.importorskip("cv2")
 from whale.keypoints.check import UNVERIFIED, MatchCheck  # noqa: E402
 from whale.keypoints.config import CheckConfig, KeypointConfig, load_keypoint_config  # noqa: E402
 from whale.keypoints.extract import Features  # noqa: E402
-from whale.keypoints.matcher import VerifiedPairs  # noqa: E402
+from whale.keypoints.matcher import VerifiedPairs, transposed, two_sided  # noqa: E402
 from whale.keypoints.pairstats import NAMES, pair_row, share_of_best, transform_shape  # noqa: E402
 from whale.keypoints.selectcache import SelectorCache  # noqa: E402
 from whale.keypoints.selection import KeypointSelector  # noqa: E402
@@ -62,6 +62,17 @@ def test_the_check_scores_verified_candidates_by_probability_and_the_rest_below_
     assert out[0, 1] > out[1, 2] >= UNVERIFIED  # a verified candidate is never below an unverified one
     assert out[0, 0] == pytest.approx(0.9 * UNVERIFIED) and (out < 1).all()
     assert not MatchCheck(CheckConfig(model="gbm"), reason="few").active
+
+
+def test_both_ways_rows_hold_each_direction_side_by_side_with_zeros_where_it_did_not_verify():
+    forward = VerifiedPairs(np.array([[0, 1], [1, 2]]), np.array([[1.0, 1.0], [2.0, 2.0]], np.float32))
+    backward = transposed(VerifiedPairs(np.array([[2, 1], [3, 0]]), np.array([[5.0, 5.0], [7.0, 7.0]], np.float32)))
+    assert backward.index.tolist() == [[1, 2], [0, 3]]  # (gallery photo, query) read as (query, gallery photo)
+    both = two_sided(forward, backward)
+    assert both.index.tolist() == [[0, 1], [0, 3], [1, 2]]
+    assert both.rows.tolist() == [[1, 1, 0, 0], [0, 0, 7, 7], [2, 2, 5, 5]]
+    empty = VerifiedPairs(np.zeros((0, 2), np.int64), np.zeros((0, 2), np.float32))
+    assert two_sided(empty, empty).rows.shape == (0, 4)
 
 
 def test_a_config_without_a_check_keeps_its_hash_and_a_check_changes_it():
@@ -120,7 +131,7 @@ def test_a_second_score_run_reads_the_selector_back_and_writes_the_same_files(tm
 
     monkeypatch.setattr(selection, "MIN_POSITIVES", 1)  # the tiny synthetic gallery has few verified keypoints
     data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
-    cfg = load_keypoint_config(None, {"check.model": "gbm"})
+    cfg = load_keypoint_config(None, {"check.model": "gbm", "check.both_ways": "true"})
     logs: list[list[str]] = [[], []]
     for run, log in enumerate(logs):
         score_competition(data, tmp_path / f"out{run}", cfg, fold=0, store_root=tmp_path / "store", workers=1,

@@ -149,13 +149,17 @@ class CheckConfig:
     not), whose probability becomes the verified candidate's score.
 
     ``model``: ``none`` (the evidence score of ``verify``) or ``gbm`` (scikit-learn's gradient-boosted trees);
-    ``rounds``: its boosting iterations; ``seed``: its seed. Settings at their defaults leave the config hash as
-    it was before the group existed (:meth:`KeypointConfig.config_hash`).
+    ``rounds``: its boosting iterations; ``seed``: its seed; ``both_ways``: each gallery photo also matched
+    against the queries (the 2019 4th place's transposed score matrix: a gallery photo's descriptors meet fewer
+    competitors among the queries than a query's among the gallery), the two directions' evidence summed and,
+    with a model, both directions' rows described. Settings at their defaults leave the config hash as it was
+    before the group existed (:meth:`KeypointConfig.config_hash`).
     """
 
     model: str = setting("none", "choice", options=CHECK_MODELS)
     rounds: int = setting(200, "number", kind=int, lo=1, hi=5000)
     seed: int = setting(0, "number", kind=int, lo=0)
+    both_ways: bool = setting(False, "boolean")
 
 
 _LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}

@@ -184,56 +184,105 @@ class KeypointMatcher:
             return self._match(queries, progress, leave_out, on_verified, keys, selected, describe)
 
     def _match(self, queries, progress, leave_out, on_verified, keys, selected, describe) -> MatchResult:
-        votes_of, verifier = self.parts.votes, self.parts.verifier
         t0 = time.perf_counter()
         if self.selector is not None and self.selector.active and not selected:
             queries = self.selector.select(queries, keys)
-        t_select = time.perf_counter() - t0
-        nq, ng = len(queries), len(self.gallery)
-        evidence = np.zeros((nq, ng), np.float32)
-        inliers = np.zeros((nq, ng), np.int32)
-        votes = np.zeros((nq, ng), np.float32)
-        t_search = t_verify = 0.0
-        described: list[tuple[int, int, np.ndarray]] = []
-        depth = votes_of.depth(self.individual)
-        bar = progress_bar(range(0, nq, _QUERY_BLOCK), desc=f"matching {nq} photos",
-                           enabled=progress and nq > _QUERY_BLOCK)
-        for start in bar:
-            block = queries[start:start + _QUERY_BLOCK]
-            t0 = time.perf_counter()
-            counts = [len(f) for f in block]
-            desc = np.concatenate([as_float(f.desc) for f in block]) if sum(counts) else np.zeros((0, 128), np.float32)
-            if leave_out is None:
-                dist, rows = self.index.search(desc, depth)
-            else:  # one neighbour more, then the left-out photo's (or the last) dropped
-                dist, rows = self.index.search(desc, depth + 1)
-                skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
-                own = self.index.owner[np.maximum(rows, 0)] == skip[:, None]
-                order = np.argsort(own, axis=1, kind="stable")[:, :depth]
-                dist, rows = np.take_along_axis(dist, order, 1), np.take_along_axis(rows, order, 1)
-            t1 = time.perf_counter()
-            t_search += t1 - t0
-            offsets = np.concatenate([[0], np.cumsum(counts)])
-            for j, q in enumerate(block):
-                i = start + j
-                sl = slice(offsets[j], offsets[j + 1])
-                v, feat, photo, row, weight = votes_of(dist[sl], rows[sl], self.index.owner, ng, self.individual)
-                if leave_out is not None and leave_out[i] >= 0:
-                    v[leave_out[i]] = 0  # its other keypoints may still be among a descriptor's neighbours
-                votes[i] = v
-                report = None if on_verified is None else (lambda c, qk, gk, i=i: on_verified(i, c, qk, gk))
-                seen: list | None = [] if describe else None
-                verifier.verify(q, self.gallery, self.index.local, v, feat, photo, row, weight, evidence[i],
-                                inliers[i], report, seen)
-                if seen:
-                    table = share_of_best(np.stack([r for _, r in seen]))
-                    described.extend((i, c, r) for (c, _), r in zip(seen, table))
-            t_verify += time.perf_counter() - t1
-        scores = self.parts.score(evidence, votes)
-        pairs = None
-        if describe:
-            pairs = VerifiedPairs(np.array([(i, c) for i, c, _ in described], np.int64).reshape(-1, 2),
-                                  np.array([r for _, _, r in described], np.float32).reshape(-1, len(NAMES)))
-            if self.check is not None and self.check.active:
-                scores = self.check.scores(scores, pairs)
-        return MatchResult(scores, inliers, votes, {"select": t_select, "search": t_search, "verify": t_verify}, pairs)
+        seconds = {"select": time.perf_counter() - t0}
+        way = _sweep(self.parts, queries, self.gallery, self.index, self.individual, leave_out, on_verified, describe,
+                     progress, seconds)
+        evidence, pairs = way.evidence, way.pairs
+        if self.cfg.check.both_ways and leave_out is None and len(queries) and len(self.gallery):
+            t0 = time.perf_counter()  # each gallery photo matched against the queries (the transposed matrix)
+            back = _sweep(self.parts, self.gallery, queries, DescriptorIndex(queries, self.cfg.search), None, None,
+                          None, describe, progress, seconds)
+            seconds["both_ways"] = time.perf_counter() - t0
+            evidence = evidence + back.evidence.T
+            if describe:
+                pairs = two_sided(pairs, transposed(back.pairs))
+        elif describe and self.cfg.check.both_ways:  # the gallery against itself: its reverse is its transpose
+            pairs = two_sided(pairs, transposed(pairs))
+        scores = self.parts.score(evidence, way.votes)
+        if describe and self.check is not None and self.check.active:
+            scores = self.check.scores(scores, pairs)
+        return MatchResult(scores, way.inliers, way.votes, seconds, pairs)
+
+
+@dataclass
+class _Way:
+    """One direction of a match: evidence, inliers and votes ``[n_q, n_g]`` and the described verified pairs."""
+
+    evidence: np.ndarray
+    inliers: np.ndarray
+    votes: np.ndarray
+    pairs: VerifiedPairs | None
+
+
+def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individual, leave_out, on_verified,
+           describe: bool, progress: bool, seconds: dict) -> _Way:
+    """Votes and verification of every query photo against ``gallery`` (indexed by ``index``), the wall time of
+    search and verification added to ``seconds``; the arguments as :meth:`KeypointMatcher.match`'s."""
+    votes_of, verifier = parts.votes, parts.verifier
+    nq, ng = len(queries), len(gallery)
+    evidence = np.zeros((nq, ng), np.float32)
+    inliers = np.zeros((nq, ng), np.int32)
+    votes = np.zeros((nq, ng), np.float32)
+    t_search = t_verify = 0.0
+    described: list[tuple[int, int, np.ndarray]] = []
+    depth = votes_of.depth(individual)
+    bar = progress_bar(range(0, nq, _QUERY_BLOCK), desc=f"matching {nq} photos", enabled=progress and nq > _QUERY_BLOCK)
+    for start in bar:
+        block = queries[start:start + _QUERY_BLOCK]
+        t0 = time.perf_counter()
+        counts = [len(f) for f in block]
+        desc = np.concatenate([as_float(f.desc) for f in block]) if sum(counts) else np.zeros((0, 128), np.float32)
+        if leave_out is None:
+            dist, rows = index.search(desc, depth)
+        else:  # one neighbour more, then the left-out photo's (or the last) dropped
+            dist, rows = index.search(desc, depth + 1)
+            skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
+            own = index.owner[np.maximum(rows, 0)] == skip[:, None]
+            order = np.argsort(own, axis=1, kind="stable")[:, :depth]
+            dist, rows = np.take_along_axis(dist, order, 1), np.take_along_axis(rows, order, 1)
+        t1 = time.perf_counter()
+        t_search += t1 - t0
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        for j, q in enumerate(block):
+            i = start + j
+            sl = slice(offsets[j], offsets[j + 1])
+            v, feat, photo, row, weight = votes_of(dist[sl], rows[sl], index.owner, ng, individual)
+            if leave_out is not None and leave_out[i] >= 0:
+                v[leave_out[i]] = 0  # its other keypoints may still be among a descriptor's neighbours
+            votes[i] = v
+            report = None if on_verified is None else (lambda c, qk, gk, i=i: on_verified(i, c, qk, gk))
+            seen: list | None = [] if describe else None
+            verifier.verify(q, gallery, index.local, v, feat, photo, row, weight, evidence[i], inliers[i], report, seen)
+            if seen:
+                table = share_of_best(np.stack([r for _, r in seen]))
+                described.extend((i, c, r) for (c, _), r in zip(seen, table))
+        t_verify += time.perf_counter() - t1
+    seconds["search"] = seconds.get("search", 0.0) + t_search
+    seconds["verify"] = seconds.get("verify", 0.0) + t_verify
+    pairs = None
+    if describe:
+        pairs = VerifiedPairs(np.array([(i, c) for i, c, _ in described], np.int64).reshape(-1, 2),
+                              np.array([r for _, _, r in described], np.float32).reshape(-1, len(NAMES)))
+    return _Way(evidence, inliers, votes, pairs)
+
+
+def transposed(pairs: VerifiedPairs) -> VerifiedPairs:
+    """``pairs`` of a match of the gallery against the queries, indexed (query, gallery photo) as the forward's."""
+    return VerifiedPairs(pairs.index[:, ::-1].copy(), pairs.rows)
+
+
+def two_sided(forward: VerifiedPairs, backward: VerifiedPairs) -> VerifiedPairs:
+    """Every pair verified in either direction, its row the forward's columns then the backward's (zeros where that
+    direction did not verify it): ``check.both_ways``'s rows."""
+    width = forward.rows.shape[1]
+    keys = np.unique(np.concatenate([forward.index, backward.index]), axis=0).reshape(-1, 2)
+    rows = np.zeros((len(keys), 2 * width), np.float32)
+    at = {tuple(k): n for n, k in enumerate(keys.tolist())}
+    for side, part in enumerate((forward, backward)):
+        if len(part.index):
+            where = np.array([at[tuple(k)] for k in part.index.tolist()], np.int64)
+            rows[where, side * width:(side + 1) * width] = part.rows
+    return VerifiedPairs(keys.astype(np.int64), rows)
