@@ -1,0 +1,130 @@
+"""Query-time settings of the keypoint matcher on one split's validation fold, the fitted selector read back. Not a test.
+
+    python benchmarks/flukes/matcher_variants.py --out runs/hb56 --seed 0 --cache runs/hb3/keypoint-store \
+        '' 'check.model=gbm' 'search.k=12 verify.shortlist=40 check.model=gbm check.both_ways=true'
+
+Needs a finished ``benchmarks/flukes/humpback.py --out OUT --seeds SEED --methods keypoints`` run with the same
+``--cache`` (its split ``OUT/seedSEED/data`` and the keypoint selector it fitted on fold 0's gallery under
+``--config``, kept in the store: :mod:`whale.keypoints.selectcache`). Each setting (space-separated ``KEY=VALUE``
+overrides of ``--config``) matches fold 0's validation queries against the fold's gallery with that one selector,
+so the settings differ only where they act after selection (search, verification, the check); a setting that
+would fit another selector (``search.k`` among them) is measured with the config's own. Validation only: the
+split's test queries are never read.
+
+Prints one JSON line per setting and a table: known MAP@5 with ids only, the same with each whale kept to one
+seeded gallery photo (validation's known whales all have two or more: ``one photo kept`` stands in for the test's
+whales seen once), MAP@5 with ``new_whale`` at the threshold tuned on the same queries, the share of queries it
+puts ``new_whale`` first for beside their true share, and the seconds of each setting.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np  # noqa: E402
+
+from whale import NEW_WHALE  # noqa: E402
+
+
+def ranked_ap(scores: np.ndarray, names: np.ndarray, inverse: np.ndarray, truth: np.ndarray, columns=None):
+    """``(average precision at 5 [n_q], per-id order [n_q, 5], per-id top-5 scores [n_q, 5])`` of the per-id
+    maximum over the gallery ``columns`` (None: all; ``inverse``: each gallery photo's id among ``names``)."""
+    per_id = np.full((scores.shape[0], len(names)), -np.inf, np.float32)
+    cols = np.ones(scores.shape[1], bool) if columns is None else columns
+    np.maximum.at(per_id.T, inverse[cols], scores[:, cols].T)
+    order = np.argsort(-per_id, axis=1, kind="stable")[:, :5]
+    hit = order == truth[:, None]
+    ap = np.where(hit.any(1), 1.0 / (hit.argmax(1) + 1), 0.0)
+    return ap, order, np.take_along_axis(per_id, order, 1)
+
+
+def tuned_map(order: np.ndarray, top: np.ndarray, truth: np.ndarray, known: np.ndarray) -> tuple[float, float]:
+    """``(MAP@5, share with new_whale first)`` at the threshold on the top score that maximises MAP@5 (101 quantiles)."""
+    hit = order == truth[:, None]
+    rank = np.where(hit.any(1), hit.argmax(1), 99)
+    best = (0.0, 0.0)
+    for t in np.quantile(top[:, 0], np.linspace(0, 1, 101)):
+        place = (top >= t).sum(1)  # new_whale right after the ids scoring at least t
+        shifted = np.where(rank >= place, rank + 1, rank)
+        ap = np.where(known, np.where(shifted < 5, 1.0 / (shifted + 1), 0.0),
+                      np.where(place < 5, 1.0 / (place + 1), 0.0))
+        if ap.mean() > best[0]:
+            best = (float(ap.mean()), float((place == 0).mean()))
+    return best
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("settings", nargs="+", help="one string of KEY=VALUE overrides each ('' = the config as it is)")
+    p.add_argument("--out", required=True, help="a benchmarks/flukes/humpback.py --out folder")
+    p.add_argument("--seed", type=int, default=0, help="its split seed")
+    p.add_argument("--cache", required=True, help="the feature store its keypoint run used (--cache)")
+    p.add_argument("--config", default="configs/keypoints.yaml", help="the settings the selector was fitted under")
+    args = p.parse_args(argv)
+
+    from whale.config.overrides import overrides
+    from whale.data import fold_data, load_competition
+    from whale.keypoints.config import load_keypoint_config
+    from whale.keypoints.matcher import KeypointMatcher
+    from whale.keypoints.selectcache import SelectorCache
+    from whale.keypoints.store import FeatureStore
+
+    data_dir = Path(args.out) / f"seed{args.seed}" / "data"
+    if not (data_dir / "train.csv").is_file():
+        print(f"{data_dir}: no split; run benchmarks/flukes/humpback.py --out {args.out} --seeds {args.seed} first",
+              file=sys.stderr)
+        return 2
+    base = load_keypoint_config(args.config)
+    comp = load_competition(data_dir)
+    data = fold_data(comp, 0, 0)
+    store = FeatureStore(base, args.cache)
+    gallery = store.features(data.gallery.paths, progress=False, boxes=data.gallery.boxes)
+    g_keys = store.keys
+    queries = store.features(data.val.paths, progress=False, boxes=data.val.boxes)
+    q_keys = store.keys
+    selector = SelectorCache(store.folder, base, g_keys, data.gallery.ids, comp.open_label).load(gallery)
+    if selector is None and base.select.keep < 1:
+        print(f"{store.folder / 'selectors'}: no selector of split {args.seed}'s fold 0 under {args.config}; run "
+              f"benchmarks/flukes/humpback.py --out {args.out} --seeds {args.seed} --methods keypoints --cache "
+              f"{args.cache} first", file=sys.stderr)
+        return 2
+    g_ids, q_ids = np.asarray(data.gallery.ids, dtype=str), np.asarray(data.val.ids, dtype=str)
+    names, inverse = np.unique(g_ids, return_inverse=True)
+    known = np.isin(q_ids, names)
+    truth = np.where(known, np.searchsorted(names, q_ids), -1)
+    rng = np.random.default_rng(0)
+    one = np.zeros(len(g_ids), bool)  # one seeded gallery photo per whale
+    for j in range(len(names)):
+        one[rng.choice(np.flatnonzero(inverse == j))] = True
+    rows = []
+    for setting in args.settings:
+        cfg = load_keypoint_config(args.config, overrides(setting.split()))
+        t0 = time.perf_counter()
+        if selector is not None:
+            selector.cfg = cfg.select  # the share kept applies to the scores it read back
+        matcher = KeypointMatcher(cfg, gallery, g_ids, selector=selector, keys=g_keys).fit_check(g_ids, comp.open_label)
+        scores = matcher.match(queries, progress=False, keys=q_keys).scores
+        ap, order, top = ranked_ap(scores, names, inverse, truth)
+        ap_one, _, _ = ranked_ap(scores, names, inverse, truth, one)
+        tuned, first = tuned_map(order, top, truth, known)
+        row = {"setting": setting or "(the config as it is)", "known_ids_only": round(float(ap[known].mean()), 4),
+               "one_photo_kept": round(float(ap_one[known].mean()), 4), "tuned_map5": round(tuned, 4),
+               "new_whale_first": round(first, 3), "new_whale_true": round(float((q_ids == NEW_WHALE).mean()), 3),
+               "seconds": round(time.perf_counter() - t0, 1)}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    print("| setting | known, ids only | one photo kept, ids only | MAP@5, threshold tuned | new_whale first "
+          "(true) | seconds |\n| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['setting']} | {r['known_ids_only']:.3f} | {r['one_photo_kept']:.3f} | {r['tuned_map5']:.3f} | "
+              f"{r['new_whale_first']:.3f} ({r['new_whale_true']:.3f}) | {r['seconds']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
