@@ -17,6 +17,11 @@ For each query photo (HotSpotter's pipeline, Crall et al. 2013, on RootSIFT):
    the ensemble treat it like a trained run's. The threshold on it is a threshold on verified evidence
    (:mod:`whale.keypoints.scoring`).
 
+With ``check.both_ways``, each gallery photo is also matched against the queries (the queries indexed, steps 1-2
+the other way round: the 2019 4th place's transposed score matrix) and the two directions' evidence summed; with a
+``check.model``, a classifier fitted on the gallery's own pairs scores each verified candidate from what
+verification saw, both ways when asked (:mod:`whale.keypoints.check`, :mod:`whale.keypoints.pairstats`).
+
 This module orchestrates: the three rules are parts (:class:`MatchParts`) built once from the config and
 handed to the matcher. The display's correspondences of two photos: :func:`whale.keypoints.pairs.pair_matches`.
 """
