@@ -142,3 +142,12 @@ def test_a_second_score_run_reads_the_selector_back_and_writes_the_same_files(tm
     for name in ("val.npz", "test.npz"):
         assert (tmp_path / "out0" / name).read_bytes() == (tmp_path / "out1" / name).read_bytes()
     assert len(list((tmp_path / "store").glob("*/selectors/*.pkl"))) == 1
+
+
+def test_the_checked_config_is_the_shipped_one_with_the_check_deeper_votes_and_both_ways():
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    checked, shipped = (load_keypoint_config(configs / name) for name in ("keypoints_checked.yaml", "keypoints.yaml"))
+    assert (checked.check.model, checked.check.both_ways, checked.search.k, checked.verify.shortlist) == ("gbm", True, 12, 40)
+    assert checked.features == shipped.features and checked.select == shipped.select  # the same stored features
