@@ -137,20 +137,13 @@ def test_mirror_screen_draws_validation_from_train_as_the_test_was(tmp_path, mon
     assert not (out / "seed0" / "keypoints").exists()  # no test scoring
 
 
-def test_matcher_variants_rank_ids_and_tune_new_whale_as_a_user_would_count():
-    from benchmarks.flukes.matcher_variants import ranked_ap, tuned_map
 
-    names = np.array(["a", "b", "c"])
-    inverse = np.array([0, 0, 1, 2])  # gallery photos of a, a, b, c
-    scores = np.array([[0.1, 0.9, 0.5, 0.0],    # a first
-                       [0.8, 0.0, 0.9, 0.1],    # b first, a second: the truth is a -> 1/2
-                       [0.2, 0.1, 0.3, 0.05]], np.float32)  # a new whale (truth -1)
-    truth = np.array([0, 0, -1])
-    ap, order, top = ranked_ap(scores, names, inverse, truth)
-    assert ap.tolist() == [1.0, 0.5, 0.0] and order[0].tolist()[:3] == [0, 1, 2]
-    one = np.array([True, False, True, True])  # a keeps its first photo only
-    assert ranked_ap(scores, names, inverse, truth, one)[0].tolist() == [0.5, 0.5, 0.0]
-    known = truth >= 0
-    best, first = tuned_map(order, top, truth, known)
-    # new_whale first for the third query only (its top score 0.3 is the lowest): 1 + 1/2 + 1 over 3
-    assert best == pytest.approx((1 + 0.5 + 1) / 3) and first == pytest.approx(1 / 3)
+def test_validation_metrics_report_the_share_the_tuned_threshold_puts_new_whale_first_for():
+    g_ids = np.array(["a", "a", "b", "c", "d", "e", "f"])  # d, e, f: whales nobody matches (scores 0)
+    scores = np.array([[0.1, 0.9, 0.5, 0.0, 0, 0, 0],    # a first
+                       [0.8, 0.0, 0.9, 0.1, 0, 0, 0],    # b first, a second: the truth is a
+                       [0.2, 0.1, 0.3, 0.05, 0, 0, 0]], np.float32)  # a new whale: its best score is the lowest
+    q_ids = np.array(["a", "a", NEW_WHALE])
+    m = humpback.validation_metrics(scores, g_ids, q_ids)
+    assert m["map5_known"] == pytest.approx(0.75) and m["map5_tuned"] == pytest.approx((1 + 0.5 + 1) / 3)
+    assert m["new_whale_first"] == pytest.approx(1 / 3)  # the new whale alone

@@ -485,7 +485,7 @@ def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
     """One keypoint config on a validation split: :func:`validation_metrics`, descriptors per photo, seconds. The
     keypoint selector is read back from the store when a run fitted it on this gallery under the same settings
     (:mod:`whale.keypoints.selectcache`), else fitted and kept there."""
-    from whale.keypoints import FeatureStore, KeypointMatcher
+    from whale.keypoints import FeatureStore
     from whale.keypoints.selectcache import SelectorCache
 
     store = FeatureStore(cfg, cache)
@@ -496,16 +496,9 @@ def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
     q_keys = store.keys
     t_feat = time.perf_counter() - t0
     kept = SelectorCache(store.folder, cfg, g_keys, g_ids, NEW_WHALE)
-    selector = kept.load(fg) if cfg.select.keep < 1 else None
-    if selector is None:
-        matcher = KeypointMatcher.build(cfg, fg, g_ids, keys=g_keys)
-    else:
-        matcher = KeypointMatcher(cfg, fg, g_ids, selector=selector, keys=g_keys).fit_check(g_ids)
-    if matcher.selector is not None and matcher.selector.active:
-        matcher.selector.memo = {} if matcher.selector.memo is None else matcher.selector.memo
+    matcher, _ = kept.matcher(fg, g_ids)
     result = matcher.match(fv, progress=False, keys=q_keys)
-    if matcher.selector is not None and matcher.selector.active:
-        kept.save(matcher.selector)
+    kept.keep(matcher)
     return {**validation_metrics(result.scores, g_ids, q_ids),
             "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
             "seconds": {"features": t_feat, "select_gallery": matcher.select_seconds,
@@ -515,17 +508,21 @@ def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
 
 def validation_metrics(scores: np.ndarray, g_ids: np.ndarray, q_ids: np.ndarray) -> dict:
     """``scores [queries, gallery photos]`` on a validation split: known MAP@5 (all, one gallery photo), top-1/5,
-    MAP@5 with ``new_whale`` at the threshold tuned on the same queries."""
+    MAP@5 with ``new_whale`` at the threshold tuned on the same queries and the share of queries it puts
+    ``new_whale`` first for (``new_whale_first``)."""
     from whale.ranking import top_id_scores, tune_threshold
+    from whale.ranking.newwhale import new_whale_share
 
     known = q_ids != NEW_WHALE
     single = single_photo_queries(g_ids, q_ids)
     names, idx, _ = top_id_scores(scores[known], g_ids, k=5)
     hit = names[idx] == q_ids[known][:, None]
     ap5 = (hit / np.arange(1, 6)).sum(1)
-    _, val_map, _ = tune_threshold(scores, g_ids, q_ids)
+    threshold, val_map, _ = tune_threshold(scores, g_ids, q_ids)
+    top1 = top_id_scores(scores, g_ids, k=1)[2][:, 0]
     return {"map5_known": float(ap5.mean()), "map5_known_single": float(ap5[single].mean()) if single.any() else None,
-            "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map)}
+            "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map),
+            "new_whale_first": new_whale_share(top1, threshold)}
 
 
 def screen_table(rows: list[dict]) -> str:

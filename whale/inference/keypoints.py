@@ -197,8 +197,8 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
 
         fitted_on = cache(data.gallery)
         written["val"], fitted = _score(of(data.gallery), data.gallery.ids, keys(data.gallery), of(data.val),
-                                          keys(data.val), cfg, progress, times, "val", log, write_val,
-                                          open_label=comp.open_label, cache=fitted_on)
+                                        keys(data.val), cfg, progress, times, "val", log, write_val, fitted_on,
+                                        open_label=comp.open_label)
         selector, check = fitted.selector, fitted.check
     if comp.test_images:
         def write_test(scores):
@@ -208,8 +208,8 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
                                 identity=identity(cfg, "test", fold, seed))
 
         written["test"], _ = _score(of(known), known.ids, keys(known), of(test), keys(test), cfg, progress, times,
-                                    "test", log, write_test, selector=selector, check=check, open_label=comp.open_label,
-                                    cache=fitted_on if data is not None else cache(known))
+                                    "test", log, write_test, fitted_on if data is not None else cache(known),
+                                    selector=selector, check=check, open_label=comp.open_label)
     if not single:
         import yaml
 
@@ -222,29 +222,24 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     return written
 
 
-def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split, log, write, selector=None,
-           check=None, open_label=NEW_WHALE, cache: SelectorCache | None = None):
+def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split, log, write, cache: SelectorCache,
+           selector=None, check=None, open_label=NEW_WHALE):
     """Match ``queries`` against ``gallery`` (``keys``, ``query_keys``: the photos' store keys), record the times
     under ``split``, ``write`` the scores: returns ``(written path, the matcher)``; ``selector``, ``check``: ones
-    already fitted (on the fold's gallery), else the selector ``cache`` keeps (:mod:`whale.keypoints.selectcache`),
-    else one is fitted here, as the check ``cfg.check`` asks for, never pairing a gallery photo labelled
-    ``open_label`` (the format's); ``cache`` keeps the selector afterwards with every photo it scored."""
+    already fitted (on the fold's gallery), else ``cache``'s matcher (:meth:`SelectorCache.matcher
+    <whale.keypoints.selectcache.SelectorCache.matcher>`: the selector it keeps, else one fitted here, never pairing
+    a gallery photo labelled ``open_label``, the format's); ``cache`` keeps the selector afterwards with every photo
+    it scored."""
     given = selector is not None
     read_back = False
-    if not given and cache is not None and cfg.select.keep < 1:
-        selector = cache.load(gallery, progress)
-        read_back = selector is not None
-    if selector is None:
-        matcher = KeypointMatcher.build(cfg, gallery, ids, keys=keys, progress=progress, open_label=open_label)
-        if matcher.selector is not None and cache is not None:
-            matcher.selector.memo = {}
-    else:
+    if given:
         matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, check=check)
         if check is None:
             matcher.fit_check(ids, open_label, progress)
+    else:
+        matcher, read_back = cache.matcher(gallery, ids, open_label, progress)
     result = matcher.match(queries, progress=progress, keys=query_keys)
-    if cache is not None and matcher.selector is not None and matcher.selector.active:
-        cache.save(matcher.selector)
+    cache.keep(matcher)
     if read_back:
         log(f"keypoints {split}: the keypoint selector of this gallery read back from {cache.path} (nothing fitted)")
     times[f"{split}_select"] = matcher.select_seconds + result.seconds["select"]

@@ -22,9 +22,11 @@ import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
+from whale import NEW_WHALE
 from whale.core.files import atomic_write
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.extract import Features
+from whale.keypoints.matcher import KeypointMatcher
 from whale.keypoints.selection import KeypointSelector
 
 FORMAT = 1
@@ -42,7 +44,9 @@ class SelectorCache:
 
     Example:
         >>> cache = SelectorCache(store.folder, cfg, keys, ids)             # doctest: +SKIP
-        >>> selector = cache.load(gallery)                                  # None: fit one, then cache.save(it)
+        >>> matcher, read_back = cache.matcher(gallery, ids)               # the selector read back or fitted
+        >>> result = matcher.match(queries, keys=query_keys)                 # doctest: +SKIP
+        >>> cache.keep(matcher)                                               # kept with every photo it scored
     """
 
     def __init__(self, folder, cfg: KeypointConfig, keys: Sequence[str], ids: Sequence[str], open_label: str = ""):
@@ -82,3 +86,23 @@ class SelectorCache:
                 pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
 
         return atomic_write(self.path, write, flag="--cache")
+
+    def matcher(self, gallery: Sequence[Features], ids, open_label: str = NEW_WHALE,
+                progress: bool = False) -> tuple[KeypointMatcher, bool]:
+        """``(the matcher of this gallery under the cache's config, read back)``: its selector read back when this
+        cache keeps one (``read_back`` True; the check ``cfg.check`` asks for fitted on it), else
+        :meth:`KeypointMatcher.build <whale.keypoints.matcher.KeypointMatcher.build>`'s, its selector then
+        remembering every photo it scores for :meth:`keep`."""
+        selector = self.load(gallery, progress) if self.cfg.select.keep < 1 else None
+        if selector is not None:
+            matcher = KeypointMatcher(self.cfg, gallery, ids, selector=selector, keys=self.keys, progress=progress)
+            return matcher.fit_check(ids, open_label, progress), True
+        matcher = KeypointMatcher.build(self.cfg, gallery, ids, keys=self.keys, progress=progress, open_label=open_label)
+        if matcher.selector is not None:
+            matcher.selector.memo = {}
+        return matcher, False
+
+    def keep(self, matcher: KeypointMatcher) -> None:
+        """:meth:`save` the selector of ``matcher`` (one fitted on this gallery), when it selects."""
+        if matcher.selector is not None and matcher.selector.active:
+            self.save(matcher.selector)

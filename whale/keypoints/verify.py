@@ -16,6 +16,7 @@ import numpy as np
 
 from whale.keypoints.config import VerifyConfig
 from whale.keypoints.extract import Features
+from whale.keypoints.pairstats import pair_row
 
 
 def fit_model(src: np.ndarray, dst: np.ndarray, cfg: VerifyConfig, geometry: str | None = None):
@@ -76,8 +77,6 @@ class GeometricVerifier:
                  weight: np.ndarray, votes: float, model: np.ndarray | None) -> np.ndarray:
         """The :func:`~whale.keypoints.pairstats.pair_row` of one verified candidate, with a similarity transform
         fitted again to its inliers as the second robust fit."""
-        from whale.keypoints.pairstats import pair_row
-
         inliers = int(mask.sum())
         _, again = fit_model(src[mask], dst[mask], self.cfg, geometry="similarity")
         agreement = 0.0 if again is None else float(again.sum()) / max(inliers, 1)
