@@ -11,10 +11,11 @@ so the settings differ only where they act after selection (search, verification
 would fit another selector (``search.k`` among them) is measured with the config's own. Validation only: the
 split's test queries are never read.
 
-Prints one JSON line per setting and a table: known MAP@5 with ids only, the same with each whale kept to one
-seeded gallery photo (validation's known whales all have two or more: ``one photo kept`` stands in for the test's
-whales seen once), MAP@5 with ``new_whale`` at the threshold tuned on the same queries, the share of queries it
-puts ``new_whale`` first for beside their true share, and the seconds of each setting.
+Prints one JSON line per setting and a table (:func:`benchmarks.flukes.humpback.validation_metrics`, the screen's
+figures): known MAP@5 with ids only, the same with each whale kept to one seeded gallery photo (validation's known
+whales all have two or more: ``one photo kept`` stands in for the test's whales seen once), MAP@5 with
+``new_whale`` at the threshold tuned on the same queries (the toolkit's tuner), the share of queries it puts
+``new_whale`` first for beside their true share, and the seconds of each setting.
 """
 from __future__ import annotations
 
@@ -28,34 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
+from benchmarks.flukes.humpback import validation_metrics  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
-
-
-def ranked_ap(scores: np.ndarray, names: np.ndarray, inverse: np.ndarray, truth: np.ndarray, columns=None):
-    """``(average precision at 5 [n_q], per-id order [n_q, 5], per-id top-5 scores [n_q, 5])`` of the per-id
-    maximum over the gallery ``columns`` (None: all; ``inverse``: each gallery photo's id among ``names``)."""
-    per_id = np.full((scores.shape[0], len(names)), -np.inf, np.float32)
-    cols = np.ones(scores.shape[1], bool) if columns is None else columns
-    np.maximum.at(per_id.T, inverse[cols], scores[:, cols].T)
-    order = np.argsort(-per_id, axis=1, kind="stable")[:, :5]
-    hit = order == truth[:, None]
-    ap = np.where(hit.any(1), 1.0 / (hit.argmax(1) + 1), 0.0)
-    return ap, order, np.take_along_axis(per_id, order, 1)
-
-
-def tuned_map(order: np.ndarray, top: np.ndarray, truth: np.ndarray, known: np.ndarray) -> tuple[float, float]:
-    """``(MAP@5, share with new_whale first)`` at the threshold on the top score that maximises MAP@5 (101 quantiles)."""
-    hit = order == truth[:, None]
-    rank = np.where(hit.any(1), hit.argmax(1), 99)
-    best = (0.0, 0.0)
-    for t in np.quantile(top[:, 0], np.linspace(0, 1, 101)):
-        place = (top >= t).sum(1)  # new_whale right after the ids scoring at least t
-        shifted = np.where(rank >= place, rank + 1, rank)
-        ap = np.where(known, np.where(shifted < 5, 1.0 / (shifted + 1), 0.0),
-                      np.where(place < 5, 1.0 / (place + 1), 0.0))
-        if ap.mean() > best[0]:
-            best = (float(ap.mean()), float((place == 0).mean()))
-    return best
 
 
 def main(argv=None) -> int:
@@ -94,13 +69,10 @@ def main(argv=None) -> int:
               f"{args.cache} first", file=sys.stderr)
         return 2
     g_ids, q_ids = np.asarray(data.gallery.ids, dtype=str), np.asarray(data.val.ids, dtype=str)
-    names, inverse = np.unique(g_ids, return_inverse=True)
-    known = np.isin(q_ids, names)
-    truth = np.where(known, np.searchsorted(names, q_ids), -1)
     rng = np.random.default_rng(0)
     one = np.zeros(len(g_ids), bool)  # one seeded gallery photo per whale
-    for j in range(len(names)):
-        one[rng.choice(np.flatnonzero(inverse == j))] = True
+    for name in np.unique(g_ids):
+        one[rng.choice(np.flatnonzero(g_ids == name))] = True
     rows = []
     for setting in args.settings:
         cfg = load_keypoint_config(args.config, overrides(setting.split()))
@@ -109,12 +81,11 @@ def main(argv=None) -> int:
             selector.cfg = cfg.select  # the share kept applies to the scores it read back
         matcher = KeypointMatcher(cfg, gallery, g_ids, selector=selector, keys=g_keys).fit_check(g_ids, comp.open_label)
         scores = matcher.match(queries, progress=False, keys=q_keys).scores
-        ap, order, top = ranked_ap(scores, names, inverse, truth)
-        ap_one, _, _ = ranked_ap(scores, names, inverse, truth, one)
-        tuned, first = tuned_map(order, top, truth, known)
-        row = {"setting": setting or "(the config as it is)", "known_ids_only": round(float(ap[known].mean()), 4),
-               "one_photo_kept": round(float(ap_one[known].mean()), 4), "tuned_map5": round(tuned, 4),
-               "new_whale_first": round(first, 3), "new_whale_true": round(float((q_ids == NEW_WHALE).mean()), 3),
+        every, kept_one = validation_metrics(scores, g_ids, q_ids), validation_metrics(scores[:, one], g_ids[one], q_ids)
+        row = {"setting": setting or "(the config as it is)", "known_ids_only": round(every["map5_known"], 4),
+               "one_photo_kept": round(kept_one["map5_known"], 4), "tuned_map5": round(every["map5_tuned"], 4),
+               "new_whale_first": round(every["new_whale_first"], 3),
+               "new_whale_true": round(float((q_ids == NEW_WHALE).mean()), 3),
                "seconds": round(time.perf_counter() - t0, 1)}
         print(json.dumps(row), flush=True)
         rows.append(row)
