@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -455,7 +456,6 @@ def run_seeds(script: Path, argv: Sequence[str], seeds: Sequence[int], out: Path
 
 def _run_all(script, argv, pending, running, results, out, jobs, log) -> None:
     """The loop of :func:`run_seeds`: start runs up to ``jobs``, collect each finished one."""
-    import os
     import subprocess
     import sys
 
@@ -557,7 +557,6 @@ def with_boxes(comp_dir, boxes_csv, out_dir) -> Path:
     """A copy of competition ``comp_dir`` whose boxes are ``boxes_csv``: its CSVs copied,
     ``train/`` and ``test/`` as links. Every training and test image must have a row there
     (ValueError naming how many lack one): an image without a box would be used whole."""
-    import os
 
     from whale.data import load_competition
 
@@ -626,7 +625,6 @@ def setup_tensorflow(threads: int = 2) -> None:
     """Quiet TensorFlow on the CPU with a fixed number of threads (call before importing it).
 
     Does nothing under another Keras backend (``KERAS_BACKEND=jax`` on the GPU machine)."""
-    import os
 
     from whale.command import quiet_unless_debugging
 
@@ -641,3 +639,45 @@ def setup_tensorflow(threads: int = 2) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(1)
     except RuntimeError:
         pass
+
+
+def tree_memory_mb(pid: int) -> tuple[float, float]:
+    """``(resident, anonymous)`` MB of process ``pid`` and all its descendants now (Linux ``/proc``; zeros
+    elsewhere): all their resident pages, and those that are no file's (``statm``'s resident less its shared):
+    memory-mapped files' pages the kernel can drop and reread count in the first only."""
+    children: dict[int, list[int]] = {}
+    pages: dict[int, tuple[int, int]] = {}
+    size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            resident, shared = (int(v) for v in (entry / "statm").read_text().split()[1:3])
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended meanwhile
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+        pages[int(entry.name)] = (resident, resident - shared)
+    total = np.zeros(2)
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        total += pages.get(p, (0, 0))
+        todo += children.get(p, [])
+    resident, anonymous = total * size / 2 ** 20
+    return float(resident), float(anonymous)
+
+
+def run_measured(cmd: Sequence[str], log_path: Path, every_s: float = 0.5, **popen) -> tuple[int, float, dict]:
+    """Run ``cmd``, its output into ``log_path``, sampling the memory of it and its worker processes every
+    ``every_s`` seconds (:func:`tree_memory_mb`): ``(exit status, wall seconds, {"resident": peak MB,
+    "anonymous": peak MB})``. A peak shorter than a sample may be missed."""
+    import subprocess
+
+    t0 = time.perf_counter()
+    peak = np.zeros(2)
+    with open(log_path, "w") as fh:
+        proc = subprocess.Popen(list(cmd), stdout=fh, stderr=subprocess.STDOUT, **popen)
+        while proc.poll() is None:
+            peak = np.maximum(peak, tree_memory_mb(proc.pid))
+            time.sleep(every_s)
+    return proc.returncode, time.perf_counter() - t0, {"resident": float(peak[0]), "anonymous": float(peak[1])}

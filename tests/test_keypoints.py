@@ -90,6 +90,21 @@ def test_store_extracts_each_photo_once_by_content(tmp_path, monkeypatch):
     assert len(store.features([a, b], workers=1, progress=False)) == 2
 
 
+def test_mapped_descriptors_are_the_stored_ones_read_or_extracted_and_leave_no_file(tmp_path):
+    cfg = load_keypoint_config()
+    paths = [write(tmp_path / f"{i}.png", pattern(i)) for i in range(10)]
+    store = FeatureStore(cfg, tmp_path / "store")
+    held = store.features(paths[:4], workers=1, progress=False)  # 4 stored, 6 to extract (in 2 workers)
+    mapped = FeatureStore(cfg, tmp_path / "store").features(paths + paths[:1], workers=2, progress=False, mapped=True)
+    plain = store.features(paths + paths[:1], workers=1, progress=False)
+    for x, y in zip(mapped, plain):
+        assert isinstance(x.desc, np.memmap) and not x.desc.flags.writeable
+        np.testing.assert_array_equal(x.desc, y.desc)
+        np.testing.assert_array_equal(x.xy, y.xy)
+    np.testing.assert_array_equal(mapped[0].desc, held[0].desc)
+    assert not [p for p in store.folder.iterdir() if p.is_file()]  # the mapped file has no name: nothing left
+
+
 def test_store_extracts_in_worker_processes_and_names_a_bad_photo(tmp_path):
     cfg = load_keypoint_config()
     paths = [write(tmp_path / f"{i}.png", pattern(i)) for i in range(10)]
@@ -138,6 +153,25 @@ def test_index_finds_the_brute_force_neighbours(kind):
     few = DescriptorIndex(_features(1, 2, per=3), SearchConfig(index="exact"))
     d, r = few.search(query[:2], 5)
     assert (r[:, 3:] == -1).all() and np.isinf(d[:, 3:]).all()
+
+
+def test_the_ivf_index_added_in_blocks_finds_what_it_finds_added_at_once(monkeypatch):
+    pytest.importorskip("faiss")
+    from whale.keypoints import index as index_module
+
+    gallery = _features(40, 0, per=60)
+    query = as_float(_features(1, 1, per=30)[0].desc)
+    whole = DescriptorIndex(gallery, SearchConfig(index="ivf", nprobe=4096))
+    monkeypatch.setattr(index_module, "ADD_ROWS", 7)  # blocks that cut photos anywhere
+    blocks = DescriptorIndex(gallery, SearchConfig(index="ivf", nprobe=4096))
+    for a, b in zip(whole.search(query, 5), blocks.search(query, 5)):
+        np.testing.assert_array_equal(a, b)
+    assert blocks._desc is None  # the gallery's descriptors live once, as bytes, inside the index
+    np.testing.assert_array_equal(blocks.owner, np.repeat(np.arange(40), 60))
+    np.testing.assert_array_equal(blocks.local, np.tile(np.arange(60), 40))
+    rows = np.array([3, 5, 4, 6, 61, 2399])  # any rows, in any order: each the stored bytes of its descriptor
+    got = index_module._gather(gallery, blocks.owner[rows], blocks.local[rows])
+    np.testing.assert_array_equal(got, np.concatenate([f.desc for f in gallery])[rows].astype(np.float32))
 
 
 def test_lnbnn_votes_match_a_loop():

@@ -7,9 +7,11 @@
 * else ``OUT`` is a score folder as ``whale ensemble`` reads it: ``OUT/test.npz`` and, with ``--fold K``,
   ``OUT/val.npz`` (fold ``K``'s validation queries, ``new_whale`` included, against the fold's training
   images, the fold rules and seed of ``whale train``, so it averages with a trained run of the same fold),
-  ``OUT/run.json`` (data folder, format, settings, times) and ``OUT/keypoints.yaml`` (the settings).
+  ``OUT/run.json`` (data folder, format, settings, times, and the peak memory after each step,
+  ``peak_mb``) and ``OUT/keypoints.yaml`` (the settings).
 
-Features come from the :class:`whale.keypoints.store.FeatureStore` (extracted once per photo content). With
+Features come from the :class:`whale.keypoints.store.FeatureStore` (extracted once per photo content), their
+descriptors memory-mapped (:class:`whale.keypoints.store.MappedDescriptors`), not held in the process. With
 keypoint selection (``select``), one selector serves both: fitted on the validation fold's gallery (with
 ``--fold``; else on the test gallery), it selects the fold's queries as it selects the test photos (both halves
 of the classifier, which never saw them), and the test gallery's photos as they are: each photo of the fold's
@@ -34,6 +36,7 @@ from whale.data import ImageSet, fold_data, load_competition
 from whale.data.folds import N_FOLDS
 from whale.core.errors import ConfigError, DataError, OutputError
 from whale.core.files import write_json_atomic, write_text_atomic
+from whale.core.memory import peak_memory_mb
 from whale.inference.scorefile import read_header, score_identity, write_scores
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.matcher import KeypointMatcher
@@ -164,8 +167,10 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     store = FeatureStore(cfg, store_root)
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    feats = store.features(paths, workers=workers, progress=progress, boxes=boxes)
+    feats = store.features(paths, workers=workers, progress=progress, boxes=boxes, mapped=True)
     times["features"] = time.perf_counter() - t0
+    peak = peak_memory_mb()  # this process's peak so far after each step, its extraction workers' (MB)
+    memory = {"features": peak["self"], "extraction_workers": peak["workers"]}
     log(f"keypoints: {len(paths)} photos' features in {times['features']:.1f} s "
         f"(store {store.folder}; {np.mean([len(f) for f in feats]) if feats else 0:.0f} per photo)")
 
@@ -198,8 +203,9 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
         fitted_on = cache(data.gallery)
         written["val"], fitted = _score(of(data.gallery), data.gallery.ids, keys(data.gallery), of(data.val),
                                         keys(data.val), cfg, progress, times, "val", log, write_val, fitted_on,
-                                        open_label=comp.open_label)
+                                        open_label=comp.open_label, memory=memory)
         selector, check = fitted.selector, fitted.check
+        del fitted  # its index and selected gallery go before the test's are built
     if comp.test_images:
         def write_test(scores):
             if not single:
@@ -209,23 +215,25 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
 
         written["test"], _ = _score(of(known), known.ids, keys(known), of(test), keys(test), cfg, progress, times,
                                     "test", log, write_test, fitted_on if data is not None else cache(known),
-                                    selector=selector, check=check, open_label=comp.open_label)
+                                    selector=selector, check=check, open_label=comp.open_label, memory=memory)
     if not single:
         import yaml
 
         write_text_atomic(out / "keypoints.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         write_json_atomic(out / "run.json", {"matcher": MATCHER, "data": str(Path(data_dir).resolve()),
                                              "format": comp.format.name, "fold": fold, "seed": seed,
-                                             "config_hash": cfg.config_hash(), "seconds": times})
+                                             "config_hash": cfg.config_hash(), "seconds": times,
+                                             "peak_mb": memory})
     for path in written.values():
         log(f"wrote {path}")
     return written
 
 
 def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split, log, write, cache: SelectorCache,
-           selector=None, check=None, open_label=NEW_WHALE):
+           selector=None, check=None, open_label=NEW_WHALE, memory=None):
     """Match ``queries`` against ``gallery`` (``keys``, ``query_keys``: the photos' store keys), record the times
-    under ``split``, ``write`` the scores: returns ``(written path, the matcher)``; ``selector``, ``check``: ones
+    under ``split`` (and this process's peak memory after the gallery's selection and index, and after the match,
+    in ``memory``), ``write`` the scores: returns ``(written path, the matcher)``; ``selector``, ``check``: ones
     already fitted (on the fold's gallery), else ``cache``'s matcher (:meth:`SelectorCache.matcher
     <whale.keypoints.selectcache.SelectorCache.matcher>`: the selector it keeps, else one fitted here, never pairing
     a gallery photo labelled ``open_label``, the format's); ``cache`` keeps the selector afterwards with every photo
@@ -238,7 +246,10 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
             matcher.fit_check(ids, open_label, progress)
     else:
         matcher, read_back = cache.matcher(gallery, ids, open_label, progress)
+    memory = {} if memory is None else memory
+    memory[f"{split}_gallery"] = peak_memory_mb()["self"]
     result = matcher.match(queries, progress=progress, keys=query_keys)
+    memory[f"{split}_match"] = peak_memory_mb()["self"]
     cache.keep(matcher)
     if read_back:
         log(f"keypoints {split}: the keypoint selector of this gallery read back from {cache.path} (nothing fitted)")

@@ -2,9 +2,14 @@
 
 Every gallery photo's descriptors go into one index; each row remembers its photo (``owner``) and its
 position in that photo's features (``local``). ``exact`` compares every pair in blocks of BLAS matrix
-products (small galleries, tests); ``ivf`` (FAISS: ``IndexIVFPQFastScan`` inside ``IndexRefineFlat``)
-visits ``nprobe`` inverted lists of 4-bit product-quantised codes and re-ranks its candidates with the
-exact distances, so the distances LNBNN weighs are exact for the neighbours it returns.
+products (small galleries, tests); ``ivf`` (FAISS: ``IndexIVFPQFastScan`` inside ``IndexRefine``) visits
+``nprobe`` inverted lists of 4-bit product-quantised codes and re-ranks its candidates with the exact
+distances, so the distances LNBNN weighs are exact for the neighbours it returns.
+
+The ``ivf`` index keeps the gallery's descriptors once, as the store's ``uint8`` values (FAISS's
+``QT_8bit_direct`` scalar quantiser: a value is its byte, so its distances are exact), plus 32 bytes of codes
+a descriptor: 160 bytes a descriptor where a float32 copy took 512 and the index built from it another 512.
+Rows are added in blocks of :data:`ADD_ROWS`, so no float32 copy of the gallery is ever made.
 """
 from __future__ import annotations
 
@@ -15,11 +20,13 @@ import numpy as np
 from whale.core.errors import DataError
 from whale.core.progress import progress_line
 from whale.keypoints.config import AUTO_IVF_FROM, SearchConfig
-from whale.keypoints.extract import Features, as_float
+from whale.keypoints.extract import DESCRIPTOR_SCALE, Features, as_float
 
 _BLOCK = 4096  # query rows per exact block: bounds the [block, n] distance matrix
 REFINE_FACTOR = 4
 """IVF candidates per neighbour asked for, re-ranked with exact distances."""
+ADD_ROWS = 262_144
+"""Gallery descriptors turned into float32 and added to the ``ivf`` index at a time (128 MB)."""
 
 
 def _faiss():
@@ -30,46 +37,53 @@ def _faiss():
     return faiss
 
 
+def _rows(features: Sequence[Features]) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, local)`` ``[N] int32`` of every descriptor of ``features``, photo after photo."""
+    counts = np.array([len(f) for f in features], dtype=np.int64)
+    owner = np.repeat(np.arange(len(features), dtype=np.int32), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    local = (np.arange(int(counts.sum()), dtype=np.int64) - starts).astype(np.int32)
+    return owner, local
+
+
 class DescriptorIndex:
     """All descriptors of a gallery, searchable by nearest neighbour.
 
     Attributes:
-        owner: ``[N] int64`` the gallery photo of each row. local: ``[N] int64`` its row in that photo's features.
+        owner: ``[N] int32`` the gallery photo of each row. local: ``[N] int32`` its row in that photo's features.
         kind: ``"exact"`` or ``"ivf"``.
     """
 
     def __init__(self, features: Sequence[Features], cfg: SearchConfig, seed: int = 0, progress: bool = False):
         """``progress``: a line on stderr before FAISS trains its index (the one step here that takes long)."""
-        counts = np.array([len(f) for f in features], dtype=np.int64)
-        self.owner = np.repeat(np.arange(len(features), dtype=np.int64), counts)
-        self.local = np.concatenate([np.arange(c, dtype=np.int64) for c in counts]) if len(counts) else \
-            np.zeros(0, np.int64)
-        n = int(counts.sum())
+        self.owner, self.local = _rows(features)
+        n = len(self.owner)
         self.kind = cfg.index if cfg.index != "auto" else ("ivf" if n >= AUTO_IVF_FROM else "exact")
-        self._desc = np.concatenate([as_float(f.desc) for f in features]) if n else np.zeros((0, 128), np.float32)
+        self._desc = None
         self._index = None
         if self.kind == "ivf" and n:
             progress_line(f"indexing {n:,} descriptors of {len(features)} photos (FAISS IVF-PQ)", progress)
-            self._index = self._build_ivf(cfg, seed)
+            self._index = self._build_ivf(features, n, cfg, seed)
+        else:
+            self._desc = np.concatenate([as_float(f.desc) for f in features]) if n else np.zeros((0, 128), np.float32)
 
     def __len__(self) -> int:
         return len(self.owner)
 
-    def _build_ivf(self, cfg: SearchConfig, seed: int):
+    def _build_ivf(self, features: Sequence[Features], n: int, cfg: SearchConfig, seed: int):
+        """The index, its vectors the stored bytes as float32 (RootSIFT x :data:`DESCRIPTOR_SCALE`)."""
         faiss = _faiss()
-        n = len(self._desc)
         nlist = int(np.clip(round(np.sqrt(n)), 16, 4096))
-        quantiser = faiss.IndexFlatL2(128)
-        base = faiss.IndexIVFPQFastScan(quantiser, 128, nlist, 64, 4)
-        index = faiss.IndexRefineFlat(base)
-        sample = self._desc
-        if n > 64 * nlist:
-            sample = self._desc[np.random.default_rng(seed).choice(n, 64 * nlist, replace=False)]
-        index.train(sample)
-        index.add(self._desc)
+        base = faiss.IndexIVFPQFastScan(faiss.IndexFlatL2(128), 128, nlist, 64, 4)
+        index = faiss.IndexRefine(base, faiss.IndexScalarQuantizer(128, faiss.ScalarQuantizer.QT_8bit_direct))
+        take = np.arange(n) if n <= 64 * nlist else np.random.default_rng(seed).choice(n, 64 * nlist, replace=False)
+        rows, order = np.unique(take, return_inverse=True)  # gathered in the index's order, trained in the draw's
+        index.train(_gather(features, self.owner[rows], self.local[rows])[order])
+        for start in range(0, n, ADD_ROWS):
+            owner, local = self.owner[start:start + ADD_ROWS], self.local[start:start + ADD_ROWS]
+            index.add(_gather(features, owner, local))
         base.nprobe = min(cfg.nprobe, nlist)
         index.k_factor = REFINE_FACTOR
-        self._desc = None  # the refine index holds its own copy
         return index
 
     def search(self, desc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,8 +99,9 @@ class DescriptorIndex:
         """
         m = len(desc)
         if self._index is not None:
-            d2, rows = self._index.search(np.ascontiguousarray(desc, dtype=np.float32), k)
-            dist = np.sqrt(np.maximum(d2, 0)).astype(np.float32)
+            scaled = np.ascontiguousarray(desc, dtype=np.float32) * np.float32(DESCRIPTOR_SCALE)
+            d2, rows = self._index.search(scaled, k)
+            dist = (np.sqrt(np.maximum(d2, 0)) * np.float32(1.0 / DESCRIPTOR_SCALE)).astype(np.float32)
             dist[rows < 0] = np.inf
             return dist, rows.astype(np.int64)
         dist = np.full((m, k), np.inf, np.float32)
@@ -106,3 +121,16 @@ class DescriptorIndex:
             rows[start:start + len(q), :kk] = np.take_along_axis(part, order, axis=1)
             dist[start:start + len(q), :kk] = np.sqrt(np.take_along_axis(pd, order, axis=1))
         return dist, rows
+
+
+def _gather(features: Sequence[Features], owner: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """``[len(owner), 128] float32``: the stored bytes of the descriptors ``(owner, local)`` (rows of one photo
+    consecutive where they are so in the index: sliced, not gathered one by one)."""
+    out = np.empty((len(owner), 128), np.float32)
+    if not len(owner):
+        return out
+    cut = np.flatnonzero(np.diff(owner)) + 1
+    for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(owner)]):
+        f, rows = features[owner[lo]], local[lo:hi]
+        out[lo:hi] = f.desc[rows[0]:rows[-1] + 1] if (np.diff(rows) == 1).all() else f.desc[rows]
+    return out

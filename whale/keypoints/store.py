@@ -101,6 +101,7 @@ class FeatureStore:
         self.root = Path(root) if root is not None else default_root()
         self.folder = self.root / cfg.fingerprint()
         self.redone = 0
+        self._pack: MappedDescriptors | None = None
         self.keys: list[str] = []
         """The store keys of the photos of the last :meth:`features` call, in order (a photo's sha256, with its
         box): what names a photo's content to :class:`~whale.keypoints.selectcache.SelectorCache`."""
@@ -123,7 +124,8 @@ class FeatureStore:
         atomic_write(self.path(digest), write, flag="--cache")
 
     def features(self, paths: Sequence, workers: int | None = None, progress: bool = True,
-                 digests: Sequence[str] | None = None, boxes: Sequence[tuple | None] | None = None) -> list[Features]:
+                 digests: Sequence[str] | None = None, boxes: Sequence[tuple | None] | None = None,
+                 mapped: bool = False) -> list[Features]:
         """The features of every photo of ``paths``, in order: read from the store, the missing ones extracted.
 
         Args:
@@ -133,6 +135,8 @@ class FeatureStore:
             digests: the photos' content hashes when the caller has them (the catalogue), else computed.
             boxes: per photo ``(x0, y0, x1, y1)`` or None (the whole photo); a boxed photo is kept apart
                 from the same photo unboxed or with another box.
+            mapped: the descriptors (nine tenths of the bytes) held in one memory-mapped file, not in this
+                process's memory (:class:`MappedDescriptors`): the whole competition's features fit in a few GB.
 
         Raises:
             DataError: a photo is missing or cannot be decoded (the message names it).
@@ -151,12 +155,17 @@ class FeatureStore:
                    for d, b in zip(digests, boxes)]
         self.keys = list(digests)
         redone = self.redone
+        pack = MappedDescriptors(self.folder) if mapped else None
         reading = progress_bar(digests, desc="reading stored keypoint features", enabled=progress and len(paths) > 200)
-        out: list[Features | None] = [self._read(d) for d in reading]
+        out: list[Features | None] = []
+        for d in reading:  # each photo's descriptors to the mapped file as soon as read: never all held at once
+            f = self._read(d)
+            out.append(f if pack is None or f is None else pack.put(f))
         todo = [i for i, f in enumerate(out) if f is None]
         if not todo:
-            return out  # type: ignore[return-value]
+            return out if pack is None else pack.mapped(out)  # type: ignore[return-value]
         workers = default_workers() if workers is None else int(workers)
+        self._pack = pack
         jobs = [(str(paths[i]), self.cfg.features, boxes[i]) for i in todo]
         redone = self.redone - redone
         what = f"{len(todo) - redone} new photos" + (f", {redone} stored files not their photo's" if redone else "")
@@ -169,11 +178,48 @@ class FeatureStore:
 
             with mp.get_context(_start_method()).Pool(min(workers, len(todo))) as pool:
                 self._keep(progress_bar(pool.imap(_extract_job, jobs, chunksize=8), **bar), todo, digests, out)
-        return out  # type: ignore[return-value]
+        return out if pack is None else pack.mapped(out)  # type: ignore[return-value]
 
     def _keep(self, results, todo, digests, out) -> None:
         for i, f in zip(todo, results):
             if isinstance(f, str):
                 raise DataError(f)
             self._write(digests[i], f)
-            out[i] = f
+            out[i] = f if self._pack is None else self._pack.put(f)
+
+
+class MappedDescriptors:
+    """Photos' descriptors written one after another into a file that has no name (created in ``folder`` and
+    unlinked at once: nothing stays behind, even when the process is killed), then memory-mapped read-only.
+
+    The kernel keeps the mapped pages as it keeps a file's cache: they count in the resident memory while touched,
+    but it can drop and reread them under pressure, where descriptors held in the process's own memory would have
+    to stay. :meth:`put` keeps a photo's keypoints and makes a stand-in with no descriptors; :meth:`mapped` gives
+    every photo its descriptors back as a view of the mapped file."""
+
+    def __init__(self, folder: Path):
+        import tempfile
+
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self._file = tempfile.TemporaryFile(dir=folder)
+        self._rows = 0
+        self._spans: dict[int, tuple[int, int]] = {}
+
+    def put(self, f: Features) -> Features:
+        """``f`` with its descriptors appended to the file: a stand-in holding none, until :meth:`mapped`."""
+        self._file.write(np.ascontiguousarray(f.desc, dtype=np.uint8).tobytes())
+        stand_in = Features(f.xy, f.diameter_angle, np.zeros((0, 128), np.uint8), f.photo_size)
+        self._spans[id(stand_in)] = (self._rows, self._rows + len(f))
+        self._rows += len(f)
+        return stand_in
+
+    def mapped(self, features: Sequence[Features]) -> list[Features]:
+        """``features`` (the stand-ins :meth:`put` returned, in any order) with their descriptors, mapped."""
+        self._file.flush()
+        rows = np.memmap(self._file, dtype=np.uint8, mode="r", shape=(self._rows, 128)) if self._rows else \
+            np.zeros((0, 128), np.uint8)
+        out = []
+        for f in features:
+            lo, hi = self._spans[id(f)]
+            out.append(Features(f.xy, f.diameter_angle, rows[lo:hi], f.photo_size))
+        return out

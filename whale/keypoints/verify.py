@@ -95,7 +95,7 @@ class GeometricVerifier:
                evidence_row: np.ndarray, inlier_row: np.ndarray, report: Callable | None = None,
                rows: list | None = None) -> None:
         """Verify query ``q``'s :meth:`candidates` among ``gallery`` from its kept votes (``feat``, ``photo``,
-        ``row``, ``weight`` ``[v]``: :func:`~whale.keypoints.votes.lnbnn_votes`; ``local`` ``[N] int64``: each
+        ``row``, ``weight`` ``[v]``: :func:`~whale.keypoints.votes.lnbnn_votes`; ``local`` ``[N] int32``: each
         index row's keypoint within its photo), writing each verified candidate's inlier weight into
         ``evidence_row`` and its inlier count into ``inlier_row`` (``[n_gallery]``). ``report``:
         ``f(photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate. ``rows``: a

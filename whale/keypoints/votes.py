@@ -46,7 +46,7 @@ def lnbnn_votes(dist: np.ndarray, rows: np.ndarray, owner: np.ndarray, k: int, n
 
     Args:
         dist, rows: ``[m, d]`` neighbours of its ``m`` descriptors (:meth:`DescriptorIndex.search`), ``d > k``.
-        owner: ``[N] int64`` gallery photo of each index row. k: voters per descriptor.
+        owner: ``[N] int32`` gallery photo of each index row. k: voters per descriptor.
         n_gallery: gallery photos. individual: ``[n_gallery] int64`` individual of each gallery photo, for
             :func:`normaliser`'s name rule (None: the ``k+1``-th neighbour normalises).
 

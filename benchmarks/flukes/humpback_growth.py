@@ -1,0 +1,186 @@
+"""The keypoint matcher as the gallery grows to the whole 2019 competition's size: time, peak memory, MAP@5. Not a test.
+
+    python benchmarks/flukes/humpback_growth.py --out runs/growth [--seed 0] [--renditions 1,2,4]
+    python benchmarks/flukes/humpback_growth.py --out runs/growth --report     # the table of what was measured
+
+The shared flukes hold 7,980 photos; the competition held 33,321 (25,361 training, 7,960 test). The gallery is
+grown with flipped copies as distractor individuals, as the 2019 winners grew their training set (a mirrored
+fluke is another whale): split ``--seed``'s folder (:func:`benchmarks.flukes.humpback.build_split`) with each of
+its 7,980 photos, training and test, added to ``train`` in ``R - 1`` more renditions (``R`` in ``--renditions``):
+mirrored, upside down, turned half round (:data:`RENDITIONS`). Upright SIFT descriptors (the shipped
+``features.upright``) differ in each rendition, so each is another individual to the matcher: a photo's
+renditions are labelled ``<id>~mirror`` and so on (the renditions of one whale's photos one distractor individual
+with as many photos; those of a ``new_whale`` photo ``new_whale``). The test queries stay the real ones, and each
+one's own mirror is in the gallery: the hardest distractor a query can meet. ``R`` = 1, 2, 4 give 7,980, 15,960
+and 31,920 photos.
+
+Each size runs the user's commands from cold (an empty feature store of its own, unless ``--cache``):
+``whale score --matcher keypoints --fold 0`` then ``whale ensemble --tune``. Reported per size: photos, seconds of
+each step (``run.json``), the peak memory of the score command and its extraction workers sampled every 0.5 s
+(all resident pages, and those that are no file's: the memory-mapped descriptors' pages count in the first only,
+the kernel drops and rereads them under pressure; ``run.json``'s ``peak_mb`` has the scoring process's high-water
+mark after each step), MAP@5 of the real queries (all; known whales ids only; one-photo whales), the ``new_whale`` share at rank 1
+beside the true one, and the machine reference (100 photos' keypoints in one process) measured in the same run.
+A size whose ``result.json`` exists is not measured again: a killed run goes on with the next size.
+The last stdout line is ``{"benchmark": "humpback_growth", ...}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from whale.command import quiet_unless_debugging  # noqa: E402
+
+quiet_unless_debugging()
+
+import pandas as pd  # noqa: E402
+
+from benchmarks import common  # noqa: E402
+from benchmarks.flukes import humpback  # noqa: E402
+from whale import NEW_WHALE  # noqa: E402
+
+RENDITIONS = (("mirror", 1), ("upside_down", 0), ("turned", -1))
+"""Each added rendition's name and its ``cv2.flip`` code (1: left-right, 0: top-bottom, -1: both)."""
+
+
+def grow(split: Path, out: Path, renditions: int, log=print) -> Path:
+    """``out``: the competition folder ``split`` with each of its photos (train and test) in ``renditions - 1``
+    more renditions added to ``train`` as distractor individuals (module docstring). ``train.csv`` is written
+    last: a folder holding it is complete and is reused."""
+    import cv2
+
+    if not 1 <= renditions <= len(RENDITIONS) + 1:
+        raise ValueError(f"renditions: expected 1..{len(RENDITIONS) + 1}, received {renditions}")
+    if (out / "train.csv").is_file():
+        return out
+    for sub in ("train", "test"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    for name in ("sample_submission.csv", "test_solution.csv"):
+        shutil.copy(split / name, out / name)
+    train = pd.read_csv(split / "train.csv")
+    solution = pd.read_csv(split / "test_solution.csv")
+    for sub, names in (("train", train["Image"]), ("test", solution["Image"])):
+        for name in names:
+            target = out / sub / name
+            if not target.exists():
+                os.link(split / sub / name, target)
+    rows = [train]
+    sources = [("train", n, i) for n, i in zip(train["Image"], train["Id"])] + \
+              [("test", n, i) for n, i in zip(solution["Image"], solution["Id"])]
+    for kind, code in RENDITIONS[:renditions - 1]:
+        log(f"  {kind}: {len(sources)} photos")
+        added = []
+        for sub, name, individual in sources:
+            new = f"{kind}_{Path(name).stem}.jpg"
+            if not (out / "train" / new).exists():
+                image = cv2.imread(str(split / sub / name), cv2.IMREAD_UNCHANGED)
+                cv2.imwrite(str(out / "train" / new), cv2.flip(image, code), [cv2.IMWRITE_JPEG_QUALITY, 95])
+            added.append((new, NEW_WHALE if individual == NEW_WHALE else f"{individual}~{kind}"))
+        rows.append(pd.DataFrame(added, columns=["Image", "Id"]))
+    pd.concat(rows).to_csv(out / "train.csv.tmp", index=False)
+    os.replace(out / "train.csv.tmp", out / "train.csv")
+    return out
+
+
+def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
+    """One size: the grown folder scored from cold, ensembled and evaluated (module docstring)."""
+    from whale.inference.scorefile import load_score_file
+
+    work = Path(args.out) / f"x{renditions}"
+    done = work / "result.json"
+    if done.is_file():
+        log(f"x{renditions}: measured before ({done})")
+        return json.loads(done.read_text())
+    work.mkdir(parents=True, exist_ok=True)
+    comp = grow(split, work / "data", renditions, log)
+    train = pd.read_csv(comp / "train.csv")
+    store = Path(args.cache) if args.cache else work / "store"
+    kp = work / "keypoints"
+    cmd = [sys.executable, "-m", "whale", "score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp),
+           "--fold", "0", "--config", args.keypoint_config, "--cache", str(store), "--quiet"]
+    log(f"$ whale {' '.join(cmd[3:])}")
+    rc, seconds, peak = common.run_measured(cmd, work / "score.log", cwd=common.repo_root(),
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if rc:
+        raise RuntimeError(f"whale score failed (exit {rc}); see {work / 'score.log'}")
+    log(f"  {seconds:.0f} s, peak {peak['resident']:,.0f} MB resident, {peak['anonymous']:,.0f} MB not mapped files' "
+        "(with its extraction workers)")
+    te, _ = humpback.ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
+    record = json.loads((kp / "run.json").read_text())
+    row = humpback.method_row(f"x{renditions}", work / "keypoints.csv", load_score_file(kp / "test.npz"), truth,
+                              {"score": seconds, "ensemble": te, **record["seconds"]})
+    row.update(renditions=renditions, photos=len(train) + len(truth), train_photos=len(train),
+               individuals=int(train.loc[train["Id"] != NEW_WHALE, "Id"].nunique()), peak_tree_mb=peak["resident"],
+               peak_anonymous_mb=peak["anonymous"],
+               peak_mb=record.get("peak_mb", {}), reference_s=args.reference)
+    done.write_text(json.dumps(row, indent=2))
+    return row
+
+
+def step_seconds(row: dict) -> dict[str, float]:
+    """The score command's steps as the table groups them, from ``run.json``'s seconds."""
+    s = row["seconds"]
+
+    def total(*keys):
+        return sum(s.get(k, 0.0) for k in keys)
+
+    return {"features": total("features"), "selection": total("val_select", "test_select"),
+            "validation": total("val_index", "val_search", "val_verify"),
+            "test": total("test_index", "test_search", "test_verify"), "whole": s["score"]}
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one line per size."""
+    head = ["renditions", "photos", "train ids", "extraction s", "selection s", "validation s", "test s",
+            "whole `whale score` s", "peak MB resident", "of it not files'", "MAP@5 all", "known, ids only",
+            "one-photo", "`new_whale` first (true)", "reference s"]
+    lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
+    for r in sorted(rows, key=lambda r: r["renditions"]):
+        t = step_seconds(r)
+        lines.append(f"| {r['renditions']} | {r['photos']:,} | {r['individuals']:,} | {t['features']:.0f} | "
+                     f"{t['selection']:.0f} | {t['validation']:.0f} | {t['test']:.0f} | {t['whole']:.0f} | "
+                     f"{r['peak_tree_mb']:,.0f} | {r['peak_anonymous_mb']:,.0f} | {r['map5']:.3f} | {r['map5_known_no_new']:.3f} | "
+                     f"{r['map5_one_photo']:.3f} | {r['new_whale_first']:.3f} ({r['new_whale_true']:.3f}) | "
+                     f"{r['reference_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="working folder (the split, each size's folder, run and results)")
+    p.add_argument("--seed", type=int, default=0, help="the split seed (benchmarks/flukes/humpback.py's)")
+    p.add_argument("--renditions", default="1,2,4", help="comma-separated sizes: renditions of each photo (1..4)")
+    p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
+    p.add_argument("--cache", default=None, help="one feature store for every size (default: each size's own, "
+                                                 "empty at first: from cold)")
+    p.add_argument("--report", action="store_true", help="print the table of every size measured in OUT")
+    args = p.parse_args(argv)
+    if args.report:
+        print(table([json.loads(f.read_text()) for f in sorted(Path(args.out).glob("x*/result.json"))]))
+        return 0
+    source = common.shared_data("humpback")
+    if source is None:
+        print("no ../shared/data/humpback beside the checkout: nothing to measure")
+        return 0
+    t0 = time.perf_counter()
+    args.reference = humpback.machine_reference(source, args.keypoint_config)
+    print(f"machine reference: {humpback.REFERENCE_PHOTOS} photos' keypoints in {args.reference:.1f} s, one process",
+          flush=True)
+    split, truth, _ = humpback.build_split(source, Path(args.out) / "split", args.seed)
+    humpback.assert_disjoint(split, truth)
+    rows = [measure(args, split, truth, int(r)) for r in args.renditions.split(",")]
+    print(table(rows))
+    metrics = {f"x{r['renditions']}_{k}": r[k] for r in rows
+               for k in ("photos", "map5", "map5_known_no_new", "peak_tree_mb", "peak_anonymous_mb")}
+    print(common.final_json("humpback_growth", metrics, time.perf_counter() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

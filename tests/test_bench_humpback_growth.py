@@ -1,0 +1,52 @@
+"""benchmarks/flukes/humpback_growth.py: the grown folder's renditions and labels, and the memory sampler it uses."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import common  # noqa: E402
+from benchmarks.flukes import humpback, humpback_growth as growth  # noqa: E402
+from tests.test_bench_humpback import fake_source  # noqa: E402
+from whale import NEW_WHALE  # noqa: E402
+
+
+def test_each_photo_is_added_in_flipped_renditions_as_other_individuals(tmp_path):
+    import cv2
+
+    split, truth, _ = humpback.build_split(fake_source(tmp_path / "src"), tmp_path / "split", 0, log=lambda *a: None)
+    train = pd.read_csv(split / "train.csv")
+    grown = growth.grow(split, tmp_path / "x4", 4, log=lambda *a: None)
+    rows = pd.read_csv(grown / "train.csv")
+    n = len(train) + len(truth)
+    assert len(rows) == len(train) + 3 * n  # 4 renditions of every photo: 7,980 -> 31,920 on the real flukes
+    assert sorted(p.name for p in (grown / "test").iterdir()) == sorted(truth)  # the queries stay the real ones
+    labels = dict(zip(rows["Image"], rows["Id"]))
+    for name, individual in zip(train["Image"], train["Id"]):
+        stem = Path(name).stem
+        for kind, code in growth.RENDITIONS:
+            assert labels[f"{kind}_{stem}.jpg"] == (NEW_WHALE if individual == NEW_WHALE else f"{individual}~{kind}")
+            got = cv2.imread(str(grown / "train" / f"{kind}_{stem}.jpg")).astype(float)
+            want = cv2.flip(cv2.imread(str(split / "train" / name)), code).astype(float)
+            assert got.shape == want.shape and np.abs(got - want).mean() < 12  # re-encoded as JPEG
+    for name, individual in truth.items():  # a test photo's renditions: its whale's distractors, or new_whale
+        assert labels[f"mirror_{Path(name).stem}.jpg"] == (NEW_WHALE if individual == NEW_WHALE else f"{individual}~mirror")
+    assert set(rows["Id"]) - {NEW_WHALE} >= {f"{i}~turned" for i in train["Id"] if i != NEW_WHALE}
+    two = growth.grow(split, tmp_path / "x2", 2, log=lambda *a: None)
+    assert len(pd.read_csv(two / "train.csv")) == len(train) + n
+    stamp = (grown / "train.csv").stat().st_mtime_ns
+    assert growth.grow(split, tmp_path / "x4", 4) == grown and (grown / "train.csv").stat().st_mtime_ns == stamp
+
+
+def test_run_measured_reports_the_peak_memory_of_a_child_and_its_workers(tmp_path):
+    script = ("import multiprocessing as mp, time\n"
+              "def hold(n):\n    b = bytearray(n); b[::4096] = b'x' * len(b[::4096]); time.sleep(1.5)\n"
+              "if __name__ == '__main__':\n    p = mp.get_context('spawn').Process(target=hold, args=(300 << 20,))\n"
+              "    p.start(); hold(200 << 20); p.join()\n")
+    (tmp_path / "hold.py").write_text(script)  # a file: a spawned worker imports its parent's __main__
+    rc, seconds, peak = common.run_measured([sys.executable, str(tmp_path / "hold.py")], tmp_path / "log.txt",
+                                            every_s=0.1)
+    assert rc == 0 and seconds > 1
+    assert peak["anonymous"] > 480 and peak["resident"] >= peak["anonymous"]  # 200 MB here, 300 MB in its worker
