@@ -681,3 +681,46 @@ def run_measured(cmd: Sequence[str], log_path: Path, every_s: float = 0.5, **pop
             peak = np.maximum(peak, tree_memory_mb(proc.pid))
             time.sleep(every_s)
     return proc.returncode, time.perf_counter() - t0, {"resident": float(peak[0]), "anonymous": float(peak[1])}
+
+
+class MemoryLimit:
+    """A Linux memory cgroup holding a child process under ``gb`` GB (page cache included, which the kernel then
+    reclaims before it kills): ``preexec`` puts the child in it; ``peak_mb`` reads the cgroup's high-water mark;
+    ``close`` removes it. Needs a writable cgroup v1 memory hierarchy or cgroup v2 (as root in a container);
+    elsewhere :class:`RuntimeError` says so."""
+
+    V1 = Path("/sys/fs/cgroup/memory")
+    V2 = Path("/sys/fs/cgroup")
+
+    def __init__(self, gb: float):
+        v2 = (self.V2 / "cgroup.controllers").is_file()
+        self.path = (self.V2 if v2 else self.V1) / f"whale-benchmark-{os.getpid()}"
+        limit = str(int(gb * 2 ** 30))
+        try:
+            self.path.mkdir()
+            if v2:
+                (self.path / "memory.max").write_text(limit)
+                (self.path / "memory.swap.max").write_text("0")
+            else:
+                (self.path / "memory.limit_in_bytes").write_text(limit)
+                swap = self.path / "memory.memsw.limit_in_bytes"  # present when swap accounting is on
+                if swap.is_file():
+                    swap.write_text(limit)
+        except OSError as e:
+            raise RuntimeError(f"no memory cgroup to hold {gb} GB ({self.path}: {e}); run without the limit") from None
+        self._peak = self.path / ("memory.peak" if v2 else "memory.max_usage_in_bytes")
+
+    def preexec(self) -> None:
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def peak_mb(self) -> float:
+        try:
+            return int(self._peak.read_text()) / 2 ** 20
+        except (OSError, ValueError):
+            return float("nan")
+
+    def close(self) -> None:
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass

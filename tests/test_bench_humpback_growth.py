@@ -50,3 +50,28 @@ def test_run_measured_reports_the_peak_memory_of_a_child_and_its_workers(tmp_pat
                                             every_s=0.1)
     assert rc == 0 and seconds > 1
     assert peak["anonymous"] > 480 and peak["resident"] >= peak["anonymous"]  # 200 MB here, 300 MB in its worker
+
+
+def test_a_memory_limit_holds_a_child_under_it_or_kills_it(tmp_path):
+    import pytest
+
+    script = tmp_path / "eat.py"
+    script.write_text("import sys\nb = bytearray(int(sys.argv[1]) << 20)\nb[::4096] = b'x' * len(b[::4096])\n")
+    try:
+        roomy = common.MemoryLimit(1)
+    except RuntimeError as e:
+        pytest.skip(str(e))  # no writable memory cgroup on this machine
+    try:
+        rc, _, _ = common.run_measured([sys.executable, str(script), "300"], tmp_path / "a.txt", every_s=0.05,
+                                       preexec_fn=roomy.preexec)
+        assert rc == 0 and roomy.peak_mb() >= 300
+    finally:
+        roomy.close()
+    tight = common.MemoryLimit(0.15)
+    try:
+        rc, _, _ = common.run_measured([sys.executable, str(script), "300"], tmp_path / "b.txt", every_s=0.05,
+                                       preexec_fn=tight.preexec)
+        assert rc != 0  # killed: 300 MB do not fit in 150
+    finally:
+        tight.close()
+    assert not tight.path.exists() and not roomy.path.exists()

@@ -174,6 +174,31 @@ def test_the_ivf_index_added_in_blocks_finds_what_it_finds_added_at_once(monkeyp
     np.testing.assert_array_equal(got, np.concatenate([f.desc for f in gallery])[rows].astype(np.float32))
 
 
+def test_the_ivf_index_of_mapped_photos_reranks_from_the_file_as_faiss_does(tmp_path):
+    pytest.importorskip("faiss")
+    from whale.keypoints.index import shared_rows
+    from whale.keypoints.store import MappedDescriptors
+
+    gallery = _features(40, 0, per=60)
+    pack = MappedDescriptors(tmp_path)
+    mapped = pack.mapped([pack.put(f) for f in gallery])
+    query = as_float(_features(1, 1, per=30)[0].desc)
+    held = DescriptorIndex(gallery, SearchConfig(index="ivf", nprobe=4096))
+    read = DescriptorIndex(mapped, SearchConfig(index="ivf", nprobe=4096))
+    assert held._mapped is None and read._mapped is not None  # no copy of the descriptors: read from the file
+    for a, b in zip(read.search(query, 5), held.search(query, 5)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    backwards = DescriptorIndex(mapped[::-1], SearchConfig(index="ivf", nprobe=4096))  # any order of the photos
+    dist, rows = backwards.search(query, 5)
+    allg = np.concatenate([as_float(f.desc) for f in mapped[::-1]])
+    np.testing.assert_allclose(np.linalg.norm(query[:, None] - allg[rows], axis=2), dist, atol=1e-5)  # exact
+    np.testing.assert_array_equal(backwards.owner[rows], np.repeat(np.arange(40), 60)[rows])
+    assert shared_rows(mapped[:3] + [gallery[3]]) is None  # one photo held apart: the index keeps its own copy
+    few = DescriptorIndex(mapped[:2], SearchConfig(index="ivf", nprobe=4096))
+    d, r = few.search(query[:2], 130)  # more neighbours than the gallery has: -1 and inf after its 120
+    assert (r[:, 120:] == -1).all() and np.isinf(d[:, 120:]).all() and (r[:, :100] >= 0).all()
+
+
 def test_lnbnn_votes_match_a_loop():
     rng = np.random.default_rng(0)
     m, k, n_photos = 30, 3, 6
@@ -363,3 +388,17 @@ def test_score_keypoints_then_ensemble_writes_a_checked_submission(tmp_path, mon
                        "--fold", "0", "--quiet"]) == 2
     with pytest.raises(SystemExit):  # argparse: --run is required without --matcher keypoints
         score_main(["--data", str(data), "--out", str(tmp_path / "t3.npz")])
+
+
+def test_scores_worked_out_in_blocks_are_those_of_the_whole_matrix(monkeypatch):
+    from whale.keypoints import scoring
+
+    rng = np.random.default_rng(0)
+    evidence = (rng.random((30, 70)) * 5).astype(np.float32)
+    votes = (rng.random((30, 70)) * 100).astype(np.float32)
+    total = evidence.astype(np.float64) + 0.001 * votes.astype(np.float64)
+    whole = (total / (total + 1.0)).astype(np.float32)
+    monkeypatch.setattr(scoring, "BLOCK", 97)  # blocks that cut rows anywhere
+    got = scoring.EvidenceScore(0.001, 1.0)(evidence, votes)
+    assert got.dtype == np.float32 and got.shape == (30, 70)
+    np.testing.assert_array_equal(got, whole)

@@ -1,6 +1,7 @@
 """The keypoint matcher as the gallery grows to the whole 2019 competition's size: time, peak memory, MAP@5. Not a test.
 
     python benchmarks/flukes/humpback_growth.py --out runs/growth [--seed 0] [--renditions 1,2,4]
+    python benchmarks/flukes/humpback_growth.py --out runs/growth8 --renditions 4 --memory-limit-gb 8  # fits in 8 GB?
     python benchmarks/flukes/humpback_growth.py --out runs/growth --report     # the table of what was measured
 
 The shared flukes hold 7,980 photos; the competition held 33,321 (25,361 training, 7,960 test). The gallery is
@@ -104,11 +105,20 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
     kp = work / "keypoints"
     cmd = [sys.executable, "-m", "whale", "score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp),
            "--fold", "0", "--config", args.keypoint_config, "--cache", str(store), "--quiet"]
-    log(f"$ whale {' '.join(cmd[3:])}")
-    rc, seconds, peak = common.run_measured(cmd, work / "score.log", cwd=common.repo_root(),
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    log(f"$ whale {' '.join(cmd[3:])}" + (f"   (inside a {args.memory_limit_gb:g} GB memory cgroup)"
+                                          if args.memory_limit_gb else ""))
+    limit = common.MemoryLimit(args.memory_limit_gb) if args.memory_limit_gb else None
+    try:
+        rc, seconds, peak = common.run_measured(cmd, work / "score.log", cwd=common.repo_root(),
+                                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                                preexec_fn=limit.preexec if limit else None)
+        group_peak = limit.peak_mb() if limit else None
+    finally:
+        if limit:
+            limit.close()
     if rc:
-        raise RuntimeError(f"whale score failed (exit {rc}); see {work / 'score.log'}")
+        raise RuntimeError(f"whale score failed (exit {rc}" + (f", {group_peak:,.0f} MB used of the "
+                           f"{args.memory_limit_gb:g} GB limit" if limit else "") + f"); see {work / 'score.log'}")
     log(f"  {seconds:.0f} s, peak {peak['resident']:,.0f} MB resident, {peak['anonymous']:,.0f} MB not mapped files' "
         "(with its extraction workers)")
     te, _ = humpback.ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
@@ -117,7 +127,7 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
                               {"score": seconds, "ensemble": te, **record["seconds"]})
     row.update(renditions=renditions, photos=len(train) + len(truth), train_photos=len(train),
                individuals=int(train.loc[train["Id"] != NEW_WHALE, "Id"].nunique()), peak_tree_mb=peak["resident"],
-               peak_anonymous_mb=peak["anonymous"],
+               peak_anonymous_mb=peak["anonymous"], memory_limit_gb=args.memory_limit_gb, cgroup_peak_mb=group_peak,
                peak_mb=record.get("peak_mb", {}), reference_s=args.reference)
     done.write_text(json.dumps(row, indent=2))
     return row
@@ -138,14 +148,16 @@ def step_seconds(row: dict) -> dict[str, float]:
 def table(rows: list[dict]) -> str:
     """Markdown: one line per size."""
     head = ["renditions", "photos", "train ids", "extraction s", "selection s", "validation s", "test s",
-            "whole `whale score` s", "peak MB resident", "of it not files'", "MAP@5 all", "known, ids only",
+            "whole `whale score` s", "peak MB resident", "of it not files'", "memory cgroup", "MAP@5 all",
+            "known, ids only",
             "one-photo", "`new_whale` first (true)", "reference s"]
     lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
     for r in sorted(rows, key=lambda r: r["renditions"]):
         t = step_seconds(r)
+        group = f"{r['memory_limit_gb']:g} GB (its peak {r['cgroup_peak_mb']:,.0f} MB)" if r.get("memory_limit_gb") else "none"
         lines.append(f"| {r['renditions']} | {r['photos']:,} | {r['individuals']:,} | {t['features']:.0f} | "
                      f"{t['selection']:.0f} | {t['validation']:.0f} | {t['test']:.0f} | {t['whole']:.0f} | "
-                     f"{r['peak_tree_mb']:,.0f} | {r['peak_anonymous_mb']:,.0f} | {r['map5']:.3f} | {r['map5_known_no_new']:.3f} | "
+                     f"{r['peak_tree_mb']:,.0f} | {r['peak_anonymous_mb']:,.0f} | {group} | {r['map5']:.3f} | {r['map5_known_no_new']:.3f} | "
                      f"{r['map5_one_photo']:.3f} | {r['new_whale_first']:.3f} ({r['new_whale_true']:.3f}) | "
                      f"{r['reference_s']:.1f} |")
     return "\n".join(lines)
@@ -159,6 +171,9 @@ def main(argv=None) -> int:
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
     p.add_argument("--cache", default=None, help="one feature store for every size (default: each size's own, "
                                                  "empty at first: from cold)")
+    p.add_argument("--memory-limit-gb", type=float, default=None,
+                   help="run each whale score inside a memory cgroup of this many GB (Linux, root): the proof that "
+                        "it fits, page cache included, which the kernel reclaims before it kills")
     p.add_argument("--report", action="store_true", help="print the table of every size measured in OUT")
     args = p.parse_args(argv)
     if args.report:

@@ -6,10 +6,12 @@ products (small galleries, tests); ``ivf`` (FAISS: ``IndexIVFPQFastScan`` inside
 ``nprobe`` inverted lists of 4-bit product-quantised codes and re-ranks its candidates with the exact
 distances, so the distances LNBNN weighs are exact for the neighbours it returns.
 
-The ``ivf`` index keeps the gallery's descriptors once, as the store's ``uint8`` values (FAISS's
-``QT_8bit_direct`` scalar quantiser: a value is its byte, so its distances are exact), plus 32 bytes of codes
-a descriptor: 160 bytes a descriptor where a float32 copy took 512 and the index built from it another 512.
-Rows are added in blocks of :data:`ADD_ROWS`, so no float32 copy of the gallery is ever made.
+The ``ivf`` index holds 32 bytes of codes a descriptor and re-ranks from the store's ``uint8`` values, exact
+(a value is its byte): where every photo's descriptors are rows of one memory-mapped file (``whale score``'s
+:class:`whale.keypoints.store.MappedDescriptors`), it reads them there (:func:`shared_rows`) and keeps no copy;
+otherwise it keeps one copy as bytes (FAISS's ``QT_8bit_direct`` scalar quantiser inside ``IndexRefine``).
+That is 32 or 160 bytes a descriptor where a float32 copy took 512 and FAISS's flat refine another 512. Rows are
+added in blocks of :data:`ADD_ROWS`, so no float32 copy of the gallery is ever made.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ REFINE_FACTOR = 4
 """IVF candidates per neighbour asked for, re-ranked with exact distances."""
 ADD_ROWS = 262_144
 """Gallery descriptors turned into float32 and added to the ``ivf`` index at a time (128 MB)."""
+RERANK_ROWS = 2048
+"""Query descriptors whose candidates are re-ranked at a time from the mapped rows (about 40 MB of float32)."""
 
 
 def _faiss():
@@ -61,8 +65,11 @@ class DescriptorIndex:
         self.kind = cfg.index if cfg.index != "auto" else ("ivf" if n >= AUTO_IVF_FROM else "exact")
         self._desc = None
         self._index = None
+        self._mapped = None  # (rows, start): where the ivf index re-ranks from, when the photos share one file
         if self.kind == "ivf" and n:
-            progress_line(f"indexing {n:,} descriptors of {len(features)} photos (FAISS IVF-PQ)", progress)
+            self._mapped = shared_rows(features)
+            progress_line(f"indexing {n:,} descriptors of {len(features)} photos (FAISS IVF-PQ"
+                          + (", re-ranked from the mapped file)" if self._mapped else ")"), progress)
             self._index = self._build_ivf(features, n, cfg, seed)
         else:
             self._desc = np.concatenate([as_float(f.desc) for f in features]) if n else np.zeros((0, 128), np.float32)
@@ -75,7 +82,8 @@ class DescriptorIndex:
         faiss = _faiss()
         nlist = int(np.clip(round(np.sqrt(n)), 16, 4096))
         base = faiss.IndexIVFPQFastScan(faiss.IndexFlatL2(128), 128, nlist, 64, 4)
-        index = faiss.IndexRefine(base, faiss.IndexScalarQuantizer(128, faiss.ScalarQuantizer.QT_8bit_direct))
+        index = base if self._mapped else \
+            faiss.IndexRefine(base, faiss.IndexScalarQuantizer(128, faiss.ScalarQuantizer.QT_8bit_direct))
         take = np.arange(n) if n <= 64 * nlist else np.random.default_rng(seed).choice(n, 64 * nlist, replace=False)
         rows, order = np.unique(take, return_inverse=True)  # gathered in the index's order, trained in the draw's
         index.train(_gather(features, self.owner[rows], self.local[rows])[order])
@@ -83,8 +91,32 @@ class DescriptorIndex:
             owner, local = self.owner[start:start + ADD_ROWS], self.local[start:start + ADD_ROWS]
             index.add(_gather(features, owner, local))
         base.nprobe = min(cfg.nprobe, nlist)
-        index.k_factor = REFINE_FACTOR
+        if not self._mapped:
+            index.k_factor = REFINE_FACTOR
         return index
+
+    def _rerank(self, scaled: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(squared distances, rows)``: the index's ``REFINE_FACTOR * k`` candidates of each query re-ranked
+        with the exact distances of their bytes in the mapped file, as FAISS's ``IndexRefine`` re-ranks them: the
+        stored bytes and queries are integers once scaled, so every sum is exact in float32 in any order, and
+        equal distances go by row."""
+        rows_of, start = self._mapped
+        _, cand = self._index.search(scaled, k * REFINE_FACTOR)
+        d2 = np.full((len(scaled), k), np.inf, np.float32)
+        rows = np.full((len(scaled), k), -1, np.int64)
+        for lo in range(0, len(scaled), RERANK_ROWS):
+            c = cand[lo:lo + RERANK_ROWS]
+            found = c >= 0
+            at = np.where(found, c, 0)
+            g = rows_of[(start[self.owner[at]] + self.local[at]).ravel()].reshape(*c.shape, 128)
+            diff = g.astype(np.float32) - scaled[lo:lo + RERANK_ROWS, None, :]
+            exact = np.einsum("ijk,ijk->ij", diff, diff)
+            exact[~found] = np.inf
+            order = np.lexsort((c, exact), axis=1)[:, :k]  # ties by row, as FAISS's heaps break them
+            d2[lo:lo + len(c), :order.shape[1]] = np.take_along_axis(exact, order, 1)
+            rows[lo:lo + len(c), :order.shape[1]] = np.where(np.isfinite(d2[lo:lo + len(c), :order.shape[1]]),
+                                                             np.take_along_axis(c, order, 1), -1)
+        return d2, rows
 
     def search(self, desc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(dist, rows)``: the ``k`` nearest gallery rows of each query descriptor.
@@ -100,7 +132,7 @@ class DescriptorIndex:
         m = len(desc)
         if self._index is not None:
             scaled = np.ascontiguousarray(desc, dtype=np.float32) * np.float32(DESCRIPTOR_SCALE)
-            d2, rows = self._index.search(scaled, k)
+            d2, rows = self._rerank(scaled, k) if self._mapped else self._index.search(scaled, k)
             dist = (np.sqrt(np.maximum(d2, 0)) * np.float32(1.0 / DESCRIPTOR_SCALE)).astype(np.float32)
             dist[rows < 0] = np.inf
             return dist, rows.astype(np.int64)
@@ -121,6 +153,27 @@ class DescriptorIndex:
             rows[start:start + len(q), :kk] = np.take_along_axis(part, order, axis=1)
             dist[start:start + len(q), :kk] = np.sqrt(np.take_along_axis(pd, order, axis=1))
         return dist, rows
+
+
+def shared_rows(features: Sequence[Features]) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(rows, start)`` when every photo's descriptors are consecutive rows of one memory-mapped ``[N, 128]``
+    array ``rows`` (photo ``i``'s from row ``start[i]``), else None."""
+    root, start = None, np.zeros(len(features), np.int64)
+    for i, f in enumerate(features):
+        d = f.desc
+        if not len(d):
+            continue
+        base = d
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        if not isinstance(base, np.memmap) or base is d or base.ndim != 2 or not d.flags.c_contiguous:
+            return None
+        if root is None:
+            root = base
+        elif base is not root:
+            return None
+        start[i] = (d.__array_interface__["data"][0] - root.__array_interface__["data"][0]) // 128
+    return None if root is None else (root, start)
 
 
 def _gather(features: Sequence[Features], owner: np.ndarray, local: np.ndarray) -> np.ndarray:

@@ -157,6 +157,7 @@ class KeypointMatcher:
         selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress, open_label)
         steps.update(selector.seconds)
         if selector.active:
+            del full  # the index of every keypoint goes before the selected keypoints' is built
             matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, parts=parts)
         else:  # every keypoint stays: the index of every keypoint serves
             matcher, full.selector, full.index_seconds = full, selector, 0.0

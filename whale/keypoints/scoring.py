@@ -13,6 +13,9 @@ import numpy as np
 
 from whale.keypoints.config import VerifyConfig
 
+BLOCK = 1 << 22
+"""Scores worked out at a time (32 MB of float64 each)."""
+
 
 def evidence_to_score(evidence, votes, cfg: VerifyConfig) -> np.ndarray:
     """``t / (t + scale), t = evidence + vote_weight * votes`` as float32 (module docstring)."""
@@ -36,6 +39,13 @@ class EvidenceScore:
         return cls(vote_weight=cfg.vote_weight, scale=cfg.scale)
 
     def __call__(self, evidence, votes) -> np.ndarray:
-        """Scores of ``evidence`` and ``votes`` (arrays of one shape) as float32 of that shape."""
-        total = np.asarray(evidence, np.float64) + self.vote_weight * np.asarray(votes, np.float64)
-        return (total / (total + self.scale)).astype(np.float32)
+        """Scores of ``evidence`` and ``votes`` (arrays of one shape) as float32 of that shape, worked out in
+        float64 :data:`BLOCK` values at a time (a whole-matrix float64 temporary would take GBs at the
+        competition's size)."""
+        evidence, votes = np.asarray(evidence), np.asarray(votes)
+        out = np.empty(evidence.shape, np.float32)
+        e, v, o = evidence.reshape(-1), votes.reshape(-1), out.reshape(-1)
+        for lo in range(0, e.size, BLOCK):
+            total = e[lo:lo + BLOCK].astype(np.float64) + self.vote_weight * v[lo:lo + BLOCK].astype(np.float64)
+            o[lo:lo + BLOCK] = total / (total + self.scale)
+        return out
