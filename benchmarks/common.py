@@ -687,7 +687,7 @@ class MemoryLimit:
     """A Linux memory cgroup holding a child process under ``gb`` GB (page cache included, which the kernel then
     reclaims before it kills): ``preexec`` puts the child in it; ``peak_mb`` reads the cgroup's high-water mark;
     ``close`` removes it. Needs a writable cgroup v1 memory hierarchy or cgroup v2 (as root in a container);
-    elsewhere :class:`RuntimeError` says so."""
+    elsewhere ``RuntimeError`` says so."""
 
     V1 = Path("/sys/fs/cgroup/memory")
     V2 = Path("/sys/fs/cgroup")

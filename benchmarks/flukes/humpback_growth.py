@@ -20,7 +20,8 @@ Each size runs the user's commands from cold (an empty feature store of its own,
 each step (``run.json``), the peak memory of the score command and its extraction workers sampled every 0.5 s
 (all resident pages, and those that are no file's: the memory-mapped descriptors' pages count in the first only,
 the kernel drops and rereads them under pressure; ``run.json``'s ``peak_mb`` has the scoring process's high-water
-mark after each step), MAP@5 of the real queries (all; known whales ids only; one-photo whales), the ``new_whale`` share at rank 1
+mark after each step), MAP@5 of the real queries (all; known whales ids only; one-photo whales; the last two
+again with the gallery's renditions of the test photos themselves left out), the ``new_whale`` share at rank 1
 beside the true one, and the machine reference (100 photos' keypoints in one process) measured in the same run.
 A size whose ``result.json`` exists is not measured again: a killed run goes on with the next size.
 The last stdout line is ``{"benchmark": "humpback_growth", ...}``.
@@ -129,8 +130,27 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
                individuals=int(train.loc[train["Id"] != NEW_WHALE, "Id"].nunique()), peak_tree_mb=peak["resident"],
                peak_anonymous_mb=peak["anonymous"], memory_limit_gb=args.memory_limit_gb, cgroup_peak_mb=group_peak,
                peak_mb=record.get("peak_mb", {}), reference_s=args.reference)
+    row.update(without_own_renditions(work))
     done.write_text(json.dumps(row, indent=2))
     return row
+
+
+def without_own_renditions(work: Path) -> dict[str, float]:
+    """The known queries' ranking (ids only, :func:`benchmarks.flukes.humpback.ranking_metrics`) of size folder
+    ``work`` with the gallery's renditions of the test photos themselves left out: what the other distractors
+    cost, apart from each query meeting its own mirror (a fluke is nearly symmetric)."""
+    import numpy as np
+
+    from whale.inference.scorefile import load_score_file
+
+    scores = load_score_file(work / "keypoints" / "test.npz")
+    truth = dict(pd.read_csv(work / "data" / "test_solution.csv")[["Image", "Id"]].to_numpy())
+    stems = {Path(n).stem for n in truth}
+    gallery = [str(g) for g in scores.gallery]
+    own = np.array([not g.startswith("tr") and Path(g).stem.split("_")[-1] in stems for g in gallery])
+    ids = np.asarray(scores.gallery_ids, dtype=str)[~own]
+    got = humpback.ranking_metrics(scores.scores[:, ~own], np.asarray(scores.query), ids, truth)
+    return {"own_left_out_known_no_new": got["map5_known_no_new"], "own_left_out_one_photo": got["map5_one_photo"]}
 
 
 def step_seconds(row: dict) -> dict[str, float]:
@@ -150,7 +170,8 @@ def table(rows: list[dict]) -> str:
     head = ["renditions", "photos", "train ids", "extraction s", "selection s", "validation s", "test s",
             "whole `whale score` s", "peak MB resident", "of it not files'", "memory cgroup", "MAP@5 all",
             "known, ids only",
-            "one-photo", "`new_whale` first (true)", "reference s"]
+            "one-photo", "the same two, the queries' own renditions left out", "`new_whale` first (true)",
+            "reference s"]
     lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
     for r in sorted(rows, key=lambda r: r["renditions"]):
         t = step_seconds(r)
@@ -158,7 +179,8 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['renditions']} | {r['photos']:,} | {r['individuals']:,} | {t['features']:.0f} | "
                      f"{t['selection']:.0f} | {t['validation']:.0f} | {t['test']:.0f} | {t['whole']:.0f} | "
                      f"{r['peak_tree_mb']:,.0f} | {r['peak_anonymous_mb']:,.0f} | {group} | {r['map5']:.3f} | {r['map5_known_no_new']:.3f} | "
-                     f"{r['map5_one_photo']:.3f} | {r['new_whale_first']:.3f} ({r['new_whale_true']:.3f}) | "
+                     f"{r['map5_one_photo']:.3f} | {r['own_left_out_known_no_new']:.3f}, "
+                     f"{r['own_left_out_one_photo']:.3f} | {r['new_whale_first']:.3f} ({r['new_whale_true']:.3f}) | "
                      f"{r['reference_s']:.1f} |")
     return "\n".join(lines)
 
@@ -177,7 +199,11 @@ def main(argv=None) -> int:
     p.add_argument("--report", action="store_true", help="print the table of every size measured in OUT")
     args = p.parse_args(argv)
     if args.report:
-        print(table([json.loads(f.read_text()) for f in sorted(Path(args.out).glob("x*/result.json"))]))
+        rows = [json.loads(f.read_text()) for f in sorted(Path(args.out).glob("x*/result.json"))]
+        for r, f in zip(rows, sorted(Path(args.out).glob("x*/result.json"))):
+            if "own_left_out_known_no_new" not in r:  # measured before the column existed: from its score file
+                r.update(without_own_renditions(f.parent))
+        print(table(rows))
         return 0
     source = common.shared_data("humpback")
     if source is None:

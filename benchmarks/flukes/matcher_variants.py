@@ -15,7 +15,8 @@ Prints one JSON line per setting and a table (:func:`benchmarks.flukes.humpback.
 figures): known MAP@5 with ids only, the same with each whale kept to one seeded gallery photo (validation's known
 whales all have two or more: ``one photo kept`` stands in for the test's whales seen once), MAP@5 with
 ``new_whale`` at the threshold tuned on the same queries (the toolkit's tuner), the share of queries it puts
-``new_whale`` first for beside their true share, and the seconds of each setting.
+``new_whale`` first for beside their true share, where the known queries' whales are lost (:func:`funnel`: the
+shares whose whale has a gallery photo with a vote, on the shortlist, verified), and the seconds of each setting.
 """
 from __future__ import annotations
 
@@ -31,6 +32,21 @@ import numpy as np  # noqa: E402
 
 from benchmarks.flukes.humpback import validation_metrics  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
+
+
+def funnel(votes: np.ndarray, inliers: np.ndarray, g_ids: np.ndarray, q_ids: np.ndarray, shortlist: int) -> dict:
+    """Where the known queries' whales are lost, one direction of the match (``votes``, ``inliers``
+    ``[queries, gallery photos]``: :class:`whale.keypoints.matcher.MatchResult`'s): the shares of the known
+    queries with a gallery photo of their whale that got a vote (``voted``), that is among the ``shortlist``
+    photos with most votes, ties included (``shortlisted``), that a geometric fit verified (``verified``)."""
+    known = q_ids != NEW_WHALE
+    votes, inliers = votes[known], inliers[known]
+    own = g_ids[None, :] == q_ids[known][:, None]
+    n = min(shortlist, votes.shape[1])
+    cut = -np.partition(-votes, n - 1, axis=1)[:, n - 1] if n else np.full(len(votes), np.inf)
+    voted = own & (votes > 0)
+    return {"voted": float(voted.any(1).mean()), "shortlisted": float((voted & (votes >= cut[:, None])).any(1).mean()),
+            "verified": float((own & (inliers > 0)).any(1).mean())}
 
 
 def main(argv=None) -> int:
@@ -80,20 +96,24 @@ def main(argv=None) -> int:
         if selector is not None:
             selector.cfg = cfg.select  # the share kept applies to the scores it read back
         matcher = KeypointMatcher(cfg, gallery, g_ids, selector=selector, keys=g_keys).fit_check(g_ids, comp.open_label)
-        scores = matcher.match(queries, progress=False, keys=q_keys).scores
+        result = matcher.match(queries, progress=False, keys=q_keys)
+        scores = result.scores
         every, kept_one = validation_metrics(scores, g_ids, q_ids), validation_metrics(scores[:, one], g_ids[one], q_ids)
         row = {"setting": setting or "(the config as it is)", "known_ids_only": round(every["map5_known"], 4),
                "one_photo_kept": round(kept_one["map5_known"], 4), "tuned_map5": round(every["map5_tuned"], 4),
                "new_whale_first": round(every["new_whale_first"], 3),
                "new_whale_true": round(float((q_ids == NEW_WHALE).mean()), 3),
+               **{k: round(v, 3) for k, v in funnel(result.votes, result.inliers, g_ids, q_ids,
+                                                    cfg.verify.shortlist).items()},
                "seconds": round(time.perf_counter() - t0, 1)}
         print(json.dumps(row), flush=True)
         rows.append(row)
     print("| setting | known, ids only | one photo kept, ids only | MAP@5, threshold tuned | new_whale first "
-          "(true) | seconds |\n| --- | --- | --- | --- | --- | --- |")
+          "(true) | whale voted / shortlisted / verified | seconds |\n| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['setting']} | {r['known_ids_only']:.3f} | {r['one_photo_kept']:.3f} | {r['tuned_map5']:.3f} | "
-              f"{r['new_whale_first']:.3f} ({r['new_whale_true']:.3f}) | {r['seconds']:.0f} |")
+              f"{r['new_whale_first']:.3f} ({r['new_whale_true']:.3f}) | {r['voted']:.3f} / {r['shortlisted']:.3f} / "
+              f"{r['verified']:.3f} | {r['seconds']:.0f} |")
     return 0
 
 
