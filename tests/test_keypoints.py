@@ -402,3 +402,24 @@ def test_scores_worked_out_in_blocks_are_those_of_the_whole_matrix(monkeypatch):
     got = scoring.EvidenceScore(0.001, 1.0)(evidence, votes)
     assert got.dtype == np.float32 and got.shape == (30, 70)
     np.testing.assert_array_equal(got, whole)
+
+
+def test_a_second_fit_adds_the_other_half_of_a_bent_fluke():
+    import dataclasses
+
+    from whale.keypoints.verify import GeometricVerifier
+
+    rng = np.random.default_rng(0)
+    left = rng.random((40, 2)).astype(np.float32) * [150, 200]
+    right = rng.random((40, 2)).astype(np.float32) * [150, 200] + [150, 0]
+    src = np.concatenate([left, right])
+    dst = np.concatenate([left + [10, 0], right @ np.float32([[1, 0.25], [0, 1]]) + [10, 30]])  # the halves apart
+    cfg = load_keypoint_config().verify
+    one = GeometricVerifier(cfg).fit(src, dst)
+    assert 30 <= one.sum() <= 45  # one homography holds one half
+    two = GeometricVerifier(dataclasses.replace(cfg, second_fit=8)).fit(src, dst)
+    assert two.sum() >= 75 and (two >= one).all()  # the other half fitted by a second one
+    assert GeometricVerifier(dataclasses.replace(cfg, second_fit=60)).fit(src, dst).sum() == one.sum()  # too few
+    default, on = load_keypoint_config(), load_keypoint_config(overrides={"verify.second_fit": 8})
+    assert dataclasses.replace(default.verify, second_fit=0) == default.verify
+    assert on.config_hash() != default.config_hash() and on.selection_hash() != default.selection_hash()

@@ -47,9 +47,11 @@ def setting(default, read: str, *, later: bool = False, **check):
     :class:`~whale.config.checker.Checker` method ``read`` (``boolean``, ``number``, ``choice``; ``text``: any
     value as a string) with ``check``'s arguments (``kind``, ``lo``, ``hi``, ``lo_open``; ``options``).
 
-    ``later`` (feature settings only): added after :data:`FEATURE_VERSION` 2, so named in the fingerprint only
-    when set away from ``default``, and features stored before it existed stay valid. A new feature setting is
-    ``later`` unless it is meant to redo every stored feature (the pinned fingerprint's test says which it did).
+    ``later`` (feature and verification settings): added after :data:`FEATURE_VERSION` 2 (a feature setting) or
+    after the hashes were pinned (a verification setting), so named in the fingerprint, the selection hash and the
+    config hash only when set away from ``default``: features, selectors and score files made before it existed
+    stay valid. A new feature setting is ``later`` unless it is meant to redo every stored feature (the pinned
+    fingerprint's test says which it did).
     """
     return field(default=default, metadata={"read": read, "check": check, "later": later})
 
@@ -104,7 +106,9 @@ class VerifyConfig:
 
     The votes' correspondences of a candidate image are fitted by ``geometry`` with ``robust``;
     ``reproj_px``: the inlier distance in pixels of the trimmed photo; ``min_matches``: fewer
-    correspondences than this and the candidate is not verified. Score of an image:
+    correspondences than this and the candidate is not verified; ``second_fit``: the first fit's outliers are
+    fitted again by the same transform, and its inliers count as evidence too when they are at least this many (a
+    fluke's two halves bend apart, one homography holds one of them; 0: off). Score of an image:
     ``t / (t + scale)``, ``t = inlier_weight + vote_weight * votes``: 0 without evidence, towards 1 with
     more verified evidence (inlier LNBNN weight), unverified votes counting ``vote_weight`` as much.
     """
@@ -114,6 +118,7 @@ class VerifyConfig:
     robust: str = setting("magsac", "choice", options=ROBUST)
     reproj_px: float = setting(8.0, "number", kind=float, lo=0, lo_open=True)
     min_matches: int = setting(4, "number", kind=int, lo=4, hi=1000)
+    second_fit: int = setting(0, "number", later=True, kind=int, lo=0, hi=1000)
     vote_weight: float = setting(0.001, "number", kind=float, lo=0)
     scale: float = setting(1.0, "number", kind=float, lo=0, lo_open=True)
 
@@ -163,6 +168,8 @@ class CheckConfig:
 
 
 _LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}
+_LATER_VERIFY_KEYS = {f.name: f.default for f in dataclasses.fields(VerifyConfig) if f.metadata["later"]}
+"""The ``later`` verification settings and their defaults: ``{"second_fit": 0}``."""
 """The ``later`` feature settings (:func:`setting`) and their defaults: ``{"min_side": 0, "descriptor": "rootsift"}``."""
 MOVED = {"verify.new_threshold": "whale.catalogue.keypoints.SCORE_THRESHOLD (the catalogue's score threshold)"}
 """Settings that left the config, and where they live now: an old YAML (or ``--set``) naming one is read without
@@ -206,7 +213,8 @@ class KeypointConfig:
         the search, the verification that labels its keypoints (not the score rule's ``vote_weight`` nor
         ``scale``) and how ``select`` fits (not the share it keeps, ``keep`` and ``least``, applied to the scores it
         gives) (:mod:`whale.keypoints.selectcache`)."""
-        verify = {k: v for k, v in dataclasses.asdict(self.verify).items() if k not in ("vote_weight", "scale")}
+        verify = {k: v for k, v in dataclasses.asdict(self.verify).items()
+                  if k not in ("vote_weight", "scale") and _LATER_VERIFY_KEYS.get(k, object()) != v}
         select = {k: v for k, v in dataclasses.asdict(self.select).items() if k not in ("keep", "least")}
         payload = json.dumps({"features": self.fingerprint(), "search": dataclasses.asdict(self.search),
                               "verify": verify, "select": select}, sort_keys=True)
@@ -218,6 +226,7 @@ class KeypointConfig:
         settings = self.to_dict()
         if self.check == CheckConfig():
             del settings["check"]
+        settings["verify"] = {k: v for k, v in settings["verify"].items() if _LATER_VERIFY_KEYS.get(k, object()) != v}
         return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -70,8 +70,23 @@ class GeometricVerifier:
         self.cfg = cfg
 
     def fit(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
-        """:func:`fit_geometry` under this verifier's settings."""
-        return fit_geometry(src, dst, self.cfg)
+        """:func:`fit_geometry` under this verifier's settings (with its :meth:`second` fit)."""
+        mask = fit_geometry(src, dst, self.cfg)
+        return None if mask is None else self.second(src, dst, mask)
+
+    def second(self, src: np.ndarray, dst: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """``mask`` with the inliers of a second fit of the first one's outliers added, when ``second_fit`` asks
+        for it and that fit holds at least that many (the config's ``second_fit``)."""
+        need = self.cfg.second_fit
+        rest = np.flatnonzero(~mask)
+        if not need or len(rest) < max(need, self.cfg.min_matches):
+            return mask
+        _, again = fit_model(src[rest], dst[rest], self.cfg)
+        if again is None or again.sum() < need:
+            return mask
+        both = mask.copy()
+        both[rest[again]] = True
+        return both
 
     def describe(self, q: Features, g: Features, src: np.ndarray, dst: np.ndarray, mask: np.ndarray,
                  weight: np.ndarray, votes: float, model: np.ndarray | None) -> np.ndarray:
@@ -115,6 +130,7 @@ class GeometricVerifier:
             model, mask = fit_model(src, dst, self.cfg)
             if mask is None:
                 continue
+            mask = self.second(src, dst, mask)
             evidence_row[c] = weight[sel][mask].sum()
             inlier_row[c] = int(mask.sum())
             if rows is not None:
