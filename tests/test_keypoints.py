@@ -103,6 +103,11 @@ def test_mapped_descriptors_are_the_stored_ones_read_or_extracted_and_leave_no_f
         np.testing.assert_array_equal(x.xy, y.xy)
     np.testing.assert_array_equal(mapped[0].desc, held[0].desc)
     assert not [p for p in store.folder.iterdir() if p.is_file()]  # the mapped file has no name: nothing left
+    from whale.keypoints.store import MappedDescriptors
+
+    (tmp_path / "a_file").write_text("")
+    elsewhere = MappedDescriptors(tmp_path / "a_file" / "no")  # no folder there: the system's temporary folder
+    np.testing.assert_array_equal(elsewhere.mapped([elsewhere.put(held[1])])[0].desc, held[1].desc)
 
 
 def test_store_extracts_in_worker_processes_and_names_a_bad_photo(tmp_path):

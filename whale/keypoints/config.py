@@ -170,6 +170,11 @@ class CheckConfig:
 _LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}
 _LATER_VERIFY_KEYS = {f.name: f.default for f in dataclasses.fields(VerifyConfig) if f.metadata["later"]}
 """The ``later`` verification settings and their defaults: ``{"second_fit": 0}``."""
+
+
+def _named(values: dict, later: dict) -> dict:
+    """``values`` without the ``later`` settings that are at their defaults: what a hash names."""
+    return {k: v for k, v in values.items() if later.get(k, object()) != v}
 """The ``later`` feature settings (:func:`setting`) and their defaults: ``{"min_side": 0, "descriptor": "rootsift"}``."""
 MOVED = {"verify.new_threshold": "whale.catalogue.keypoints.SCORE_THRESHOLD (the catalogue's score threshold)"}
 """Settings that left the config, and where they live now: an old YAML (or ``--set``) naming one is read without
@@ -198,8 +203,7 @@ class KeypointConfig:
 
     def fingerprint(self) -> str:
         """12 hex digits naming the feature settings (and :data:`FEATURE_VERSION`)."""
-        features = {k: v for k, v in dataclasses.asdict(self.features).items()
-                    if _LATER_FEATURE_KEYS.get(k, object()) != v}
+        features = _named(dataclasses.asdict(self.features), _LATER_FEATURE_KEYS)
         if self.features.descriptor != "rootsift":  # a retrained descriptor is another feature
             from whale.keypoints.descriptor import WEIGHTS  # descriptor imports nothing of this package's but patches
 
@@ -213,8 +217,8 @@ class KeypointConfig:
         the search, the verification that labels its keypoints (not the score rule's ``vote_weight`` nor
         ``scale``) and how ``select`` fits (not the share it keeps, ``keep`` and ``least``, applied to the scores it
         gives) (:mod:`whale.keypoints.selectcache`)."""
-        verify = {k: v for k, v in dataclasses.asdict(self.verify).items()
-                  if k not in ("vote_weight", "scale") and _LATER_VERIFY_KEYS.get(k, object()) != v}
+        verify = {k: v for k, v in _named(dataclasses.asdict(self.verify), _LATER_VERIFY_KEYS).items()
+                  if k not in ("vote_weight", "scale")}
         select = {k: v for k, v in dataclasses.asdict(self.select).items() if k not in ("keep", "least")}
         payload = json.dumps({"features": self.fingerprint(), "search": dataclasses.asdict(self.search),
                               "verify": verify, "select": select}, sort_keys=True)
@@ -226,7 +230,7 @@ class KeypointConfig:
         settings = self.to_dict()
         if self.check == CheckConfig():
             del settings["check"]
-        settings["verify"] = {k: v for k, v in settings["verify"].items() if _LATER_VERIFY_KEYS.get(k, object()) != v}
+        settings["verify"] = _named(settings["verify"], _LATER_VERIFY_KEYS)
         return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -101,7 +101,6 @@ class FeatureStore:
         self.root = Path(root) if root is not None else default_root()
         self.folder = self.root / cfg.fingerprint()
         self.redone = 0
-        self._pack: MappedDescriptors | None = None
         self.keys: list[str] = []
         """The store keys of the photos of the last :meth:`features` call, in order (a photo's sha256, with its
         box): what names a photo's content to :class:`~whale.keypoints.selectcache.SelectorCache`."""
@@ -165,27 +164,26 @@ class FeatureStore:
         if not todo:
             return out if pack is None else pack.mapped(out)  # type: ignore[return-value]
         workers = default_workers() if workers is None else int(workers)
-        self._pack = pack
         jobs = [(str(paths[i]), self.cfg.features, boxes[i]) for i in todo]
         redone = self.redone - redone
         what = f"{len(todo) - redone} new photos" + (f", {redone} stored files not their photo's" if redone else "")
         bar = dict(total=len(todo), desc=f"extracting keypoints ({what})", enabled=progress)
         if workers == 1 or len(todo) < 8:
             results = progress_bar(map(_extract_job, jobs), **bar)
-            self._keep(results, todo, digests, out)
+            self._keep(results, todo, digests, out, pack)
         else:
             import multiprocessing as mp
 
             with mp.get_context(_start_method()).Pool(min(workers, len(todo))) as pool:
-                self._keep(progress_bar(pool.imap(_extract_job, jobs, chunksize=8), **bar), todo, digests, out)
+                self._keep(progress_bar(pool.imap(_extract_job, jobs, chunksize=8), **bar), todo, digests, out, pack)
         return out if pack is None else pack.mapped(out)  # type: ignore[return-value]
 
-    def _keep(self, results, todo, digests, out) -> None:
+    def _keep(self, results, todo, digests, out, pack: "MappedDescriptors | None") -> None:
         for i, f in zip(todo, results):
             if isinstance(f, str):
                 raise DataError(f)
             self._write(digests[i], f)
-            out[i] = f if self._pack is None else self._pack.put(f)
+            out[i] = f if pack is None else pack.put(f)
 
 
 class MappedDescriptors:
@@ -198,10 +196,15 @@ class MappedDescriptors:
     every photo its descriptors back as a view of the mapped file."""
 
     def __init__(self, folder: Path):
+        """``folder``: where the file is made (the store's: on its disk, not in a RAM-backed temporary folder);
+        the system's temporary folder when ``folder`` cannot take it."""
         import tempfile
 
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        self._file = tempfile.TemporaryFile(dir=folder)
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            self._file = tempfile.TemporaryFile(dir=folder)
+        except OSError:
+            self._file = tempfile.TemporaryFile()
         self._rows = 0
         self._spans: dict[int, tuple[int, int]] = {}
 
