@@ -124,27 +124,23 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
         "(with its extraction workers)")
     te, _ = humpback.ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
     record = json.loads((kp / "run.json").read_text())
-    row = humpback.method_row(f"x{renditions}", work / "keypoints.csv", load_score_file(kp / "test.npz"), truth,
+    test_scores = load_score_file(kp / "test.npz")
+    row = humpback.method_row(f"x{renditions}", work / "keypoints.csv", test_scores, truth,
                               {"score": seconds, "ensemble": te, **record["seconds"]})
     row.update(renditions=renditions, photos=len(train) + len(truth), train_photos=len(train),
                individuals=int(train.loc[train["Id"] != NEW_WHALE, "Id"].nunique()), peak_tree_mb=peak["resident"],
                peak_anonymous_mb=peak["anonymous"], memory_limit_gb=args.memory_limit_gb, cgroup_peak_mb=group_peak,
                peak_mb=record.get("peak_mb", {}), reference_s=args.reference)
-    row.update(without_own_renditions(work))
+    row.update(without_own_renditions(test_scores, truth))
     done.write_text(json.dumps(row, indent=2))
     return row
 
 
-def without_own_renditions(work: Path) -> dict[str, float]:
-    """The known queries' ranking (ids only, :func:`benchmarks.flukes.humpback.ranking_metrics`) of size folder
-    ``work`` with the gallery's renditions of the test photos themselves left out: what the other distractors
-    cost, apart from each query meeting its own mirror (a fluke is nearly symmetric)."""
+def without_own_renditions(scores, truth: dict[str, str]) -> dict[str, float]:
+    """The known queries' ranking (ids only, :func:`benchmarks.flukes.humpback.ranking_metrics`) in a size's test
+    ``scores`` (its loaded score file) with the gallery's renditions of the test photos themselves left out: what
+    the other distractors cost, apart from each query meeting its own mirror (a fluke is nearly symmetric)."""
     import numpy as np
-
-    from whale.inference.scorefile import load_score_file
-
-    scores = load_score_file(work / "keypoints" / "test.npz")
-    truth = dict(pd.read_csv(work / "data" / "test_solution.csv")[["Image", "Id"]].to_numpy())
     stems = {Path(n).stem for n in truth}
     gallery = [str(g) for g in scores.gallery]
     own = np.array([not g.startswith("tr") and Path(g).stem.split("_")[-1] in stems for g in gallery])
@@ -202,7 +198,10 @@ def main(argv=None) -> int:
         rows = [json.loads(f.read_text()) for f in sorted(Path(args.out).glob("x*/result.json"))]
         for r, f in zip(rows, sorted(Path(args.out).glob("x*/result.json"))):
             if "own_left_out_known_no_new" not in r:  # measured before the column existed: from its score file
-                r.update(without_own_renditions(f.parent))
+                from whale.inference.scorefile import load_score_file
+
+                truth = dict(pd.read_csv(f.parent / "data" / "test_solution.csv")[["Image", "Id"]].to_numpy())
+                r.update(without_own_renditions(load_score_file(f.parent / "keypoints" / "test.npz"), truth))
         print(table(rows))
         return 0
     source = common.shared_data("humpback")

@@ -113,9 +113,9 @@ class DescriptorIndex:
             exact = np.einsum("ijk,ijk->ij", diff, diff)
             exact[~found] = np.inf
             order = np.lexsort((c, exact), axis=1)[:, :k]  # ties by row, as FAISS's heaps break them
-            d2[lo:lo + len(c), :order.shape[1]] = np.take_along_axis(exact, order, 1)
-            rows[lo:lo + len(c), :order.shape[1]] = np.where(np.isfinite(d2[lo:lo + len(c), :order.shape[1]]),
-                                                             np.take_along_axis(c, order, 1), -1)
+            best = np.take_along_axis(exact, order, 1)
+            d2[lo:lo + len(c), :order.shape[1]] = best
+            rows[lo:lo + len(c), :order.shape[1]] = np.where(np.isfinite(best), np.take_along_axis(c, order, 1), -1)
         return d2, rows
 
     def search(self, desc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
