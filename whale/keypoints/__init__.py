@@ -7,7 +7,7 @@ kept per photo content (:mod:`~whale.keypoints.store`), searched over the whole 
 :mod:`~whale.keypoints.matcher`, the display's correspondences of two photos (:mod:`~whale.keypoints.pairs`),
 score files like a trained run's (:mod:`whale.inference.keypoints`). Settings: :mod:`~whale.keypoints.config`,
 ``configs/keypoints.yaml``. No Keras import here: a learned descriptor (:mod:`~whale.keypoints.descriptor`,
-on :mod:`~whale.keypoints.patches`) loads Keras when a config names one.
+on :mod:`~whale.keypoints.patches`) or XFeat (:mod:`~whale.keypoints.xfeat`) loads Keras when a config names one.
 """
 from whale.keypoints.config import KeypointConfig, load_keypoint_config
 from whale.keypoints.extract import Features, extract

