@@ -146,3 +146,10 @@ def test_the_matcher_on_xfeat_features_ranks_the_same_pattern_first(tmp_path, ov
     result = matcher.match(store.features(queries, workers=1, progress=False), progress=False)
     assert list(result.scores.argmax(axis=1)) == [0, 1, 2]
     assert (result.inliers[np.arange(3), [0, 1, 2]] >= 10).all()
+
+
+def test_the_shipped_xfeat_config_reads_as_chosen():
+    cfg = load_keypoint_config(Path(__file__).resolve().parents[1] / "configs" / "keypoints_xfeat.yaml")
+    f = cfg.features
+    assert (f.detector, f.descriptor, f.min_side, f.clahe, f.n_features) == ("xfeat", "xfeat", 900, 0.0, 4000)
+    assert cfg.search == load_keypoint_config().search  # the rest as configs/keypoints.yaml
