@@ -34,9 +34,10 @@ fitted by RANSAC: OpenCV has no USAC estimator for it)."""
 NORMALISERS = ("next", "other_individual")
 """Which neighbour normalises LNBNN's votes (:func:`whale.keypoints.votes.normaliser`)."""
 INDEXES = ("auto", "exact", "ivf")
-DETECTORS = ("sift", "xfeat")
 """Nearest-neighbour search: every descriptor compared (``exact``), or FAISS IVF-PQ fast scan whose
 candidates are re-ranked exactly (``ivf``); ``auto`` takes ``ivf`` from :data:`AUTO_IVF_FROM` descriptors."""
+DETECTORS = ("sift", "xfeat")
+"""Where keypoints come from: OpenCV's SIFT, or XFeat's keypoint head (:mod:`whale.keypoints.xfeat`)."""
 AUTO_IVF_FROM = 200_000
 """Gallery descriptors from which ``index: auto`` takes the approximate index."""
 FEATURE_VERSION = 2
