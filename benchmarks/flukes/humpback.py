@@ -464,16 +464,18 @@ def screen(args, settings: list[str], log=print) -> list[dict]:
     single = single_photo_queries(g_ids, q_ids)
     log(f"screen on split {seed}, {args.screen_on}: {len(q_ids)} validation queries ({(~known).sum()} new, "
         f"{single.sum()} known with one gallery photo), {len(g_ids)} gallery photos")
+    fuse = getattr(args, "screen_fuse", False) and len(settings) > 1  # the settings' matchers side by side, one score
     rows, scores = [], []
     for setting in settings:
         cfg = load_keypoint_config(args.keypoint_config, overrides(setting.split()))
-        found = {}
+        found = {} if fuse else None  # score matrices kept only to be fused
         row = {"setting": setting or "(the config as it is)", "screen_on": args.screen_on,
                **evaluate_setting(cfg, args.cache, g_paths, g_ids, q_paths, q_ids, keep=found)}
         log(json.dumps(row))
         rows.append(row)
-        scores.append(found["scores"])
-    if getattr(args, "screen_fuse", False) and len(scores) > 1:  # the settings' matchers side by side, one score
+        if fuse:
+            scores.append(found["scores"])
+    if fuse:
         for how, fuse in (("mean", np.mean), ("max", np.max)):
             row = {"setting": f"{how} of the {len(scores)} settings' scores", "screen_on": args.screen_on,
                    **validation_metrics(fuse(np.stack(scores), axis=0), g_ids, q_ids)}

@@ -216,6 +216,11 @@ def local_maxima(heat: np.ndarray, threshold: float = DETECTION_THRESHOLD, kerne
     return np.stack([xs, ys], axis=1).astype(np.int64)
 
 
+def _no_keypoints() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(xy [0, 2], score [0], desc [0, 64])``: what a photo without keypoints gives."""
+    return np.zeros((0, 2), np.float32), np.zeros(0, np.float32), np.zeros((0, 64), np.float32)
+
+
 def sparse(feats: np.ndarray, logits: np.ndarray, heat: np.ndarray, top_k: int,
            threshold: float = DETECTION_THRESHOLD) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One photo's network outputs (no batch axis) -> ``(xy [n, 2] float32, score [n], desc [n, 64])``, the
@@ -224,7 +229,7 @@ def sparse(feats: np.ndarray, logits: np.ndarray, heat: np.ndarray, top_k: int,
     size = kp_heat.shape
     xy = local_maxima(kp_heat, threshold)
     if not len(xy):
-        return np.zeros((0, 2), np.float32), np.zeros(0, np.float32), np.zeros((0, 64), np.float32)
+        return _no_keypoints()
     score = grid_sample(kp_heat[..., None], xy, size, "nearest")[:, 0] * grid_sample(heat, xy, size, "bilinear")[:, 0]
     order = np.argsort(-score, kind="stable")[:top_k]
     order = order[score[order] > 0]
@@ -267,7 +272,7 @@ class XFeat:
         strongest first (XFeat's ``detectAndCompute``)."""
         maps = self.maps(gray)
         if maps is None:
-            return np.zeros((0, 2), np.float32), np.zeros(0, np.float32), np.zeros((0, 64), np.float32)
+            return _no_keypoints()
         feats, logits, heat, ratio = maps
         xy, score, desc = sparse(feats, logits, heat, top_k)
         return xy * ratio, score, desc
@@ -275,8 +280,8 @@ class XFeat:
     def describe(self, gray: np.ndarray, xy: np.ndarray) -> np.ndarray:
         """``[n, 64]`` unit descriptors of ``gray`` at the positions ``xy [n, 2]`` (its pixels; another detector's
         keypoints), read from the feature map as XFeat reads its own (bicubic); zeros for a photo under 32 pixels."""
-        maps = self.maps(gray)
-        if maps is None or not len(xy):
+        maps = self.maps(gray) if len(xy) else None  # no keypoint to describe: the network is not run
+        if maps is None:
             return np.zeros((len(xy), 64), np.float32)
         feats, logits, _, ratio = maps
         return describe_at(feats, np.asarray(xy, np.float32) / ratio, (logits.shape[0] * CELL, logits.shape[1] * CELL))
