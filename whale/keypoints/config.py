@@ -38,6 +38,9 @@ INDEXES = ("auto", "exact", "ivf")
 candidates are re-ranked exactly (``ivf``); ``auto`` takes ``ivf`` from :data:`AUTO_IVF_FROM` descriptors."""
 DETECTORS = ("sift", "xfeat")
 """Where keypoints come from: OpenCV's SIFT, or XFeat's keypoint head (:mod:`whale.keypoints.xfeat`)."""
+MASKS = ("none", "grabcut")
+"""Which part of the photo keypoints may come from: all of it, or the fluke GrabCut finds
+(:mod:`whale.keypoints.mask`)."""
 AUTO_IVF_FROM = 200_000
 """Gallery descriptors from which ``index: auto`` takes the approximate index."""
 FEATURE_VERSION = 2
@@ -73,6 +76,7 @@ class FeatureConfig:
     descriptors, :mod:`whale.keypoints.xfeat`), or the folder of a learned descriptor
     (:mod:`whale.keypoints.descriptor`) describing the same keypoints' patches. ``detector``: ``sift``, or
     ``xfeat`` (XFeat's keypoints, ``n_features`` the strongest; described by XFeat: ``descriptor: xfeat``).
+    ``mask``: :data:`MASKS` (``grabcut``: keypoints only on the fluke, :mod:`whale.keypoints.mask`).
     """
 
     trim_white: bool = setting(True, "boolean")
@@ -85,6 +89,7 @@ class FeatureConfig:
     upright: bool = setting(True, "boolean")
     descriptor: str = setting("rootsift", "text", later=True)
     detector: str = setting("sift", "choice", later=True, options=DETECTORS)
+    mask: str = setting("none", "choice", later=True, options=MASKS)
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,9 @@ class CheckConfig:
 
 _LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}
 """The ``later`` feature settings (:func:`setting`) and their defaults: ``{"min_side": 0, "descriptor": "rootsift",
-"detector": "sift"}``."""
+"detector": "sift", "mask": "none"}``."""
+_AFTER_PIN = {"detector": "sift", "mask": "none"}
+"""Feature settings added after the config hash was pinned, named in it only away from these defaults."""
 _LATER_VERIFY_KEYS = {f.name: f.default for f in dataclasses.fields(VerifyConfig) if f.metadata["later"]}
 """The ``later`` verification settings and their defaults: ``{"second_fit": 0}``."""
 
@@ -242,7 +249,7 @@ class KeypointConfig:
         settings = self.to_dict()
         if self.check == CheckConfig():
             del settings["check"]
-        settings["features"] = _named(settings["features"], {"detector": "sift"})  # came after the hash was pinned
+        settings["features"] = _named(settings["features"], _AFTER_PIN)
         settings["verify"] = _named(settings["verify"], _LATER_VERIFY_KEYS)
         return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 

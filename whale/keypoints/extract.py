@@ -5,6 +5,7 @@ Euclidean distance between two of them is the Hellinger kernel between the SIFT 
 has unit L2 norm. Descriptors are kept as ``uint8`` (RootSIFT x :data:`DESCRIPTOR_SCALE`, clipped), a
 quarter of float32's memory, and turned back into float32 for search (:func:`as_float`).
 
+``features.mask: grabcut`` keeps only the fluke's keypoints (:mod:`whale.keypoints.mask`).
 ``features.detector``/``features.descriptor`` ``xfeat`` take XFeat's keypoints or descriptors instead
 (:mod:`whale.keypoints.xfeat`; stored as :func:`xfeat_bytes` says); a learned descriptor's folder describes SIFT's
 keypoints' patches (:mod:`whale.keypoints.descriptor`).
@@ -113,18 +114,24 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
         x1, y1 = int(np.clip(np.ceil(box[2]), bx + 1, w)), int(np.clip(np.ceil(box[3]), by + 1, h))
         region = original[by:y1, bx:x1]
     image, scale, x0, y0 = prepare(region, cfg)
+    fluke = _fluke(path, (bx, by, bx + region.shape[1], by + region.shape[0]), image.shape, scale, x0, y0) \
+        if cfg.mask == "grabcut" else None
     x0, y0 = x0 + bx, y0 + by
     if cfg.detector == "xfeat":
         from whale.keypoints.xfeat import CELL, load as load_xfeat
 
         xy, _, desc = load_xfeat()(image, cfg.n_features)
+        if fluke is not None and len(xy):
+            on = fluke[np.clip(xy[:, 1].astype(int), 0, image.shape[0] - 1),
+                       np.clip(xy[:, 0].astype(int), 0, image.shape[1] - 1)] > 0
+            xy, desc = xy[on], desc[on]
         if not len(xy):
             return Features.empty(original.shape)
         diameter_angle = np.zeros((len(xy), 2), np.float32)
         diameter_angle[:, 0] = CELL / scale  # a keypoint is a pixel of its 8 x 8 cell: the cell is its size
         return Features(xy / scale + np.float32([x0, y0]), diameter_angle, xfeat_bytes(desc), tuple(original.shape))
     sift = cv2.SIFT_create(nfeatures=cfg.n_features, contrastThreshold=cfg.contrast, sigma=cfg.sigma)
-    keypoints = sift.detect(image, None)
+    keypoints = sift.detect(image, fluke)
     if cfg.upright:
         for kp in keypoints:
             kp.angle = 0.0
@@ -139,6 +146,21 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
     pts = np.array([kp.pt for kp in keypoints], dtype=np.float32) / scale + np.float32([x0, y0])
     diameter_angle = np.array([(kp.size / scale, kp.angle) for kp in keypoints], dtype=np.float32)
     return Features(pts, diameter_angle, stored, tuple(original.shape))
+
+
+def _fluke(path, region: tuple, shape: tuple, scale: float, x0: int, y0: int) -> np.ndarray:
+    """``[h, w] uint8`` (255: fluke) :func:`whale.keypoints.mask.fluke_mask` of the image SIFT sees (``shape``: the
+    photo's ``region``, ``(x0, y0, x1, y1)`` pixels, trimmed at ``(x0, y0)`` of it and resized by ``scale``;
+    :func:`prepare`), segmented in colour, read from ``path``, without the white padding."""
+    import cv2
+
+    from whale.keypoints.mask import fluke_mask
+
+    h, w = shape
+    rx0, ry0 = region[0] + x0, region[1] + y0
+    rx1, ry1 = min(region[2], rx0 + max(1, round(w / scale))), min(region[3], ry0 + max(1, round(h / scale)))
+    mask = fluke_mask(load_image(path, channels=3)[ry0:ry1, rx0:rx1]).astype(np.uint8) * 255
+    return cv2.resize(mask, (w, h), interpolation=cv2.INTER_NEAREST)
 
 
 def _describe(image: np.ndarray, keypoints, descriptor: str) -> np.ndarray:
