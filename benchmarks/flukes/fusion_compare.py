@@ -45,8 +45,9 @@ def configs(kp: Path, second: Path | None) -> list[tuple[str, list[Path], list[s
     return out
 
 
-def fused_test(runs: list[Path], lines: list[str], flags: list[str], open_label: str):
-    """The test matrix the ensemble ranked (for the ids-only figure), rebuilt with the library's own code."""
+def fused_test(runs: list[Path], lines: list[str], flags: list[str], open_label: str, split: str = "test"):
+    """The ``split`` matrix the ensemble ranked (``test``: for the ids-only figure), rebuilt with the library's own
+    code: the runs' ``split`` score files fused as the ensemble's output (``lines``) says it fused them."""
     from whale.ensemble.combine import average_score_files
     from whale.ensemble.fusion import calibrate_runs
     from whale.inference.scorefile import score_path
@@ -56,10 +57,10 @@ def fused_test(runs: list[Path], lines: list[str], flags: list[str], open_label:
     if rule != "scores":
         method = flags[flags.index("--calibration") + 1] if "--calibration" in flags else "isotonic"
         fusion = calibrate_runs(runs, [score_path(r, "val") for r in runs], rule, open_label, method)
-        return average_score_files([score_path(r, "test") for r in runs], None, **fusion.maps())
+        return average_score_files([score_path(r, split) for r in runs], None, **fusion.maps())
     tuned = re.search(r"tuned weights ([0-9., e-]+):", text)
     weights = [float(w) for w in tuned.group(1).split(",")] if tuned else None
-    return average_score_files([score_path(r, "test") for r in runs], weights)
+    return average_score_files([score_path(r, split) for r in runs], weights)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,60 @@
+"""benchmarks/flukes/humpback_fuse.py: runs fused on each split seed by the user's `whale ensemble`, the submission's
+and the fused ranking's figures, the mean over seeds and the gains paired by seed."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.flukes.humpback_fuse import main
+from tests.test_ensemble import make_run, synthetic
+
+
+def split(root, seed: int, rng) -> None:
+    """Split seed ``seed``: two runs (``a`` and a noisier ``b``) of the same queries and gallery, and its solution."""
+    val = synthetic(rng, 80, prefix="v")
+    test = synthetic(rng, 60, prefix="t")
+    for name, noise in (("a", 0.0), ("b", 0.2)):
+        def noisy(t):
+            return (np.clip(t[0] + rng.normal(0, noise, t[0].shape), 0, 1).astype(np.float32), *t[1:])
+        make_run(root / f"seed{seed}", name, noisy(test)[:4], noisy(val))
+    (root / f"seed{seed}" / "data").mkdir(parents=True)
+    pd.DataFrame({"Image": test[1], "Id": test[4]}).to_csv(root / f"seed{seed}" / "data" / "test_solution.csv",
+                                                          index=False)
+
+
+def test_each_combo_is_a_row_and_its_gain_is_paired_by_seed(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    for seed in (0, 1):
+        split(tmp_path, seed, rng)
+    out = tmp_path / "fused"
+    assert main(["--out", str(out), "--seeds", "0,1", "--data", str(tmp_path / "seed{S}" / "data"),
+                 "--run", f"a={tmp_path}/seed{{S}}/a", "--run", f"b={tmp_path}/seed{{S}}/b",
+                 "--combo", "a", "--combo", "a+b", "--", "--tune"]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((out / "results.json").read_text())
+    assert record["flags"] == ["--tune"] and record["seeds"] == [0, 1]
+    for combo in ("a", "a+b"):
+        assert len(record["rows"][combo]) == 2
+        for row in record["rows"][combo]:
+            assert 0 < row["map5"] <= 1 and 0 < row["map5_known_no_new"] <= 1 and 0 < row["val_known_no_new"] <= 1
+            assert 0 <= row["new_whale_first"] <= 1
+        assert (out / f"{combo}_seed1.csv").is_file()
+    assert "| a | " in printed and "| a+b | " in printed and "Gain over a, paired by seed (0, 1)" in printed
+    gains = [r["map5"] - b["map5"] for r, b in zip(record["rows"]["a+b"], record["rows"]["a"])]
+    assert f"{gains[0]:+.3f}, {gains[1]:+.3f}" in printed
+
+
+def test_a_solution_of_another_split_and_a_bad_run_are_refused(tmp_path):
+    rng = np.random.default_rng(1)
+    split(tmp_path, 0, rng)
+    pd.DataFrame({"Image": ["x.jpg"], "Id": ["w1"]}).to_csv(tmp_path / "other.csv", index=False)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "test_solution.csv").write_bytes((tmp_path / "other.csv").read_bytes())
+    with pytest.raises(SystemExit, match="another split"):
+        main(["--out", str(tmp_path / "o"), "--seeds", "0", "--data", str(tmp_path / "other"),
+              "--run", f"a={tmp_path}/seed{{S}}/a", "--combo", "a"])
+    with pytest.raises(SystemExit, match="expected NAME=PATH"):
+        main(["--out", str(tmp_path / "o"), "--seeds", "0", "--data", "d", "--run", "a=runs/a", "--combo", "a"])
+    with pytest.raises(SystemExit, match="no --run gives: b"):
+        main(["--out", str(tmp_path / "o"), "--seeds", "0", "--data", "d", "--run", "a=r{S}", "--combo", "a+b"])
