@@ -160,6 +160,18 @@ def test_index_finds_the_brute_force_neighbours(kind):
     assert (r[:, 3:] == -1).all() and np.isinf(d[:, 3:]).all()
 
 
+def test_auto_takes_the_approximate_index_when_exact_search_would_compare_too_many_pairs(monkeypatch):
+    pytest.importorskip("faiss")
+    from whale.keypoints import index as index_module
+
+    gallery = _features(20, 0, per=30)  # 600 descriptors: exact by their number
+    assert DescriptorIndex(gallery, SearchConfig()).kind == "exact"
+    monkeypatch.setattr(index_module, "AUTO_IVF_PAIRS", 600 * 1000)
+    assert DescriptorIndex(gallery, SearchConfig(), searched_by=999).kind == "exact"
+    assert DescriptorIndex(gallery, SearchConfig(), searched_by=1000).kind == "ivf"  # the gallery searching queries
+    assert DescriptorIndex(gallery, SearchConfig(index="exact"), searched_by=10**6).kind == "exact"  # as asked
+
+
 def test_the_ivf_index_added_in_blocks_finds_what_it_finds_added_at_once(monkeypatch):
     pytest.importorskip("faiss")
     from whale.keypoints import index as index_module

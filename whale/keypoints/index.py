@@ -21,7 +21,7 @@ import numpy as np
 
 from whale.core.errors import DataError
 from whale.core.progress import progress_line
-from whale.keypoints.config import AUTO_IVF_FROM, SearchConfig
+from whale.keypoints.config import AUTO_IVF_FROM, AUTO_IVF_PAIRS, SearchConfig
 from whale.keypoints.extract import DESCRIPTOR_SCALE, Features, as_float
 
 _BLOCK = 4096  # query rows per exact block: bounds the [block, n] distance matrix
@@ -58,11 +58,15 @@ class DescriptorIndex:
         kind: ``"exact"`` or ``"ivf"``.
     """
 
-    def __init__(self, features: Sequence[Features], cfg: SearchConfig, seed: int = 0, progress: bool = False):
-        """``progress``: a line on stderr before FAISS trains its index (the one step here that takes long)."""
+    def __init__(self, features: Sequence[Features], cfg: SearchConfig, seed: int = 0, progress: bool = False,
+                 searched_by: int = 0):
+        """``progress``: a line on stderr before FAISS trains its index (the one step here that takes long).
+        ``searched_by``: the descriptors that will search it, when known (``index: auto`` then also takes ``ivf``
+        when exact search would compare :data:`~whale.keypoints.config.AUTO_IVF_PAIRS` pairs or more)."""
         self.owner, self.local = _rows(features)
         n = len(self.owner)
-        self.kind = cfg.index if cfg.index != "auto" else ("ivf" if n >= AUTO_IVF_FROM else "exact")
+        large = n >= AUTO_IVF_FROM or n * searched_by >= AUTO_IVF_PAIRS
+        self.kind = cfg.index if cfg.index != "auto" else ("ivf" if large else "exact")
         self._desc = None
         self._index = None
         self._mapped = None  # (rows, start): where the ivf index re-ranks from, when the photos share one file

@@ -199,7 +199,7 @@ class KeypointMatcher:
         evidence, pairs = way.evidence, way.pairs
         if self.cfg.check.both_ways and leave_out is None and len(queries) and len(self.gallery):
             t0 = time.perf_counter()  # each gallery photo matched against the queries (the transposed matrix)
-            back = _sweep(self.parts, self.gallery, queries, DescriptorIndex(queries, self.cfg.search), None, None,
+            back = _sweep(self.parts, self.gallery, queries, DescriptorIndex(queries, self.cfg.search, searched_by=len(self.index)), None, None,
                           None, describe, progress, seconds)
             seconds["both_ways"] = time.perf_counter() - t0
             evidence = evidence + back.evidence.T
