@@ -39,8 +39,11 @@ def test_each_combo_is_a_row_and_its_gain_is_paired_by_seed(tmp_path, capsys):
         for row in record["rows"][combo]:
             assert 0 < row["map5"] <= 1 and 0 < row["map5_known_no_new"] <= 1 and 0 < row["val_known_no_new"] <= 1
             assert 0 <= row["new_whale_first"] <= 1
+            parts = row["new_first_new"] + row["new_first_missed"] + row["new_first_found"]
+            assert parts == pytest.approx(row["new_whale_first"]) and row["new_first_new"] <= row["new_whale_true"]
         assert (out / f"{combo}_seed1.csv").is_file()
     assert "| a | " in printed and "| a+b | " in printed and "Gain over a, paired by seed (0, 1)" in printed
+    assert "Where `new_whale` first comes from" in printed and "| known, id not among the five |" in printed
     gains = [r["map5"] - b["map5"] for r, b in zip(record["rows"]["a+b"], record["rows"]["a"])]
     assert f"{gains[0]:+.3f}, {gains[1]:+.3f}" in printed
 

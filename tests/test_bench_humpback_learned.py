@@ -70,11 +70,11 @@ def test_a_finished_step_is_not_run_again_after_a_kill(tmp_path, monkeypatch):
     class Done:
         returncode = 0
 
-    def fake_run(cmd, **kw):
+    def fake_run(cmd, log_path, **kw):
         calls.append(cmd[3:])
-        return Done()
+        return Done.returncode, 1.5, {"resident": 0.0, "anonymous": 0.0}
 
-    monkeypatch.setattr(humpback.subprocess, "run", fake_run)
+    monkeypatch.setattr(humpback.common, "run_measured", fake_run)
     log = tmp_path / "x.train.log"
     first = humpback.whale_command(["train", "--fold", "0"], log, log=lambda m: None)
     assert humpback.whale_command(["train", "--fold", "0"], log, log=lambda m: None) == first

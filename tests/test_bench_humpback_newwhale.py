@@ -38,4 +38,7 @@ def test_every_rule_is_a_row_with_the_true_share(tmp_path, capsys):
     assert any(r.startswith("| true share (--new-whale-fraction") for r in rows)
     assert "50% of known queries thinned" in out and "over split seeds [0, 1]" in out
     true_share = next(r for r in rows if r.startswith("| true share"))
-    assert true_share.split(" | ")[-1].startswith(out.split("new_whale's true share: ")[1][:5])
+    assert true_share.split(" | ")[4].startswith(out.split("new_whale's true share: ")[1][:5])
+    for row in rows:  # new_whale first = new whales + known ones not among the five + known ones pushed down
+        first, *parts = (float(cell.split(" +- ")[0]) for cell in row.rstrip(" |").split(" | ")[4:8])
+        assert abs(first - sum(parts)) <= 0.002

@@ -72,3 +72,16 @@ def test_the_mask_setting_is_checked_and_named_only_when_on():
     assert load_keypoint_config(None, {"features.mask": "none"}).fingerprint() == plain.fingerprint()
     with pytest.raises(ConfigError, match="features.mask"):
         load_keypoint_config(None, {"features.mask": "otsu"})
+
+
+@pytest.mark.parametrize("name", ["colour.jpg", "gray.png"])
+def test_the_masked_path_decodes_once_into_the_same_gray_pixels(tmp_path, name):
+    """With the mask on, the photo is decoded once in colour and turned gray there: the same pixels as
+    :func:`whale.keypoints.extract.read_gray` reads, so the masked keypoints are a subset of the plain ones."""
+    from whale.data.images import load_image
+    from whale.keypoints.extract import read_gray
+
+    rgb, _ = fluke_photo(3)
+    path = tmp_path / name
+    cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR) if name.endswith("jpg") else rgb[..., 1])
+    np.testing.assert_array_equal(cv2.cvtColor(load_image(path, channels=3), cv2.COLOR_RGB2GRAY), read_gray(path))

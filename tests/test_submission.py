@@ -150,7 +150,19 @@ def test_score_gives_map5_overall_known_and_new_and_the_new_whale_share(tmp_path
     assert m["open_first"] == pytest.approx(1 / 3) and m["open_share"] == pytest.approx(2 / 3)
     assert main(["score", str(sub), "--solution", str(solution)]) == 0
     assert "MAP@5 0.5000 over 3 images (known 0.5000 over 1, new_whale 0.5000 over 2); new_whale first for 33.3% " \
-           "(true share 66.7%)" in capsys.readouterr().out
+           "(true share 66.7%): 33.3% new_whale, 0.0% known" in capsys.readouterr().out
+
+
+def test_new_whale_first_is_split_by_why_it_came_first():
+    """Of four images, three answered new_whale first: a new whale, a known whale listed after it (pushed a rank)
+    and a known whale nowhere among the labels (nothing lost); the fourth answered with its own id first."""
+    from whale.submission import submission_figures
+
+    pred = {"a": [NEW_WHALE, "w1"], "b": [NEW_WHALE, "w2", "w3"], "c": [NEW_WHALE, "w4"], "d": ["w5", NEW_WHALE]}
+    truth = {"a": NEW_WHALE, "b": "w3", "c": "w9", "d": "w5"}
+    m = submission_figures(pred, truth, NEW_WHALE)
+    assert m["open_first"] == pytest.approx(3 / 4) and m["open_share"] == pytest.approx(1 / 4)
+    assert (m["open_first_open"], m["open_first_found"], m["open_first_missed"]) == pytest.approx((1 / 4,) * 3)
 
 
 def test_score_refuses_a_submission_that_does_not_fit_the_solution_and_a_bad_solution(tmp_path, capsys):

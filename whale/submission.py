@@ -255,9 +255,12 @@ def score_submission(path: str | os.PathLike, solution: str | os.PathLike) -> di
     ``image,species,individual_id``), one row per test image.
 
     Returns:
-        ``{"map5", "map5_known", "map5_open", "open_first", "open_share", "images", "known", "open", "open_label"}``:
-        MAP@5 over all images, over those whose answer is a known individual and over the open-set ones (NaN where
-        there are none), the share of images with the open label first, and its true share.
+        ``{"map5", "map5_known", "map5_open", "open_first", "open_share", "open_first_open", "open_first_missed",
+        "open_first_found", "images", "known", "open", "open_label"}``: MAP@5 over all images, over those whose
+        answer is a known individual and over the open-set ones (NaN where there are none), the share of images
+        with the open label first, and its true share; then the open label first split by why, as shares of all
+        images: open-set images, known ones whose individual is not among the five labels (placing the open label
+        first cost them nothing) and known ones whose individual follows it (each lost a rank).
 
     Raises:
         DataError: an unreadable solution (naming it and the row), or a submission that is not valid for the
@@ -306,12 +309,18 @@ def submission_figures(predicted: dict[str, Sequence[str]], truth: dict[str, str
     is_open = [a == open_label for a in answers]
     known = [x for x, o in zip(ap, is_open) if not o]
     opened = [x for x, o in zip(ap, is_open) if o]
-    first = [predicted[n][0] == open_label for n in names]
+    first = [bool(predicted[n]) and predicted[n][0] == open_label for n in names]
+    # Why the open label came first, as shares of all images: an open-set image (right), a known one whose
+    # individual is nowhere among the labels (nothing lost by it), or one listed after it (pushed down a rank).
+    why = [("open" if o else "found" if a in predicted[n] else "missed") for n, a, o, f in
+           zip(names, answers, is_open, first) if f]
+    share = (lambda kind: why.count(kind) / len(names)) if names else (lambda kind: float("nan"))
     return {"map5": float(sum(ap) / len(ap)) if names else float("nan"),
             "map5_known": float(sum(known) / len(known)) if known else float("nan"),
             "map5_open": float(sum(opened) / len(opened)) if opened else float("nan"),
             "open_first": sum(first) / len(first) if names else float("nan"),
             "open_share": sum(is_open) / len(is_open) if names else float("nan"),
+            "open_first_open": share("open"), "open_first_missed": share("missed"), "open_first_found": share("found"),
             "images": len(names), "known": len(known), "open": len(opened), "open_label": open_label}
 
 
@@ -391,7 +400,9 @@ def run(args: argparse.Namespace) -> int:
         m = score_submission(args.file, args.solution)
         print(f"{args.file}: MAP@5 {m['map5']:.4f} over {m['images']} images (known {m['map5_known']:.4f} over "
               f"{m['known']}, {m['open_label']} {m['map5_open']:.4f} over {m['open']}); {m['open_label']} first "
-              f"for {m['open_first']:.1%} (true share {m['open_share']:.1%})")
+              f"for {m['open_first']:.1%} (true share {m['open_share']:.1%}): {m['open_first_open']:.1%} "
+              f"{m['open_label']}, {m['open_first_missed']:.1%} known whose individual is not among the five, "
+              f"{m['open_first_found']:.1%} known whose individual it pushed down a rank")
         return 0
     problems = check_submission(args.file, args.sample, _columns(args.file, args.format))
     if problems:

@@ -45,9 +45,10 @@ def configs(kp: Path, second: Path | None) -> list[tuple[str, list[Path], list[s
     return out
 
 
-def fused_test(runs: list[Path], lines: list[str], flags: list[str], open_label: str, split: str = "test"):
-    """The ``split`` matrix the ensemble ranked (``test``: for the ids-only figure), rebuilt with the library's own
-    code: the runs' ``split`` score files fused as the ensemble's output (``lines``) says it fused them."""
+def fused(runs: list[Path], lines: list[str], flags: list[str], open_label: str, splits=("test",)) -> dict:
+    """``{split: ScoreFile}``: the matrices the ensemble ranked (``test``: for the ids-only figure), rebuilt with
+    the library's own code: each split's score files of the runs fused as the ensemble's output (``lines``) says
+    it fused them, the runs calibrated once for all the splits."""
     from whale.ensemble.combine import average_score_files
     from whale.ensemble.fusion import calibrate_runs
     from whale.inference.scorefile import score_path
@@ -56,11 +57,11 @@ def fused_test(runs: list[Path], lines: list[str], flags: list[str], open_label:
     rule = re.search(r"fused by: (\w+)", text).group(1)
     if rule != "scores":
         method = flags[flags.index("--calibration") + 1] if "--calibration" in flags else "isotonic"
-        fusion = calibrate_runs(runs, [score_path(r, "val") for r in runs], rule, open_label, method)
-        return average_score_files([score_path(r, split) for r in runs], None, **fusion.maps())
+        maps = calibrate_runs(runs, [score_path(r, "val") for r in runs], rule, open_label, method).maps()
+        return {split: average_score_files([score_path(r, split) for r in runs], None, **maps) for split in splits}
     tuned = re.search(r"tuned weights ([0-9., e-]+):", text)
     weights = [float(w) for w in tuned.group(1).split(",")] if tuned else None
-    return average_score_files([score_path(r, split) for r in runs], weights)
+    return {split: average_score_files([score_path(r, split) for r in runs], weights) for split in splits}
 
 
 def main(argv=None) -> int:
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
             print(done.stdout[-2000:] + done.stderr[-2000:])
             return 1
         lines = done.stdout.splitlines()
-        test = fused_test(runs, lines, flags, NEW_WHALE)
+        test = fused(runs, lines, flags, NEW_WHALE)["test"]
         row = {"config": name, **submission_metrics(read_submission(sub), truth),
                **ranking_metrics(test.scores, test.query, test.gallery_ids, truth), "true_share": true_share,
                "seconds": round(time.time() - started, 1)}

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -171,13 +170,16 @@ def read_submission(path: Path) -> dict[str, list[str]]:
 
 def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dict[str, float]:
     """MAP@5 over all queries, known and ``new_whale`` ones apart, the ``new_whale`` share at rank 1 and its true
-    share among the queries (:func:`whale.submission.submission_figures`, the figures of ``whale submission
-    score``)."""
+    share among the queries, and that share split by why (new whales; known whales whose id is not among the five;
+    known whales it pushed down a rank) (:func:`whale.submission.submission_figures`, the figures of ``whale
+    submission score``)."""
     from whale.submission import submission_figures
 
     f = submission_figures(pred, truth, NEW_WHALE)
     return {"map5": f["map5"], "map5_known": f["map5_known"], "map5_new": f["map5_open"],
-            "new_whale_first": f["open_first"], "new_whale_true": f["open_share"]}
+            "new_whale_first": f["open_first"], "new_whale_true": f["open_share"],
+            "new_first_new": f["open_first_open"], "new_first_missed": f["open_first_missed"],
+            "new_first_found": f["open_first_found"]}
 
 
 def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:
@@ -216,13 +218,10 @@ def whale_command(args: list[str], log_path: Path, log=print) -> float:
     done.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "whale", *args]
     log(f"$ whale {' '.join(args)}")
-    t0 = time.perf_counter()
-    with open(log_path, "w") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=common.repo_root(),
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    seconds = time.perf_counter() - t0
-    if proc.returncode:
-        raise RuntimeError(f"whale {args[0]} failed (exit {proc.returncode}); see {log_path}")
+    returncode, seconds, _ = common.run_measured(cmd, log_path, cwd=common.repo_root(),
+                                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if returncode:
+        raise RuntimeError(f"whale {args[0]} failed (exit {returncode}); see {log_path}")
     log(f"  {seconds:.0f} s  (log {log_path})")
     done.write_text(json.dumps({"args": args, "seconds": seconds}))
     return seconds

@@ -35,6 +35,11 @@ COLUMNS = [("map5", "MAP@5 all"), ("map5_known", "known"), ("map5_new", "`new_wh
            ("val_map5", "validation MAP@5, threshold in-sample"), ("val_known_no_new", "validation known, ids only")]
 """The table's columns: a row's key and its heading."""
 
+WHY_NEW_FIRST = [("new_whale_first", "`new_whale` first"), ("new_whale_true", "true share"),
+                 ("new_first_new", "of it, new whales"), ("new_first_missed", "known, id not among the five"),
+                 ("new_first_found", "known, id pushed down a rank")]
+"""The second table's columns: where the share of ``new_whale`` at rank 1 comes from, as shares of all queries."""
+
 
 def parse_runs(items: list[str]) -> dict[str, str]:
     """``["NAME=PATH", ...]`` -> ``{NAME: PATH}`` (``PATH`` holding ``{S}``)."""
@@ -51,7 +56,7 @@ def fuse_seed(names: list[str], runs: dict[str, str], seed: int, data: Path, out
     """One combo on one split seed: ``whale ensemble`` then the figures (module docstring)."""
     import pandas as pd
 
-    from benchmarks.flukes.fusion_compare import fused_test
+    from benchmarks.flukes.fusion_compare import fused
     from benchmarks.flukes.humpback import ranking_metrics, read_submission, submission_metrics
     from whale import NEW_WHALE
 
@@ -65,11 +70,10 @@ def fuse_seed(names: list[str], runs: dict[str, str], seed: int, data: Path, out
         raise SystemExit(f"whale ensemble failed (exit {done.returncode}); see {sub.with_suffix('.log')}")
     solution = pd.read_csv(data / "test_solution.csv")
     truth = {str(i): str(w) for i, w in zip(solution.iloc[:, 0], solution.iloc[:, 1])}
-    test = fused_test(folders, done.stdout.splitlines(), flags, NEW_WHALE)
+    test, valid = fused(folders, done.stdout.splitlines(), flags, NEW_WHALE, ("test", "val")).values()
     if set(map(str, test.query)) != set(truth):
         raise SystemExit(f"{data / 'test_solution.csv'}: its images are not the test queries of {folders[0]}: "
                          "another split")
-    valid = fused_test(folders, done.stdout.splitlines(), flags, NEW_WHALE, "val")
     known = valid.query_ids != NEW_WHALE
     val_truth = dict(zip(map(str, valid.query[known]), map(str, valid.query_ids[known])))
     val = re.findall(r"expected MAP@5 from validation, threshold [0-9.e-]+ .*: ([0-9.]+)$", done.stdout, re.M)
@@ -81,14 +85,17 @@ def fuse_seed(names: list[str], runs: dict[str, str], seed: int, data: Path, out
 
 
 def summary(rows: dict[str, list[dict]], seeds: list[int]) -> str:
-    """The mean +- sd table of every combo, then each combo's gain over the first, paired by seed."""
+    """The mean +- sd table of every combo, each combo's gain over the first, paired by seed, then where its
+    ``new_whale`` first comes from."""
     def cell(values, sign=""):
         return f"{np.mean(values):{sign}.3f} +- {np.std(values, ddof=1) if len(values) > 1 else 0:.3f}"
 
-    head = "| runs fused | " + " | ".join(h for _, h in COLUMNS) + " |"
-    lines = [head, "|" + " --- |" * (len(COLUMNS) + 1)]
-    for combo, per_seed in rows.items():
-        lines.append(f"| {combo} | " + " | ".join(cell([r[k] for r in per_seed]) for k, _ in COLUMNS) + " |")
+    def table(columns):
+        out = ["| runs fused | " + " | ".join(h for _, h in columns) + " |", "|" + " --- |" * (len(columns) + 1)]
+        return out + [f"| {combo} | " + " | ".join(cell([r[k] for r in per_seed]) for k, _ in columns) + " |"
+                      for combo, per_seed in rows.items()]
+
+    lines = table(COLUMNS)
     base = next(iter(rows))
     lines += ["", f"Gain over {base}, paired by seed ({', '.join(map(str, seeds))}):", "",
               "| runs fused | MAP@5 all | known, ids only | one-photo whales, ids only | per seed, MAP@5 all |",
@@ -98,6 +105,7 @@ def summary(rows: dict[str, list[dict]], seeds: list[int]) -> str:
                 ("map5", "map5_known_no_new", "map5_one_photo")}
         lines.append(f"| {combo} | {cell(gain['map5'], '+')} | {cell(gain['map5_known_no_new'], '+')} | "
                      f"{cell(gain['map5_one_photo'], '+')} | {', '.join(f'{g:+.3f}' for g in gain['map5'])} |")
+    lines += ["", "Where `new_whale` first comes from, shares of all test queries:", "", *table(WHY_NEW_FIRST)]
     return "\n".join(lines)
 
 

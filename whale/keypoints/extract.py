@@ -105,7 +105,8 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
     """
     import cv2
 
-    original = read_gray(path)
+    rgb = load_image(path, channels=3) if cfg.mask == "grabcut" else None  # the mask segments colour
+    original = read_gray(path) if rgb is None else cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)  # read_gray's pixels
     bx = by = 0
     region = original
     if box is not None:
@@ -114,8 +115,8 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
         x1, y1 = int(np.clip(np.ceil(box[2]), bx + 1, w)), int(np.clip(np.ceil(box[3]), by + 1, h))
         region = original[by:y1, bx:x1]
     image, scale, x0, y0 = prepare(region, cfg)
-    fluke = _fluke(path, (bx, by, bx + region.shape[1], by + region.shape[0]), image.shape, scale, x0, y0) \
-        if cfg.mask == "grabcut" else None
+    fluke = _fluke(rgb, (bx, by, bx + region.shape[1], by + region.shape[0]), image.shape, scale, x0, y0) \
+        if rgb is not None else None
     x0, y0 = x0 + bx, y0 + by
     if cfg.detector == "xfeat":
         from whale.keypoints.xfeat import CELL, load as load_xfeat
@@ -148,10 +149,10 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
     return Features(pts, diameter_angle, stored, tuple(original.shape))
 
 
-def _fluke(path, region: tuple, shape: tuple, scale: float, x0: int, y0: int) -> np.ndarray:
+def _fluke(rgb: np.ndarray, region: tuple, shape: tuple, scale: float, x0: int, y0: int) -> np.ndarray:
     """``[h, w] uint8`` (255: fluke) :func:`whale.keypoints.mask.fluke_mask` of the image SIFT sees (``shape``: the
     photo's ``region``, ``(x0, y0, x1, y1)`` pixels, trimmed at ``(x0, y0)`` of it and resized by ``scale``;
-    :func:`prepare`), segmented in colour, read from ``path``, without the white padding."""
+    :func:`prepare`), segmented in colour (``rgb``: the whole photo), without the white padding."""
     import cv2
 
     from whale.keypoints.mask import fluke_mask
@@ -159,7 +160,7 @@ def _fluke(path, region: tuple, shape: tuple, scale: float, x0: int, y0: int) ->
     h, w = shape
     rx0, ry0 = region[0] + x0, region[1] + y0
     rx1, ry1 = min(region[2], rx0 + max(1, round(w / scale))), min(region[3], ry0 + max(1, round(h / scale)))
-    mask = fluke_mask(load_image(path, channels=3)[ry0:ry1, rx0:rx1]).astype(np.uint8) * 255
+    mask = fluke_mask(rgb[ry0:ry1, rx0:rx1]).astype(np.uint8) * 255
     return cv2.resize(mask, (w, h), interpolation=cv2.INTER_NEAREST)
 
 
