@@ -314,13 +314,14 @@ def submission_figures(predicted: dict[str, Sequence[str]], truth: dict[str, str
     # individual is nowhere among the labels (nothing lost by it), or one listed after it (pushed down a rank).
     why = [("open" if o else "found" if a in predicted[n] else "missed") for n, a, o, f in
            zip(names, answers, is_open, first) if f]
-    share = (lambda kind: why.count(kind) / len(names)) if names else (lambda kind: float("nan"))
+    images = len(names) or float("nan")
     return {"map5": float(sum(ap) / len(ap)) if names else float("nan"),
             "map5_known": float(sum(known) / len(known)) if known else float("nan"),
             "map5_open": float(sum(opened) / len(opened)) if opened else float("nan"),
             "open_first": sum(first) / len(first) if names else float("nan"),
             "open_share": sum(is_open) / len(is_open) if names else float("nan"),
-            "open_first_open": share("open"), "open_first_missed": share("missed"), "open_first_found": share("found"),
+            "open_first_open": why.count("open") / images, "open_first_missed": why.count("missed") / images,
+            "open_first_found": why.count("found") / images,
             "images": len(names), "known": len(known), "open": len(opened), "open_label": open_label}
 
 
