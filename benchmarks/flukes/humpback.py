@@ -254,12 +254,13 @@ def method_row(name: str, sub: Path, test_scores, truth: dict[str, str], seconds
 REFERENCE_PHOTOS = 100
 
 
-def machine_reference(source: Path, config: str) -> float:
-    """Seconds to extract the RootSIFT features of the source's first :data:`REFERENCE_PHOTOS` photos in one
-    process (no store): the machine's speed in the same run, so that times compare across days."""
+def machine_reference(source: Path) -> float:
+    """Seconds to extract the shipped RootSIFT features (``configs/keypoints.yaml``'s, whatever config the run
+    measures) of the source's first :data:`REFERENCE_PHOTOS` photos in one process (no store): the machine's speed
+    in the same run, the same work in every run, so that times compare across days and configs."""
     from whale.keypoints import extract, load_keypoint_config
 
-    cfg = load_keypoint_config(config).features
+    cfg = load_keypoint_config().features
     paths = sorted((source / "train").glob("*.jpg"))[:REFERENCE_PHOTOS]
     t0 = time.perf_counter()
     for p in paths:
@@ -620,7 +621,7 @@ def main(argv=None) -> int:
         (Path(args.out) / "screen.json").write_text(json.dumps(rows, indent=2))
         return 0
     t0 = time.perf_counter()
-    reference = machine_reference(args.source, args.keypoint_config)
+    reference = machine_reference(args.source)
     print(f"machine reference: {REFERENCE_PHOTOS} photos' keypoints in {reference:.1f} s, one process", flush=True)
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:

@@ -22,7 +22,8 @@ each step (``run.json``), the peak memory of the score command and its extractio
 the kernel drops and rereads them under pressure; ``run.json``'s ``peak_mb`` has the scoring process's high-water
 mark after each step), MAP@5 of the real queries (all; known whales ids only; one-photo whales; the last two
 again with the gallery's renditions of the test photos themselves left out), the ``new_whale`` share at rank 1
-beside the true one, and the machine reference (100 photos' keypoints in one process) measured in the same run.
+beside the true one, and the machine reference (100 photos' shipped RootSIFT keypoints in one process, whatever
+the config) measured in the same run.
 A size whose ``result.json`` exists is not measured again: a killed run goes on with the next size.
 The last stdout line is ``{"benchmark": "humpback_growth", ...}``.
 """
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
         print("no ../shared/data/humpback beside the checkout: nothing to measure")
         return 0
     t0 = time.perf_counter()
-    args.reference = humpback.machine_reference(source, args.keypoint_config)
+    args.reference = humpback.machine_reference(source)
     print(f"machine reference: {humpback.REFERENCE_PHOTOS} photos' keypoints in {args.reference:.1f} s, one process",
           flush=True)
     split, truth, _ = humpback.build_split(source, Path(args.out) / "split", args.seed)
