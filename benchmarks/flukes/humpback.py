@@ -182,6 +182,11 @@ def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dic
             "new_first_found": f["open_first_found"]}
 
 
+WHY_NEW_FIRST = (("new_first_new", "of it, new whales"), ("new_first_missed", "known, id not among the five"),
+                 ("new_first_found", "known, id pushed down a rank"))
+""":func:`submission_metrics`' split of ``new_whale`` first by why: each key and its column heading."""
+
+
 def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:
     """Top-1 / top-5 and the MAP@5 of the known queries by the per-id maximum (``new_whale`` never predicted), and
     that MAP@5 of the queries whose whale has one gallery photo (``map5_one_photo``: 44% of the known queries)."""

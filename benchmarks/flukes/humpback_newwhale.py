@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.flukes.humpback import NEW_WHALE, read_submission, submission_metrics, whale_command  # noqa: E402
+from benchmarks.flukes.humpback import (NEW_WHALE, WHY_NEW_FIRST, read_submission, submission_metrics,  # noqa: E402
+                                        whale_command)
 
 COLUMNS = (("map5", "MAP@5"), ("map5_known", "known"), ("map5_new", "new_whale"), ("new_whale_first", "new_whale first"),
-           ("new_first_new", "of it, new whales"), ("new_first_missed", "known, id not among the five"),
-           ("new_first_found", "known, id pushed down a rank"))
+           *WHY_NEW_FIRST)
 
 
 def thinned(scores: np.ndarray, gallery_ids: np.ndarray, query_ids: np.ndarray, share: float, seed: int = 0):
