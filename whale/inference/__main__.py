@@ -10,6 +10,10 @@ new photos: put the catalogue in ``train/`` + ``train.csv`` and the new sighting
 geometric verification (:mod:`whale.keypoints`, settings ``--config configs/keypoints.yaml``). Its
 ``--out`` may be a folder: ``test.npz`` there and, with ``--fold K``, the fold's ``val.npz``, so that
 ``whale ensemble OUT --tune`` places ``new_whale`` on validation (:mod:`whale.inference.keypoints`).
+
+``--matcher joint --config configs/joint.yaml --with-run RUN --fold K``: one identification from all the evidence
+(:mod:`whale.identify`): every source's candidates (both keypoint feature kinds' votes, each trained run's scores)
+verified by every feature kind, one check of all of it; its ``--out`` folder is read by ``whale ensemble`` as any.
 """
 
 from __future__ import annotations
@@ -37,10 +41,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output score file (the .npz format; written under exactly this name); with "
                         "--matcher keypoints also a folder (test.npz, val.npz with --fold, run.json)")
     p.add_argument("--checkpoint", default="best", help="best, last, or a path to a .keras file")
-    p.add_argument("--matcher", choices=("run", "keypoints"), default="run",
-                   help="run: a trained run's model (default); keypoints: the training-free keypoint matcher")
-    kp = p.add_argument_group("--matcher keypoints")
-    kp.add_argument("--config", help="keypoint settings (YAML, e.g. configs/keypoints.yaml; default: built in)")
+    p.add_argument("--matcher", choices=("run", "keypoints", "joint"), default="run",
+                   help="run: a trained run's model (default); keypoints: the training-free keypoint matcher; "
+                        "joint: every source's candidates verified by every feature kind, one check (--fold needed)")
+    kp = p.add_argument_group("--matcher keypoints / joint")
+    kp.add_argument("--config", help="keypoint settings (YAML, e.g. configs/keypoints.yaml; default: built in); with "
+                                     "--matcher joint the joint settings (e.g. configs/joint.yaml, required)")
+    kp.add_argument("--with-run", action="append", default=[], metavar="RUN",
+                    help="--matcher joint: a trained run of the same --data and --fold whose val/test scores propose "
+                         "candidates and join the check (repeatable)")
     kp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a keypoint setting, e.g. --set verify.shortlist=40 (repeatable)")
     kp.add_argument("--fold", type=int, default=None,
@@ -55,8 +64,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--run`` with the trained matcher, none with the keypoint matcher; ``p.error`` otherwise."""
-    if args.matcher == "keypoints" and args.run is not None:
-        p.error("--run and --matcher keypoints exclude each other (the matcher trains nothing)")
+    if args.matcher != "run" and args.run is not None:
+        p.error(f"--run and --matcher {args.matcher} exclude each other (give a trained run to --matcher joint "
+                "as --with-run)")
+    if args.with_run and args.matcher != "joint":
+        p.error("--with-run goes with --matcher joint")
+    if args.matcher == "joint" and (args.config is None or args.fold is None):
+        p.error("--matcher joint needs --config (e.g. configs/joint.yaml) and --fold K (its check is fitted on "
+                "fold K's validation queries)")
     if args.matcher == "run" and args.run is None:
         p.error("--run is required (or --matcher keypoints)")
     if args.workers is not None and args.workers < 1:
@@ -69,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.matcher == "keypoints":
         return _keypoints(args)
+    if args.matcher == "joint":
+        return _joint(args)
     check_output(args.out)  # before the model loads: a folder or a read-only place is refused now
     from whale.inference.runs import score_folder
 
@@ -92,6 +109,22 @@ def _keypoints(args) -> int:
     cfg = load_keypoint_config(args.config, overrides(args.set))
     score_competition(args.data, out, cfg, fold=args.fold, seed=args.seed, store_root=args.cache,
                       workers=args.workers, progress=not args.quiet)
+    return 0
+
+
+def _joint(args) -> int:
+    """``--matcher joint``: :func:`whale.identify.score.score_joint`."""
+    from whale.config.overrides import overrides
+    from whale.core.files import check_output
+    from whale.identify.config import load_joint_config
+    from whale.identify.score import score_joint
+    from whale.keypoints.store import default_root
+
+    check_output(args.out, folder=True)
+    check_output(args.cache or default_root(), "--cache", folder=True)
+    cfg = load_joint_config(args.config, overrides(args.set))
+    score_joint(args.data, args.out, cfg, runs=args.with_run, fold=args.fold, seed=args.seed,
+                store_root=args.cache, workers=args.workers, progress=not args.quiet)
     return 0
 
 

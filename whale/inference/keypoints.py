@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,10 +51,11 @@ TRAINED = ("config.yaml", "checkpoints")
 """What a trained run's folder holds besides its ``run.json``."""
 
 
-def check_score_folder(out: Path) -> None:
-    """Refuse ``--out`` folder ``out`` when it holds another kind of record than a keypoint score run's: a
-    ``run.json`` not written by one (a trained run's: its argv, data fingerprint, history), a trained run's
-    ``config.yaml`` or ``checkpoints/``, or score files another run wrote (a trained run's ``RUN/scores/``).
+def check_score_folder(out: Path, matcher: str = MATCHER, what: str = "keypoint") -> None:
+    """Refuse ``--out`` folder ``out`` when it holds another kind of record than a score run's of ``matcher``
+    (``keypoints``; ``joint``: :mod:`whale.identify`), named ``what`` in its messages: a ``run.json`` not written
+    by one (a trained run's: its argv, data fingerprint, history), a trained run's ``config.yaml`` or ``checkpoints/``, or score files another run wrote
+    (a trained run's ``RUN/scores/``).
 
     Raises:
         OutputError: naming the file and what it is.
@@ -64,10 +66,10 @@ def check_score_folder(out: Path) -> None:
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):
             meta = None
-        if not isinstance(meta, dict) or meta.get("matcher") != MATCHER:
-            what = (f"a trained run's record (run_id {meta['run_id']})" if isinstance(meta, dict) and meta.get("run_id")
-                    else "not a keypoint score run's record")
-            raise OutputError(f"--out {out}: {meta_path} is {what}; a score folder's run.json would replace it: "
+        if not isinstance(meta, dict) or meta.get("matcher") != matcher:
+            record = (f"a trained run's record (run_id {meta['run_id']})" if isinstance(meta, dict) and meta.get("run_id")
+                      else f"not a {what} score run's record")
+            raise OutputError(f"--out {out}: {meta_path} is {record}; a score folder's run.json would replace it: "
                               "choose another --out (a new folder)")
     for name in TRAINED:
         if (Path(out) / name).exists():
@@ -81,9 +83,9 @@ def check_score_folder(out: Path) -> None:
             ident = read_header(path, False)["identity"] or {}
         except DataError:
             ident = {}
-        if ident.get("matcher") != MATCHER:
+        if ident.get("matcher") != matcher:
             raise OutputError(f"--out {out}: {path} holds another run's scores (run_id {ident.get('run_id')}), not a "
-                              "keypoint score run's; they would be replaced: choose another --out (a new folder)")
+                              f"{what} score run's; they would be replaced: choose another --out (a new folder)")
 
 
 class _Folder:
@@ -155,35 +157,11 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
         log(f"keypoints: {Path(data_dir) / 'test'} holds no test images: writing val.npz only, no test.npz")
     # every photo once: the known training images (the gallery and the fold's known queries), the fold's
     # open-set queries, the test images
-    sets = [known, test] + ([data.val] if data is not None else [])
-    paths, boxes, where = [], [], {}
-    for s in sets:
-        for p, b in zip(s.paths, s.boxes):
-            key = (str(p), b)
-            if key not in where:
-                where[key] = len(paths)
-                paths.append(p)
-                boxes.append(b)
-    store = FeatureStore(cfg, store_root)
+    photos = Photos([known, test] + ([data.val] if data is not None else []))
     times: dict[str, float] = {}
-    t0 = time.perf_counter()
-    feats = store.features(paths, workers=workers, progress=progress, boxes=boxes, mapped=True)
-    times["features"] = time.perf_counter() - t0
-    peak = peak_memory_mb()  # this process's peak so far after each step, its extraction workers' (MB)
-    memory = {"features": peak["self"], "extraction_workers": peak["workers"]}
-    log(f"keypoints: {len(paths)} photos' features in {times['features']:.1f} s "
-        f"(store {store.folder}; {np.mean([len(f) for f in feats]) if feats else 0:.0f} per photo)")
-
-    def at(s: ImageSet) -> list[int]:  # each photo's place in ``feats``
-        return [where[(str(p), b)] for p, b in zip(s.paths, s.boxes)]
-
-    def of(s: ImageSet):
-        return [feats[i] for i in at(s)]
-
-    store_keys = store.keys
-
-    def keys(s: ImageSet) -> list[str]:  # each photo's store key (its content): its key to the selector
-        return [store_keys[i] for i in at(s)]
+    memory: dict[str, float] = {}
+    features = photos.extract(cfg, store_root, workers, progress, times, memory, log)
+    store, of, keys = features.store, features.of, features.keys
 
     def cache(s: ImageSet) -> SelectorCache:  # where the selector fitted on gallery ``s`` is kept
         return SelectorCache(store.folder, cfg, keys(s), s.ids, comp.open_label)
@@ -229,6 +207,74 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     return written
 
 
+class Photos:
+    """Every photo of some image sets once (a photo in two sets, such as a known query that is also in the test
+    gallery, is extracted and read once); :meth:`extract` gives their features under one feature config."""
+
+    def __init__(self, sets: list[ImageSet]):
+        self.paths, self.boxes, self.where = [], [], {}
+        for s in sets:
+            for p, b in zip(s.paths, s.boxes):
+                key = (str(p), b)
+                if key not in self.where:
+                    self.where[key] = len(self.paths)
+                    self.paths.append(p)
+                    self.boxes.append(b)
+
+    def at(self, s: ImageSet) -> list[int]:
+        """Each photo of ``s``: its place among these photos."""
+        return [self.where[(str(p), b)] for p, b in zip(s.paths, s.boxes)]
+
+    def extract(self, cfg: KeypointConfig, store_root, workers, progress, times: dict, memory: dict, log,
+                name: str = "") -> "PhotoFeatures":
+        """Every photo's features under ``cfg`` read from its :class:`FeatureStore` (the missing ones extracted;
+        descriptors memory-mapped), the wall time recorded in ``times`` and this process's and the extraction
+        workers' peak memory in ``memory`` (MB), under ``features`` (``features_<name>`` with a ``name``)."""
+        store = FeatureStore(cfg, store_root)
+        t0 = time.perf_counter()
+        feats = store.features(self.paths, workers=workers, progress=progress, boxes=self.boxes, mapped=True)
+        step = f"features_{name}" if name else "features"
+        times[step] = time.perf_counter() - t0
+        peak = peak_memory_mb()  # this process's peak so far after each step, its extraction workers' (MB)
+        memory.update({step: peak["self"], "extraction_workers": peak["workers"]})
+        log(f"keypoints{' ' + name if name else ''}: {len(self.paths)} photos' features in {times[step]:.1f} s "
+            f"(store {store.folder}; {np.mean([len(f) for f in feats]) if feats else 0:.0f} per photo)")
+        return PhotoFeatures(self, store, feats, list(store.keys))
+
+
+@dataclass
+class PhotoFeatures:
+    """The features of :class:`Photos` under one feature config: ``feats`` and ``store_keys`` (each photo's content
+    key: its key to the selector) in the photos' order."""
+
+    photos: Photos
+    store: FeatureStore
+    feats: list
+    store_keys: list[str]
+
+    def of(self, s: ImageSet) -> list:
+        """The features of ``s``'s photos."""
+        return [self.feats[i] for i in self.photos.at(s)]
+
+    def keys(self, s: ImageSet) -> list[str]:
+        """The store keys of ``s``'s photos."""
+        return [self.store_keys[i] for i in self.photos.at(s)]
+
+
+def gallery_matcher(cfg: KeypointConfig, gallery, ids, keys, cache: SelectorCache, selector=None, check=None,
+                    open_label=NEW_WHALE, progress: bool = False) -> tuple[KeypointMatcher, bool]:
+    """``(matcher of gallery, read back)``: with a ``selector`` or ``check`` already fitted (on the fold's gallery),
+    a matcher that uses them (the check fitted here when only a selector is given); else ``cache``'s (:meth:`SelectorCache.matcher
+    <whale.keypoints.selectcache.SelectorCache.matcher>`: the selector it keeps, ``read back``, else one fitted
+    here, never pairing a gallery photo labelled ``open_label``)."""
+    if selector is not None or check is not None:
+        matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, check=check)
+        if check is None:
+            matcher.fit_check(ids, open_label, progress)
+        return matcher, False
+    return cache.matcher(gallery, ids, open_label, progress)
+
+
 def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split, log, write, cache: SelectorCache,
            selector=None, check=None, open_label=NEW_WHALE, memory=None):
     """Match ``queries`` against ``gallery`` (``keys``, ``query_keys``: the photos' store keys), record the times
@@ -238,14 +284,8 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
     <whale.keypoints.selectcache.SelectorCache.matcher>`: the selector it keeps, else one fitted here, never pairing
     a gallery photo labelled ``open_label``, the format's); ``cache`` keeps the selector afterwards with every photo
     it scored."""
-    given = selector is not None
-    read_back = False
-    if given:
-        matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, check=check)
-        if check is None:
-            matcher.fit_check(ids, open_label, progress)
-    else:
-        matcher, read_back = cache.matcher(gallery, ids, open_label, progress)
+    given = selector is not None or check is not None
+    matcher, read_back = gallery_matcher(cfg, gallery, ids, keys, cache, selector, check, open_label, progress)
     memory = {} if memory is None else memory
     memory[f"{split}_gallery"] = peak_memory_mb()["self"]
     result = matcher.match(queries, progress=progress, keys=query_keys)

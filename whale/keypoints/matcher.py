@@ -174,7 +174,7 @@ class KeypointMatcher:
 
     def match(self, queries: Sequence[Features], progress: bool = True, leave_out=None,
               on_verified=None, keys: Sequence | None = None, selected: bool = False,
-              describe: bool = False) -> MatchResult:
+              describe: bool = False, also: Sequence[np.ndarray] | None = None) -> MatchResult:
         """Scores of every query photo against every gallery photo (module docstring).
 
         ``leave_out``: ``[n_q] int``, the gallery photo each query must not find (the query itself when the
@@ -183,24 +183,34 @@ class KeypointMatcher:
         ``keys``: the queries' keys to the selector (None: every query new to it; a photo of the gallery the
         selector learned from, given with its key, keeps its gallery selection). ``selected``: the queries' keypoints
         are already chosen (this gallery's own photos): none is dropped. ``describe``: also return every verified
-        candidate's :class:`VerifiedPairs` (always done when a :attr:`check` scores them).
+        candidate's :class:`VerifiedPairs` (always done when a :attr:`check` scores them). ``also``: per query, ``[c]
+        int`` gallery photos verified besides its own vote shortlist (other sources' candidates,
+        :mod:`whale.identify`; with ``check.both_ways``, each such photo also verifies that query on the way back).
         """
         describe = describe or (self.check is not None and self.check.active)
         with opencv_threads(1):  # one robust fit is small: threads cost more than they give
-            return self._match(queries, progress, leave_out, on_verified, keys, selected, describe)
+            return self._match(queries, progress, leave_out, on_verified, keys, selected, describe, also)
 
-    def _match(self, queries, progress, leave_out, on_verified, keys, selected, describe) -> MatchResult:
+    def votes(self, queries: Sequence[Features], progress: bool = True, keys: Sequence | None = None) -> np.ndarray:
+        """``[n_q, n_g] float32``: each query's LNBNN votes for every gallery photo (its keypoints selected as
+        :meth:`match` selects them), nothing verified: a shortlist for the other sources of :mod:`whale.identify`."""
+        if self.selector is not None and self.selector.active:
+            queries = self.selector.select(queries, keys)
+        return _sweep(self.parts, queries, self.gallery, self.index, self.individual, None, None, False, progress,
+                      {}, verify=False).votes
+
+    def _match(self, queries, progress, leave_out, on_verified, keys, selected, describe, also) -> MatchResult:
         t0 = time.perf_counter()
         if self.selector is not None and self.selector.active and not selected:
             queries = self.selector.select(queries, keys)
         seconds = {"select": time.perf_counter() - t0}
         way = _sweep(self.parts, queries, self.gallery, self.index, self.individual, leave_out, on_verified, describe,
-                     progress, seconds)
+                     progress, seconds, also=also)
         evidence, pairs = way.evidence, way.pairs
         if self.cfg.check.both_ways and leave_out is None and len(queries) and len(self.gallery):
             t0 = time.perf_counter()  # each gallery photo matched against the queries (the transposed matrix)
             back = _sweep(self.parts, self.gallery, queries, DescriptorIndex(queries, self.cfg.search, searched_by=len(self.index)), None, None,
-                          None, describe, progress, seconds)
+                          None, describe, progress, seconds, also=None if also is None else reverse(also, len(self.gallery)))
             seconds["both_ways"] = time.perf_counter() - t0
             evidence = evidence + back.evidence.T
             if describe:
@@ -223,10 +233,22 @@ class _Way:
     pairs: VerifiedPairs | None
 
 
+def reverse(also: Sequence[np.ndarray], n_gallery: int) -> list[np.ndarray]:
+    """``also`` (per query, ``[c] int`` gallery photos) turned round: per gallery photo, ``[c] int64`` the queries
+    that listed it."""
+    sizes = [len(a) for a in also]
+    query = np.repeat(np.arange(len(also), dtype=np.int64), sizes)
+    photo = np.concatenate([np.asarray(a, np.int64) for a in also]) if sum(sizes) else np.zeros(0, np.int64)
+    order = np.argsort(photo, kind="stable")
+    bounds = np.searchsorted(photo[order], np.arange(n_gallery + 1))
+    return [query[order[bounds[g]:bounds[g + 1]]] for g in range(n_gallery)]
+
+
 def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individual, leave_out, on_verified,
-           describe: bool, progress: bool, seconds: dict) -> _Way:
+           describe: bool, progress: bool, seconds: dict, also=None, verify: bool = True) -> _Way:
     """Votes and verification of every query photo against ``gallery`` (indexed by ``index``), the wall time of
-    search and verification added to ``seconds``; the arguments as :meth:`KeypointMatcher.match`'s."""
+    search and verification added to ``seconds``; the arguments as :meth:`KeypointMatcher.match`'s (``verify``
+    False: the votes only)."""
     votes_of, verifier = parts.votes, parts.verifier
     nq, ng = len(queries), len(gallery)
     evidence = np.zeros((nq, ng), np.float32)
@@ -259,9 +281,12 @@ def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individu
             if leave_out is not None and leave_out[i] >= 0:
                 v[leave_out[i]] = 0  # its other keypoints may still be among a descriptor's neighbours
             votes[i] = v
+            if not verify:
+                continue
             report = None if on_verified is None else (lambda c, qk, gk, i=i: on_verified(i, c, qk, gk))
             seen: list | None = [] if describe else None
-            verifier.verify(q, gallery, index.local, v, feat, photo, row, weight, evidence[i], inliers[i], report, seen)
+            verifier.verify(q, gallery, index.local, v, feat, photo, row, weight, evidence[i], inliers[i], report, seen,
+                            None if also is None else also[i])
             if seen:
                 table = share_of_best(np.stack([r for _, r in seen]))
                 described.extend((i, c, r) for (c, _), r in zip(seen, table))

@@ -108,17 +108,20 @@ class GeometricVerifier:
     def verify(self, q: Features, gallery: Sequence[Features], local: np.ndarray, votes: np.ndarray,
                feat: np.ndarray, photo: np.ndarray, row: np.ndarray, weight: np.ndarray,
                evidence_row: np.ndarray, inlier_row: np.ndarray, report: Callable | None = None,
-               rows: list | None = None) -> None:
+               rows: list | None = None, also: np.ndarray | None = None) -> None:
         """Verify query ``q``'s :meth:`candidates` among ``gallery`` from its kept votes (``feat``, ``photo``,
         ``row``, ``weight`` ``[v]``: :func:`~whale.keypoints.votes.lnbnn_votes`; ``local`` ``[N] int32``: each
         index row's keypoint within its photo), writing each verified candidate's inlier weight into
         ``evidence_row`` and its inlier count into ``inlier_row`` (``[n_gallery]``). ``report``:
         ``f(photo, query_keys, photo_keys)`` with the inlier keypoints of every verified candidate. ``rows``: a
         list given to receive ``(photo, row)`` of every verified candidate (:func:`whale.keypoints.pairstats.pair_row`;
-        its ``evidence_share`` still 1)."""
-        if self.cfg.shortlist == 0 or not len(photo):
+        its ``evidence_share`` still 1). ``also``: ``[c] int`` gallery photos to verify besides the
+        :meth:`candidates` (another source's shortlist: :mod:`whale.identify`); one without a vote is not verified."""
+        if not len(photo) or (self.cfg.shortlist == 0 and also is None):
             return
         cand = self.candidates(votes)
+        if also is not None and len(also):
+            cand = np.union1d(cand, also)
         order = np.argsort(photo, kind="stable")
         sorted_photo = photo[order]
         for c in cand:

@@ -1,0 +1,215 @@
+"""One identification from all the evidence (``whale score --matcher joint``, :mod:`whale.identify`): the shortlist
+merge, every shortlisted pair verified once by each feature kind, the pair table against brute force, the check's
+cross-fitting, the aggregation to individuals, a trained run of other data refused by name, and the command end to
+end through ``whale ensemble`` (issue 68)."""
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cv2")
+
+from whale.core.errors import DataError  # noqa: E402
+from whale.identify.check import (FLOOR, JointCheck, KindEvidence, column_names, identification_scores,  # noqa: E402
+                                  pair_table, pairs_of, ranks)
+from whale.identify.sources import merge, run_scores, top_photos  # noqa: E402
+from whale.inference.scorefile import write_scores  # noqa: E402
+
+KINDS = {"a.yaml": "features: {n_features: 300}\nsearch: {k: 4}\nverify: {shortlist: 3}\nselect: {keep: 1}\n"
+                   "check: {model: gbm, rounds: 20, both_ways: true}\n",
+         "b.yaml": "features: {n_features: 200, sigma: 1.6}\nverify: {shortlist: 3}\nselect: {keep: 1}\n"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from whale.data.synth import generate
+
+    return generate(tmp_path_factory.mktemp("joint") / "data", n_ids=12, seed=3, size=96, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    root = tmp_path_factory.getbasetemp() / "joint-cache"
+    monkeypatch.setenv("WHALE_CACHE", str(root))
+    return root
+
+
+def split_sets(data):
+    from whale.data import ImageSet, fold_data, load_competition
+
+    comp = load_competition(data)
+    return fold_data(comp, 0, 0), ImageSet.known(comp), ImageSet.test(comp)
+
+
+def fake_run(folder, data, informative=True, val_queries=None):
+    """A trained run's score folder for fold 0 of ``data``: scores that know the answer (``informative``) plus noise."""
+    fold, known, test = split_sets(data)
+    rng = np.random.default_rng(0)
+
+    def scores(q, g, ids):
+        s = rng.random((len(q), len(g.names))).astype(np.float32) * 0.5
+        if ids is not None and informative:
+            s += 0.5 * (np.asarray(ids)[:, None] == np.asarray(g.ids)[None])
+        return s
+
+    queries = fold.val.names if val_queries is None else val_queries
+    (folder / "scores").mkdir(parents=True)
+    write_scores(folder / "scores" / "val.npz", scores(queries, fold.gallery, fold.val.ids[:len(queries)]), queries,
+                 fold.gallery.names, fold.gallery.ids, query_ids=fold.val.ids[:len(queries)],
+                 identity={"run_id": "fake-run", "fold": 0}, trained_on=fold.gallery.names)
+    write_scores(folder / "scores" / "test.npz", scores(test.names, known, None), test.names, known.names, known.ids)
+    return folder
+
+
+def joint_config(folder, extra=""):
+    for name, text in KINDS.items():
+        (folder / name).write_text(text)
+    path = folder / "joint.yaml"
+    path.write_text("keypoints: [a.yaml, b.yaml]\nshortlist: {votes: 4, runs: 4}\ncheck: {rounds: 30, folds: 3}\n"
+                    + extra)
+    return path
+
+
+def test_the_shortlist_merges_every_source_once():
+    votes = np.array([[0.0, 3.0, 2.0, 1.0], [5.0, 0.0, 0.0, 0.0]], np.float32)
+    run = np.array([[0.9, 0.1, 0.8, 0.2], [0.1, 0.2, 0.3, 0.9]], np.float32)
+    by_votes, by_run = top_photos(votes, 2), top_photos(run, 2)
+    assert [sorted(v.tolist()) for v in by_votes] == [[1, 2], [0]]  # a photo without a vote proposes nothing
+    assert [sorted(v.tolist()) for v in by_run] == [[0, 2], [2, 3]]
+    assert [m.tolist() for m in merge(by_votes, by_run)] == [[0, 1, 2], [0, 2, 3]]
+
+
+def test_each_shortlisted_pair_is_verified_once_by_each_kind(data):
+    """A photo another source proposes is verified (it had votes but was outside this kind's own shortlist), and a
+    photo proposed by several sources and by its own votes is verified once: one row per pair."""
+    from whale.keypoints.config import parse_keypoint_config
+    from whale.keypoints.matcher import KeypointMatcher
+    from whale.keypoints.store import FeatureStore
+
+    fold, _, _ = split_sets(data)
+    cfg = parse_keypoint_config({"features": {"n_features": 300}, "verify": {"shortlist": 1}, "select": {"keep": 1}})
+    store = FeatureStore(cfg)
+    gallery = store.features(fold.gallery.paths, workers=1, progress=False)
+    queries = store.features(fold.val.paths, workers=1, progress=False)
+    matcher = KeypointMatcher(cfg, gallery, fold.gallery.ids)
+    alone = matcher.match(queries, progress=False, describe=True)
+    votes = matcher.votes(queries, progress=False)
+    np.testing.assert_array_equal(votes, alone.votes)  # the votes-only pass is the match's own search
+    also = [np.unique(np.r_[np.argsort(-v)[:6], np.argsort(-v)[:6]]) for v in votes]  # the own pick, twice
+    both = matcher.match(queries, progress=False, describe=True, also=also)
+    assert len(np.unique(both.pairs.index, axis=0)) == len(both.pairs.index)
+    verified_alone = set(map(tuple, alone.pairs.index.tolist()))
+    verified_both = set(map(tuple, both.pairs.index.tolist()))
+    assert verified_alone <= verified_both and len(verified_both) > len(verified_alone)
+    assert all(p in {(i, int(c)) for i, a in enumerate(also) for c in a} | verified_alone for p in verified_both)
+
+
+def test_the_pair_table_matches_brute_force():
+    rng = np.random.default_rng(1)
+    ids = np.array(["a", "a", "b", "c", "c", "c"])
+    kind = KindEvidence(rng.random((3, 6)).astype(np.float32), rng.random((3, 6)).astype(np.float32) * 5,
+                        rng.integers(0, 9, (3, 6)).astype(np.int32))
+    run = rng.random((3, 6)).astype(np.float32)
+    pairs = pairs_of([np.array([0, 2]), np.array([5]), np.array([1, 3, 4])])
+    rows = pair_table(pairs, [kind], [run], ids)
+    names = column_names(["k"], ["r"])
+    assert rows.shape == (6, len(names))
+    col = {n: rows[:, j] for j, n in enumerate(names)}
+    for r, (q, g) in enumerate(pairs.tolist()):
+        assert col["k.p"][r] == pytest.approx(kind.scores[q, g])
+        assert col["k.vote_rank"][r] == pytest.approx(np.log1p((kind.votes[q] > kind.votes[q, g]).sum()))
+        best = {i: kind.scores[q, ids == i].max() for i in "abc"}
+        assert col["k.id_p"][r] == pytest.approx(best[ids[g]])
+        assert col["k.id_rank"][r] == pytest.approx(np.log1p(sum(v > best[ids[g]] for v in best.values())))
+        assert col["r.gap"][r] == pytest.approx(run[q].max() - run[q, g])
+        assert col["log_photos"][r] == pytest.approx(np.log((ids == ids[g]).sum()))
+    np.testing.assert_array_equal(ranks(np.array([[0.1, 0.9, 0.5]])), [[2, 0, 1]])
+
+
+def test_the_checks_validation_scores_come_from_trees_that_never_saw_their_query():
+    """Labels that are noise, one per query: trees fitted on every row learn them, the cross-fitted ones cannot."""
+    rng = np.random.default_rng(0)
+    query = np.repeat(np.arange(300), 8)
+    rows = np.repeat(rng.random((300, 3)), 8, axis=0) + rng.normal(0, 1e-3, (2400, 3))
+    same = np.repeat(rng.random(300) < 0.3, 8)
+    check = JointCheck(rounds=200, leaf_nodes=31, learning_rate=0.3, folds=5).fit(rows, same, query)
+
+    def auc(p):
+        from sklearn.metrics import roc_auc_score
+
+        return roc_auc_score(same, p)
+
+    assert auc(check.predict(rows)) > 0.95
+    assert abs(auc(check.out_of_fold) - 0.5) < 0.1
+    assert check.pairs == (int(same.sum()), int((~same).sum()))
+    with pytest.raises(ValueError, match="same-individual and other pairs"):
+        JointCheck().fit(rows, np.zeros(len(rows), bool), query)
+
+
+def test_aggregation_to_individuals_max_and_noisy_or():
+    ids = np.array(["a", "a", "b", "new_whale"])
+    pairs = np.array([[0, 0], [0, 1], [0, 2], [1, 1]])
+    p = np.array([0.5, 0.4, 0.3, 0.9])
+    fallback = np.full((2, 4), 0.5, np.float32)
+    best = identification_scores(pairs, p, ids, fallback, "max")
+    np.testing.assert_allclose(best[0, :3], [0.5, 0.5, 0.3])
+    noisy = identification_scores(pairs, p, ids, fallback, "noisy_or")
+    np.testing.assert_allclose(noisy[0, :3], [1 - 0.5 * 0.6, 1 - 0.5 * 0.6, 0.3], rtol=1e-6)
+    for out in (best, noisy):  # what no source shortlisted stays below every shortlisted pair
+        assert out[1, 0] == pytest.approx(0.5 * FLOOR) and out[1, 1] == pytest.approx(0.9)
+        assert out[0, 3] < FLOOR
+
+
+def test_a_trained_run_of_other_data_is_refused_by_name(data, tmp_path, capsys):
+    from whale.inference.__main__ import main
+
+    fold, _, _ = split_sets(data)
+    other = fake_run(tmp_path / "other", data, val_queries=[f"x{i}.jpg" for i in range(len(fold.val.names))])
+    with pytest.raises(DataError, match=r"val\.npz: --with-run .*other scored other data: its queries are not"):
+        run_scores(other, "val", fold.val.names, fold.gallery.names, 0)
+    rc = main(["--matcher", "joint", "--config", str(joint_config(tmp_path)), "--with-run", str(other), "--data",
+               str(data), "--fold", "0", "--out", str(tmp_path / "out"), "--quiet", "--workers", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and str(other) in err and "scored other data" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_joint_needs_a_fold_and_a_config(data, tmp_path, capsys):
+    from whale.inference.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["--matcher", "joint", "--data", str(data), "--out", str(tmp_path / "o")])
+    assert "--matcher joint needs --config" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--matcher", "keypoints", "--with-run", "r", "--data", str(data), "--out", str(tmp_path / "o")])
+    assert "--with-run goes with --matcher joint" in capsys.readouterr().err
+
+
+def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(data, tmp_path):
+    from whale.ensemble.cli import main as ensemble_main
+    from whale.inference.__main__ import main
+    from whale.inference.scorefile import load_score_file
+    from whale.submission import check_submission
+
+    run = fake_run(tmp_path / "lite0", data)
+    out = tmp_path / "joint"
+    assert main(["--matcher", "joint", "--config", str(joint_config(tmp_path, "aggregate: noisy_or\n")), "--with-run",
+                 str(run), "--data", str(data), "--fold", "0", "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    val = load_score_file(out / "val.npz", need_query_ids=True)
+    test = load_score_file(out / "test.npz")
+    fold, known, tst = split_sets(data)
+    assert list(val.query) == list(fold.val.names) and list(test.gallery) == list(known.names)
+    assert val.identity["matcher"] == "joint" and val.identity["cross_fitted"] == 3
+    assert ((val.scores > FLOOR) | (val.scores == 0)).any() and (val.scores < 1).all()
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["matcher"] == "joint" and sum(meta["check_pairs"]) > 0 and meta["with_runs"] == [str(run)]
+    for kind in ("a", "b"):  # each kind's own scores of the same pairs: the late fusion measured beside it
+        assert (out / "kinds" / kind / "val.npz").is_file() and (out / "kinds" / kind / "test.npz").is_file()
+    sub = tmp_path / "s.csv"
+    assert ensemble_main([str(out), "--tune", "--out", str(sub)]) == 0
+    assert check_submission(sub) == []
+    assert len(sub.read_text().splitlines()) == len(tst.names) + 1
+    assert ensemble_main([str(out / "kinds" / "a"), str(out / "kinds" / "b"), "--tune", "--out",
+                          str(tmp_path / "late.csv")]) == 0
+    # a second run into the same folder replaces its files; a keypoint run's folder is refused
+    assert main(["--matcher", "keypoints", "--data", str(data), "--out", str(out), "--quiet", "--workers", "1"]) == 2

@@ -1,0 +1,197 @@
+"""One check on all the evidence: every shortlisted (query, gallery photo) pair described by every source, one
+classifier's P(same whale), aggregated to the individual.
+
+**The pair table** (:func:`pair_table`): one row per shortlisted pair, the columns of :func:`column_names`:
+
+================================  ====================================================================================
+``<kind>.p``                      the feature kind's own check of the pair (P(same) where verified, below 1e-3 where not)
+``<kind>.inliers``                verified correspondences of that kind (0: not verified)
+``<kind>.log_votes``              log(1 + its LNBNN votes for the photo)
+``<kind>.vote_rank``              log(1 + the photo's rank among the query's gallery by those votes)
+``<kind>.id_p``, ``.id_rank``     the best ``p`` over the photo's individual, and log(1 + that individual's rank by it)
+``<run>.score``, ``.rank``        a trained run's score of the pair, log(1 + the photo's rank by it)
+``<run>.id_score``, ``.id_rank``  the best score over the photo's individual, log(1 + that individual's rank by it)
+``<run>.gap``                     the query's best score by that run minus the pair's
+``log_photos``                    log of the gallery photos of the photo's individual
+================================  ====================================================================================
+
+**The classifier** (:class:`JointCheck`): scikit-learn's gradient-boosted trees, fitted on the validation queries'
+pairs (label: same individual; a ``new_whale`` query gives negatives only). Not on the gallery matched against
+itself as each kind's own check is (:mod:`whale.keypoints.check`): a trained run's gallery-vs-gallery scores are of
+photos it trained on, so a check fitted there would trust the network as it can never be trusted on new photos. The
+validation queries are held out from the network and from every kind's check alike, as the test photos are. The
+validation file's own probabilities are cross-fitted (``folds`` groups of whole queries, each predicted by trees that
+never saw it), so the ``new_whale`` threshold that ``whale ensemble --tune`` sets there is tuned on honest scores.
+
+**Aggregation** (:func:`identification_scores`): a pair's P(same) to its individual's, the best photo's (``max``)
+or ``1 - prod(1 - p)`` over the individual's shortlisted photos (``noisy_or``), written on each of those photos so
+the toolkit's per-id maximum reads it; a photo no source shortlisted scores below every shortlisted one.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from whale import NEW_WHALE
+from whale.core.arrays import IdGroups
+from whale.core.progress import progress_line
+
+KIND_COLUMNS = ("p", "inliers", "log_votes", "vote_rank", "id_p", "id_rank")
+RUN_COLUMNS = ("score", "rank", "id_score", "id_rank", "gap")
+FLOOR = 1e-6
+"""A photo no source shortlisted scores below this (each kind's own scores times it), every shortlisted one above."""
+
+
+@dataclass
+class KindEvidence:
+    """One feature kind's match of a split's queries: ``scores`` (its own check), ``votes``, ``inliers``, all
+    ``[n_q, n_g]``."""
+
+    scores: np.ndarray
+    votes: np.ndarray
+    inliers: np.ndarray
+
+
+def column_names(kinds: Sequence[str], runs: Sequence[str]) -> list[str]:
+    """The pair table's columns (module docstring) for feature kinds ``kinds`` and trained runs ``runs``."""
+    return ([f"{k}.{c}" for k in kinds for c in KIND_COLUMNS] + [f"{r}.{c}" for r in runs for c in RUN_COLUMNS]
+            + ["log_photos"])
+
+
+def ranks(scores: np.ndarray) -> np.ndarray:
+    """``[n_q, n] int32``: each entry's rank in its row (0: the highest; ties by position)."""
+    order = np.argsort(-np.asarray(scores, np.float32), axis=1, kind="stable")
+    out = np.empty(order.shape, np.int32)
+    np.put_along_axis(out, order, np.broadcast_to(np.arange(order.shape[1], dtype=np.int32), order.shape), axis=1)
+    return out
+
+
+def pairs_of(shortlist: Sequence[np.ndarray]) -> np.ndarray:
+    """``[m, 2] int64`` (query, gallery photo) of every shortlisted pair, query by query."""
+    sizes = [len(s) for s in shortlist]
+    q = np.repeat(np.arange(len(shortlist), dtype=np.int64), sizes)
+    g = np.concatenate([np.asarray(s, np.int64) for s in shortlist]) if sum(sizes) else np.zeros(0, np.int64)
+    return np.stack([q, g], axis=1)
+
+
+def pair_table(pairs: np.ndarray, kinds: Sequence[KindEvidence], runs: Sequence[np.ndarray], gallery_ids,
+               open_label: str = NEW_WHALE) -> np.ndarray:
+    """``[m, len(column_names)] float32``: the row of each pair of ``pairs`` ``[m, 2]`` (module docstring), from
+    each kind's evidence and each run's ``[n_q, n_g]`` scores; ``gallery_ids`` ``[n_g]`` str."""
+    groups = IdGroups.of(np.asarray(gallery_ids, dtype=str), open_label)
+    of_id = np.full(len(gallery_ids), -1, np.int64)  # each photo's individual, an index into groups.names
+    of_id[np.asarray(gallery_ids, dtype=str) != open_label] = np.searchsorted(
+        groups.names, np.asarray(gallery_ids, dtype=str)[np.asarray(gallery_ids, dtype=str) != open_label])
+    q, g = pairs[:, 0], pairs[:, 1]
+    i = np.maximum(of_id[g], 0)
+    columns = []
+
+    def by_id(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        per_id = groups.max(np.asarray(scores, np.float32))
+        return per_id[q, i], np.log1p(ranks(per_id)[q, i])
+
+    for k in kinds:
+        id_p, id_rank = by_id(k.scores)
+        columns += [k.scores[q, g], k.inliers[q, g], np.log1p(k.votes[q, g]), np.log1p(ranks(k.votes)[q, g]),
+                    id_p, id_rank]
+    for s in runs:
+        id_s, id_rank = by_id(s)
+        columns += [s[q, g], np.log1p(ranks(s)[q, g]), id_s, id_rank, s.max(axis=1)[q] - s[q, g]]
+    photos = np.bincount(of_id[of_id >= 0], minlength=len(groups.names))
+    columns.append(np.log(np.maximum(photos[i], 1)))
+    return np.stack([np.asarray(c, np.float32) for c in columns], axis=1) if len(pairs) else \
+        np.zeros((0, len(columns)), np.float32)
+
+
+class JointCheck:
+    """The classifier of the pair table (module docstring): :meth:`fit` on validation, :meth:`predict` on test.
+
+    Attributes:
+        out_of_fold: ``[m] float64`` the validation pairs' cross-fitted P(same). pairs: ``(positives, negatives)``.
+        seconds: ``fit`` wall time (the cross-fitting and the final fit).
+    """
+
+    def __init__(self, rounds: int = 200, leaf_nodes: int = 15, learning_rate: float = 0.05, folds: int = 5,
+                 seed: int = 0):
+        self.rounds, self.leaf_nodes, self.learning_rate = rounds, leaf_nodes, learning_rate
+        self.folds, self.seed = folds, seed
+        self.model = None
+        self.out_of_fold = np.zeros(0)
+        self.pairs = (0, 0)
+        self.seconds: dict = {}
+
+    @classmethod
+    def of(cls, cfg) -> "JointCheck":
+        """The check of a :class:`whale.identify.config.JointConfig`."""
+        return cls(cfg.rounds, cfg.leaf_nodes, cfg.learning_rate, cfg.folds, cfg.seed)
+
+    def _trees(self):
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        return HistGradientBoostingClassifier(max_iter=self.rounds, max_leaf_nodes=self.leaf_nodes,
+                                              learning_rate=self.learning_rate, random_state=self.seed)
+
+    def fit(self, rows: np.ndarray, same: np.ndarray, query: np.ndarray, progress: bool = False) -> "JointCheck":
+        """Fit on ``rows`` ``[m, f]`` with labels ``same`` ``[m] bool``, ``query`` ``[m] int`` each row's query
+        (the cross-fitting's groups).
+
+        Raises:
+            ValueError: no same-individual pair or no other pair (nothing to learn from).
+        """
+        same = np.asarray(same, bool)
+        positives, negatives = int(same.sum()), int((~same).sum())
+        if not positives or not negatives:
+            raise ValueError(f"the joint check needs same-individual and other pairs among the validation queries' "
+                             f"shortlists: {positives} and {negatives}")
+        self.pairs = (positives, negatives)
+        t0 = time.perf_counter()
+        fold = np.random.default_rng(self.seed).permutation(int(query.max()) + 1) % self.folds
+        self.out_of_fold = np.zeros(len(rows))
+        for f in range(self.folds):
+            progress_line(f"joint check: fold {f + 1} of {self.folds} ({positives:,} same-individual and "
+                          f"{negatives:,} other pairs)", progress)
+            held = fold[query] == f
+            if held.any() and same[~held].any() and (~same[~held]).any():
+                self.out_of_fold[held] = self._trees().fit(rows[~held], same[~held]).predict_proba(rows[held])[:, 1]
+        self.model = self._trees().fit(rows, same)
+        self.seconds["fit"] = time.perf_counter() - t0
+        return self
+
+    def predict(self, rows: np.ndarray) -> np.ndarray:
+        """``[m] float64`` P(same whale) of each row."""
+        if not len(rows):
+            return np.zeros(0)
+        return self.model.predict_proba(rows)[:, 1]
+
+
+def identification_scores(pairs: np.ndarray, p: np.ndarray, gallery_ids, fallback: np.ndarray,
+                          aggregate: str = "max", open_label: str = NEW_WHALE) -> np.ndarray:
+    """``[n_q, n_g] float32`` scores of the toolkit's score files (module docstring).
+
+    ``pairs`` ``[m, 2]`` (query, photo) with their P(same) ``p`` ``[m]``; ``fallback`` ``[n_q, n_g]`` in [0, 1): the
+    order of the photos no source shortlisted (written times :data:`FLOOR`); ``aggregate``: ``max`` or ``noisy_or``.
+    """
+    out = (np.asarray(fallback, np.float64) * FLOOR).astype(np.float32)
+    if not len(pairs):
+        return out
+    ids = np.asarray(gallery_ids, dtype=str)
+    p = np.clip(np.asarray(p, np.float64), 2 * FLOOR, 1 - 1e-6)
+    _, who = np.unique(ids[pairs[:, 1]], return_inverse=True)
+    key = pairs[:, 0] * (who.max() + 1) + who
+    _, group = np.unique(key, return_inverse=True)
+    if aggregate == "max":
+        agg = np.zeros(group.max() + 1)
+        np.maximum.at(agg, group, p)
+    elif aggregate == "noisy_or":
+        miss = np.zeros(group.max() + 1)
+        np.add.at(miss, group, np.log1p(-p))
+        agg = np.clip(-np.expm1(miss), 2 * FLOOR, 1 - 1e-6)
+    else:
+        raise ValueError(f"aggregate: expected max or noisy_or, received {aggregate!r}")
+    value = agg[group]
+    known = ids[pairs[:, 1]] != open_label
+    out[pairs[known, 0], pairs[known, 1]] = value[known].astype(np.float32)
+    return out

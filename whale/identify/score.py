@@ -1,0 +1,180 @@
+"""One identification from all the evidence: ``whale score --matcher joint`` (module :mod:`whale.identify`).
+
+``whale score --matcher joint --config configs/joint.yaml --with-run RUN --data DIR --fold K --out OUT`` runs
+:func:`score_joint`, for fold ``K``'s validation queries and then the test photos:
+
+1. **one shortlist per query** from every source: each feature kind's (``keypoints`` of the config: RootSIFT,
+   XFeat) best ``shortlist.votes`` photos by LNBNN votes, and each trained run's (``--with-run``, its own
+   ``val.npz``/``test.npz``) best ``shortlist.runs`` photos by its scores, merged without duplicates;
+2. **every shortlisted pair verified by every feature kind**: each kind's matcher (its keypoint selector and its
+   own check, fitted on the fold's gallery as ``whale score --matcher keypoints`` fits them, and read back from
+   ``--cache`` as it does) verifies its own vote shortlist and the other sources' candidates, both ways where its
+   ``check.both_ways`` is set (:meth:`whale.keypoints.matcher.KeypointMatcher.match`'s ``also``);
+3. **one check per pair on all of it** (:mod:`whale.identify.check`): fitted on the validation queries' pairs
+   (cross-fitted for ``val.npz``), applied to the test pairs, aggregated to the individual.
+
+It writes ``OUT/val.npz`` and ``OUT/test.npz`` in the toolkit's score-file format (``whale ensemble OUT --tune``
+and ``whale submission`` read them unchanged), ``OUT/kinds/<kind>/{val,test}.npz`` (each kind's own check of the
+same verified pairs, a keypoint score folder: the late fusion ``whale ensemble OUT/kinds/a OUT/kinds/b`` measured
+beside it), ``OUT/joint.yaml`` and ``OUT/run.json`` (times, peak memory, the check's pairs).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from whale.core.errors import ConfigError, DataError
+from whale.core.files import write_json_atomic, write_text_atomic
+from whale.core.memory import peak_memory_mb
+from whale.data import ImageSet, fold_data, load_competition
+from whale.identify.check import JointCheck, KindEvidence, identification_scores, pair_table, pairs_of
+from whale.identify.config import JointConfig
+from whale.identify.sources import check_runs, merge, run_scores, top_photos
+from whale.inference.keypoints import (MATCHER, Photos, check_score_folder, gallery_matcher,
+                                       identity as keypoint_identity)
+from whale.inference.scorefile import load_score_file, score_identity, score_path, write_scores
+from whale.keypoints.selectcache import SelectorCache
+
+JOINT = "joint"
+
+
+def config_hash(cfg: JointConfig, runs: list[dict]) -> str:
+    """12 hex digits naming the settings and the trained runs (their score files' identities)."""
+    payload = json.dumps({"cfg": cfg.to_dict(), "runs": runs}, sort_keys=True, default=str)
+    return hashlib.sha1(payload.encode()).hexdigest()[:12]
+
+
+def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = None, seed: int = 0, store_root=None,
+                workers: int | None = None, progress: bool = True, log=print) -> dict[str, Path]:
+    """Write the joint identification's score files (module docstring); returns ``{"val": path, "test": path}``.
+
+    Raises:
+        ConfigError: no ``fold`` (the check is fitted on its validation queries).
+        DataError: a bad folder or photo, a trained run of other data (each named).
+    """
+    out = Path(out)
+    if fold is None:
+        raise ConfigError("--matcher joint needs --fold K: its check is fitted on fold K's validation queries")
+    check_score_folder(out, JOINT, "joint identification")
+    runs = check_runs(runs)
+    comp = load_competition(data_dir)
+    known, test = ImageSet.known(comp), ImageSet.test(comp)
+    data = fold_data(comp, fold, seed)
+    if not len(data.val) or not len(data.gallery):
+        raise DataError(f"{data_dir}: fold {fold} has {len(data.val)} validation queries and {len(data.gallery)} "
+                        "gallery photos of a known id: the joint check needs both")
+    run_names = [_run_name(r, i) for i, r in enumerate(runs)]
+    splits = [("val", data.gallery, data.val)] + ([("test", known, test)] if comp.test_images else [])
+    scores = {split: [run_scores(r, split, q.names, g.names, fold) for r in runs] for split, g, q in splits}
+    identities = [load_score_file(score_path(r, "val"), True).identity or {"run": str(r)} for r in runs]
+    digest = config_hash(cfg, identities)
+    photos = Photos([known, test, data.val])
+    times: dict[str, float] = {}
+    memory: dict[str, float] = {}
+    feats = {name: photos.extract(kcfg, store_root, workers, progress, times, memory, log, name)
+             for name, kcfg in cfg.kinds}
+    fitted: dict[str, tuple] = {name: (None, None) for name, _ in cfg.kinds}
+    tables, written = {}, {}
+    for split, gallery, queries in splits:
+        t0 = time.perf_counter()
+        evidence = _verify(cfg, feats, fitted, split, gallery, queries, data.gallery, scores[split], comp.open_label,
+                           progress, times, memory, log)
+        pairs = pairs_of(evidence.pop("shortlist"))
+        rows = pair_table(pairs, list(evidence.values()), scores[split], gallery.ids, comp.open_label)
+        fallback = np.max([e.scores for e in evidence.values()], axis=0)
+        tables[split] = (pairs, rows, fallback)
+        for name, e in evidence.items():
+            _write_kind(out / "kinds" / name, split, e.scores, queries, gallery, dict(cfg.kinds)[name], fold, seed)
+        times[f"{split}_total"] = time.perf_counter() - t0
+        log(f"joint {split}: {len(queries)} queries, {len(pairs):,} shortlisted pairs ({len(pairs) / len(queries):.1f} a "
+            f"query) verified by {', '.join(evidence)}")
+    t0 = time.perf_counter()
+    pairs, rows, fallback = tables["val"]
+    same = (np.asarray(data.gallery.ids, str)[pairs[:, 1]] == np.asarray(data.val.ids, str)[pairs[:, 0]])
+    check = JointCheck.of(cfg).fit(rows, same, pairs[:, 0], progress)
+    times["check_fit"] = time.perf_counter() - t0
+    log(f"joint: one check fitted on {check.pairs[0]:,} same-individual and {check.pairs[1]:,} other pairs of the "
+        f"validation queries ({cfg.folds}-fold cross-fitted for val.npz, {times['check_fit']:.1f} s)")
+    for split, gallery, queries in splits:
+        pairs, rows, fallback = tables[split]
+        p = check.out_of_fold if split == "val" else check.predict(rows)
+        matrix = identification_scores(pairs, p, gallery.ids, fallback, cfg.aggregate, comp.open_label)
+        ident = score_identity(split, run_id=f"{JOINT}-{digest}", run=JOINT, config_hash=digest, fold=fold, seed=seed,
+                               backend="opencv", matcher=JOINT, with_runs=[str(r) for r in runs],
+                               cross_fitted=cfg.folds if split == "val" else None)
+        written[split] = write_scores(out / f"{split}.npz", matrix, queries.names, gallery.names, gallery.ids,
+                                      query_ids=queries.ids if split == "val" else None, identity=ident,
+                                      trained_on=[] if split == "val" else None)
+    memory["check"] = peak_memory_mb()["self"]
+    import yaml
+
+    write_text_atomic(out / "joint.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    write_json_atomic(out / "run.json", {"matcher": JOINT, "data": str(Path(data_dir).resolve()),
+                                         "format": comp.format.name, "fold": fold, "seed": seed,
+                                         "config_hash": digest, "with_runs": [str(r) for r in runs],
+                                         "run_names": run_names, "seconds": times, "peak_mb": memory,
+                                         "check_pairs": list(check.pairs)})
+    for path in written.values():
+        log(f"wrote {path}")
+    return written
+
+
+def _run_name(run: Path, i: int) -> str:
+    return f"run{i}:{run.name}"
+
+
+def _verify(cfg: JointConfig, feats, fitted, split, gallery, queries, fold_gallery, trained, open_label, progress,
+            times, memory, log) -> dict:
+    """Each feature kind's matcher of ``gallery`` (its selector and check those of the fold's gallery, fitted on
+    the validation split and kept in ``fitted``), every kind's votes and every run's scores merged into one
+    shortlist per query, then each kind's match of ``queries`` verifying it: ``{kind: KindEvidence, "shortlist":
+    [...]}``."""
+    matchers, votes = {}, {}
+    for name, kcfg in cfg.kinds:
+        f = feats[name]
+        cache = SelectorCache(f.store.folder, kcfg, f.keys(fold_gallery), fold_gallery.ids, open_label)
+        t0 = time.perf_counter()
+        matcher, read_back = gallery_matcher(kcfg, f.of(gallery), gallery.ids, f.keys(gallery), cache,
+                                             *fitted[name], open_label, progress)
+        if split == "val":
+            fitted[name] = (matcher.selector, matcher.check)
+        times[f"{split}_{name}_gallery"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        votes[name] = matcher.votes(f.of(queries), progress, f.keys(queries))
+        times[f"{split}_{name}_votes"] = time.perf_counter() - t0
+        matchers[name] = (matcher, cache)
+        if read_back:
+            log(f"joint {split} {name}: the keypoint selector read back from {cache.path} (nothing fitted)")
+    shortlist = merge(*[top_photos(v, cfg.votes) for v in votes.values()],
+                      *[top_photos(s, cfg.runs) for s in trained])
+    memory[f"{split}_gallery"] = peak_memory_mb()["self"]
+    evidence: dict = {}
+    for name, _ in cfg.kinds:
+        matcher, cache = matchers.pop(name)
+        f = feats[name]
+        t0 = time.perf_counter()
+        result = matcher.match(f.of(queries), progress=progress, keys=f.keys(queries), also=shortlist)
+        times[f"{split}_{name}_match"] = time.perf_counter() - t0
+        cache.keep(matcher)
+        evidence[name] = KindEvidence(result.scores, result.votes, result.inliers)
+        del matcher
+    memory[f"{split}_match"] = peak_memory_mb()["self"]
+    evidence["shortlist"] = shortlist
+    return evidence
+
+
+def _write_kind(folder: Path, split: str, scores, queries, gallery, kcfg, fold: int, seed: int) -> Path:
+    """One feature kind's own scores of the joint shortlist, as a keypoint score folder's file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ident = keypoint_identity(kcfg, split, fold, seed)
+    ident["shortlist"] = JOINT
+    path = write_scores(folder / f"{split}.npz", scores, queries.names, gallery.names, gallery.ids,
+                        query_ids=queries.ids if split == "val" else None, identity=ident,
+                        trained_on=[] if split == "val" else None)
+    write_json_atomic(folder / "run.json", {"matcher": MATCHER, "fold": fold, "seed": seed, "shortlist": JOINT,
+                                            "config_hash": kcfg.config_hash()})
+    return path

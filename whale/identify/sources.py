@@ -1,0 +1,89 @@
+"""The sources of candidates: each trained run's score files, checked against the split they must score, and the
+one shortlist per query that every source feeds.
+
+A trained run (``whale train ... --fold K``) wrote ``val.npz`` (fold ``K``'s validation queries against the fold's
+gallery) and ``test.npz`` (the test photos against every known training photo). Here they are read back
+(:func:`run_scores`) and put in the order of the split the joint identification scores; a run of other data, of
+another fold or seed, or one that trained on a validation query is refused with a line naming the run and the file,
+since its scores would describe other photos, or describe as held out photos the network learned.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from whale.core.errors import DataError
+from whale.inference.scorefile import first_names, load_score_file, score_path
+
+
+def run_scores(run, split: str, query: Sequence[str], gallery: Sequence[str], fold: int) -> np.ndarray:
+    """``[n_query, n_gallery] float32``: run ``run``'s ``split`` scores (``val`` or ``test``) in the order of
+    ``query`` and ``gallery`` (image names).
+
+    Raises:
+        DataError: the file is missing or unreadable, holds other queries or gallery photos than the split's
+            (other data), is of another fold, or (``val``) trained on one of its queries; each names the file.
+    """
+    path = score_path(run, split)
+    f = load_score_file(path, need_query_ids=split == "val")
+    for what, have, want in (("queries", f.query, query), ("gallery photos", f.gallery, gallery)):
+        extra, missing = sorted(set(have) - set(want)), sorted(set(want) - set(have))
+        if extra or missing:
+            raise DataError(f"{path}: --with-run {run} scored other data: its {what} are not the {split} split's of "
+                            f"--data (" + "; ".join(
+                                [f"{len(extra)} not in it, e.g. {first_names(extra)}"] * bool(extra) +
+                                [f"{len(missing)} missing, e.g. {first_names(missing)}"] * bool(missing)) +
+                            "): train it on this folder and fold")
+    ident = f.identity or {}
+    if split == "val" and ident.get("fold") is not None and int(ident["fold"]) != fold:
+        raise DataError(f"{path}: --with-run {run} is fold {ident['fold']}'s run, not fold {fold}'s")
+    if f.trained_on is not None:
+        leak = sorted(set(f.trained_on) & set(query)) if split == "val" else []
+        if leak:
+            raise DataError(f"{path}: --with-run {run} trained on {len(leak)} of the validation queries (e.g. "
+                            f"{first_names(leak)}): its scores for them are not held out")
+    rows = _positions(f.query, query)
+    cols = _positions(f.gallery, gallery)
+    return np.asarray(f.scores, np.float32)[np.ix_(rows, cols)]
+
+
+def _positions(names: np.ndarray, wanted: Sequence[str]) -> np.ndarray:
+    at = {str(n): i for i, n in enumerate(names)}
+    return np.array([at[str(w)] for w in wanted], np.int64)
+
+
+def top_photos(scores: np.ndarray, n: int) -> list[np.ndarray]:
+    """Per query, ``[min(n, n_g)] int64`` the gallery photos of the ``n`` highest scores (``scores`` ``[n_q, n_g]``;
+    a zero score proposes nothing: a photo without a vote is no candidate)."""
+    if n <= 0 or not scores.size:
+        return [np.zeros(0, np.int64) for _ in range(len(scores))]
+    n = min(n, scores.shape[1])
+    top = np.argpartition(-scores, n - 1, axis=1)[:, :n]
+    return [row[scores[i, row] > 0].astype(np.int64) for i, row in enumerate(top)]
+
+
+def merge(*lists: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per query, the sorted union of every source's proposed photos (each photo once)."""
+    return [np.unique(np.concatenate([np.asarray(src[i], np.int64) for src in lists])) for i in range(len(lists[0]))]
+
+
+def check_runs(runs: Sequence) -> list[Path]:
+    """``runs`` as paths, each holding ``val.npz`` and ``test.npz`` (:func:`~whale.inference.scorefile.score_path`).
+
+    Raises:
+        DataError: a run without one of them, or a run given twice.
+    """
+    paths = [Path(r) for r in runs]
+    seen = set()
+    for p in paths:
+        key = p.resolve()
+        if key in seen:
+            raise DataError(f"--with-run {p}: given twice")
+        seen.add(key)
+        for split in ("val", "test"):
+            if not score_path(p, split).is_file():
+                raise DataError(f"--with-run {p}: {score_path(p, split)} is missing (a trained run of --fold K writes "
+                                "both its val.npz and test.npz when it finishes)")
+    return paths
