@@ -211,5 +211,15 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     assert len(sub.read_text().splitlines()) == len(tst.names) + 1
     assert ensemble_main([str(out / "kinds" / "a"), str(out / "kinds" / "b"), "--tune", "--out",
                           str(tmp_path / "late.csv")]) == 0
-    # a second run into the same folder replaces its files; a keypoint run's folder is refused
+    # the kept pair tables: the screen of checks and aggregations on validation reads them back
+    from benchmarks.flukes import joint_screen
+    from whale.identify.check import load_table
+
+    pairs, rows, fallback, columns = load_table(out / "pairs_val.npz")
+    assert rows.shape == (len(pairs), len(columns)) and fallback.shape == val.scores.shape
+    assert columns[0] == "a.p" and f"run0:{run.name}.gap" in columns
+    rows_ = joint_screen.screen(out)
+    assert {"joint, max", "joint, noisy_or", "without a", "without b"} <= set(rows_)
+    assert all(0 <= r["known_ids_only"] <= 1 and 0 <= r["unfound_share"] <= 1 for r in rows_.values())
+    # a keypoint run into the joint run's folder is refused
     assert main(["--matcher", "keypoints", "--data", str(data), "--out", str(out), "--quiet", "--workers", "1"]) == 2

@@ -167,6 +167,25 @@ class JointCheck:
         return self.model.predict_proba(rows)[:, 1]
 
 
+def save_table(path, pairs: np.ndarray, rows: np.ndarray, fallback: np.ndarray, columns: Sequence[str]):
+    """Keep a split's pair table: ``pairs`` ``[m, 2]``, ``rows`` ``[m, f]``, ``fallback`` ``[n_q, n_g]`` (stored as
+    float16) and the ``columns``' names, read back by :func:`load_table` (``allow_pickle=False``)."""
+    from whale.core.files import atomic_write
+
+    def write(tmp):
+        with open(tmp, "wb") as fh:
+            np.savez(fh, pairs=pairs, rows=rows, fallback=np.asarray(fallback, np.float16),
+                     columns=np.asarray(list(columns), dtype=str))
+
+    return atomic_write(path, write)
+
+
+def load_table(path) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """``(pairs, rows, fallback, columns)`` of :func:`save_table`'s file."""
+    with np.load(path, allow_pickle=False) as z:
+        return z["pairs"], z["rows"], z["fallback"].astype(np.float32), [str(c) for c in z["columns"]]
+
+
 def identification_scores(pairs: np.ndarray, p: np.ndarray, gallery_ids, fallback: np.ndarray,
                           aggregate: str = "max", open_label: str = NEW_WHALE) -> np.ndarray:
     """``[n_q, n_g] float32`` scores of the toolkit's score files (module docstring).

@@ -16,7 +16,9 @@
 It writes ``OUT/val.npz`` and ``OUT/test.npz`` in the toolkit's score-file format (``whale ensemble OUT --tune``
 and ``whale submission`` read them unchanged), ``OUT/kinds/<kind>/{val,test}.npz`` (each kind's own check of the
 same verified pairs, a keypoint score folder: the late fusion ``whale ensemble OUT/kinds/a OUT/kinds/b`` measured
-beside it), ``OUT/joint.yaml`` and ``OUT/run.json`` (times, peak memory, the check's pairs).
+beside it), ``OUT/pairs_{val,test}.npz`` (the pair tables, :func:`whale.identify.check.save_table`: a check or an aggregation
+tried again without verifying anything, ``benchmarks/flukes/joint_screen.py``), ``OUT/joint.yaml`` and
+``OUT/run.json`` (times, peak memory, the check's pairs).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ from whale.core.errors import ConfigError, DataError
 from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
 from whale.data import ImageSet, fold_data, load_competition
-from whale.identify.check import JointCheck, KindEvidence, identification_scores, pair_table, pairs_of
+from whale.identify.check import (JointCheck, KindEvidence, column_names, identification_scores, pair_table,
+                                  pairs_of, save_table)
 from whale.identify.config import JointConfig
 from whale.identify.sources import check_runs, merge, run_scores, top_photos
 from whale.inference.keypoints import (MATCHER, Photos, check_score_folder, gallery_matcher,
@@ -87,6 +90,8 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
         rows = pair_table(pairs, list(evidence.values()), scores[split], gallery.ids, comp.open_label)
         fallback = np.max([e.scores for e in evidence.values()], axis=0)
         tables[split] = (pairs, rows, fallback)
+        save_table(out / f"pairs_{split}.npz", pairs, rows, fallback,
+                   column_names([n for n, _ in cfg.kinds], run_names))
         for name, e in evidence.items():
             _write_kind(out / "kinds" / name, split, e.scores, queries, gallery, dict(cfg.kinds)[name], fold, seed)
         times[f"{split}_total"] = time.perf_counter() - t0
