@@ -3,7 +3,7 @@
     python benchmarks/flukes/humpback_probes.py --out runs/humpback_screen3 --cache runs/humpback_final/keypoint-store \
         [--probes rerank,confusers,misses]
 
-Every probe runs on :func:`benchmarks.flukes.humpback.mirror_split` of split seed 0 (drawn from ``train`` as the
+Every probe runs on :func:`benchmarks.flukes.shared.mirror_split` of split seed 0 (drawn from ``train`` as the
 test was; the test queries are never looked at), with ``configs/keypoints.yaml`` as shipped, against the
 shipped matcher's scores measured in the same run:
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from benchmarks.flukes.humpback import build_split, mirror_split, screen_table, validation_metrics  # noqa: E402
+from benchmarks.flukes.shared import build_split, mirror_split, screen_table, validation_metrics  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.core.progress import progress_bar  # noqa: E402
 

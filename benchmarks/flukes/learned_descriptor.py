@@ -7,7 +7,7 @@ Real-whale issue, item 5: the matcher's SIFT keypoints described by a small Conv
 TGLoss or global loss) instead of RootSIFT, everything else of ``configs/keypoints.yaml`` unchanged.
 
 Data: split ``--seed`` of ``benchmarks/flukes/humpback.py`` (built under ``--out`` when absent). Validation only,
-never the test set: :func:`benchmarks.flukes.humpback.mirror_split` of its ``train`` (one known query per individual
+never the test set: :func:`benchmarks.flukes.shared.mirror_split` of its ``train`` (one known query per individual
 with two or more photos, 1-photo galleries included, ``train``'s ``new_whale`` photos as open-set queries).
 The descriptor trains on that split's gallery photos, unlabelled (a catalogue a researcher holds); no query
 photo is among them (checked by bytes). The comparison runs on the queries and gallery of a seeded share
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from benchmarks import common  # noqa: E402
-from benchmarks.flukes.humpback import build_split, evaluate_setting, mirror_split, screen_table  # noqa: E402
+from benchmarks.flukes.shared import build_split, evaluate_setting, mirror_split, screen_table  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 
