@@ -11,7 +11,8 @@ A benchmark says what names a row (``key``: e.g. ``("set", "objective", "seed")`
 * **the tables and the final JSON line**: :func:`finish` prints the summary of every row kept (``--report``: of the
   rows written so far, measuring nothing) and then :func:`benchmarks.common.final_json`'s line;
 * :func:`parser`: the argument parser every benchmark opens with (the module docstring as its help, ``--out``;
-  ``--seeds`` and ``--report`` where the benchmark has them).
+  ``--seeds`` and ``--report`` where the benchmark has them); :func:`shared_source`: the data beside the checkout,
+  or a message and exit 0 when it is absent.
 
 The machine reference of the real flukes' benchmarks is :func:`benchmarks.flukes.shared.machine_reference`.
 """
@@ -22,8 +23,6 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from benchmarks import common
 
 
 def parser(doc: str | None, out_help: str, seeds: str | None = None, seeds_help: str = "comma-separated seeds",
@@ -39,6 +38,17 @@ def parser(doc: str | None, out_help: str, seeds: str | None = None, seeds_help:
         p.add_argument("--report", action="store_true",
                        help="measure nothing: the tables of the rows OUT/results.json holds")
     return p
+
+
+def shared_source(name: str, doing: str = "measure") -> Path | None:
+    """``../shared/data/NAME`` beside the checkout (:func:`benchmarks.common.shared_data`), or None after saying
+    there is nothing to ``doing`` (the benchmark then exits 0: the data is never committed)."""
+    from benchmarks import common
+
+    found = common.shared_data(name)
+    if found is None:
+        print(f"no ../shared/data/{name} beside the checkout: nothing to {doing}")
+    return found
 
 
 def seed_list(text: str) -> list[int]:
@@ -121,6 +131,8 @@ def finish(benchmark: str, rows: list[dict], summary: Callable[[list[dict]], tup
            metrics: Callable[[dict], dict] | None = None, seconds: float = 0.0) -> int:
     """Print the tables of ``rows`` (``summary(rows) -> (markdown, stats)``) after a blank line, then the final JSON
     line: ``metrics(stats)`` (default ``{"summary": stats}``) and ``seconds``. Returns 0."""
+    from benchmarks import common
+
     table, stats = summary(rows)
     print()
     print(table)

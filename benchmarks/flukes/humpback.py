@@ -48,7 +48,6 @@ The last stdout line is ``{"benchmark": "humpback", "metrics": {...}, "seconds":
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -61,7 +60,7 @@ quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from benchmarks.flukes.humpback_runs import fusion_rows, learned_runs  # noqa: E402
 from benchmarks.flukes.shared import (KAGGLE_NEW_SHARE, REFERENCE_PHOTOS, assert_disjoint, build_split,  # noqa: E402
                                       earlier_run_of, ensemble_and_check, evaluate_setting, machine_reference,
@@ -257,8 +256,7 @@ def times_table(rows: list[dict], reference: float) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="working folder (splits, runs, submissions, results)")
+    p = harness.parser(__doc__, "working folder (splits, runs, submissions, results)")
     p.add_argument("--seeds", default="0", help="comma-separated split seeds (default 0)")
     p.add_argument("--methods", default="keypoints,pixels,all_new_whale",
                    help=f"comma-separated, of {', '.join(METHODS)} (fusion runs keypoints and learned)")
@@ -293,9 +291,8 @@ def main(argv=None) -> int:
                    help="with --screen: also the mean and the max of the settings' score matrices (two matchers "
                         "side by side, e.g. RootSIFT and XFeat)")
     args = p.parse_args(argv)
-    args.source = common.shared_data("humpback")
+    args.source = harness.shared_source("humpback")
     if args.source is None:
-        print("no ../shared/data/humpback beside the checkout: nothing to measure")
         return 0
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in args.methods if m not in METHODS]

@@ -29,7 +29,6 @@ The last stdout line is ``{"benchmark": "humpback_growth", ...}``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -44,7 +43,7 @@ quiet_unless_debugging()
 
 import pandas as pd  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from benchmarks.flukes import shared  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
@@ -183,8 +182,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="working folder (the split, each size's folder, run and results)")
+    p = harness.parser(__doc__, "working folder (the split, each size's folder, run and results)")
     p.add_argument("--seed", type=int, default=0, help="the split seed (benchmarks/flukes/humpback.py's)")
     p.add_argument("--renditions", default="1,2,4", help="comma-separated sizes: renditions of each photo (1..4)")
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
@@ -205,9 +203,8 @@ def main(argv=None) -> int:
                 r.update(without_own_renditions(load_score_file(f.parent / "keypoints" / "test.npz"), truth))
         print(table(rows))
         return 0
-    source = common.shared_data("humpback")
+    source = harness.shared_source("humpback")
     if source is None:
-        print("no ../shared/data/humpback beside the checkout: nothing to measure")
         return 0
     t0 = time.perf_counter()
     args.reference = shared.machine_reference(source)

@@ -20,14 +20,13 @@ is its command. Scores made there are remade here from the returned checkpoint o
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from benchmarks.flukes.shared import FIRST_PART_BYTES, pack, tar_parts  # noqa: E402
 
 
@@ -42,16 +41,14 @@ def crop_shape(config: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="the pack's folder (git-ignored: .humpback_pack)")
+    p = harness.parser(__doc__, "the pack's folder (git-ignored: .humpback_pack)")
     p.add_argument("--seeds", default="0,1,2", help="split seeds (benchmarks/flukes/humpback.py --seeds)")
     p.add_argument("--config", default="configs/flukes_lite0_gpu.yaml", help="the crop's shape: this config's")
     p.add_argument("--quality", type=int, default=60, help="WebP quality")
     p.add_argument("--first-part-mib", type=float, default=FIRST_PART_BYTES / 2**20)
     args = p.parse_args(argv)
-    source = common.shared_data("humpback")
+    source = harness.shared_source("humpback", "pack")
     if source is None:
-        print("no ../shared/data/humpback beside the checkout: nothing to pack")
         return 0
     t0 = time.perf_counter()
     seeds = [int(s) for s in args.seeds.split(",")]

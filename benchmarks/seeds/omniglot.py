@@ -46,7 +46,6 @@ The last stdout line is ``{"benchmark": "omniglot", "metrics": {...}, "seconds":
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 import time
@@ -60,7 +59,7 @@ quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 N_WAY, N_TASKS = 20, 100  # 2,000 queries: a standard error of ~1 point at 80%
@@ -181,8 +180,7 @@ def eval_competition(rows: list[dict], out: Path, seed: int) -> Path:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data copies, run folders)")
+    p = harness.parser(__doc__, "work folder (data copies, run folders)")
     p.add_argument("--quick", action="store_true", help="reduced settings for development")
     p.add_argument("--seed", type=int, default=0, help="seed of the splits, tasks and training")
     common.add_seed_arguments(p)

@@ -15,19 +15,17 @@ Prints a table, a verdict on the miner, and as its last line one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data, run folders)")
+    p = harness.parser(__doc__, "work folder (data, run folders)")
     p.add_argument("--ids", type=int, default=200, help="ids of the synthetic competition")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the training")
     p.add_argument("--config", default=str(common.repo_root() / "configs" / "demo.yaml"))
