@@ -35,11 +35,11 @@ def main(argv=None) -> int:
     p.add_argument("--boxes", metavar="CSV", help="train and score on these boxes instead of the true ones "
                    "(a copy of the competition in OUT/data_boxes; '{seed}' in the name is the seed), e.g. "
                    "benchmarks/seeds/boxes.py's predicted_bounding_boxes_{seed}.csv")
-    common.add_seed_arguments(p)
+    harness.add_seed_arguments(p)
     args = p.parse_args(argv)
     t0 = time.time()
     if args.seeds:
-        return common.several_seeds(
+        return harness.several_seeds(
             Path(__file__), args, argv if argv is not None else sys.argv[1:], SEED_KEYS, "synthetic",
             f"Synthetic competition ({args.ids} ids), test MAP@5, config {args.config}", t0)
 
