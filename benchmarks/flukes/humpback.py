@@ -62,11 +62,10 @@ import numpy as np  # noqa: E402
 
 from benchmarks import common, harness  # noqa: E402
 from benchmarks.flukes.humpback_runs import fusion_rows, learned_runs  # noqa: E402
-from benchmarks.flukes.shared import (KAGGLE_NEW_SHARE, REFERENCE_PHOTOS, assert_disjoint, build_split,  # noqa: E402
-                                      earlier_run_of, ensemble_and_check, evaluate_setting, machine_reference,
-                                      method_row, mirror_split, ranking_metrics, screen_table,
-                                      single_photo_queries, slug, submission_metrics, validation_metrics,
-                                      whale_command)
+from benchmarks.flukes.shared import (KAGGLE_NEW_SHARE, assert_disjoint, build_split, earlier_run_of,  # noqa: E402
+                                      ensemble_and_check, evaluate_setting, machine_reference, method_row,
+                                      mirror_split, ranking_metrics, screen_table, single_photo_queries, slug,
+                                      submission_metrics, validation_metrics, whale_command)
 from whale import NEW_WHALE  # noqa: E402
 
 METHODS = ("keypoints", "learned", "fusion", "pixels", "imagenet", "all_new_whale")
@@ -312,8 +311,7 @@ def main(argv=None) -> int:
         (Path(args.out) / "screen.json").write_text(json.dumps(rows, indent=2))
         return 0
     t0 = time.perf_counter()
-    reference = machine_reference(args.source)
-    print(f"machine reference: {REFERENCE_PHOTOS} photos' keypoints in {reference:.1f} s, one process", flush=True)
+    reference = machine_reference(args.source, lambda m: print(m, flush=True))
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         rows += run_seed(args, seed)

@@ -207,9 +207,7 @@ def main(argv=None) -> int:
     if source is None:
         return 0
     t0 = time.perf_counter()
-    args.reference = shared.machine_reference(source)
-    print(f"machine reference: {shared.REFERENCE_PHOTOS} photos' keypoints in {args.reference:.1f} s, one process",
-          flush=True)
+    args.reference = shared.machine_reference(source, lambda m: print(m, flush=True))
     split, truth, _ = shared.build_split(source, Path(args.out) / "split", args.seed)
     shared.assert_disjoint(split, truth)
     rows = [measure(args, split, truth, int(r)) for r in args.renditions.split(",")]
