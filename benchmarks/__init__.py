@@ -11,4 +11,6 @@ says which script backs which row of README.md's results.
 * ``gpu/``: what a lent GPU session runs (``gpu_suite.py`` and its ``steps/``), the wheels it carries and the
   rates it measured (``rates/``).
 * ``common.py``: what every group shares (the mini-competitions, the pixel baseline, seeds and reports).
+* ``harness.py``: the skeleton of a measuring benchmark (rows kept in ``results.json`` and resumed, seeds one by one,
+  ``--report`` tables, the final JSON line): a benchmark states its rows.
 """

@@ -1,4 +1,5 @@
-"""The layout's rules, checked on the source: no import circle, arrows only downwards, every module importable.
+"""The layout's rules, checked on the source: no import circle (in ``whale/`` and in ``benchmarks/``), arrows only
+downwards, every module importable.
 
 Imports are read with ``ast`` (those inside functions too: a lazy import is still an arrow of
 the design). ``from whale.pkg import name`` is an arrow to the submodule ``whale.pkg.name``
@@ -14,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "whale"
+BENCHMARKS = ROOT / "benchmarks"
 
 # Lower layers never import higher ones (docs/ARCHITECTURE.md draws the same picture).
 LAYERS = {
@@ -52,12 +54,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(package.rglob("*.py"))}
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = _modules()
+def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """``{module: modules of the same package it imports}`` of ``package`` (``whale`` or ``benchmarks``)."""
+    modules = _modules(package)
     graph = {}
     for name, path in modules.items():
         edges = set()
@@ -69,7 +72,7 @@ def _graph() -> dict[str, set[str]]:
                 targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
                            for a in node.names]
             for t in targets:
-                if t.split(".")[0] == "whale" and t in modules and t != name:
+                if t.split(".")[0] == package.name and t in modules and t != name:
                     edges.add(t)
         graph[name] = edges
     return graph
@@ -124,6 +127,19 @@ def test_cycle_finder_finds_a_planted_cycle():
 def test_no_import_cycles():
     cycles = _cycles(_graph())
     assert not cycles, f"import circles: {cycles}"
+
+
+def test_no_import_cycles_in_benchmarks():
+    graph = _graph(BENCHMARKS)
+    cycles = _cycles(graph)
+    assert not cycles, f"import circles in benchmarks/: {cycles}"
+    # what the fluke benchmarks share lives in one module that imports none of them
+    shared = "benchmarks.flukes.shared"
+    assert graph[shared] <= {"benchmarks", "benchmarks.common"}, graph[shared]
+    users = {m for m, edges in graph.items() if shared in edges}
+    assert {"benchmarks.flukes.humpback", "benchmarks.flukes.humpback_runs", "benchmarks.flukes.humpback_pack",
+            "benchmarks.gpu.gpu_flukes"} <= users, sorted(users)
+    assert "benchmarks.common" in graph["benchmarks.flukes.humpback"]  # the graph sees `from benchmarks import common`
 
 
 def test_imports_only_point_to_the_same_or_a_lower_layer():

@@ -1,4 +1,5 @@
-"""benchmarks/flukes/humpback.py: the split's rules and checks, the metrics, and a whole run on a tiny fake source."""
+"""benchmarks/flukes/humpback.py and what the fluke benchmarks share (benchmarks/flukes/shared.py): the split's rules
+and checks, its pack, the metrics, and a whole run on a tiny fake source."""
 import json
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.flukes import humpback  # noqa: E402
+from benchmarks.flukes import humpback, shared  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 
@@ -30,8 +31,8 @@ def fake_source(root: Path, counts=(1, 1, 1, 1, 2, 2, 3, 4), seed=0) -> Path:
 
 
 def test_split_follows_the_rules(tmp_path):
-    df = humpback.read_source(fake_source(tmp_path / "src"))
-    train, test = humpback.split_flukes(df, seed=0)
+    df = shared.read_source(fake_source(tmp_path / "src"))
+    train, test = shared.split_flukes(df, seed=0)
     assert len(train) + len(test) == len(df)
     test_ids = [i for _, i in test]
     assert sum(i != NEW_WHALE for i in test_ids) == 4  # one query per individual with >= 2 photos
@@ -39,47 +40,73 @@ def test_split_follows_the_rules(tmp_path):
     assert [i for _, i in train].count(NEW_WHALE) == 2  # the other half: unidentified training photos
     known_train = {i for _, i in train if i != NEW_WHALE}
     assert {i for i in test_ids if i != NEW_WHALE} <= known_train
-    assert humpback.split_flukes(df, 0) == (train, test) and humpback.split_flukes(df, 1) != (train, test)
+    assert shared.split_flukes(df, 0) == (train, test) and shared.split_flukes(df, 1) != (train, test)
 
 
 def test_a_query_byte_identical_to_a_train_photo_moves_to_train(tmp_path):
     src = fake_source(tmp_path / "src")
-    df = humpback.read_source(src)
-    train, test = humpback.split_flukes(df, seed=0)
+    df = shared.read_source(src)
+    train, test = shared.split_flukes(df, seed=0)
     twin = tmp_path / "twin.jpg"
     twin.write_bytes(Path(test[0][0]).read_bytes())
     lines = []
-    train2, test2 = humpback.check_disjoint(train + [(twin, "w_x")], test, log=lines.append)
+    train2, test2 = shared.check_disjoint(train + [(twin, "w_x")], test, log=lines.append)
     assert len(test2) == len(test) - 1 and test[0] in train2 and "moved to train" in lines[0]
 
 
 def test_build_split_writes_a_checked_folder(tmp_path):
-    comp, truth, individual = humpback.build_split(fake_source(tmp_path / "src"), tmp_path / "comp", 0, log=lambda m: None)
-    counts = humpback.assert_disjoint(comp, truth)
+    comp, truth, individual = shared.build_split(fake_source(tmp_path / "src"), tmp_path / "comp", 0, log=lambda m: None)
+    counts = shared.assert_disjoint(comp, truth)
     assert counts["known_queries"] == 4 and counts["new_queries"] == 2 and counts["train"] == 9
     train_ids = set(pd.read_csv(comp / "train.csv")["Id"])
     assert all(individual[n] not in train_ids for n, t in truth.items() if t == NEW_WHALE)
     (comp / "test" / sorted(truth)[0]).write_bytes((comp / "train" / "tr00000.jpg").read_bytes())
     with pytest.raises(ValueError, match="byte-identical"):
-        humpback.assert_disjoint(comp, truth)
+        shared.assert_disjoint(comp, truth)
+
+
+def test_the_pack_materializes_the_split_s_folder_with_its_names_and_ids(tmp_path):
+    src = fake_source(tmp_path / "src")
+    comp, truth, _ = shared.build_split(src, tmp_path / "comp", 1, log=lambda m: None)
+    info = shared.pack(src, tmp_path / "pack", [0, 1], (16, 32), first_part_bytes=2_000, log=lambda m: None)
+    assert info["photos"] == 15 and info["bytes"]["part1"] <= 2_000 < info["bytes"]["part1"] + info["bytes"]["part2"]
+    tars = shared.tar_parts(tmp_path / "pack")
+    assert set(tars) == set(shared.PARTS) and all(v > 0 for v in tars.values())
+    there = tmp_path / "there"  # what a device call carries: the two tars alone
+    there.mkdir()
+    for part in shared.PARTS:
+        (there / f"{part}.tar").write_bytes((tmp_path / "pack" / f"{part}.tar").read_bytes())
+    shared.untar_parts(there)
+    assert shared.pack_seeds(there) == [0, 1]
+    folder, packed_truth = shared.materialize(there, 1, tmp_path / "materialized")
+    assert packed_truth == truth
+    for name in ("train.csv", "test_solution.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(folder / name), pd.read_csv(comp / name))
+    assert sorted(p.name for p in (folder / "test").iterdir()) == sorted(truth)
+    import cv2
+
+    crop = cv2.imread(str(folder / "train" / "tr00000.jpg"), cv2.IMREAD_UNCHANGED)
+    assert crop.shape[:2] == (16, 32)  # the stored crop, not the 24 x 40 photo
+    with pytest.raises(FileNotFoundError, match="no split 2 in the pack"):
+        shared.materialize(there, 2, tmp_path / "m2")
 
 
 def test_metrics_by_hand():
     truth = {"a": "w1", "b": "w2", "c": NEW_WHALE}
     pred = {"a": ["w1", NEW_WHALE], "b": [NEW_WHALE, "w3", "w2"], "c": ["w9", NEW_WHALE]}
-    m = humpback.submission_metrics(pred, truth)
+    m = shared.submission_metrics(pred, truth)
     assert m["map5"] == pytest.approx((1 + 1 / 3 + 1 / 2) / 3)
     assert m["map5_known"] == pytest.approx((1 + 1 / 3) / 2) and m["map5_new"] == pytest.approx(0.5)
     assert m["new_whale_first"] == pytest.approx(1 / 3)
     scores = np.array([[0.9, 0.1, 0.2], [0.1, 0.3, 0.8]], np.float32)
-    r = humpback.ranking_metrics(scores, np.array(["a", "b"]), np.array(["w1", "w2", "w3"]), truth)
+    r = shared.ranking_metrics(scores, np.array(["a", "b"]), np.array(["w1", "w2", "w3"]), truth)
     assert r["top1"] == 0.5 and r["top5"] == 1.0 and r["map5_known_no_new"] == pytest.approx(0.75)
 
 
 @pytest.mark.slow
 def test_whole_benchmark_on_a_fake_source(tmp_path, monkeypatch):
     src = fake_source(tmp_path / "src", counts=(1,) * 8 + (3,) * 6 + (5,) * 4)
-    monkeypatch.setattr(humpback.common, "shared_data", lambda *a: src)
+    monkeypatch.setattr(shared.common, "shared_data", lambda *a: src)
     out = tmp_path / "out"
     assert humpback.main(["--out", str(out), "--methods", "keypoints,pixels,all_new_whale",
                           "--seeds", "0"]) == 0
@@ -94,7 +121,7 @@ def test_whole_benchmark_on_a_fake_source(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_screen_compares_settings_on_validation_only(tmp_path, monkeypatch):
     src = fake_source(tmp_path / "src", counts=(1,) * 8 + (3,) * 6 + (5,) * 4)
-    monkeypatch.setattr(humpback.common, "shared_data", lambda *a: src)
+    monkeypatch.setattr(shared.common, "shared_data", lambda *a: src)
     out = tmp_path / "out"
     lines = []
     monkeypatch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
@@ -121,18 +148,18 @@ def test_breakdown_bins_known_queries_by_gallery_photos(tmp_path):
 
 def test_mirror_screen_draws_validation_from_train_as_the_test_was(tmp_path, monkeypatch):
     src = fake_source(tmp_path / "src", counts=(1,) * 8 + (2,) * 4 + (3,) * 6 + (5,) * 4)
-    monkeypatch.setattr(humpback.common, "shared_data", lambda *a: src)
+    monkeypatch.setattr(shared.common, "shared_data", lambda *a: src)
     out = tmp_path / "out"
     monkeypatch.setattr("builtins.print", lambda *a, **k: None)
     assert humpback.main(["--out", str(out), "--screen-on", "mirror", "--screen", ""]) == 0
-    g_paths, g_ids, q_paths, q_ids = humpback.mirror_split(out / "seed0" / "data", 0)
+    g_paths, g_ids, q_paths, q_ids = shared.mirror_split(out / "seed0" / "data", 0)
     train = pd.read_csv(out / "seed0" / "data" / "train.csv")
     known = train[train.Id != NEW_WHALE]
     assert sorted(map(str, g_paths + q_paths)) == sorted(str(out / "seed0" / "data" / "train" / n) for n in train.Image)
     assert set(map(str, g_paths)).isdisjoint(map(str, q_paths))
     assert sorted(q_ids[q_ids != NEW_WHALE]) == sorted(w for w, n in known.Id.value_counts().items() if n >= 2)
     assert (q_ids == NEW_WHALE).sum() == (train.Id == NEW_WHALE).sum()
-    assert humpback.single_photo_queries(g_ids, q_ids).any()  # whales with one gallery photo, as in the test
+    assert shared.single_photo_queries(g_ids, q_ids).any()  # whales with one gallery photo, as in the test
     row = json.loads((out / "screen.json").read_text())[0]
     assert row["screen_on"] == "mirror" and 0 <= row["map5_known_single"] <= 1
     assert not (out / "seed0" / "keypoints").exists()  # no test scoring
@@ -145,6 +172,6 @@ def test_validation_metrics_report_the_share_the_tuned_threshold_puts_new_whale_
                        [0.8, 0.0, 0.9, 0.1, 0, 0, 0],    # b first, a second: the truth is a
                        [0.2, 0.1, 0.3, 0.05, 0, 0, 0]], np.float32)  # a new whale: its best score is the lowest
     q_ids = np.array(["a", "a", NEW_WHALE])
-    m = humpback.validation_metrics(scores, g_ids, q_ids)
+    m = shared.validation_metrics(scores, g_ids, q_ids)
     assert m["map5_known"] == pytest.approx(0.75) and m["map5_tuned"] == pytest.approx((1 + 0.5 + 1) / 3)
     assert m["new_whale_first"] == pytest.approx(1 / 3)  # the new whale alone

@@ -8,7 +8,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import common  # noqa: E402
-from benchmarks.flukes import humpback, humpback_growth as growth  # noqa: E402
+from benchmarks.flukes import shared, humpback_growth as growth  # noqa: E402
 from tests.test_bench_humpback import fake_source  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
@@ -16,7 +16,7 @@ from whale import NEW_WHALE  # noqa: E402
 def test_each_photo_is_added_in_flipped_renditions_as_other_individuals(tmp_path):
     import cv2
 
-    split, truth, _ = humpback.build_split(fake_source(tmp_path / "src"), tmp_path / "split", 0, log=lambda *a: None)
+    split, truth, _ = shared.build_split(fake_source(tmp_path / "src"), tmp_path / "split", 0, log=lambda *a: None)
     train = pd.read_csv(split / "train.csv")
     grown = growth.grow(split, tmp_path / "x4", 4, log=lambda *a: None)
     rows = pd.read_csv(grown / "train.csv")

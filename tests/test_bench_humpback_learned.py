@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.flukes import humpback  # noqa: E402
+from benchmarks.flukes import humpback, shared  # noqa: E402
 
 
 def fake_source(root: Path, counts=(1,) * 8 + (3,) * 6 + (5,) * 4, seed=0) -> Path:
@@ -37,29 +37,29 @@ def _matcher_files(comp: Path, run: Path, seed: int = 0) -> None:
 
 def test_keypoint_runs_are_taken_for_their_own_split_only(tmp_path):
     src = fake_source(tmp_path / "src")
-    comps = {s: humpback.build_split(src, tmp_path / f"seed{s}" / "data", s, log=lambda m: None)[0] for s in (0, 1)}
+    comps = {s: shared.build_split(src, tmp_path / f"seed{s}" / "data", s, log=lambda m: None)[0] for s in (0, 1)}
     _matcher_files(comps[0], tmp_path / "seed0" / "keypoints")
-    assert humpback.earlier_run_of(tmp_path, 0, comps[0]) == tmp_path / "seed0" / "keypoints"
+    assert shared.earlier_run_of(tmp_path, 0, comps[0]) == tmp_path / "seed0" / "keypoints"
     copy = shutil.copytree(comps[0], tmp_path / "copy" / "data")  # the same split written elsewhere
-    assert humpback.earlier_run_of(tmp_path, 0, copy) == tmp_path / "seed0" / "keypoints"
+    assert shared.earlier_run_of(tmp_path, 0, copy) == tmp_path / "seed0" / "keypoints"
     with pytest.raises(ValueError, match="another split"):
-        humpback.earlier_run_of(tmp_path, 0, comps[1])
+        shared.earlier_run_of(tmp_path, 0, comps[1])
     with pytest.raises(ValueError, match="--keypoint-runs: .* found none"):
-        humpback.earlier_run_of(tmp_path, 1, comps[1])
+        shared.earlier_run_of(tmp_path, 1, comps[1])
 
 
 def test_learned_runs_are_found_by_their_scores_folder_and_split(tmp_path):
     """A trained run keeps its score files in ``scores/`` (what ``whale ensemble`` reads): found there."""
     src = fake_source(tmp_path / "src")
-    comps = {s: humpback.build_split(src, tmp_path / f"seed{s}" / "data", s, log=lambda m: None)[0] for s in (0, 1)}
+    comps = {s: shared.build_split(src, tmp_path / f"seed{s}" / "data", s, log=lambda m: None)[0] for s in (0, 1)}
     run = tmp_path / "seed0" / "learned"
     _matcher_files(comps[0], run / "scores")
     (run / "scores" / "run.json").rename(run / "run.json")
-    assert humpback.earlier_run_of(tmp_path, 0, comps[0], "learned") == run
+    assert shared.earlier_run_of(tmp_path, 0, comps[0], "learned") == run
     with pytest.raises(ValueError, match="another split"):
-        humpback.earlier_run_of(tmp_path, 0, comps[1], "learned")
+        shared.earlier_run_of(tmp_path, 0, comps[1], "learned")
     with pytest.raises(ValueError, match="--learned-runs: .* found none"):
-        humpback.earlier_run_of(tmp_path, 1, comps[1], "learned")
+        shared.earlier_run_of(tmp_path, 1, comps[1], "learned")
 
 
 def test_a_finished_step_is_not_run_again_after_a_kill(tmp_path, monkeypatch):
@@ -74,20 +74,20 @@ def test_a_finished_step_is_not_run_again_after_a_kill(tmp_path, monkeypatch):
         calls.append(cmd[3:])
         return Done.returncode, 1.5, {"resident": 0.0, "anonymous": 0.0}
 
-    monkeypatch.setattr(humpback.common, "run_measured", fake_run)
+    monkeypatch.setattr(shared.common, "run_measured", fake_run)
     log = tmp_path / "x.train.log"
-    first = humpback.whale_command(["train", "--fold", "0"], log, log=lambda m: None)
-    assert humpback.whale_command(["train", "--fold", "0"], log, log=lambda m: None) == first
+    first = shared.whale_command(["train", "--fold", "0"], log, log=lambda m: None)
+    assert shared.whale_command(["train", "--fold", "0"], log, log=lambda m: None) == first
     assert calls == [["train", "--fold", "0"]]
-    humpback.whale_command(["train", "--fold", "1"], log, log=lambda m: None)
-    humpback.whale_command(["ensemble", "A"], tmp_path / "e.log", log=lambda m: None)
-    humpback.whale_command(["ensemble", "A"], tmp_path / "e.log", log=lambda m: None)
+    shared.whale_command(["train", "--fold", "1"], log, log=lambda m: None)
+    shared.whale_command(["ensemble", "A"], tmp_path / "e.log", log=lambda m: None)
+    shared.whale_command(["ensemble", "A"], tmp_path / "e.log", log=lambda m: None)
     assert calls[1:] == [["train", "--fold", "1"], ["ensemble", "A"], ["ensemble", "A"]]
     Done.returncode = 1
     with pytest.raises(RuntimeError, match="x.train.log"):
-        humpback.whale_command(["train", "--fold", "2"], log, log=lambda m: None)
+        shared.whale_command(["train", "--fold", "2"], log, log=lambda m: None)
     Done.returncode = 0
-    humpback.whale_command(["train", "--fold", "1"], log, log=lambda m: None)  # the failure removed the marker
+    shared.whale_command(["train", "--fold", "1"], log, log=lambda m: None)  # the failure removed the marker
     assert calls[-1] == ["train", "--fold", "1"]
 
 
@@ -138,7 +138,7 @@ def test_fusion_rows_give_each_calibrated_rule_with_and_without_the_share_and_ea
     from benchmarks.flukes import humpback_runs
 
     src = fake_source(tmp_path / "src")
-    comp, truth, _ = humpback.build_split(src, tmp_path / "seed0" / "data", 0, log=lambda m: None)
+    comp, truth, _ = shared.build_split(src, tmp_path / "seed0" / "data", 0, log=lambda m: None)
     kp, net, work = tmp_path / "kp", tmp_path / "net", tmp_path / "work"
     _matcher_files(comp, kp)
     _matcher_files(comp, net, seed=1)
@@ -146,7 +146,7 @@ def test_fusion_rows_give_each_calibrated_rule_with_and_without_the_share_and_ea
     rows = humpback_runs.fusion_rows(SimpleNamespace(fusion=["mean", "log"]), "net", [kp, net], comp, truth, work,
                                      log=lambda m: None)
     assert [r["method"] for r in rows] == ["fusion net, calibrated mean",
-                                           f"fusion net, calibrated mean, --tune-new-share {humpback.KAGGLE_NEW_SHARE}",
+                                           f"fusion net, calibrated mean, --tune-new-share {shared.KAGGLE_NEW_SHARE}",
                                            "fusion net, log grid"]
     for r in rows:
         assert 0 <= r["map5"] <= 1 and 0 <= r["top1"] <= r["top5"] <= 1 and "map5_known_no_new" in r

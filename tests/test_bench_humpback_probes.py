@@ -8,7 +8,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.flukes import humpback, humpback_probes as probes  # noqa: E402
+from benchmarks.flukes import shared, humpback_probes as probes  # noqa: E402
 from tests.test_bench_humpback import fake_source  # noqa: E402
 from tests.test_keypoints import pattern, warp, write  # noqa: E402
 
@@ -60,7 +60,7 @@ def test_evidence_inverts_the_score():
 
 def test_whole_probe_run_on_a_fake_source(tmp_path, monkeypatch):
     src = fake_source(tmp_path / "src", counts=(1,) * 8 + (2,) * 4 + (3,) * 6 + (5,) * 4)
-    monkeypatch.setattr(humpback.common, "shared_data", lambda *a: src)
+    monkeypatch.setattr(shared.common, "shared_data", lambda *a: src)
     monkeypatch.setattr(probes.common, "shared_data", lambda *a: src)
     out = tmp_path / "out"
     assert probes.main(["--out", str(out)]) == 0

@@ -145,6 +145,10 @@ def test_pixels_and_keypoints_rows_on_five_folds(tmp_path, capsys):
     # a second call resumes: nothing is measured again
     assert main(["--out", str(out), "--source", str(src), "--methods", "pixels", "--redraws", "2"]) == 0
     assert len(json.loads((out / "results.json").read_text())["rows"]) == 10
+    capsys.readouterr()
+    assert main(["--out", str(out), "--report"]) == 0  # the tables of the kept rows, no source needed
+    tables = "\n".join(capsys.readouterr().out.splitlines()[1:-1])
+    assert "| pixels | 5 (0,1,2,3,4) |" in tables and tables in text  # as the measuring run printed them
     assert not list(out.rglob("*.jpg"))  # read in place: no photo copied
     # the kept keypoint pair scores give the rows' TPR and AUC again, fold by fold
     capsys.readouterr()

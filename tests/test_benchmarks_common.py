@@ -1,4 +1,5 @@
-"""benchmarks/common.py: the mini-competition builder, one-shot tasks and report helpers.
+"""benchmarks/common.py: the mini-competition builder, one-shot tasks and report helpers; the harness's seeds (one
+process each, benchmarks/harness.py).
 
 Tiny fake images only; no TensorFlow, no shared data.
 """
@@ -13,7 +14,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.data import load_competition, read_solution  # noqa: E402
 from whale.core.errors import DataError  # noqa: E402
@@ -234,19 +235,19 @@ def test_run_seeds_runs_each_seed_and_reports_failures(tmp_path):
         "a = p.parse_args()\n"
         "if a.seed == 13: raise SystemExit(3)\n"
         "print('working'); print(json.dumps({'benchmark': 'fake', 'metrics': {'x': a.seed * a.scale}, 'seconds': 1}))\n")
-    res = common.run_seeds(script, ["--scale", "0.5"], [2, 0, 1], tmp_path / "out", jobs=2, log=lambda m: None)
+    res = harness.run_seeds(script, ["--scale", "0.5"], [2, 0, 1], tmp_path / "out", jobs=2, log=lambda m: None)
     assert [(r["seed"], r["x"]) for r in res] == [(2, 1.0), (0, 0.0), (1, 0.5)]
     assert (tmp_path / "out" / "seed2.log").read_text().startswith("working")
     # split: one process per (seed, method), merged per seed
     script.write_text(script.read_text().replace("p.add_argument('--scale', type=float)\n",
                                                  "p.add_argument('--scale', type=float); p.add_argument('--methods')\n")
                       .replace("{'x': a.seed * a.scale}", "{'x_' + a.methods: a.seed * a.scale}"))
-    res = common.run_seeds(script, ["--scale", "2"], [0, 1], tmp_path / "split", jobs=4, split=["a", "b"],
+    res = harness.run_seeds(script, ["--scale", "2"], [0, 1], tmp_path / "split", jobs=4, split=["a", "b"],
                            log=lambda m: None)
     assert res == [{"seed": 0, "x_a": 0.0, "x_b": 0.0, "seconds": 1}, {"seed": 1, "x_a": 2.0, "x_b": 2.0, "seconds": 1}]
     assert (tmp_path / "split" / "seed1-b.log").is_file()
     with pytest.raises(RuntimeError, match="seed 13 failed .*seed13.log"):
-        common.run_seeds(script, ["--scale", "1"], [13], tmp_path / "out", log=lambda m: None)
+        harness.run_seeds(script, ["--scale", "1"], [13], tmp_path / "out", log=lambda m: None)
 
 
 def test_omniglot_several_seeds_summarises(tmp_path, monkeypatch, capsys):
@@ -258,7 +259,7 @@ def test_omniglot_several_seeds_summarises(tmp_path, monkeypatch, capsys):
         keys = [k for k, _ in omniglot.SEED_KEYS if not k.startswith("miner_gap")]
         return [{"seed": s, **{k: 0.1 * (s + 1) for k in keys}} for s in seeds]
 
-    monkeypatch.setattr(common, "run_seeds", fake)
+    monkeypatch.setattr(harness, "run_seeds", fake)
     assert omniglot.main(["--out", str(tmp_path), "--seeds", "0,1,2", "--jobs", "6", "--gpu"]) == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["metrics"]["one_shot_adversarial_mean"] == pytest.approx(0.2)
@@ -274,7 +275,7 @@ def test_synthetic_several_seeds_summarises(tmp_path, monkeypatch, capsys):
         return [{"seed": s, "map5_adversarial": 0.5 + 0.1 * s, "map5_random": 0.5, "map5_pixel": 0.4}
                 for s in seeds]
 
-    monkeypatch.setattr(common, "run_seeds", fake)
+    monkeypatch.setattr(harness, "run_seeds", fake)
     assert synthetic.main(["--out", str(tmp_path), "--seeds", "0,1,2", "--jobs", "2"]) == 0
     out = capsys.readouterr().out
     assert "miner gap on map5: +0.100 +- 0.058" in out

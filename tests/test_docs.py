@@ -68,8 +68,8 @@ def _words(line: str) -> list[str]:
 
 def _source_flags(path: Path, flags: list[str]) -> list[str]:
     source = path.read_text()
-    if path.relative_to(ROOT).parts[0] == "benchmarks":  # flags shared by every benchmark: benchmarks/common.py
-        source += (ROOT / "benchmarks" / "common.py").read_text()
+    if path.relative_to(ROOT).parts[0] == "benchmarks":  # flags shared by every benchmark: common.py, harness.py
+        source += (ROOT / "benchmarks" / "common.py").read_text() + (ROOT / "benchmarks" / "harness.py").read_text()
     return [f for f in flags if f'"{f}"' not in source and f"'{f}'" not in source]
 
 

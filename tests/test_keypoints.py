@@ -110,6 +110,34 @@ def test_mapped_descriptors_are_the_stored_ones_read_or_extracted_and_leave_no_f
     np.testing.assert_array_equal(elsewhere.mapped([elsewhere.put(held[1])])[0].desc, held[1].desc)
 
 
+def test_a_stand_in_carries_its_rows_so_a_copy_maps_and_a_stranger_is_refused(tmp_path):
+    import copy
+    import dataclasses
+
+    from whale.keypoints.store import MappedDescriptors, StandIn
+
+    gallery = _features(3, 0, per=5) + _features(1, 1, per=0) + _features(1, 2, per=7)
+    pack = MappedDescriptors(tmp_path)
+    stand_ins = [pack.put(f) for f in gallery]
+    assert [s.rows for s in stand_ins] == [(0, 5), (5, 10), (10, 15), (15, 15), (15, 22)]
+    assert all(isinstance(s, StandIn) and s.desc.shape == (0, 128) for s in stand_ins)
+    # copies (which an id() key would not know) and a reordered list map to the photo's own descriptors
+    copies = [copy.copy(stand_ins[4]), dataclasses.replace(stand_ins[0]), copy.deepcopy(stand_ins[2]),
+              dataclasses.replace(stand_ins[1], xy=stand_ins[1].xy + 1)]
+    assert copies[2].pack is pack  # the file is not copied
+    got = pack.mapped(copies + [stand_ins[3]])
+    for g, want in zip(got, [gallery[4], gallery[0], gallery[2], gallery[1], gallery[3]]):
+        np.testing.assert_array_equal(g.desc, want.desc)
+        assert g.desc.shape == (len(want), 128) and g.photo_size == want.photo_size
+    np.testing.assert_array_equal(got[3].xy, gallery[1].xy + 1)  # the keypoints are the stand-in's own
+    other = MappedDescriptors(tmp_path)
+    stranger = other.put(gallery[0])
+    with pytest.raises(ValueError, match="item 1 is another file's stand-in"):
+        pack.mapped([stand_ins[0], stranger])
+    with pytest.raises(ValueError, match="item 0 is a Features"):
+        pack.mapped([gallery[0]])
+
+
 def test_store_extracts_in_worker_processes_and_names_a_bad_photo(tmp_path):
     cfg = load_keypoint_config()
     paths = [write(tmp_path / f"{i}.png", pattern(i)) for i in range(10)]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from whale.core.errors import DataError
-from whale.ranking.pairprob import PairCalibration, logit, pava
+from whale.ranking.pairprob import PRIOR_PAIRS, PairCalibration, logit, pair_counts, pava
 
 
 def _gallery(n_ids=100, per_id=4, n_new=50):
@@ -130,3 +130,62 @@ def test_pava_pools_exactly_the_violating_neighbours():
     y = np.array([0.1, 0.5, 0.3, 0.2, 0.9])
     starts, ends = pava(y, np.ones(5))
     assert starts.tolist() == [0, 1, 4] and ends.tolist() == [1, 4, 5]
+
+
+def _brute_pav_blocks(y, w):
+    """Blocks ``[(start, end)]`` of pool-adjacent-violators by its definition: merge the first two neighbouring
+    blocks whose weighted means do not increase, again and again, until none is left (slow, obviously right)."""
+    blocks = [[i, i + 1, y[i] * w[i], w[i]] for i in range(len(y))]
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(blocks) - 1):
+            a, b = blocks[i], blocks[i + 1]
+            if a[2] / a[3] >= b[2] / b[3]:
+                blocks[i:i + 2] = [[a[0], b[1], a[2] + b[2], a[3] + b[3]]]
+                merged = True
+                break
+    return [(a, b) for a, b, _, _ in blocks]
+
+
+def _reference_isotonic(scores, q, g, **kw):
+    """The isotonic map as the Python loop fitted it before scikit-learn: brute-force blocks of the positive
+    share, each shrunk by PRIOR_PAIRS pairs at the base rate, interpolated between the blocks' mean scores."""
+    values, pos, neg, n_pos, n_neg, _ = pair_counts(scores, q, g, **kw)
+    base, total = n_pos / (n_pos + n_neg), pos + neg
+    centres, probs = [], []
+    for lo, hi in _brute_pav_blocks(pos / total, total):
+        weight = total[lo:hi].sum()
+        centres.append(float((values[lo:hi] * total[lo:hi]).sum() / weight))
+        probs.append(float((pos[lo:hi].sum() + PRIOR_PAIRS * base) / (weight + PRIOR_PAIRS)))
+    return np.array(centres), np.maximum.accumulate(probs)
+
+
+def test_the_scikit_learn_isotonic_fit_gives_the_python_loops_probabilities():
+    rng = np.random.default_rng(5)
+    q, g = _gallery(40, 3, 10)
+    gauss, same = _gaussian_scores(q, g, -2.0, 1.0, 1.2, rng)
+    zeros = np.where(rng.random(same.shape) < np.where(same, 0.3, 0.85), 0.0, gauss).astype(np.float32)
+    coarse = np.round(gauss * 8) / 8  # few distinct values: ties of shares, blocks of equal means
+    tiny = (gauss * 1e-12).astype(np.float32)  # scores closer than 1e-15 (IsotonicRegression would pool them)
+    cases = [(gauss, {}), (zeros, {}), (coarse.astype(np.float16), {}), (tiny, {}),
+             (gauss, {"max_negatives": 700, "seed": 3}),  # negatives weighing 7.3 pairs each: counts not whole
+             (zeros, {"skip": rng.integers(-1, len(g), len(q))})]
+    probe = np.concatenate([np.linspace(-0.1, 1.1, 301), rng.random(300), [0.0, 1.0]])
+    for scores, kw in cases:
+        knots, probs = _reference_isotonic(scores, q, g, **kw)
+        cal = PairCalibration.fit(scores, q, g, **kw)
+        assert len(knots) == len(cal.knots) >= 1
+        np.testing.assert_allclose(cal.knots, knots, rtol=1e-9, atol=1e-30)
+        np.testing.assert_allclose(cal.probs, probs, rtol=0, atol=1e-9)
+        x = probe * 1e-12 if scores is tiny else probe
+        want = np.interp(np.concatenate([x, scores.ravel()[:500].astype(np.float64)]), knots, probs)
+        got = cal.transform(np.concatenate([x, scores.ravel()[:500].astype(np.float64)]))
+        assert np.abs(got - want).max() < 1e-6
+    assert len(PairCalibration.fit(gauss, q, g).knots) > 10  # not a trivial one-block fit
+    # the blocks themselves, weighted, with ties of equal means pooled as the loop pooled them
+    for y, w in [(np.array([0.1, 0.5, 0.3, 0.2, 0.9]), np.ones(5)),
+                 (np.array([0.5, 0.5, 0.25, 1.0]), np.array([2, 4, 1, 3.5])),
+                 (rng.integers(0, 3, 200) / 2.0, rng.random(200) + 0.1)]:
+        starts, ends = pava(y, w)
+        assert list(zip(starts.tolist(), ends.tolist())) == _brute_pav_blocks(y, w)

@@ -90,6 +90,35 @@ def test_mirrored_fold_pairs_both_hands_and_keeps_validation():
     assert m.gallery.names[:5] == gallery.names  # validation reads the originals at 0..n-1
 
 
+def test_the_mirrored_fold_is_kept_with_its_fold_not_by_id():
+    import copy
+    import dataclasses
+    from types import SimpleNamespace
+
+    from whale.data.imagesets import _fold
+    from whale.training.trainer import Trainer
+
+    val = _image_set(["w_a"])
+    data = _fold(_image_set(["w_a", "w_a", "w_b", "w_b"]), val)
+    other = _fold(_image_set(["w_c", "w_c", "w_c"]), val)
+    m = data.mirrored()
+    assert data.mirrored() is m and m.gallery.names == data.with_mirrors().gallery.names
+    assert len(other.mirrored().gallery) == 6 and sorted(set(other.mirrored().pairs.ids)) == ["w_c", "w_c_flip"]
+    assert copy.copy(data).mirrored() is m  # a copy holds the same images: the same mirror
+    swapped = dataclasses.replace(data, gallery=_image_set(["w_d", "w_d"]))  # another fold: its own mirror
+    assert list(swapped.mirrored().gallery.ids) == ["w_d", "w_d", "w_d_flip", "w_d_flip"]
+    data.gallery = other.gallery  # a gallery replaced in place: mirrored again, not the stale one
+    assert data.mirrored() is not m and list(data.mirrored().gallery.ids) == list(other.mirrored().gallery.ids)
+    # the trainer asks each fold for its mirror; the homography views and flip_ids=false train as they are
+    views = _fold(_image_set(["w_e", "w_e"]), val)
+    trainer = Trainer.__new__(Trainer)
+    trainer.cfg, trainer.homography = SimpleNamespace(flip_ids=True), views
+    assert trainer._training(other) is other.mirrored() and trainer._training(swapped) is swapped.mirrored()
+    assert trainer._training(views) is views
+    trainer.cfg = SimpleNamespace(flip_ids=False)
+    assert trainer._training(other) is other
+
+
 # --------------------------------------------------------------------- test-time views
 def test_views_by_hand():
     import cv2

@@ -5,6 +5,7 @@ individuals; nothing of it is committed; each prints a message and exits 0 when 
 identifies real whales: the training-free keypoint matcher, networks trained here or on a lent GPU, their fusion,
 and the catalogue a user keeps, on Kaggle-like splits with ``new_whale`` (README rows 13 and 15; docs/humpback.md).
 
+* ``shared.py``: what they share (the split, its pack, the metrics, the user's commands); imports none of them.
 * ``humpback.py``: every method on Kaggle-like splits of the real flukes, MAP@5 per split seed.
 * ``humpback_runs.py``: ``humpback.py``'s learned runs: configs trained here, GPU runs scored here, each fused.
 * ``humpback_breakdown.py``: a finished run's known queries by their individual's gallery photos.

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     import numpy as np
     import pandas as pd
 
-    from benchmarks.flukes.humpback import ranking_metrics, read_submission, submission_metrics
+    from benchmarks.flukes.shared import ranking_metrics, read_submission, submission_metrics
     from whale import NEW_WHALE
 
     t0 = time.time()

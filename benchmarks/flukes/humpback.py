@@ -7,7 +7,8 @@ Data: ``../shared/data/humpback/{train.csv,train/}`` beside the checkout (real 2
 half of its identified individuals; read in place, copied under ``--out``; the benchmark prints a
 message and exits 0 when absent). Nothing of it is committed.
 
-The split (:func:`split_flukes`, one per ``--seeds`` value), as Kaggle's 2019 test set was made:
+The split (:func:`benchmarks.flukes.shared.split_flukes`, one per ``--seeds`` value), as Kaggle's 2019 test set
+was made (the split, its checks, the metrics and the commands below live in :mod:`benchmarks.flukes.shared`):
 
 * known queries: one photo drawn per individual with two or more photos (the rest stay in ``train``);
 * ``new_whale`` queries: half of the one-photo individuals (their id appears nowhere in ``train``);
@@ -18,9 +19,9 @@ The split (:func:`split_flukes`, one per ``--seeds`` value), as Kaggle's 2019 te
   set's share is about 26%, Kaggle's 27.6%). The gallery's one-photo individuals are those with two
   photos, one of which became a query.
 
-:func:`check_disjoint` refuses a split whose ``new_whale`` queries share an id with ``train`` or whose
-query photos share their bytes with a ``train`` photo (the data holds a few byte-identical photos:
-such a query is moved to ``train``).
+:func:`~benchmarks.flukes.shared.check_disjoint` refuses a split whose ``new_whale`` queries share an id with
+``train`` or whose query photos share their bytes with a ``train`` photo (the data holds a few byte-identical
+photos: such a query is moved to ``train``).
 
 Methods, each a user's command line (printed with its wall time), scored from its submission:
 
@@ -47,9 +48,7 @@ The last stdout line is ``{"benchmark": "humpback", "metrics": {...}, "seconds":
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -60,217 +59,22 @@ from whale.command import quiet_unless_debugging  # noqa: E402
 quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
 
-from benchmarks import common  # noqa: E402
-from benchmarks.flukes.humpback_runs import fusion_rows, learned_runs, slug  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
+from benchmarks.flukes.humpback_runs import fusion_rows, learned_runs  # noqa: E402
+from benchmarks.flukes.shared import (KAGGLE_NEW_SHARE, assert_disjoint, build_split, earlier_run_of,  # noqa: E402
+                                      ensemble_and_check, evaluate_setting, machine_reference, method_row,
+                                      mirror_split, ranking_metrics, screen_table, single_photo_queries, slug,
+                                      submission_metrics, validation_metrics, whale_command)
 from whale import NEW_WHALE  # noqa: E402
 
 METHODS = ("keypoints", "learned", "fusion", "pixels", "imagenet", "all_new_whale")
-KAGGLE_NEW_SHARE = 0.276
-"""The 2019 competition's share of new_whale test images: what a user would expect a batch to hold, and what
-``--tune-new-share`` weighs validation's open-set queries to (fold 0 here holds about 10% of them)."""
 LEARNED_CONFIG = "configs/flukes_cpu.yaml"
 IMAGENET_CONFIG = "configs/flukes_lite0_cpu.yaml"
 """The ``imagenet`` row's branch and input: this config's, its trunk's maps and the rest of its backbone as they come."""
 
 
-def read_source(root: Path) -> pd.DataFrame:
-    """``Image, Id, path`` rows of ``root/train.csv`` whose photo exists under ``root/train``."""
-    df = pd.read_csv(root / "train.csv")
-    if list(df.columns[:2]) != ["Image", "Id"]:
-        raise ValueError(f"{root / 'train.csv'}: expected columns Image,Id, found {','.join(df.columns)}")
-    df["path"] = [root / "train" / n for n in df["Image"]]
-    missing = [str(p) for p in df["path"] if not p.is_file()]
-    if missing:
-        raise ValueError(f"{root / 'train.csv'}: {len(missing)} photos missing under train/, e.g. {missing[0]}")
-    return df
-
-
-def split_flukes(df: pd.DataFrame, seed: int) -> tuple[list[tuple], list[tuple]]:
-    """``(train, test)`` lists of ``(photo path, id)`` (module docstring); test ids go to test_solution.csv."""
-    rng = np.random.default_rng(seed)
-    groups = df.groupby("Id").indices
-    names = sorted(groups)
-    test_rows, train_rows = [], []
-    singles = []
-    for name in names:
-        rows = groups[name]
-        if len(rows) == 1:
-            singles.append(rows[0])
-            continue
-        q = int(rng.choice(rows))
-        test_rows.append(q)
-        train_rows += [int(r) for r in rows if r != q]
-    singles = rng.permutation(singles)
-    n_new = len(singles) // 2
-    new_queries, unidentified = singles[:n_new], singles[n_new:]
-    paths, ids = df["path"].to_numpy(), df["Id"].to_numpy()
-    train = [(paths[r], ids[r]) for r in train_rows] + [(paths[r], NEW_WHALE) for r in unidentified]
-    test = [(paths[r], ids[r]) for r in test_rows] + [(paths[r], NEW_WHALE) for r in new_queries]
-    order = rng.permutation(len(test))  # known and new queries mixed, as in a real test folder
-    return train, [test[i] for i in order]
-
-
-def check_disjoint(train: list[tuple], test: list[tuple], log=print) -> tuple[list[tuple], list[tuple]]:
-    """The split with every query's bytes absent from ``train`` (such queries join ``train``), checked.
-
-    Raises:
-        ValueError: a ``new_whale`` query whose photo's true id is in ``train`` (by id), or, after the move,
-            any byte-identical photo on both sides (by SHA-1 of the file).
-    """
-    digest_train = set(common.byte_digests([p for p, _ in train]))
-    digest_test = common.byte_digests([p for p, _ in test])
-    moved = [t for t, d in zip(test, digest_test) if d in digest_train]
-    if moved:
-        log(f"split: {len(moved)} query photos have a byte-identical twin in train: moved to train")
-        test = [t for t, d in zip(test, digest_test) if d not in digest_train]
-        train = train + [(p, i) for p, i in moved]
-    return train, test
-
-
-def assert_disjoint(comp_dir: Path, truth_ids: dict[str, str]) -> dict:
-    """Check the written folder itself: ``new_whale`` queries' individuals absent from train.csv, no query
-    photo byte-identical to a train photo. Returns counts for the report; raises ValueError otherwise."""
-    train = pd.read_csv(comp_dir / "train.csv")
-    test_names = sorted(truth_ids)
-    d_train = set(common.byte_digests([comp_dir / "train" / n for n in train["Image"]]))
-    d_test = common.byte_digests([comp_dir / "test" / n for n in test_names])
-    shared = sum(d in d_train for d in d_test)
-    if shared:
-        raise ValueError(f"{comp_dir}: {shared} test photos are byte-identical to train photos")
-    return {"train": len(train), "test": len(test_names),
-            "known_queries": sum(v != NEW_WHALE for v in truth_ids.values()),
-            "new_queries": sum(v == NEW_WHALE for v in truth_ids.values())}
-
-
-def build_split(source: Path, out: Path, seed: int, log=print) -> tuple[Path, dict[str, str], dict[str, str]]:
-    """The seed's competition folder ``out`` and ``(folder, truth, true_individual)``: the test image ->
-    truth (its id or ``new_whale``) and -> its real individual (to check new queries' ids against train)."""
-    df = read_source(source)
-    train, test = split_flukes(df, seed)
-    train, test = check_disjoint(train, test, log)
-    source_id = dict(zip(df["path"].astype(str), df["Id"]))
-    comp = common.build_competition(out, train, test, suffix=".jpg")
-    truth = dict(zip(*pd.read_csv(comp / "test_solution.csv")[["Image", "Id"]].to_numpy().T))
-    individual = {f"te{i:05d}.jpg": source_id[str(p)] for i, (p, _) in enumerate(test)}
-    train_individuals = {source_id[str(p)] for p, _ in train}
-    clash = [n for n, t in truth.items() if t == NEW_WHALE and individual[n] in train_individuals]
-    if clash:
-        raise ValueError(f"{comp}: new_whale queries whose individual is in train, e.g. {clash[0]}")
-    return comp, truth, individual
-
-
 # ------------------------------------------------------------------------------ measuring
-def read_submission(path: Path) -> dict[str, list[str]]:
-    """``{image: [5 labels]}`` of a 2019-format submission CSV."""
-    df = pd.read_csv(path)
-    return {str(i): str(p).split() for i, p in zip(df["Image"], df["Id"])}
-
-
-def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dict[str, float]:
-    """MAP@5 over all queries, known and ``new_whale`` ones apart, the ``new_whale`` share at rank 1 and its true
-    share among the queries, and that share split by why (new whales; known whales whose id is not among the five;
-    known whales it pushed down a rank) (:func:`whale.submission.submission_figures`, the figures of ``whale
-    submission score``)."""
-    from whale.submission import submission_figures
-
-    f = submission_figures(pred, truth, NEW_WHALE)
-    return {"map5": f["map5"], "map5_known": f["map5_known"], "map5_new": f["map5_open"],
-            "new_whale_first": f["open_first"], "new_whale_true": f["open_share"],
-            "new_first_new": f["open_first_open"], "new_first_missed": f["open_first_missed"],
-            "new_first_found": f["open_first_found"]}
-
-
-WHY_NEW_FIRST = (("new_first_new", "of it, new whales"), ("new_first_missed", "known, id not among the five"),
-                 ("new_first_found", "known, id pushed down a rank"))
-""":func:`submission_metrics`' split of ``new_whale`` first by why: each key and its column heading."""
-
-
-def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:
-    """Top-1 / top-5 and the MAP@5 of the known queries by the per-id maximum (``new_whale`` never predicted), and
-    that MAP@5 of the queries whose whale has one gallery photo (``map5_one_photo``: 44% of the known queries)."""
-    from whale.ranking import top_id_scores
-
-    known = np.array([truth[str(q)] != NEW_WHALE for q in query])
-    names, idx, _ = top_id_scores(scores[known], gallery_ids, k=5)
-    top = names[idx]
-    actual = np.array([truth[str(q)] for q in query[known]])
-    hit = top == actual[:, None]
-    ap = (hit / np.arange(1, hit.shape[1] + 1)).sum(axis=1)
-    photos, counts = np.unique(np.asarray(gallery_ids, dtype=str), return_counts=True)
-    one = np.isin(actual, photos[counts == 1])
-    return {"top1": float(hit[:, 0].mean()), "top5": float(hit.any(axis=1).mean()),
-            "map5_known_no_new": float(ap.mean()), "map5_one_photo": float(ap[one].mean()) if one.any() else np.nan}
-
-
-def whale_command(args: list[str], log_path: Path, log=print) -> float:
-    """Run ``python -m whale ARGS`` (the user's ``whale`` command), its output into ``log_path``; its wall time.
-
-    A ``train`` or ``score`` step that finished before with the same arguments (its marker ``<log>.done.json``
-    beside the log) is not run again: a killed benchmark, run again with the same command, goes on from its first
-    unfinished step and reports the times measured then. The ensembles, seconds each, always run again.
-
-    Raises:
-        RuntimeError: a non-zero exit (the log file named).
-    """
-    done = log_path.with_name(log_path.name + ".done.json")
-    if args[0] in ("train", "score") and done.is_file():
-        record = json.loads(done.read_text())
-        if record.get("args") == args:
-            log(f"$ whale {' '.join(args)}\n  finished earlier in {record['seconds']:.0f} s  (log {log_path})")
-            return record["seconds"]
-    done.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "whale", *args]
-    log(f"$ whale {' '.join(args)}")
-    returncode, seconds, _ = common.run_measured(cmd, log_path, cwd=common.repo_root(),
-                                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    if returncode:
-        raise RuntimeError(f"whale {args[0]} failed (exit {returncode}); see {log_path}")
-    log(f"  {seconds:.0f} s  (log {log_path})")
-    done.write_text(json.dumps({"args": args, "seconds": seconds}))
-    return seconds
-
-
-def ensemble_and_check(runs: list[Path], sub: Path, comp: Path, work: Path, extra=(), log=print) -> tuple[float, list[str]]:
-    """``whale ensemble RUNS --tune --out SUB`` and ``whale submission check SUB``; seconds and the ensemble's log lines."""
-    t = whale_command(["ensemble", *map(str, runs), "--tune", "--out", str(sub), *extra], work / f"{sub.stem}.ensemble.log", log)
-    t += whale_command(["submission", "check", str(sub), "--sample", str(comp / "sample_submission.csv")],
-                       work / f"{sub.stem}.check.log", log)
-    return t, (work / f"{sub.stem}.ensemble.log").read_text().splitlines()
-
-
-def tuned_weights(lines: list[str], n: int) -> list[float] | None:
-    """The weights an ensemble's ``--tune-weights`` chose, read from its output."""
-    for line in lines:
-        if line.startswith("tuned weights "):
-            return [float(x) for x in line[len("tuned weights "):].split(":")[0].split(",")][:n]
-    return None
-
-
-def method_row(name: str, sub: Path, test_scores, truth: dict[str, str], seconds: dict) -> dict:
-    row = {"method": name, **submission_metrics(read_submission(sub), truth)}
-    if test_scores is not None:
-        row.update(ranking_metrics(test_scores.scores, test_scores.query, test_scores.gallery_ids, truth))
-    row["seconds"] = seconds
-    return row
-
-
-REFERENCE_PHOTOS = 100
-
-
-def machine_reference(source: Path) -> float:
-    """Seconds to extract the shipped RootSIFT features (``configs/keypoints.yaml``'s, whatever config the run
-    measures) of the source's first :data:`REFERENCE_PHOTOS` photos in one process (no store): the machine's speed
-    in the same run, the same work in every run, so that times compare across days and configs."""
-    from whale.keypoints import extract, load_keypoint_config
-
-    cfg = load_keypoint_config().features
-    paths = sorted((source / "train").glob("*.jpg"))[:REFERENCE_PHOTOS]
-    t0 = time.perf_counter()
-    for p in paths:
-        extract(p, cfg)
-    return time.perf_counter() - t0
 
 
 def run_seed(args, seed: int, log=print) -> list[dict]:
@@ -326,39 +130,6 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
         r["seed"] = seed
     (work / "results.json").write_text(json.dumps(rows, indent=2))
     return rows
-
-
-def earlier_run_of(root, seed: int, comp: Path, kind: str = "keypoints") -> Path:
-    """``ROOT/seedN/KIND`` (``keypoints``: the matcher's scores of an earlier ``--methods keypoints`` run;
-    ``learned``: an earlier ``--methods learned`` run's trained model and scores), checked to be of split ``comp``:
-    the folder it scored (its ``run.json``'s ``data``) holds the same ``train.csv``, ``test_solution.csv`` and
-    photos, byte for byte, and its test score file names the same queries.
-
-    Raises:
-        ValueError: no such folder, or it scored another split (file named).
-    """
-    from whale.inference.scorefile import load_score_file, score_path
-
-    run = Path(root) / f"seed{seed}" / kind
-    option = {"keypoints": "--keypoint-runs", "learned": "--learned-runs"}[kind]
-    files = [score_path(run, "test"), score_path(run, "val"), run / "run.json"]
-    if not all(f.is_file() for f in files):
-        raise ValueError(f"{option}: expected {', '.join(map(str, files))} "
-                         f"(benchmarks/flukes/humpback.py --methods {kind} "
-                         f"--out {root}), found none")
-    scored = Path(json.loads((run / "run.json").read_text())["data"])
-
-    def content(folder: Path) -> tuple:
-        photos = sorted((folder / "train").glob("*.jpg")) + sorted((folder / "test").glob("*.jpg"))
-        return ((folder / "train.csv").read_bytes(), (folder / "test_solution.csv").read_bytes(),
-                [p.name for p in photos], common.byte_digests(photos))
-
-    if not scored.is_dir() or content(scored) != content(comp):
-        raise ValueError(f"{run / 'run.json'}: it scored {scored}, another split than {comp}")
-    test = load_score_file(files[0])
-    if sorted(map(str, test.query)) != sorted(pd.read_csv(comp / "test_solution.csv")["Image"].astype(str)):
-        raise ValueError(f"{files[0]}: its queries are not {comp}'s test photos")
-    return run
 
 
 def score_path_of(run: Path) -> Path:
@@ -425,27 +196,6 @@ def gains_table(rows: list[dict], base: str = "keypoints") -> str:
     return "\n".join(lines)
 
 
-def mirror_split(comp_dir: Path, seed: int) -> tuple:
-    """A validation split drawn from ``train`` as the test set was drawn from the whole data: one photo per
-    individual with two or more ``train`` photos is a known query (so 1-photo galleries occur, as in the
-    test), every ``train`` photo labelled ``new_whale`` an open-set query, the other known photos the gallery.
-
-    Returns:
-        ``(gallery_paths, gallery_ids, query_paths, query_ids)``, ids as str arrays.
-    """
-    df = pd.read_csv(comp_dir / "train.csv")
-    known = df[df["Id"] != NEW_WHALE]
-    rng = np.random.default_rng(1000 + seed)
-    query_rows = [g.index[rng.integers(len(g))] for _, g in known.groupby("Id", sort=True) if len(g) >= 2]
-    gallery = known.drop(index=query_rows)
-    queries = pd.concat([known.loc[query_rows], df[df["Id"] == NEW_WHALE]])
-
-    def paths(frame):
-        return [comp_dir / "train" / name for name in frame["Image"]]
-
-    return (paths(gallery), gallery["Id"].to_numpy(str), paths(queries), queries["Id"].to_numpy(str))
-
-
 def screen(args, settings: list[str], log=print) -> list[dict]:
     """Keypoint settings compared on validation only, never on the test set: split ``args.seeds``' first seed,
     either fold 0's validation queries against the fold's training images (``args.screen_on == "fold0"``: the
@@ -490,69 +240,6 @@ def screen(args, settings: list[str], log=print) -> list[dict]:
     return rows
 
 
-def single_photo_queries(g_ids: np.ndarray, q_ids: np.ndarray) -> np.ndarray:
-    """``[known queries] bool``: the known queries whose individual has one gallery photo."""
-    photos_of = pd.Series(g_ids).value_counts()
-    return photos_of.reindex(q_ids[q_ids != NEW_WHALE]).to_numpy() == 1
-
-
-def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids, keep: dict | None = None) -> dict:
-    """One keypoint config on a validation split: :func:`validation_metrics`, descriptors per photo, seconds. The
-    keypoint selector is read back from the store when a run fitted it on this gallery under the same settings
-    (:mod:`whale.keypoints.selectcache`), else fitted and kept there. ``keep``: a dict given the score matrix
-    (``"scores"``)."""
-    from whale.keypoints import FeatureStore
-    from whale.keypoints.selectcache import SelectorCache
-
-    store = FeatureStore(cfg, cache)
-    t0 = time.perf_counter()
-    fg = store.features(g_paths, progress=False)
-    g_keys = store.keys
-    fv = store.features(q_paths, progress=False)
-    q_keys = store.keys
-    t_feat = time.perf_counter() - t0
-    kept = SelectorCache(store.folder, cfg, g_keys, g_ids, NEW_WHALE)
-    matcher, _ = kept.matcher(fg, g_ids)
-    result = matcher.match(fv, progress=False, keys=q_keys)
-    kept.keep(matcher)
-    if keep is not None:
-        keep["scores"] = result.scores
-    return {**validation_metrics(result.scores, g_ids, q_ids),
-            "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
-            "seconds": {"features": t_feat, "select_gallery": matcher.select_seconds,
-                        **{f"select_{step}": v for step, v in matcher.select_steps.items()},
-                        "index": matcher.index_seconds, **result.seconds}}
-
-
-def validation_metrics(scores: np.ndarray, g_ids: np.ndarray, q_ids: np.ndarray) -> dict:
-    """``scores [queries, gallery photos]`` on a validation split: known MAP@5 (all, one gallery photo), top-1/5,
-    MAP@5 with ``new_whale`` at the threshold tuned on the same queries and the share of queries it puts
-    ``new_whale`` first for (``new_whale_first``)."""
-    from whale.ranking import top_id_scores, tune_threshold
-    from whale.ranking.newwhale import new_whale_share
-
-    known = q_ids != NEW_WHALE
-    single = single_photo_queries(g_ids, q_ids)
-    names, idx, _ = top_id_scores(scores[known], g_ids, k=5)
-    hit = names[idx] == q_ids[known][:, None]
-    ap5 = (hit / np.arange(1, 6)).sum(1)
-    threshold, val_map, _ = tune_threshold(scores, g_ids, q_ids)
-    top1 = top_id_scores(scores, g_ids, k=1)[2][:, 0]
-    return {"map5_known": float(ap5.mean()), "map5_known_single": float(ap5[single].mean()) if single.any() else None,
-            "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map),
-            "new_whale_first": new_whale_share(top1, threshold)}
-
-
-def screen_table(rows: list[dict]) -> str:
-    lines = ["| setting | known MAP@5 | 1 gallery photo | top-1 | top-5 | MAP@5, threshold tuned | descriptors/photo |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['setting']} | {r['map5_known']:.3f} | "
-              f"{'-' if r['map5_known_single'] is None else format(r['map5_known_single'], '.3f')} | {r['top1']:.3f} | "
-              f"{r['top5']:.3f} | {r['map5_tuned']:.3f} | "
-              f"{format(r['descriptors_per_photo'], '.0f') if 'descriptors_per_photo' in r else '-'} |" for r in rows]
-    return "\n".join(lines)
-
-
 def times_table(rows: list[dict], reference: float) -> str:
     """Each method's steps in seconds (mean over seeds) and as multiples of the machine reference."""
     lines = ["| method | step | seconds | x reference |", "| --- | --- | --- | --- |"]
@@ -568,8 +255,7 @@ def times_table(rows: list[dict], reference: float) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="working folder (splits, runs, submissions, results)")
+    p = harness.parser(__doc__, "working folder (splits, runs, submissions, results)")
     p.add_argument("--seeds", default="0", help="comma-separated split seeds (default 0)")
     p.add_argument("--methods", default="keypoints,pixels,all_new_whale",
                    help=f"comma-separated, of {', '.join(METHODS)} (fusion runs keypoints and learned)")
@@ -604,9 +290,8 @@ def main(argv=None) -> int:
                    help="with --screen: also the mean and the max of the settings' score matrices (two matchers "
                         "side by side, e.g. RootSIFT and XFeat)")
     args = p.parse_args(argv)
-    args.source = common.shared_data("humpback")
+    args.source = harness.shared_source("humpback")
     if args.source is None:
-        print("no ../shared/data/humpback beside the checkout: nothing to measure")
         return 0
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in args.methods if m not in METHODS]
@@ -626,8 +311,7 @@ def main(argv=None) -> int:
         (Path(args.out) / "screen.json").write_text(json.dumps(rows, indent=2))
         return 0
     t0 = time.perf_counter()
-    reference = machine_reference(args.source)
-    print(f"machine reference: {REFERENCE_PHOTOS} photos' keypoints in {reference:.1f} s, one process", flush=True)
+    reference = machine_reference(args.source, lambda m: print(m, flush=True))
     rows = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         rows += run_seed(args, seed)

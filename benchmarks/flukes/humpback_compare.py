@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.flukes.humpback import KAGGLE_NEW_SHARE  # noqa: E402
+from benchmarks.flukes.shared import KAGGLE_NEW_SHARE  # noqa: E402
 
 METRICS = (("map5", "MAP@5, all queries"), ("map5_known", "known"), ("map5_new", "new_whale"),
            ("map5_known_no_new", "known, ids only"), ("map5_one_photo", "one-photo whales, ids only"),

@@ -28,7 +28,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from benchmarks.flukes import humpback  # noqa: E402
+from benchmarks.flukes import shared  # noqa: E402
 
 COLUMNS = [("map5", "MAP@5 all"), ("map5_known", "known"), ("map5_new", "`new_whale`"),
            ("map5_known_no_new", "known, ids only"), ("map5_one_photo", "one-photo whales, ids only"),
@@ -36,7 +36,7 @@ COLUMNS = [("map5", "MAP@5 all"), ("map5_known", "known"), ("map5_new", "`new_wh
            ("val_map5", "validation MAP@5, threshold in-sample"), ("val_known_no_new", "validation known, ids only")]
 """The table's columns: a row's key and its heading."""
 
-WHY_NEW_FIRST = [("new_whale_first", "`new_whale` first"), ("new_whale_true", "true share"), *humpback.WHY_NEW_FIRST]
+WHY_NEW_FIRST = [("new_whale_first", "`new_whale` first"), ("new_whale_true", "true share"), *shared.WHY_NEW_FIRST]
 """The second table's columns: where the share of ``new_whale`` at rank 1 comes from, as shares of all queries."""
 
 
@@ -75,11 +75,11 @@ def fuse_seed(names: list[str], runs: dict[str, str], seed: int, data: Path, out
     known = valid.query_ids != NEW_WHALE
     val_truth = dict(zip(map(str, valid.query[known]), map(str, valid.query_ids[known])))
     val = re.findall(r"expected MAP@5 from validation, threshold [0-9.e-]+ .*: ([0-9.]+)$", done.stdout, re.M)
-    return {**humpback.submission_metrics(humpback.read_submission(sub), truth),
-            **humpback.ranking_metrics(test.scores, test.query, test.gallery_ids, truth),
+    return {**shared.submission_metrics(shared.read_submission(sub), truth),
+            **shared.ranking_metrics(test.scores, test.query, test.gallery_ids, truth),
             "val_map5": float(val[0]) if val else float("nan"),
-            "val_known_no_new": humpback.ranking_metrics(valid.scores[known], valid.query[known], valid.gallery_ids,
-                                                val_truth)["map5_known_no_new"]}
+            "val_known_no_new": shared.ranking_metrics(valid.scores[known], valid.query[known], valid.gallery_ids,
+                                              val_truth)["map5_known_no_new"]}
 
 
 def summary(rows: dict[str, list[dict]], seeds: list[int]) -> str:

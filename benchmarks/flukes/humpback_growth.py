@@ -6,7 +6,7 @@
 
 The shared flukes hold 7,980 photos; the competition held 33,321 (25,361 training, 7,960 test). The gallery is
 grown with flipped copies as distractor individuals, as the 2019 winners grew their training set (a mirrored
-fluke is another whale): split ``--seed``'s folder (:func:`benchmarks.flukes.humpback.build_split`) with each of
+fluke is another whale): split ``--seed``'s folder (:func:`benchmarks.flukes.shared.build_split`) with each of
 its 7,980 photos, training and test, added to ``train`` in ``R - 1`` more renditions (``R`` in ``--renditions``):
 mirrored, upside down, turned half round (:data:`RENDITIONS`). Upright SIFT descriptors (the shipped
 ``features.upright``) differ in each rendition, so each is another individual to the matcher: a photo's
@@ -29,7 +29,6 @@ The last stdout line is ``{"benchmark": "humpback_growth", ...}``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -44,8 +43,8 @@ quiet_unless_debugging()
 
 import pandas as pd  # noqa: E402
 
-from benchmarks import common  # noqa: E402
-from benchmarks.flukes import humpback  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
+from benchmarks.flukes import shared  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 RENDITIONS = (("mirror", 1), ("upside_down", 0), ("turned", -1))
@@ -123,11 +122,11 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
                            f"{args.memory_limit_gb:g} GB limit" if limit else "") + f"); see {work / 'score.log'}")
     log(f"  {seconds:.0f} s, peak {peak['resident']:,.0f} MB resident, {peak['anonymous']:,.0f} MB not mapped files' "
         "(with its extraction workers)")
-    te, _ = humpback.ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
+    te, _ = shared.ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
     record = json.loads((kp / "run.json").read_text())
     test_scores = load_score_file(kp / "test.npz")
-    row = humpback.method_row(f"x{renditions}", work / "keypoints.csv", test_scores, truth,
-                              {"score": seconds, "ensemble": te, **record["seconds"]})
+    row = shared.method_row(f"x{renditions}", work / "keypoints.csv", test_scores, truth,
+                            {"score": seconds, "ensemble": te, **record["seconds"]})
     row.update(renditions=renditions, photos=len(train) + len(truth), train_photos=len(train),
                individuals=int(train.loc[train["Id"] != NEW_WHALE, "Id"].nunique()), peak_tree_mb=peak["resident"],
                peak_anonymous_mb=peak["anonymous"], memory_limit_gb=args.memory_limit_gb, cgroup_peak_mb=group_peak,
@@ -138,7 +137,7 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
 
 
 def without_own_renditions(scores, truth: dict[str, str]) -> dict[str, float]:
-    """The known queries' ranking (ids only, :func:`benchmarks.flukes.humpback.ranking_metrics`) in a size's test
+    """The known queries' ranking (ids only, :func:`benchmarks.flukes.shared.ranking_metrics`) in a size's test
     ``scores`` (its loaded score file) with the gallery's renditions of the test photos themselves left out: what
     the other distractors cost, apart from each query meeting its own mirror (a fluke is nearly symmetric)."""
     import numpy as np
@@ -146,7 +145,7 @@ def without_own_renditions(scores, truth: dict[str, str]) -> dict[str, float]:
     gallery = [str(g) for g in scores.gallery]
     own = np.array([not g.startswith("tr") and Path(g).stem.split("_")[-1] in stems for g in gallery])
     ids = np.asarray(scores.gallery_ids, dtype=str)[~own]
-    got = humpback.ranking_metrics(scores.scores[:, ~own], np.asarray(scores.query), ids, truth)
+    got = shared.ranking_metrics(scores.scores[:, ~own], np.asarray(scores.query), ids, truth)
     return {"own_left_out_known_no_new": got["map5_known_no_new"], "own_left_out_one_photo": got["map5_one_photo"]}
 
 
@@ -183,8 +182,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="working folder (the split, each size's folder, run and results)")
+    p = harness.parser(__doc__, "working folder (the split, each size's folder, run and results)")
     p.add_argument("--seed", type=int, default=0, help="the split seed (benchmarks/flukes/humpback.py's)")
     p.add_argument("--renditions", default="1,2,4", help="comma-separated sizes: renditions of each photo (1..4)")
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
@@ -205,16 +203,13 @@ def main(argv=None) -> int:
                 r.update(without_own_renditions(load_score_file(f.parent / "keypoints" / "test.npz"), truth))
         print(table(rows))
         return 0
-    source = common.shared_data("humpback")
+    source = harness.shared_source("humpback")
     if source is None:
-        print("no ../shared/data/humpback beside the checkout: nothing to measure")
         return 0
     t0 = time.perf_counter()
-    args.reference = humpback.machine_reference(source)
-    print(f"machine reference: {humpback.REFERENCE_PHOTOS} photos' keypoints in {args.reference:.1f} s, one process",
-          flush=True)
-    split, truth, _ = humpback.build_split(source, Path(args.out) / "split", args.seed)
-    humpback.assert_disjoint(split, truth)
+    args.reference = shared.machine_reference(source, lambda m: print(m, flush=True))
+    split, truth, _ = shared.build_split(source, Path(args.out) / "split", args.seed)
+    shared.assert_disjoint(split, truth)
     rows = [measure(args, split, truth, int(r)) for r in args.renditions.split(",")]
     print(table(rows))
     metrics = {f"x{r['renditions']}_{k}": r[k] for r in rows

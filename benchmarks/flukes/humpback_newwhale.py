@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.flukes.humpback import (NEW_WHALE, WHY_NEW_FIRST, read_submission, submission_metrics,  # noqa: E402
-                                        whale_command)
+from benchmarks.flukes.shared import (NEW_WHALE, WHY_NEW_FIRST, read_submission, submission_metrics,  # noqa: E402
+                                      whale_command)
 
 COLUMNS = (("map5", "MAP@5"), ("map5_known", "known"), ("map5_new", "new_whale"), ("new_whale_first", "new_whale first"),
            *WHY_NEW_FIRST)

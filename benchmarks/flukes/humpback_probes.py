@@ -3,7 +3,7 @@
     python benchmarks/flukes/humpback_probes.py --out runs/humpback_screen3 --cache runs/humpback_final/keypoint-store \
         [--probes rerank,confusers,misses]
 
-Every probe runs on :func:`benchmarks.flukes.humpback.mirror_split` of split seed 0 (drawn from ``train`` as the
+Every probe runs on :func:`benchmarks.flukes.shared.mirror_split` of split seed 0 (drawn from ``train`` as the
 test was; the test queries are never looked at), with ``configs/keypoints.yaml`` as shipped, against the
 shipped matcher's scores measured in the same run:
 
@@ -24,7 +24,6 @@ Prints one table (known MAP@5, the queries whose whale has one gallery photo, to
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -34,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
-from benchmarks.flukes.humpback import build_split, mirror_split, screen_table, validation_metrics  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
+from benchmarks.flukes.shared import build_split, mirror_split, screen_table, validation_metrics  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.core.progress import progress_bar  # noqa: E402
 
@@ -170,15 +169,13 @@ def draw_misses(base, fg, fq, g_paths, g_ids, q_paths, q_ids, cfg, out: Path, n:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="the humpback benchmark's folder (its split seed 0 is reused)")
+    p = harness.parser(__doc__, "the humpback benchmark's folder (its split seed 0 is reused)")
     p.add_argument("--cache", default=None, help="the keypoint feature store (default OUT/keypoint-store)")
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
     p.add_argument("--probes", default=",".join(PROBES), help=f"comma-separated, of {', '.join(PROBES)}")
     args = p.parse_args(argv)
-    source = common.shared_data("humpback")
+    source = harness.shared_source("humpback")
     if source is None:
-        print("no ../shared/data/humpback beside the checkout: nothing to measure")
         return 0
     probes = [x for x in args.probes.split(",") if x]
     if set(probes) - set(PROBES):

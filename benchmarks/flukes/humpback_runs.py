@@ -16,18 +16,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from benchmarks.flukes.shared import (KAGGLE_NEW_SHARE, earlier_run_of, ensemble_and_check, method_row, slug,
+                                      tuned_weights, whale_command)
+
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-
-
-def slug(name: str) -> str:
-    """A file name for a row name: ``learned flukes_lite0_cpu`` -> ``learned_flukes_lite0_cpu``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")
 
 
 def learned_runs(args, seed: int, comp: Path, work: Path, log=print) -> dict[str, tuple[Path, dict | None]]:
     """``{row name: (run folder, seconds or None when reused)}`` of the split ``comp``'s learned runs."""
-    from benchmarks.flukes.humpback import earlier_run_of, whale_command
-
     runs = {}
     wanted = "learned" in args.methods or "fusion" in args.methods
     for config in args.learned_configs if wanted else []:
@@ -76,7 +72,6 @@ def fusion_rows(args, name: str, runs: list[Path], comp: Path, truth: dict, work
     ``--tune-new-share`` (validation's ``new_whale`` queries weighed as the competition's test share, as the
     matcher's own share row), or a weight grid on the raw scores (``log``, ``linear``: ``--tune-weights
     --weight-grid``)."""
-    from benchmarks.flukes.humpback import KAGGLE_NEW_SHARE, ensemble_and_check, method_row, tuned_weights
     from whale.ensemble.combine import average_score_files
     from whale.ensemble.fusion import read_fusion
     from whale.inference.scorefile import score_path

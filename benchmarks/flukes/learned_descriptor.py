@@ -7,7 +7,7 @@ Real-whale issue, item 5: the matcher's SIFT keypoints described by a small Conv
 TGLoss or global loss) instead of RootSIFT, everything else of ``configs/keypoints.yaml`` unchanged.
 
 Data: split ``--seed`` of ``benchmarks/flukes/humpback.py`` (built under ``--out`` when absent). Validation only,
-never the test set: :func:`benchmarks.flukes.humpback.mirror_split` of its ``train`` (one known query per individual
+never the test set: :func:`benchmarks.flukes.shared.mirror_split` of its ``train`` (one known query per individual
 with two or more photos, 1-photo galleries included, ``train``'s ``new_whale`` photos as open-set queries).
 The descriptor trains on that split's gallery photos, unlabelled (a catalogue a researcher holds); no query
 photo is among them (checked by bytes). The comparison runs on the queries and gallery of a seeded share
@@ -17,7 +17,6 @@ The last stdout line is ``{"benchmark": "learned_descriptor", "metrics": {...}, 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -27,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
-from benchmarks.flukes.humpback import build_split, evaluate_setting, mirror_split, screen_table  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
+from benchmarks.flukes.shared import build_split, evaluate_setting, mirror_split, screen_table  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 
@@ -45,8 +44,7 @@ def subset(g_paths, g_ids, q_paths, q_ids, share: float, seed: int):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True)
+    p = harness.parser(__doc__, "work folder (the split, the keypoint store, the trained descriptors)")
     p.add_argument("--seed", type=int, default=0, help="split seed (benchmarks/flukes/humpback.py)")
     p.add_argument("--ids", type=float, default=0.25, help="share of individuals compared on")
     p.add_argument("--losses", default="tgloss", help="comma-separated, of tgloss, global")
@@ -55,9 +53,8 @@ def main(argv=None) -> int:
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
     p.add_argument("--cache", default=None, help="feature store (default OUT/keypoint-store)")
     args = p.parse_args(argv)
-    source = common.shared_data("humpback")
+    source = harness.shared_source("humpback")
     if source is None:
-        print("no ../shared/data/humpback beside the checkout: nothing to measure")
         return 0
     from whale.core.files import file_hash
     from whale.keypoints import load_keypoint_config

@@ -11,7 +11,7 @@ so the settings differ only where they act after selection (search, verification
 would fit another selector (``search.k`` among them) is measured with the config's own. Validation only: the
 split's test queries are never read.
 
-Prints one JSON line per setting and a table (:func:`benchmarks.flukes.humpback.validation_metrics`, the screen's
+Prints one JSON line per setting and a table (:func:`benchmarks.flukes.shared.validation_metrics`, the screen's
 figures): known MAP@5 with ids only, the same with each whale kept to one seeded gallery photo (validation's known
 whales all have two or more: ``one photo kept`` stands in for the test's whales seen once), MAP@5 with
 ``new_whale`` at the threshold tuned on the same queries (the toolkit's tuner), the share of queries it puts
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from benchmarks.flukes.humpback import validation_metrics  # noqa: E402
+from benchmarks.flukes.shared import validation_metrics  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 

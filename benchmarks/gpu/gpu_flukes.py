@@ -53,7 +53,7 @@ def jobs(quick: bool, seeds=(0, 1, 2), part: str = "first") -> list[tuple[str, s
 def quick_pack(work: Path) -> Path | None:
     """A pack of 30 individuals of ``../shared/data/humpback`` at 32 x 64 (the ``--quick`` step's)."""
     from benchmarks import common
-    from benchmarks.flukes import humpback_pack
+    from benchmarks.flukes import shared
 
     src = common.shared_data("humpback")
     if src is None:
@@ -70,28 +70,28 @@ def quick_pack(work: Path) -> Path | None:
             if not (tiny / "train" / name).exists():
                 shutil.copyfile(src / "train" / name, tiny / "train" / name)
         keep.to_csv(tiny / "train.csv", index=False)
-        humpback_pack.pack(tiny, dest, [0], (37, 74), first_part_bytes=20_000, log=lambda *_: None)
+        shared.pack(tiny, dest, [0], (37, 74), first_part_bytes=20_000, log=lambda *_: None)
     return dest
 
 
 def step(ctx, train_s: float = TRAIN_S, quick: bool = False, part: str = "first") -> dict:
     """Train :func:`jobs` of ``part`` at once on the pack, each with ``--time-budget train_s``; their figures."""
     from benchmarks import common
-    from benchmarks.flukes import humpback_pack
+    from benchmarks.flukes import shared
 
     pack = quick_pack(ctx.work) if quick else ROOT / PACK
     if pack is not None:
-        humpback_pack.untar_parts(pack)
+        shared.untar_parts(pack)
     if pack is None or not (pack / "part2" / "pack.json").is_file() or not any((pack / "part1" / "photos").glob("*")):
         return {"skipped": f"no {PACK}/part1 and part2 (benchmarks/flukes/humpback_pack.py --out {PACK}, "
                            "then carry both)"
                 if not quick else "no ../shared/data/humpback beside the checkout"}
     work = ctx.work / "flukes"
-    seeds = humpback_pack.pack_seeds(pack)
+    seeds = shared.pack_seeds(pack)
     todo = jobs(quick, seeds, part)
     truth = {}
     for seed in dict.fromkeys(s for _, _, s in todo):
-        _, truth[seed] = humpback_pack.materialize(pack, seed, work / f"seed{seed}" / "data")
+        _, truth[seed] = shared.materialize(pack, seed, work / f"seed{seed}" / "data")
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1"}
     budget = 60.0 if quick else float(train_s)
     procs = []
@@ -135,7 +135,7 @@ def measure(run: Path, comp: Path, truth: dict[str, str], work: Path) -> dict:
     ranking, with the run's epochs, best validation MAP@5 and training seconds."""
     import csv
 
-    from benchmarks.flukes.humpback import ensemble_and_check, ranking_metrics, read_submission, submission_metrics
+    from benchmarks.flukes.shared import ensemble_and_check, ranking_metrics, read_submission, submission_metrics
     from whale.inference.scorefile import load_score_file
 
     sub = work / f"{run.name}.csv"

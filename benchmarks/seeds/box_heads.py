@@ -19,7 +19,6 @@ refiner's row counts the refiner alone). The last line is one JSON object.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from benchmarks.seeds.boxes import label_subset  # noqa: E402
 
 HEADS = ("dense", "integral")
@@ -58,8 +57,7 @@ def refined_one_margin(labels, run_dir: Path, start: str) -> float:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder")
+    p = harness.parser(__doc__, "work folder")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated box config seeds")
     p.add_argument("--labels", type=int, default=1200, help="labelled training images")
     p.add_argument("--box-config", default=str(common.repo_root() / "configs" / "boxes.yaml"))

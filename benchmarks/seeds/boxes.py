@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 
 
 def cpu_seconds() -> float:
@@ -178,8 +178,7 @@ def tta_views(text: str) -> tuple[str, ...]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder")
+    p = harness.parser(__doc__, "work folder")
     p.add_argument("--labels", type=int, default=1200, help="labelled training images")
     p.add_argument("--box-config", default=str(common.repo_root() / "configs" / "boxes.yaml"))
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a box config key")

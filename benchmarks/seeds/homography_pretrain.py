@@ -30,8 +30,6 @@ folders resumed); the last lines print the tables and one JSON object.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -40,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from benchmarks.seeds import objectives  # noqa: E402
 
 SETS = ("synthetic", "omniglot")
@@ -174,12 +172,9 @@ def summary(rows: list[dict], fractions: list[str]) -> tuple[str, dict]:
 
 
 def main(argv=None) -> int:
-    from whale.core.files import write_json_atomic
-
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data, run folders, results.json)")
+    p = harness.parser(__doc__, "work folder (data, run folders, results.json)", seeds="0,1,2",
+                       seeds_help="comma-separated seeds (data split and training)", report=True)
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, from {', '.join(SETS)}")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (data split and training)")
     p.add_argument("--fractions", default="0.25,0.5", help="homography stage lengths to choose from on validation "
                    "(share of the first stage's steps)")
     p.add_argument("--epochs-scale", type=float, default=1.0, help="every stage's length x F")
@@ -193,31 +188,19 @@ def main(argv=None) -> int:
     fractions = [f for f in args.fractions.split(",") if f]
     if [s for s in sets_wanted if s not in SETS] or not all(0 < float(f) < 1 for f in fractions):
         p.error(f"--sets from {', '.join(SETS)}; --fractions in (0, 1)")
+    results = harness.RowFile(Path(args.out) / "results.json", ("set", "variant", "seed"))
+    if args.report:
+        return harness.finish("homography_pretrain", results.rows(), lambda rows: summary(rows, fractions))
     if args.quick:
         args.ids, args.size, args.epochs_scale = min(args.ids, 30), min(args.size, 96), args.epochs_scale * 0.1
     common.setup_tensorflow()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path = out / "results.json"
-    rows = json.loads(results_path.read_text())["rows"] if results_path.is_file() else []
-    done = {(r["set"], r["variant"], r["seed"]) for r in rows}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     sets: dict = {}
-    for set_name in sets_wanted:
-        for seed in [int(s) for s in args.seeds.split(",") if s]:
-            for variant in ["none", *fractions]:
-                if (set_name, variant, seed) in done:
-                    continue
-                try:
-                    rows.append(run_one(set_name, variant, seed, args, sets, lambda m: print(m, flush=True)))
-                except FileNotFoundError as err:
-                    print(f"{set_name}: skipped ({err})")
-                    break
-                write_json_atomic(results_path, {"rows": rows, "args": vars(args)})
-    table, stats = summary(rows, fractions)
-    print()
-    print(table)
-    print(common.final_json("homography_pretrain", {"summary": stats}, time.time() - t0))
-    return 0
+    jobs = [harness.Job((set_name, variant, seed), lambda s=set_name, v=variant, seed=seed: run_one(
+                s, v, seed, args, sets, lambda m: print(m, flush=True)), set_name)
+            for set_name in sets_wanted for seed in harness.seed_list(args.seeds) for variant in ["none", *fractions]]
+    rows = harness.run_jobs(results, jobs, args=vars(args))
+    return harness.finish("homography_pretrain", rows, lambda rows: summary(rows, fractions), seconds=time.time() - t0)
 
 
 if __name__ == "__main__":

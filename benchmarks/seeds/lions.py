@@ -33,7 +33,6 @@ The last stdout line is ``{"benchmark": "lions", "metrics": {...}, "seconds": ..
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 TEST_SHARE = 0.25        # of each known lion's photos
@@ -106,8 +105,7 @@ def lion_competition(lions: dict, out: Path, seed: int) -> tuple[Path, dict[str,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data copies, run folders)")
+    p = harness.parser(__doc__, "work folder (data copies, run folders)")
     p.add_argument("--quick", action="store_true", help="reduced settings for development")
     p.add_argument("--seed", type=int, default=0, help="seed of the split and training")
     p.add_argument("--config", default=str(common.repo_root() / "configs" / "lions.yaml"))

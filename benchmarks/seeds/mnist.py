@@ -30,7 +30,6 @@ is ``{"benchmark": "mnist", ...}``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import struct
@@ -39,6 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks import harness  # noqa: E402
 from whale.command import quiet_unless_debugging  # noqa: E402
 
 quiet_unless_debugging()  # before anything imports the backend
@@ -273,9 +274,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.parser(__doc__, "folder for mnist.json")
     p.add_argument("--mnist", required=True, help="folder of MNIST's four idx files (uncompressed)")
-    p.add_argument("--out", required=True, help="folder for mnist.json")
     p.add_argument("--nets", default="none:1000,pca40:1000", help="comma-separated INPUT:WIDTHS (default %(default)s)")
     p.add_argument("--epochs", type=int, default=10, help="passes through the 100,000 base pairs (default %(default)s)")
     p.add_argument("--lr", type=float, default=0.01)

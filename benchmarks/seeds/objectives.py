@@ -41,8 +41,6 @@ the seeds per set and objective, and one JSON object.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import sys
 import time
@@ -52,7 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from whale.config.overrides import overrides  # noqa: E402
 
 SETS = ("synthetic", "omniglot", "lions")
@@ -248,16 +246,14 @@ def summary(rows: list[dict]) -> tuple[str, dict]:
 
 
 def main(argv=None) -> int:
-    from whale.core.files import write_json_atomic
     from whale.config.objectives import objective_names
 
     OBJECTIVES = objective_names()
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data, run folders, results.json)")
+    p = harness.parser(__doc__, "work folder (data, run folders, results.json)", seeds="0,1,2",
+                       seeds_help="comma-separated seeds (data split and training)", report=True)
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, from {', '.join(SETS)}")
     p.add_argument("--objectives", default=",".join(OBJECTIVES), help="comma-separated objective names")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (data split and training)")
     p.add_argument("--epochs-scale", type=float, default=1.0, help="every stage's length x F for every objective")
     p.add_argument("--ids", type=int, default=200, help="identities of the synthetic competition")
     p.add_argument("--size", type=int, default=256, help="image side of the synthetic competition")
@@ -268,6 +264,9 @@ def main(argv=None) -> int:
                    help="override a config value of every trained run (repeatable), e.g. flip_ids=true")
     args = p.parse_args(argv)
     t0 = time.time()
+    results = harness.RowFile(Path(args.out) / "results.json", ("set", "objective", "seed"))
+    if args.report:
+        return harness.finish("objectives", results.rows(), summary, lambda s: {"summary": s, "quick": bool(args.quick)})
     sets_wanted = [s for s in args.sets.split(",") if s]
     objectives = [o for o in args.objectives.split(",") if o]
     bad = [s for s in sets_wanted if s not in SETS] + [o for o in objectives if o not in OBJECTIVES]
@@ -284,28 +283,14 @@ def main(argv=None) -> int:
     if args.quick:
         args.ids, args.size, args.epochs_scale = min(args.ids, 30), min(args.size, 96), args.epochs_scale * 0.1
     common.setup_tensorflow()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path = out / "results.json"
-    rows = json.loads(results_path.read_text())["rows"] if results_path.is_file() else []
-    done = {(r["set"], r["objective"], r["seed"]) for r in rows}
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     sets: dict = {}
-    for seed in [int(s) for s in args.seeds.split(",") if s]:
-        for set_name in sets_wanted:
-            for objective in ["pixels", *objectives]:
-                if (set_name, label(objective, args.sampler, args.set), seed) in done:
-                    continue
-                try:
-                    rows.append(run_one(set_name, objective, seed, args, sets, print))
-                except FileNotFoundError as err:
-                    print(f"{set_name}: skipped ({err})")
-                    break
-                write_json_atomic(results_path, {"rows": rows, "args": vars(args)})
-    table, stats = summary(rows)
-    print()
-    print(table)
-    print(common.final_json("objectives", {"summary": stats, "quick": bool(args.quick)}, time.time() - t0))
-    return 0
+    jobs = [harness.Job((set_name, label(objective, args.sampler, args.set), seed),
+                        lambda s=set_name, o=objective, seed=seed: run_one(s, o, seed, args, sets, print), set_name)
+            for seed in harness.seed_list(args.seeds) for set_name in sets_wanted for objective in ["pixels", *objectives]]
+    rows = harness.run_jobs(results, jobs, args=vars(args))
+    return harness.finish("objectives", rows, summary, lambda s: {"summary": s, "quick": bool(args.quick)},
+                          time.time() - t0)
 
 
 if __name__ == "__main__":

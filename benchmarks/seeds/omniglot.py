@@ -46,7 +46,6 @@ The last stdout line is ``{"benchmark": "omniglot", "metrics": {...}, "seconds":
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 import time
@@ -60,7 +59,7 @@ quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 N_WAY, N_TASKS = 20, 100  # 2,000 queries: a standard error of ~1 point at 80%
@@ -181,11 +180,10 @@ def eval_competition(rows: list[dict], out: Path, seed: int) -> Path:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data copies, run folders)")
+    p = harness.parser(__doc__, "work folder (data copies, run folders)")
     p.add_argument("--quick", action="store_true", help="reduced settings for development")
     p.add_argument("--seed", type=int, default=0, help="seed of the splits, tasks and training")
-    common.add_seed_arguments(p)
+    harness.add_seed_arguments(p)
     p.add_argument("--gpu", action="store_true",
                    help="the GPU schedule (configs/omniglot_gpu.yaml) and no time budget")
     p.add_argument("--config", default=None,
@@ -203,7 +201,7 @@ def main(argv=None) -> int:
     if args.budget is None:
         args.budget = 0.0 if args.gpu else common.TOTAL_BUDGET_S
     if args.seeds:
-        return common.several_seeds(
+        return harness.several_seeds(
             Path(__file__), args, argv if argv is not None else sys.argv[1:], SEED_KEYS, "omniglot",
             f"Omniglot, {N_WAY}-way one-shot on {N_TASKS} tasks per seed (small2's own alphabets, unseen); "
             f"MAP@5 on the small2 mini-competition; config {args.config}", t0, footer=PUBLISHED)

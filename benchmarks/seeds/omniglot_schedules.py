@@ -16,7 +16,6 @@ and 5 per 24-epoch one on 2 CPU cores (all of :data:`SCHEDULES`: ~28 minutes).
 """
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import time
@@ -27,7 +26,7 @@ from whale.command import quiet_unless_debugging  # noqa: E402
 
 quiet_unless_debugging()  # before anything imports the backend
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from benchmarks.seeds import omniglot  # noqa: E402
 
 # name -> stages after the shared random stage: (epochs, k, k_end, lr)
@@ -57,8 +56,7 @@ def with_stages(cfg, first: dict, rest: list[tuple], epochs_scale: float = 1.0):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data copies, run folders)")
+    p = harness.parser(__doc__, "work folder (data copies, run folders)")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="schedules to run (default: all)")
     p.add_argument("--quick", action="store_true", help="every stage a fifth as long (development)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tasks and training")

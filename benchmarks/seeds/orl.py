@@ -39,7 +39,6 @@ Writes ``OUT/orl.json``; the last stdout line is ``{"benchmark": "orl", ...}``.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -47,6 +46,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks import harness  # noqa: E402
 from whale.command import quiet_unless_debugging  # noqa: E402
 
 quiet_unless_debugging()  # before anything imports the backend
@@ -386,8 +387,7 @@ def table(results: dict, models) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="folder for orl.json")
+    p = harness.parser(__doc__, "folder for orl.json")
     p.add_argument("--data", default=None, help="att_faces folder (default ../shared/data/orl/att_faces)")
     p.add_argument("--quick", action="store_true", help="1 split, 40 steps, 3 models, no search")
     p.add_argument("--splits", type=int, default=5)

@@ -48,9 +48,6 @@ paper's Table II row beside) and one JSON object.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -63,7 +60,7 @@ quiet_unless_debugging()  # before anything imports the backend
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 MIN_PHOTOS = 3
@@ -416,28 +413,17 @@ def run_fold(args, df: pd.DataFrame, folds: dict[str, int], fold: int, method: s
     return row
 
 
-def read_rows(path: Path) -> list[dict]:
-    return json.loads(path.read_text())["rows"] if path.is_file() else []
-
-
-def add_row(path: Path, row: dict) -> None:
-    """Add ``row`` to ``path``'s rows (replacing one of the same fold and method) under a lock, so that two
-    commands on the same ``--out`` (e.g. the training-free rows beside a training) keep each other's rows."""
-    import fcntl
-
-    from whale.core.files import write_json_atomic
-
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        rows = [r for r in read_rows(path) if (r["fold"], r["method"]) != (row["fold"], row["method"])]
-        write_json_atomic(path, {"rows": rows + [row]})
+def results(path: Path) -> harness.RowFile:
+    """``path``'s rows, one per (fold, method), each added as it ends (:class:`benchmarks.harness.RowFile`: under a
+    lock, so that two commands on the same ``--out``, e.g. the training-free rows beside a training, keep each
+    other's rows)."""
+    return harness.RowFile(path, ("fold", "method"))
 
 
 def main(argv=None) -> int:
     from whale.config.overrides import overrides
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (training folders, runs, keypoint store, results.json)")
+    p = harness.parser(__doc__, "work folder (training folders, runs, keypoint store, results.json)", report=True)
     p.add_argument("--methods", default="pixels,keypoints,triplet", help=f"comma-separated, of {', '.join(METHODS)}")
     p.add_argument("--folds", default="0,1,2,3,4", help="comma-separated test folds (0-4)")
     p.add_argument("--redraws", type=int, default=10, help="databases drawn per fold for top-k (default 10)")
@@ -461,6 +447,8 @@ def main(argv=None) -> int:
     p.add_argument("--pairs-report", action="store_true",
                    help="measure nothing: print TPR and AUC of the keypoint pair scores kept in OUT/fold<f>/")
     args = p.parse_args(argv)
+    if args.report:
+        return harness.finish("seed002", results(Path(args.out) / "results.json").rows(), summary, _flat)
     methods = [m for m in args.methods.split(",") if m]
     fold_list = [int(f) for f in args.folds.split(",") if f]
     bad = [m for m in methods if m not in METHODS]
@@ -504,18 +492,15 @@ def main(argv=None) -> int:
                                                            if isinstance(v, dict) for s in ("mean", "sd")},
                                 time.perf_counter() - t0))
         return 0
-    results_path = out / "results.json"
-    done = {(r["fold"], r["method"]) for r in read_rows(results_path)}
-    for fold in fold_list:
-        for method in methods:
-            if (fold, method) not in done:
-                add_row(results_path, run_fold(args, df, folds, fold, method, boxes))
-    table, stats = summary(read_rows(results_path))
-    print()
-    print(table)
-    flat = {f"{m}_{k}": v["mean"] for m, s in stats.items() for k, v in s.items() if isinstance(v, dict)}
-    print(common.final_json("seed002", flat, time.perf_counter() - t0))
-    return 0
+    jobs = [harness.Job((fold, method), lambda f=fold, m=method: run_fold(args, df, folds, f, m, boxes))
+            for fold in fold_list for method in methods]
+    rows = harness.run_jobs(results(out / "results.json"), jobs)
+    return harness.finish("seed002", rows, summary, _flat, time.perf_counter() - t0)
+
+
+def _flat(stats: dict) -> dict:
+    """The final JSON line's metrics: each method's mean of each figure."""
+    return {f"{m}_{k}": v["mean"] for m, s in stats.items() for k, v in s.items() if isinstance(v, dict)}
 
 
 if __name__ == "__main__":

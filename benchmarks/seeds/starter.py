@@ -26,7 +26,6 @@ is skipped with a message. The last stdout line is
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import zipfile
@@ -39,7 +38,7 @@ quiet_unless_debugging()  # before anything imports the backend
 
 import numpy as np  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 
 SETS = ("omniglot", "lions", "synthetic")
@@ -133,8 +132,7 @@ def catalogue(name: str, out: Path, seed: int, data: dict) -> Path | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data copies, run folders)")
+    p = harness.parser(__doc__, "work folder (data copies, run folders)")
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
     p.add_argument("--seed", type=int, default=0, help="seed of the catalogues and of training")
     p.add_argument("--config", default=str(common.repo_root() / "configs" / "starter.yaml"))

@@ -15,19 +15,17 @@ Prints a table, a verdict on the miner, and as its last line one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data, run folders)")
+    p = harness.parser(__doc__, "work folder (data, run folders)")
     p.add_argument("--ids", type=int, default=200, help="ids of the synthetic competition")
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the training")
     p.add_argument("--config", default=str(common.repo_root() / "configs" / "demo.yaml"))
@@ -37,11 +35,11 @@ def main(argv=None) -> int:
     p.add_argument("--boxes", metavar="CSV", help="train and score on these boxes instead of the true ones "
                    "(a copy of the competition in OUT/data_boxes; '{seed}' in the name is the seed), e.g. "
                    "benchmarks/seeds/boxes.py's predicted_bounding_boxes_{seed}.csv")
-    common.add_seed_arguments(p)
+    harness.add_seed_arguments(p)
     args = p.parse_args(argv)
     t0 = time.time()
     if args.seeds:
-        return common.several_seeds(
+        return harness.several_seeds(
             Path(__file__), args, argv if argv is not None else sys.argv[1:], SEED_KEYS, "synthetic",
             f"Synthetic competition ({args.ids} ids), test MAP@5, config {args.config}", t0)
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, harness  # noqa: E402
 
 
 def _data(out: Path, ids: int, plant: int) -> Path:
@@ -86,8 +86,7 @@ def _rescored(run_dir: Path, cfg, name: str, comp, data_dir: Path) -> tuple[Path
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="work folder (data, run folders)")
+    p = harness.parser(__doc__, "work folder (data, run folders)")
     p.add_argument("--ids", type=int, default=200, help="ids of the synthetic competition")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the paper rows")
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)  # common.prepare reads it

@@ -8,7 +8,7 @@ pre-training set (everything trains, nothing validates).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -117,7 +117,8 @@ class FoldData:
     pairs_in_gallery: np.ndarray
     summary: str = ""
     open_label: str = NEW_WHALE
-
+    # with_mirrors() as mirrored() made it, with the gallery it was made from (a new gallery: made again)
+    _mirror: tuple[ImageSet, "FoldData"] | None = field(default=None, init=False, repr=False, compare=False)
 
     def with_mirrors(self) -> "FoldData":
         """The same fold training on its gallery and the gallery's mirror images as new ids.
@@ -126,6 +127,13 @@ class FoldData:
         positions ``0..n-1``); ``val`` is unchanged.
         """
         return _fold(self.gallery.with_mirrors(self.open_label), self.val, self.summary, self.open_label)
+
+    def mirrored(self) -> "FoldData":
+        """:meth:`with_mirrors`, made once and kept with this fold (the trainer asks at every epoch); made
+        again when ``gallery`` was replaced. A copy shares it, ``dataclasses.replace`` makes its own."""
+        if self._mirror is None or self._mirror[0] is not self.gallery:
+            self._mirror = (self.gallery, self.with_mirrors())
+        return self._mirror[1]
 
 
 def _fold(gallery: ImageSet, val: ImageSet, summary: str = "", open_label: str = NEW_WHALE) -> FoldData:

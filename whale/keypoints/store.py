@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +187,16 @@ class FeatureStore:
             out[i] = f if pack is None else pack.put(f)
 
 
+@dataclass(frozen=True)
+class StandIn(Features):
+    """A photo's keypoints whose descriptors wait in a :class:`MappedDescriptors` file: ``desc`` holds none,
+    ``rows`` is ``(first, end)`` of its rows there and ``pack`` the file's owner, so the stand-in itself says
+    where its descriptors are (a copy of it, ``dataclasses.replace`` included, still does)."""
+
+    rows: tuple[int, int] = (0, 0)
+    pack: "MappedDescriptors | None" = field(default=None, repr=False, compare=False)
+
+
 class MappedDescriptors:
     """Photos' descriptors written one after another into a file that has no name (created in ``folder`` and
     unlinked at once: nothing stays behind, even when the process is killed), then memory-mapped read-only.
@@ -206,23 +217,31 @@ class MappedDescriptors:
         except OSError:
             self._file = tempfile.TemporaryFile()
         self._rows = 0
-        self._spans: dict[int, tuple[int, int]] = {}
 
-    def put(self, f: Features) -> Features:
-        """``f`` with its descriptors appended to the file: a stand-in holding none, until :meth:`mapped`."""
+    def __deepcopy__(self, memo) -> "MappedDescriptors":
+        return self  # one file, not copied: a deep copy of a stand-in still names this file
+
+    def put(self, f: Features) -> StandIn:
+        """``f`` with its descriptors appended to the file: a :class:`StandIn` holding none (but its rows there),
+        until :meth:`mapped`."""
         self._file.write(np.ascontiguousarray(f.desc, dtype=np.uint8).tobytes())
-        stand_in = Features(f.xy, f.diameter_angle, np.zeros((0, 128), np.uint8), f.photo_size)
-        self._spans[id(stand_in)] = (self._rows, self._rows + len(f))
+        stand_in = StandIn(f.xy, f.diameter_angle, np.zeros((0, 128), np.uint8), f.photo_size,
+                           rows=(self._rows, self._rows + len(f)), pack=self)
         self._rows += len(f)
         return stand_in
 
-    def mapped(self, features: Sequence[Features]) -> list[Features]:
-        """``features`` (the stand-ins :meth:`put` returned, in any order) with their descriptors, mapped."""
+    def mapped(self, features: Sequence[StandIn]) -> list[Features]:
+        """``features`` (the stand-ins :meth:`put` returned, or copies of them, in any order) with their
+        descriptors: ``[n, 128] uint8`` read-only views of the mapped file.
+
+        Raises:
+            ValueError: an item is not a stand-in of this file (a photo's own features, or another file's)."""
+        for i, f in enumerate(features):
+            if not isinstance(f, StandIn) or f.pack is not self:
+                what = "another file's stand-in" if isinstance(f, StandIn) else f"a {type(f).__name__}"
+                raise ValueError(f"MappedDescriptors.mapped: expected the stand-ins this file's put returned; "
+                                 f"item {i} is {what}")
         self._file.flush()
         rows = np.memmap(self._file, dtype=np.uint8, mode="r", shape=(self._rows, 128)) if self._rows else \
             np.zeros((0, 128), np.uint8)
-        out = []
-        for f in features:
-            lo, hi = self._spans[id(f)]
-            out.append(Features(f.xy, f.diameter_angle, rows[lo:hi], f.photo_size))
-        return out
+        return [Features(f.xy, f.diameter_angle, rows[f.rows[0]:f.rows[1]], f.photo_size) for f in features]

@@ -91,16 +91,14 @@ class Trainer:
         self.trunk = TrunkStores(cfg, trunk_cache, verbose != 0) if cfg.trunk.layer is not None else None
         self._traced_l2: float | None = None  # the weight decay the train function was traced with
         self._timing = {"compile_s": 0.0}  # this epoch's first-call costs (next_epoch_estimate)
-        self._mirrored: dict[int, FoldData] = {}
 
     def _training(self, dataset: FoldData) -> FoldData:
         """What ``dataset`` trains and mines on: itself, or with ``flip_ids`` its mirrored copy
-        (the gallery's first ``n`` images stay the originals, so validation reads the same store)."""
+        (the gallery's first ``n`` images stay the originals, so validation reads the same store), made once and
+        kept with ``dataset`` (:meth:`FoldData.mirrored`)."""
         if not self.cfg.flip_ids or dataset is self.homography:  # a photo's mirror is no other photo
             return dataset
-        if id(dataset) not in self._mirrored:
-            self._mirrored[id(dataset)] = dataset.with_mirrors()
-        return self._mirrored[id(dataset)]
+        return dataset.mirrored()
 
     # ----------------------------------------------------------------- model
     def _prepare_stage(self, stage: Stage, dataset: FoldData) -> bool:

@@ -85,7 +85,7 @@ def step_seed002(ctx, train_s: float = SEED002_TRAIN_S, quick: bool = False) -> 
             "test_photos", "test_individuals")
     rows = {}
     for name in dict.fromkeys(j[0] for j in seed002_jobs(quick)):
-        for r in seed002.read_rows(work / name / "results.json"):
+        for r in seed002.results(work / name / "results.json").rows():
             rows.setdefault(name, []).append({"fold": r["fold"], "method": r["method"],
                                               **{k: (round(r[k], 4) if isinstance(r[k], float) else r[k])
                                                  for k in keys if k in r}})
