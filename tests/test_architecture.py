@@ -30,6 +30,7 @@ LAYERS = {
     "whale.mining": 3,
     "whale.boxes": 3,
     "whale.inference": 4,
+    "whale.identify": 4,  # one identification from every source's evidence (whale score --matcher joint)
     "whale.keypoints": 3.5,  # the training-free keypoint matcher (uses whale.data); its score files: whale.inference.keypoints
     "whale.training": 5,
     "whale.ensemble": 5,

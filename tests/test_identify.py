@@ -185,7 +185,7 @@ def test_joint_needs_a_fold_and_a_config(data, tmp_path, capsys):
     assert "--with-run goes with --matcher joint" in capsys.readouterr().err
 
 
-def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(data, tmp_path):
+def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(data, tmp_path, monkeypatch, capsys):
     from whale.ensemble.cli import main as ensemble_main
     from whale.inference.__main__ import main
     from whale.inference.scorefile import load_score_file
@@ -215,11 +215,32 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     from benchmarks.flukes import joint_screen
     from whale.identify.check import load_table
 
-    pairs, rows, fallback, columns = load_table(out / "pairs_val.npz")
-    assert rows.shape == (len(pairs), len(columns)) and fallback.shape == val.scores.shape
-    assert columns[0] == "a.p" and f"run0:{run.name}.gap" in columns
+    table = load_table(out / "pairs_val.npz")
+    assert table.rows.shape == (len(table.pairs), len(table.columns)) and table.fallback.shape == val.scores.shape
+    assert table.columns[0] == "a.p" and f"run0:{run.name}.gap" in table.columns and len(table.key) == 16
+    table_test_key = load_table(out / "pairs_test.npz").key
     rows_ = joint_screen.screen(out)
     assert {"joint, max", "joint, noisy_or", "without a", "without b"} <= set(rows_)
     assert all(0 <= r["known_ids_only"] <= 1 and 0 <= r["unfound_share"] <= 1 for r in rows_.values())
+    # a run that changes only the aggregation verifies nothing again: the kept tables serve it
+    from whale.keypoints.matcher import KeypointMatcher
+
+    def never(*args, **kwargs):
+        raise AssertionError("verified again")
+
+    argv = ["--matcher", "joint", "--config", str(tmp_path / "joint.yaml"), "--with-run", str(run), "--data", str(data),
+            "--fold", "0", "--out", str(out), "--quiet", "--workers", "1"]
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(KeypointMatcher, "match", never)
+        assert main(argv + ["--set", "aggregate=max"]) == 0
+    assert capsys.readouterr().out.count("read back from") == 2
+    assert load_table(out / "pairs_test.npz").key == table_test_key
+    # killed before the test split's table was kept: the same command verifies the test split alone
+    (out / "pairs_test.npz").unlink()
+    assert main(argv) == 0
+    said = capsys.readouterr().out
+    assert said.count("read back from") == 1 and "joint test:" in said and load_table(out / "pairs_test.npz").key == \
+        table_test_key
     # a keypoint run into the joint run's folder is refused
     assert main(["--matcher", "keypoints", "--data", str(data), "--out", str(out), "--quiet", "--workers", "1"]) == 2

@@ -49,7 +49,8 @@ def variants(columns: list[str]) -> dict[str, tuple[list[int], str]]:
 
 def screen(run: Path) -> dict[str, dict]:
     """Every variant's validation figures for the joint run ``run``."""
-    pairs, rows, fallback, columns = load_table(run / "pairs_val.npz")
+    table = load_table(run / "pairs_val.npz")
+    pairs, rows, fallback, columns = table.pairs, table.rows, table.fallback, table.columns
     val = load_score_file(run / "val.npz", need_query_ids=True)
     cfg = json.loads((run / "run.json").read_text())
     seed = int(cfg.get("seed", 0))

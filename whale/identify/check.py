@@ -167,23 +167,54 @@ class JointCheck:
         return self.model.predict_proba(rows)[:, 1]
 
 
-def save_table(path, pairs: np.ndarray, rows: np.ndarray, fallback: np.ndarray, columns: Sequence[str]):
-    """Keep a split's pair table: ``pairs`` ``[m, 2]``, ``rows`` ``[m, f]``, ``fallback`` ``[n_q, n_g]`` (stored as
-    float16) and the ``columns``' names, read back by :func:`load_table` (``allow_pickle=False``)."""
+@dataclass
+class PairTable:
+    """A split's kept pair table (:func:`save_table`): ``pairs`` ``[m, 2]``, ``rows`` ``[m, f]``, ``fallback``
+    ``[n_q, n_g]``, the ``columns``' names and the ``key`` of what it was verified from."""
+
+    pairs: np.ndarray
+    rows: np.ndarray
+    fallback: np.ndarray
+    columns: list[str]
+    key: str
+
+
+def save_table(path, pairs: np.ndarray, rows: np.ndarray, fallback: np.ndarray, columns: Sequence[str],
+               key: str = ""):
+    """Keep a split's pair table (``fallback`` stored as float16), read back by :func:`load_table`
+    (``allow_pickle=False``); ``key`` names what it was verified from (:func:`whale.identify.score.verification_key`)."""
     from whale.core.files import atomic_write
 
     def write(tmp):
         with open(tmp, "wb") as fh:
             np.savez(fh, pairs=pairs, rows=rows, fallback=np.asarray(fallback, np.float16),
-                     columns=np.asarray(list(columns), dtype=str))
+                     columns=np.asarray(list(columns), dtype=str), key=np.asarray(key))
 
     return atomic_write(path, write)
 
 
-def load_table(path) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """``(pairs, rows, fallback, columns)`` of :func:`save_table`'s file."""
+def load_table(path) -> PairTable:
+    """The :class:`PairTable` of :func:`save_table`'s file (``key`` empty for a table that recorded none)."""
     with np.load(path, allow_pickle=False) as z:
-        return z["pairs"], z["rows"], z["fallback"].astype(np.float32), [str(c) for c in z["columns"]]
+        return PairTable(z["pairs"], z["rows"], z["fallback"].astype(np.float32), [str(c) for c in z["columns"]],
+                         str(z["key"]) if "key" in z.files else "")
+
+
+def read_table(path, key: str) -> PairTable | None:
+    """The table kept at ``path`` when it was verified from ``key`` and reads whole; None when there is none, it is
+    of other settings or photos, or it cannot be read (verified again)."""
+    import zipfile
+
+    try:
+        table = load_table(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    if table.key != key or table.rows.shape != (len(table.pairs), len(table.columns)) or not np.isfinite(
+            table.rows).all():
+        return None
+    return table
 
 
 def identification_scores(pairs: np.ndarray, p: np.ndarray, gallery_ids, fallback: np.ndarray,

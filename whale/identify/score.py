@@ -16,8 +16,9 @@
 It writes ``OUT/val.npz`` and ``OUT/test.npz`` in the toolkit's score-file format (``whale ensemble OUT --tune``
 and ``whale submission`` read them unchanged), ``OUT/kinds/<kind>/{val,test}.npz`` (each kind's own check of the
 same verified pairs, a keypoint score folder: the late fusion ``whale ensemble OUT/kinds/a OUT/kinds/b`` measured
-beside it), ``OUT/pairs_{val,test}.npz`` (the pair tables, :func:`whale.identify.check.save_table`: a check or an aggregation
-tried again without verifying anything, ``benchmarks/flukes/joint_screen.py``), ``OUT/joint.yaml`` and
+beside it), ``OUT/pairs_{val,test}.npz`` (the pair tables, :func:`whale.identify.check.save_table`, each written once its split
+is verified: a killed run goes on from the first split without one, and a run that changes only the check or the
+aggregation verifies nothing again; ``benchmarks/flukes/joint_screen.py`` tries checks on them), ``OUT/joint.yaml`` and
 ``OUT/run.json`` (times, peak memory, the check's pairs).
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
 from whale.data import ImageSet, fold_data, load_competition
 from whale.identify.check import (JointCheck, KindEvidence, column_names, identification_scores, pair_table,
-                                  pairs_of, save_table)
+                                  pairs_of, read_table, save_table)
 from whale.identify.config import JointConfig
 from whale.identify.sources import check_runs, merge, run_scores, top_photos
 from whale.inference.keypoints import (MATCHER, Photos, check_score_folder, gallery_matcher,
@@ -78,22 +79,31 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     photos = Photos([known, test, data.val])
     times: dict[str, float] = {}
     memory: dict[str, float] = {}
-    feats = {name: photos.extract(kcfg, store_root, workers, progress, times, memory, log, name)
-             for name, kcfg in cfg.kinds}
+    feats: dict = {}
     fitted: dict[str, tuple] = {name: (None, None) for name, _ in cfg.kinds}
     tables, written = {}, {}
     for split, gallery, queries in splits:
         t0 = time.perf_counter()
-        evidence = _verify(cfg, feats, fitted, split, gallery, queries, data.gallery, scores[split], comp.open_label,
+        path = out / f"pairs_{split}.npz"
+        key = verification_key(cfg, identities, split, queries, gallery)
+        table = read_table(path, key)
+        if table is not None:
+            tables[split] = (table.pairs, table.rows, table.fallback)
+            log(f"joint {split}: the pairs verified by an earlier run of these settings read back from {path} "
+                "(nothing verified again)")
+            continue
+        if not feats:
+            feats.update({name: photos.extract(kcfg, store_root, workers, progress, times, memory, log, name)
+                          for name, kcfg in cfg.kinds})
+        evidence = _verify(cfg, feats, fitted, split, gallery, queries, data, scores[split], comp.open_label,
                            progress, times, memory, log)
         pairs = pairs_of(evidence.pop("shortlist"))
         rows = pair_table(pairs, list(evidence.values()), scores[split], gallery.ids, comp.open_label)
         fallback = np.max([e.scores for e in evidence.values()], axis=0)
         tables[split] = (pairs, rows, fallback)
-        save_table(out / f"pairs_{split}.npz", pairs, rows, fallback,
-                   column_names([n for n, _ in cfg.kinds], run_names))
         for name, e in evidence.items():
             _write_kind(out / "kinds" / name, split, e.scores, queries, gallery, dict(cfg.kinds)[name], fold, seed)
+        save_table(path, pairs, rows, fallback, column_names([n for n, _ in cfg.kinds], run_names), key)
         times[f"{split}_total"] = time.perf_counter() - t0
         log(f"joint {split}: {len(queries)} queries, {len(pairs):,} shortlisted pairs ({len(pairs) / len(queries):.1f} a "
             f"query) verified by {', '.join(evidence)}")
@@ -128,21 +138,36 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     return written
 
 
+def verification_key(cfg: JointConfig, runs: list[dict], split: str, queries, gallery) -> str:
+    """16 hex digits naming what a split's pair table depends on: every feature kind's settings, the shortlist's,
+    the trained runs' identities and the split's photos and individuals (not the check nor the aggregation, which
+    a table serves again: a run changing only those verifies nothing)."""
+    payload = json.dumps({"kinds": [(n, k.config_hash()) for n, k in cfg.kinds], "votes": cfg.votes, "runs": cfg.runs,
+                          "with": runs, "split": split, "query": list(queries.names), "gallery": list(gallery.names),
+                          "ids": [str(i) for i in gallery.ids]}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
 def _run_name(run: Path, i: int) -> str:
     return f"run{i}:{run.name}"
 
 
-def _verify(cfg: JointConfig, feats, fitted, split, gallery, queries, fold_gallery, trained, open_label, progress,
+def _verify(cfg: JointConfig, feats, fitted, split, gallery, queries, data, trained, open_label, progress,
             times, memory, log) -> dict:
-    """Each feature kind's matcher of ``gallery`` (its selector and check those of the fold's gallery, fitted on
-    the validation split and kept in ``fitted``), every kind's votes and every run's scores merged into one
-    shortlist per query, then each kind's match of ``queries`` verifying it: ``{kind: KindEvidence, "shortlist":
-    [...]}``."""
+    """Each feature kind's matcher of ``gallery`` (its selector and check those of the fold's gallery ``data.gallery``,
+    kept in ``fitted``), every kind's votes and every run's scores merged into one shortlist per query, then each
+    kind's match of ``queries`` verifying it: ``{kind: KindEvidence, "shortlist": [...]}``."""
     matchers, votes = {}, {}
+    fold_gallery = data.gallery
     for name, kcfg in cfg.kinds:
         f = feats[name]
         cache = SelectorCache(f.store.folder, kcfg, f.keys(fold_gallery), fold_gallery.ids, open_label)
         t0 = time.perf_counter()
+        if split != "val" and fitted[name] == (None, None):  # validation's table was read back: its parts again
+            fold = gallery_matcher(kcfg, f.of(fold_gallery), fold_gallery.ids, f.keys(fold_gallery), cache,
+                                   open_label=open_label, progress=progress)[0]
+            fitted[name] = (fold.selector, fold.check)
+            del fold
         matcher, read_back = gallery_matcher(kcfg, f.of(gallery), gallery.ids, f.keys(gallery), cache,
                                              *fitted[name], open_label, progress)
         if split == "val":
