@@ -246,6 +246,8 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
             matcher.fit_check(ids, open_label, progress)
     else:
         matcher, read_back = cache.matcher(gallery, ids, open_label, progress)
+        if cache.note:
+            log(f"keypoints {split}: {cache.note}")
     memory = {} if memory is None else memory
     memory[f"{split}_gallery"] = peak_memory_mb()["self"]
     result = matcher.match(queries, progress=progress, keys=query_keys)
