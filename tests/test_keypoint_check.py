@@ -232,6 +232,28 @@ def test_a_second_score_run_reads_the_selector_back_and_writes_the_same_files(tm
     assert not list((tmp_path / "store").glob("*/selectors/*.pkl"))
 
 
+def test_without_selection_the_test_reuses_the_folds_check_as_its_log_says(tmp_path, monkeypatch):
+    from whale.data.synth import generate
+    from whale.inference.keypoints import score_competition
+
+    data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
+    cfg = load_keypoint_config(None, {"check.model": "gbm", "select.keep": "1"})
+    fits = []
+    real = MatchCheck.fit.__func__
+
+    def fit(cls, *args, **kw):
+        fits.append(1)
+        return real(cls, *args, **kw)
+
+    monkeypatch.setattr(MatchCheck, "fit", classmethod(fit))
+    log: list[str] = []
+    score_competition(data, tmp_path / "out", cfg, fold=0, store_root=tmp_path / "store", workers=1,
+                      progress=False, log=log.append)
+    assert len(fits) == 1  # fitted on the fold's gallery only, as with selection on
+    test_lines = [line for line in log if line.startswith("keypoints test:") and "check" in line]
+    assert test_lines and all("the validation fold's" in line for line in test_lines)
+
+
 def test_the_checked_config_is_the_shipped_one_with_the_check_deeper_votes_and_both_ways():
     from pathlib import Path
 

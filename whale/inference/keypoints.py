@@ -238,7 +238,7 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
     <whale.keypoints.selectcache.SelectorCache.matcher>`: the selector it keeps, else one fitted here, never pairing
     a gallery photo labelled ``open_label``, the format's); ``cache`` keeps the selector afterwards with every photo
     it scored."""
-    given = selector is not None
+    given = selector is not None or check is not None  # select.keep 1: no selector, the fold's check still serves
     read_back = False
     if given:
         matcher = KeypointMatcher(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, check=check)
