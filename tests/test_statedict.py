@@ -71,7 +71,7 @@ def test_code_in_any_of_the_legacy_layouts_other_pickles_is_refused_unrun(tmp_pa
     with open(path, "wb") as f:
         for head in heads:
             pickle.dump(head, f, protocol=2)
-    with pytest.raises(DataError, match=r"evil\.pth: .*asks for pathlib"):
+    with pytest.raises(DataError, match=r"evil\.pth: .*asks for "):
         read_state_dict(path)
     assert not planted.exists()
 
