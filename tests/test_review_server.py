@@ -263,6 +263,44 @@ def test_the_server_records_each_decision_and_refuses_a_stale_or_foreign_one(ser
     assert srv.recorded == 3
 
 
+def _raw(srv, request: bytes) -> bytes:
+    """What the server answers to ``request`` (bytes as sent), until it closes the connection."""
+    import socket
+
+    with socket.create_connection(srv.server_address[:2], timeout=30) as conn:
+        conn.sendall(request)
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    return reply
+
+
+def test_a_malformed_length_or_a_deeply_nested_body_is_a_400_answer_not_a_traceback(server, capsys):
+    srv, cat = server
+    host = f"Host: 127.0.0.1:{srv.server_address[1]}\r\nContent-Type: application/json\r\n".encode()
+    for length in (b"abc", b"-5", b"1e3", b"99999999999999999999"):
+        reply = _raw(srv, b"POST /api/decide HTTP/1.1\r\n" + host + b"Content-Length: " + length + b"\r\n\r\n{}")
+        assert reply.startswith(b"HTTP/1.0 400 "), (length, reply[:80])
+        assert b"a decision is a JSON body of at most" in reply
+    nested = b"[" * 30_000 + b"]" * 30_000  # past the parser's recursion limit, within MAX_BODY
+    from whale.catalogue.server import MAX_BODY
+
+    assert len(nested) <= MAX_BODY
+    status, body, _ = _http(srv.url + "api/decide", nested)
+    assert status == 400 and "nested too deeply" in json.loads(body)["error"]
+    assert "Traceback" not in capsys.readouterr().err
+    assert _decisions(cat) == [] and srv.recorded == 0
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_review_serve_refuses_a_port_that_is_not_one_in_one_line(catalogue, capsys, port):
+    from whale.cli import main
+
+    assert main(["catalogue", "review", str(catalogue), "--batch", BATCH, "--serve", "--port", port, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"127.0.0.1:{port}: not a port" in err[0] and "--port" in err[0]
+
+
 def test_review_serve_refuses_flags_without_serve_and_a_taken_port(catalogue, capsys):
     import socket
 
