@@ -510,6 +510,47 @@ def test_twenty_photos_take_twenty_keys_on_one_screen_and_a_killed_server_loses_
 
 
 @pytest.mark.browser
+def test_each_card_shows_p_same_first_uncut_and_the_hover_strip_leaves_the_query_in_view(tmp_path, devtools):
+    from whale.catalogue.match import Flagging
+    from whale.ranking.pairprob import PairCalibration
+
+    ids = np.repeat(["a", "b", "c"], 3)
+    scores = np.where(ids[:, None] == ids[None, :], 0.9, 0.3).astype(np.float32)
+    cal = PairCalibration.fit(scores, ids, ids, skip=np.arange(9))
+    root = build_catalogue(tmp_path / "cat", n_photos=3, threshold=Flagging.of(cal, 0.6, 0.15, "test"))
+    server = ServerProcess(root, tmp_path / "server.log")
+    try:
+        tab = Tab(devtools, server.url)
+        tab.wait("document.querySelectorAll('figure.cand').length === 5")
+        cards = tab.js("""[...document.querySelectorAll('figure.cand figcaption')].map(cap => [...cap.children].map(
+            d => [d.className, d.textContent, d.scrollWidth <= d.clientWidth]))""")
+        for card in cards:  # the individual, then P(same) on its own line, whole at 1,400 px; then the evidence
+            assert [d[0] for d in card[:3]] == ["individual", "probability", "evidence"], card
+            assert re.fullmatch(r"P\(same\) [01]\.\d{3}", card[1][1]) and card[1][2], card
+            assert card[2][1].startswith("score ") and "P(same)" not in card[2][1]
+        overlap = """(() => {
+            const strips = [...document.querySelectorAll('figure.cand .others')].filter(
+                o => getComputedStyle(o).display !== 'none');
+            if (strips.length !== 1) return null;
+            const b = strips[0].getBoundingClientRect();
+            const over = e => { const a = e.getBoundingClientRect();
+                return Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left)) *
+                       Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top)); };
+            return [over(document.getElementById('query-img')), over(strips[0].parentNode.querySelector('.pic')),
+                    b.height, b.left >= 0 && b.right <= innerWidth && b.bottom <= innerHeight];
+        })()"""
+        for nth in (1, 2, 3, 4, 5):  # the strip shows inside the window, over neither the query nor its own card
+            tab.mouse(f"figure.cand:nth-of-type({nth}) .pic")
+            query, own, height, inside = tab.wait(overlap)
+            assert query == 0 and own == 0 and height > 50 and inside, (nth, query, own, height, inside)
+        tab.key("1", shift=True)
+        tab.wait("!document.getElementById('zoom').hidden")
+        assert re.search(r"\(P\(same\) [01]\.\d{3} · score ", tab.js("document.getElementById('zoom-caption').textContent"))
+    finally:
+        server.stop()
+
+
+@pytest.mark.browser
 def test_new_undo_enlarge_hover_markup_and_two_tabs_in_chromium(catalogue, devtools, tmp_path):
     server = ServerProcess(catalogue, tmp_path / "server.log")
     try:
