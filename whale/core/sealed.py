@@ -77,7 +77,12 @@ def write_sealed(path, arrays: Mapping[str, np.ndarray], flag: str = "--cache") 
     """Write ``arrays`` (``{name: array}``, no object dtypes) to ``path`` atomically as a sealed ``.npz``;
     ``flag``: the option a refused write names (:func:`whale.core.files.atomic_write`)."""
     data = sealed_bytes(arrays)
-    return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data), flag=flag)
+    return atomic_write(path, lambda tmp: _write_file(tmp, data), flag=flag)
+
+
+def _write_file(tmp: Path, data: bytes) -> None:
+    with open(tmp, "wb") as fh:
+        fh.write(data)
 
 
 def _parse(path: Path, name: str, data: bytes) -> np.ndarray:
