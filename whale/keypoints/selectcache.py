@@ -76,7 +76,8 @@ class SelectorCache:
         except FileNotFoundError:
             return None
         except (SealError, ValueError, KeyError, TypeError) as exc:
-            why = str(exc).replace(f"{self.path}: ", "")
+            why = (f"has no array {exc.args[0]!r}" if isinstance(exc, KeyError) else
+                   str(exc).replace(f"{self.path}: ", ""))
             self.note = f"keypoint selector {self.path}: {why}; not used, fitted again and replaced"
             return None
         selector = KeypointSelector.from_state(self.cfg.select, gallery, self.keys, state, progress)
