@@ -100,6 +100,26 @@ def test_a_larger_open_share_tunes_a_threshold_at_least_as_high(tmp_path):
                           str(tmp_path / "x.csv")], log=lines.append) == 2
 
 
+@pytest.mark.parametrize("how", [["--tune"], ["--tune-weights", "--tune"], ["--tune-weights", "--weight-grid", "log",
+                                                                           "--tune"],
+                                 ["--fusion", "mean", "--tune"]])
+def test_an_open_share_without_open_set_validation_queries_is_one_line(tmp_path, how, capsys):
+    from whale.ensemble.cli import main
+
+    rng = np.random.default_rng(0)
+    gallery_ids = np.repeat([f"w{i:02d}" for i in range(10)], 2)
+    gallery = [f"g{i}.jpg" for i in range(len(gallery_ids))]
+    query_ids = np.array([f"w{i % 10:02d}" for i in range(30)])  # a cleaned train.csv: no new_whale query
+    query = [f"q{i}.jpg" for i in range(30)]
+    runs = _write_runs(tmp_path, {"a": rng.random((30, 20)), "b": rng.random((30, 20))}, query, gallery,
+                       gallery_ids, query_ids)
+    out = tmp_path / "sub.csv"
+    assert main([*map(str, runs), *how, "--tune-new-share", "0.276", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--tune-new-share 0.276" in err[0] and "no new_whale query (0 of 30)" in err[0]
+    assert str(runs[0] / "val.npz") in err[0] and not out.exists()
+
+
 def test_log_grid_holds_the_first_run_at_1_and_the_others_on_a_factor_2_ladder():
     from whale.ensemble.weights import LOG_RATIOS, log_grid
 

@@ -139,6 +139,23 @@ def test_ensemble_prints_identities_and_refuses_the_same_run_twice(tmp_path):
     assert "config_hash" in text and "c0ffee" in text and "0123456789" in text and "tensorflow" in text
 
 
+def test_copies_of_one_run_scored_on_other_data_are_refused_naming_what_differs(tmp_path):
+    rng = np.random.default_rng(0)
+    gallery, gids = [f"g{i}.jpg" for i in range(8)], [f"w{i % 4}" for i in range(8)]
+    relabelled = gids[:5] + ["w9", "w9", "w9"]  # a cleaned train.csv: three images labelled otherwise
+    cases = {"gallery labels: 3 images labelled otherwise": (gallery, relabelled, 0),
+             "gallery: 8 vs 7 images, 1 in one only (e.g. g7.jpg)": (gallery[:7], gids[:7], 0),
+             "split seed 0 vs 1": (gallery, gids, 1)}
+    for i, (says, (g, ids, seed)) in enumerate(cases.items()):
+        a = _save_run(tmp_path / str(i), "a", {"test": _scores(10, gallery, gids, "t", rng,
+                                                                identity=_ident("A", 0, "test"))})
+        ident = {**_ident("A", 0, "test"), "seed": seed}
+        b = _save_run(tmp_path / str(i), "b", {"test": _scores(10, g, ids, "t", rng, identity=ident)})
+        with pytest.raises(DataError, match=r"the run \(run_id A\) and fold 0 of .*, scored on other data") as err:
+            _ensemble([str(a), str(b), "--threshold", "0.5", "--out", str(tmp_path / "x.csv")], log=lambda *_: None)
+        assert says in str(err.value) and "\n" not in str(err.value)
+
+
 def test_ensemble_refuses_validation_queries_the_model_trained_on(tmp_path):
     run = _ensemble  # ensemble.py's work on the parsed line, bad input raising
 

@@ -1,7 +1,5 @@
 """The matcher's learned check of verified matches (``check.model: gbm``, issue 56) and the fitted keypoint selector
 kept beside the features (a second score run of one gallery fits none)."""
-import pickle
-
 import numpy as np
 import pytest
 
@@ -87,44 +85,126 @@ def test_a_config_without_a_check_keeps_its_hash_and_a_check_changes_it():
     assert load_keypoint_config(None, {"search.k": "12"}).selection_hash() != plain.selection_hash()
 
 
-class Proba:
-    """A picklable stand-in for a classifier: each keypoint's score is its first descriptor byte."""
+def fitted_selector(cfg, gallery, keys) -> KeypointSelector:
+    """A selector of ``gallery`` with one real classifier (scikit-learn's trees on the keypoints' context)."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
 
-    calls = 0
+    from whale.keypoints.selection import keypoint_context
 
-    def predict_proba(self, x):
-        Proba.calls += 1
-        p = x[:, 0] / x[:, 0].max() if len(x) and x[:, 0].max() > 0 else np.zeros(len(x))
-        return np.stack([1 - p, p], axis=1)
+    x = np.concatenate([keypoint_context(f) for f in gallery])
+    x[::7, 3] = np.nan  # missing values take the trees' other branch: read back, they must still
+    model = HistGradientBoostingClassifier(max_iter=15, random_state=0).fit(x, x[:, 0] > np.median(x[:, 0]))
+    scores = [model.predict_proba(keypoint_context(f))[:, 1] for f in gallery]
+    return KeypointSelector(cfg.select, gallery, keys, [model], scores)
 
 
-def test_a_selector_kept_beside_the_features_is_read_back_with_every_photo_it_scored(tmp_path):
+class Planted:
+    """The issue's reproduction: a pickle that runs something when read (here: makes a file)."""
+
+    def __init__(self, target):
+        self.target = str(target)
+
+    def __reduce__(self):
+        import pathlib
+
+        return pathlib.Path.touch, (pathlib.Path(self.target),)
+
+
+def counting(monkeypatch) -> list:
+    """The photos the selector scores from now on, one list per call."""
+    import whale.keypoints.selection as selection
+
+    calls: list = []
+    real = selection.predict
+
+    def predict(models, photos, *args, **kw):
+        calls.append(len(photos))
+        return real(models, photos, *args, **kw)
+
+    monkeypatch.setattr(selection, "predict", predict)
+    return calls
+
+
+def test_a_selector_kept_beside_the_features_is_read_back_with_every_photo_it_scored(tmp_path, monkeypatch):
     cfg = KeypointConfig()
     gallery = [photo(seed=i) for i in range(4)]
     keys, ids = [f"k{i}" for i in range(4)], ["a", "a", "b", "b"]
     cache = SelectorCache(tmp_path, cfg, keys, ids, "new_whale")
-    assert cache.load(gallery) is None  # nothing kept yet
-    scores = [np.linspace(0, 1, len(f)) for f in gallery]
-    fitted = KeypointSelector(cfg.select, gallery, keys, [Proba()], scores)
+    assert cache.load(gallery) is None and cache.note == ""  # nothing kept yet: nothing to say
+    fitted = fitted_selector(cfg, gallery, keys)
     fitted.memo = {}
     queries, query_keys = [photo(seed=10), photo(seed=11)], ["q0", "q1"]
     first = fitted.select(queries, query_keys)
     assert set(fitted.memo) == {"q0", "q1"}
     cache.save(fitted)
+    with np.load(cache.path, allow_pickle=False) as z:  # plain arrays: nothing a reader must execute
+        assert "meta" in z.files and all(z[name].dtype != object for name in z.files)
+    calls = counting(monkeypatch)
     back = cache.load(gallery)
-    calls = Proba.calls
+    assert cache.note == ""
     again = back.select(queries + gallery[:1], query_keys + keys[:1])
-    assert Proba.calls == calls  # every photo's scores read back, none predicted again
-    for a, b in zip(first + back.gallery()[:1], again):
+    assert sum(calls) == 0  # every photo's scores read back, none predicted again
+    for a, b in zip(first + fitted.gallery()[:1], again):
         assert np.array_equal(a.xy, b.xy)
+    new = photo(seed=12)  # a photo new to both: the trees read back score it as the fitted model does
+    assert np.array_equal(back.select([new])[0].xy, fitted.select([new])[0].xy)
+    assert calls[1:] == [1, 1]  # one new photo each
+    back.memo["q0"] = back.memo["q0"][:5]  # a remembered score per keypoint or none: scored again
+    assert np.array_equal(back.select(queries[:1], ["q0"])[0].xy, first[0].xy) and calls[-1] == 1
     assert SelectorCache(tmp_path, cfg, keys, ["a", "b", "a", "b"], "new_whale").load(gallery) is None  # other ids
-    cache.path.write_bytes(b"not a pickle")
-    assert cache.load(gallery) is None  # a damaged file is fitted again
-    cache.path.write_bytes(pickle.dumps({"format": 0}))
-    assert cache.load(gallery) is None
+    cache.save(back)  # a selector read back is kept again as the same arrays
+    assert np.array_equal(cache.load(gallery).select([new])[0].xy, back.select([new])[0].xy)
+
+
+def test_a_planted_pickle_in_the_selector_cache_runs_nothing_and_the_selector_is_fitted_again(tmp_path):
+    import pickle
+
+    cfg = KeypointConfig()
+    gallery = [photo(seed=i) for i in range(4)]
+    keys, ids = [f"k{i}" for i in range(4)], ["a", "a", "b", "b"]
+    cache = SelectorCache(tmp_path, cfg, keys, ids, "new_whale")
+    planted = tmp_path / "planted.txt"
+    pickle.loads(pickle.dumps(Planted(planted)))  # the payload works when unpickled...
+    assert planted.exists()
+    planted.unlink()
+    cache.path.parent.mkdir(parents=True)
+    for where in (cache.path, cache.path.with_suffix(".pkl")):  # the name it reads, and an earlier version's
+        where.write_bytes(pickle.dumps(Planted(planted)))
+    assert cache.load(gallery) is None  # ...but here it is never unpickled
+    assert not planted.exists()
+    assert str(cache.path) in cache.note and "fitted again" in cache.note and "\n" not in cache.note
+    cache.save(fitted_selector(cfg, gallery, keys))
+    assert cache.load(gallery) is not None and cache.note == ""
+
+
+def test_a_damaged_or_altered_selector_file_is_fitted_again_with_a_note(tmp_path):
+    cfg = KeypointConfig()
+    gallery = [photo(seed=i) for i in range(4)]
+    keys, ids = [f"k{i}" for i in range(4)], ["a", "a", "b", "b"]
+    cache = SelectorCache(tmp_path, cfg, keys, ids, "new_whale")
+    selector = fitted_selector(cfg, gallery, keys)
+    selector.memo = {}
+    selector.select([photo(seed=10)], ["q0"])
+    cache.save(selector)
+    good = cache.path.read_bytes()
+    rng = np.random.default_rng(0)
+    for trial in range(60):  # 3 random bytes changed (the issue: 279 of 300 loaded silently), or cut short
+        bad = bytearray(good)
+        for at in rng.choice(len(bad), 3, replace=False):
+            bad[at] ^= int(rng.integers(1, 256))
+        cache.path.write_bytes(bytes(bad) if trial % 10 else good[:int(rng.integers(0, len(good)))])
+        assert cache.load(gallery) is None, trial
+        assert cache.note.startswith(f"keypoint selector {cache.path}: ") and "fitted again" in cache.note
+    cache.path.write_bytes(good)
+    assert cache.load(gallery[:3] + [photo(n=7, seed=9)]) is None  # scores that are not one per keypoint
+    assert "do not match the gallery" in cache.note
+    cache.path.write_bytes(b"")
+    assert cache.load(gallery) is None and "an empty file" in cache.note
 
 
 def test_a_second_score_run_reads_the_selector_back_and_writes_the_same_files(tmp_path, monkeypatch):
+    import pickle
+
     import whale.keypoints.selection as selection
     from whale.data.synth import generate
     from whale.inference.keypoints import score_competition
@@ -132,16 +212,46 @@ def test_a_second_score_run_reads_the_selector_back_and_writes_the_same_files(tm
     monkeypatch.setattr(selection, "MIN_POSITIVES", 1)  # the tiny synthetic gallery has few verified keypoints
     data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
     cfg = load_keypoint_config(None, {"check.model": "gbm", "check.both_ways": "true"})
-    logs: list[list[str]] = [[], []]
+    logs: list[list[str]] = [[], [], []]
     for run, log in enumerate(logs):
+        if run == 2:  # the issue's reproduction: a pickle planted where the selector is kept
+            [kept] = (tmp_path / "store").glob("*/selectors/*.npz")
+            kept.write_bytes(pickle.dumps(Planted(tmp_path / "planted.txt")))
         score_competition(data, tmp_path / f"out{run}", cfg, fold=0, store_root=tmp_path / "store", workers=1,
                           progress=False, log=log.append)
     assert not any("read back" in line for line in logs[0])
     assert any("read back" in line and "nothing fitted" in line for line in logs[1])
     assert any("check fitted on" in line for line in logs[1])
-    for name in ("val.npz", "test.npz"):
-        assert (tmp_path / "out0" / name).read_bytes() == (tmp_path / "out1" / name).read_bytes()
-    assert len(list((tmp_path / "store").glob("*/selectors/*.pkl"))) == 1
+    assert not (tmp_path / "planted.txt").exists()
+    assert sum(f"keypoint selector {kept}:" in line and "fitted again" in line for line in logs[2]) == 1
+    assert not any("read back" in line for line in logs[2])
+    for run in (1, 2):  # read back or fitted again: the files of a clean run
+        for name in ("val.npz", "test.npz"):
+            assert (tmp_path / "out0" / name).read_bytes() == (tmp_path / f"out{run}" / name).read_bytes()
+    assert len(list((tmp_path / "store").glob("*/selectors/*.npz"))) == 1
+    assert not list((tmp_path / "store").glob("*/selectors/*.pkl"))
+
+
+def test_without_selection_the_test_reuses_the_folds_check_as_its_log_says(tmp_path, monkeypatch):
+    from whale.data.synth import generate
+    from whale.inference.keypoints import score_competition
+
+    data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
+    cfg = load_keypoint_config(None, {"check.model": "gbm", "select.keep": "1"})
+    fits = []
+    real = MatchCheck.fit.__func__
+
+    def fit(cls, *args, **kw):
+        fits.append(1)
+        return real(cls, *args, **kw)
+
+    monkeypatch.setattr(MatchCheck, "fit", classmethod(fit))
+    log: list[str] = []
+    score_competition(data, tmp_path / "out", cfg, fold=0, store_root=tmp_path / "store", workers=1,
+                      progress=False, log=log.append)
+    assert len(fits) == 1  # fitted on the fold's gallery only, as with selection on
+    test_lines = [line for line in log if line.startswith("keypoints test:") and "check" in line]
+    assert test_lines and all("the validation fold's" in line for line in test_lines)
 
 
 def test_the_checked_config_is_the_shipped_one_with_the_check_deeper_votes_and_both_ways():

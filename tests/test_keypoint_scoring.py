@@ -158,7 +158,7 @@ def test_flags_and_settings_out_of_range_say_what_was_expected(data, tmp_path, c
     def refused(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr("numpy.savez", refused)
+    monkeypatch.setattr("whale.core.sealed._write_file", refused)  # where a feature file is written
     with pytest.raises(OutputError, match="read-only: choose another --cache$"):
         FeatureStore(load_keypoint_config(), tmp_path / "s2").features(sorted((data / "train").iterdir())[:1],
                                                                        workers=1, progress=False)

@@ -90,6 +90,47 @@ def test_store_extracts_each_photo_once_by_content(tmp_path, monkeypatch):
     assert len(store.features([a, b], workers=1, progress=False)) == 2
 
 
+def test_a_damaged_or_altered_feature_file_is_extracted_again_never_matched_on(tmp_path):
+    from whale.keypoints.store import UNTIED, read_entry
+
+    cfg = load_keypoint_config()
+    a = write(tmp_path / "p" / "a.png", pattern(1))
+    store = FeatureStore(cfg, tmp_path / "store")
+    [clean] = store.features([a], workers=1, progress=False)
+    entry = next(store.folder.rglob("*.npz"))
+    good = entry.read_bytes()
+    rng = np.random.default_rng(0)
+
+    def flipped():
+        bad = bytearray(good)
+        for at in rng.choice(len(bad), 3, replace=False):
+            bad[at] ^= 0xFF
+        return bytes(bad)
+
+    def zeroed_desc(keep_hash: bool):  # the descriptors replaced by a plain writer, the old hash kept or not
+        with np.load(entry, allow_pickle=False) as z:
+            arrays = {k: (np.zeros_like(z[k]) if k == "desc" else z[k]) for k in z.files
+                      if keep_hash or k != "content_sha256"}
+        with open(entry, "wb") as fh:
+            np.savez(fh, **arrays)
+
+    harms = {"cut short": lambda: entry.write_bytes(good[:len(good) // 3]), "empty": lambda: entry.write_bytes(b""),
+             "bytes flipped": lambda: entry.write_bytes(flipped()),
+             "replaced without a hash": lambda: zeroed_desc(False),
+             "replaced, the hash kept": lambda: zeroed_desc(True)}
+    for what, harm in harms.items():
+        harm()
+        features, why = read_entry(entry, entry.stem)
+        assert features is None and why, what
+        expected = UNTIED if what == "replaced without a hash" else "not a readable feature file"
+        assert why.startswith(expected), (what, why)
+        redone = store.redone
+        [again] = store.features([a], workers=1, progress=False)
+        assert store.redone == redone + 1, what
+        np.testing.assert_array_equal(again.desc, clean.desc)
+        assert entry.read_bytes() == good, what  # extracted again: the bytes of a clean run
+
+
 def test_mapped_descriptors_are_the_stored_ones_read_or_extracted_and_leave_no_file(tmp_path):
     cfg = load_keypoint_config()
     paths = [write(tmp_path / f"{i}.png", pattern(i)) for i in range(10)]

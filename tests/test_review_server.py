@@ -263,6 +263,44 @@ def test_the_server_records_each_decision_and_refuses_a_stale_or_foreign_one(ser
     assert srv.recorded == 3
 
 
+def _raw(srv, request: bytes) -> bytes:
+    """What the server answers to ``request`` (bytes as sent), until it closes the connection."""
+    import socket
+
+    with socket.create_connection(srv.server_address[:2], timeout=30) as conn:
+        conn.sendall(request)
+        reply = b""
+        while chunk := conn.recv(65536):
+            reply += chunk
+    return reply
+
+
+def test_a_malformed_length_or_a_deeply_nested_body_is_a_400_answer_not_a_traceback(server, capsys):
+    srv, cat = server
+    host = f"Host: 127.0.0.1:{srv.server_address[1]}\r\nContent-Type: application/json\r\n".encode()
+    for length in (b"abc", b"-5", b"1e3", b"99999999999999999999"):
+        reply = _raw(srv, b"POST /api/decide HTTP/1.1\r\n" + host + b"Content-Length: " + length + b"\r\n\r\n{}")
+        assert reply.startswith(b"HTTP/1.0 400 "), (length, reply[:80])
+        assert b"a decision is a JSON body of at most" in reply
+    nested = b"[" * 30_000 + b"]" * 30_000  # past the parser's recursion limit, within MAX_BODY
+    from whale.catalogue.server import MAX_BODY
+
+    assert len(nested) <= MAX_BODY
+    status, body, _ = _http(srv.url + "api/decide", nested)
+    assert status == 400 and "nested too deeply" in json.loads(body)["error"]
+    assert "Traceback" not in capsys.readouterr().err
+    assert _decisions(cat) == [] and srv.recorded == 0
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_review_serve_refuses_a_port_that_is_not_one_in_one_line(catalogue, capsys, port):
+    from whale.cli import main
+
+    assert main(["catalogue", "review", str(catalogue), "--batch", BATCH, "--serve", "--port", port, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"127.0.0.1:{port}: not a port" in err[0] and "--port" in err[0]
+
+
 def test_review_serve_refuses_flags_without_serve_and_a_taken_port(catalogue, capsys):
     import socket
 
@@ -469,6 +507,47 @@ def test_twenty_photos_take_twenty_keys_on_one_screen_and_a_killed_server_loses_
     assert [d[0] for d in decided] == [f"n{k:02d}.png" if k != 3 else ODD_PHOTO for k in range(20)]
     assert max(latencies) < 1.0, latencies  # every decision in SQLite within a second of its key
     print(f"keypress -> SQLite: median {sorted(latencies)[10] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
+
+
+@pytest.mark.browser
+def test_each_card_shows_p_same_first_uncut_and_the_hover_strip_leaves_the_query_in_view(tmp_path, devtools):
+    from whale.catalogue.match import Flagging
+    from whale.ranking.pairprob import PairCalibration
+
+    ids = np.repeat(["a", "b", "c"], 3)
+    scores = np.where(ids[:, None] == ids[None, :], 0.9, 0.3).astype(np.float32)
+    cal = PairCalibration.fit(scores, ids, ids, skip=np.arange(9))
+    root = build_catalogue(tmp_path / "cat", n_photos=3, threshold=Flagging.of(cal, 0.6, 0.15, "test"))
+    server = ServerProcess(root, tmp_path / "server.log")
+    try:
+        tab = Tab(devtools, server.url)
+        tab.wait("document.querySelectorAll('figure.cand').length === 5")
+        cards = tab.js("""[...document.querySelectorAll('figure.cand figcaption')].map(cap => [...cap.children].map(
+            d => [d.className, d.textContent, d.scrollWidth <= d.clientWidth]))""")
+        for card in cards:  # the individual, then P(same) on its own line, whole at 1,400 px; then the evidence
+            assert [d[0] for d in card[:3]] == ["individual", "probability", "evidence"], card
+            assert re.fullmatch(r"P\(same\) [01]\.\d{3}", card[1][1]) and card[1][2], card
+            assert card[2][1].startswith("score ") and "P(same)" not in card[2][1]
+        overlap = """(() => {
+            const strips = [...document.querySelectorAll('figure.cand .others')].filter(
+                o => getComputedStyle(o).display !== 'none');
+            if (strips.length !== 1) return null;
+            const b = strips[0].getBoundingClientRect();
+            const over = e => { const a = e.getBoundingClientRect();
+                return Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left)) *
+                       Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top)); };
+            return [over(document.getElementById('query-img')), over(strips[0].parentNode.querySelector('.pic')),
+                    b.height, b.left >= 0 && b.right <= innerWidth && b.bottom <= innerHeight];
+        })()"""
+        for nth in (1, 2, 3, 4, 5):  # the strip shows inside the window, over neither the query nor its own card
+            tab.mouse(f"figure.cand:nth-of-type({nth}) .pic")
+            query, own, height, inside = tab.wait(overlap)
+            assert query == 0 and own == 0 and height > 50 and inside, (nth, query, own, height, inside)
+        tab.key("1", shift=True)
+        tab.wait("!document.getElementById('zoom').hidden")
+        assert re.search(r"\(P\(same\) [01]\.\d{3} · score ", tab.js("document.getElementById('zoom-caption').textContent"))
+    finally:
+        server.stop()
 
 
 @pytest.mark.browser

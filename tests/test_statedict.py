@@ -52,6 +52,30 @@ def test_a_checkpoint_that_asks_for_code_is_refused(tmp_path):
         read_state_dict(path)
 
 
+class _Touch:
+    def __init__(self, target):
+        self.target = str(target)
+
+    def __reduce__(self):
+        import pathlib
+
+        return pathlib.Path.touch, (pathlib.Path(self.target),)
+
+
+@pytest.mark.parametrize("where", range(4))
+def test_code_in_any_of_the_legacy_layouts_other_pickles_is_refused_unrun(tmp_path, where):
+    """The magic number, protocol, system info and storage keys are pickles too: none is read with plain pickle."""
+    path, planted = tmp_path / "evil.pth", tmp_path / "planted.txt"
+    heads = [0x1950A86A20F9469CFC6C, 1001, {"little_endian": True}, {}, []]
+    heads[where if where < 3 else 4] = _Touch(planted)
+    with open(path, "wb") as f:
+        for head in heads:
+            pickle.dump(head, f, protocol=2)
+    with pytest.raises(DataError, match=r"evil\.pth: .*asks for "):
+        read_state_dict(path)
+    assert not planted.exists()
+
+
 def test_a_truncated_checkpoint_is_named(tmp_path):
     raw = (DATA / "legacy.pth").read_bytes()
     (tmp_path / "cut.pth").write_bytes(raw[: len(raw) - 40])

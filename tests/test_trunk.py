@@ -79,7 +79,7 @@ def test_maps_are_kept_by_content_and_read_back_without_the_trunk(backend, tmp_p
     assert len(store) == 5 and store[0].shape == (3, 4, 8, 32) and store[0].dtype == np.float16
     np.testing.assert_array_equal(store[0], store[4])
     assert not np.array_equal(store[0][1], store[0][2]) and not np.array_equal(store[0][0], store[0][1])
-    files = sorted(p.name for p in maps.folder.glob("*.npy"))
+    files = sorted(p.name for p in maps.folder.glob("*.npz"))
     assert len(files) == 8 and json.loads((maps.folder / "trunk.json").read_text())["layer"] == "last_bn"
 
     again = _maps(tmp_path / "cache")  # a new process: read from disk, never through the trunk
@@ -89,12 +89,42 @@ def test_maps_are_kept_by_content_and_read_back_without_the_trunk(backend, tmp_p
     np.testing.assert_array_equal(fresh.store(paths, views=True)[1], store[1])
     assert _maps(None, views=3).fingerprint() != maps.fingerprint() != _maps(None, layer="x").fingerprint()
 
-    victim = next(maps.folder.glob("*.views.npy"))
-    victim.write_bytes(b"half a file")  # a damaged file is computed again
-    third = _maps(tmp_path / "cache")
-    np.testing.assert_array_equal(np.concatenate([m for m in third.store(paths, views=True)]),
-                                  np.concatenate([m for m in store][:4]))
-    assert np.load(victim).shape == (2, 4, 8, 32)
+    assert not again.notes
+
+
+def test_a_damaged_or_altered_map_file_is_computed_again_with_a_note_never_used(backend, tmp_path):
+    from whale.core.sealed import read_sealed, write_sealed
+
+    paths = _photos(tmp_path / "photos")
+    maps = _maps(tmp_path / "cache")
+    store = maps.store(paths, views=True)
+    expected = np.concatenate([m for m in store])
+    views = sorted(maps.folder.glob("*.views.npz"))
+    victim, other = views[0], views[1]
+    good = victim.read_bytes()
+    zeros = np.zeros((2, 4, 8, 32), np.float16)
+    nan = read_sealed(victim)["maps"].copy()
+    nan[0, 0, 0, 0] = np.nan
+    key = victim.name.split(".")[0]
+    damage = {  # what was done to the file -> what the note says
+        "zero bytes": (lambda: victim.write_bytes(b""), "an empty file"),
+        "zero-filled": (lambda: victim.write_bytes(bytes(len(good))), "not a readable archive"),
+        "cut short": (lambda: victim.write_bytes(good[:len(good) // 2]), "not a readable archive"),
+        "a map of zeros, no hash": (lambda: np.savez(victim, maps=zeros), "records no content hash"),
+        "bytes flipped": (lambda: victim.write_bytes(good[:-300] + bytes(b ^ 0x55 for b in good[-300:-200])
+                                                     + good[-200:]), "not a readable archive"),
+        "another photo's maps": (lambda: victim.write_bytes(other.read_bytes()), "does not hold this photo's maps"),
+        "wrong shape": (lambda: write_sealed(victim, {"maps": zeros[:, :3], "photo": np.asarray(key),
+                                                      "kind": np.asarray("views")}), "expected float16 [2, 4, 8, 32]"),
+        "NaN": (lambda: write_sealed(victim, {"maps": nan, "photo": np.asarray(key), "kind": np.asarray("views")}),
+                "not finite"),
+    }
+    for what, (harm, says) in damage.items():
+        harm()
+        again = _maps(tmp_path / "cache")
+        np.testing.assert_array_equal(np.concatenate([m for m in again.store(paths, views=True)]), expected)
+        assert len(again.notes) == 1 and str(victim) in again.notes[0] and says in again.notes[0], (what, again.notes)
+        assert victim.read_bytes() == good, what  # computed again and replaced: the same bytes as a clean run's
 
 
 def test_a_trunk_run_trains_scores_and_scores_again_from_the_cache(backend, competition, tmp_path, monkeypatch):

@@ -2,9 +2,11 @@
 
 One screen per photo: the query pinned at the top, its candidates (up to
 :data:`whale.catalogue.reviewdata.SHOWN`) in one row below it, each scaled to the same width, with its
-individual, raw evidence (score; verified keypoint matches where the batch has them; a calibrated
-probability only where the data gives one), file name and photo count, and up to three other photos of
-its individual on hover. Keys: 1-5 this candidate's individual, N a new individual (a name prompt with the
+individual, the number a researcher decides on first (the calibrated P(same whale), where the data gives
+one, on a line of its own that is never cut off), then the raw evidence (score; verified keypoint matches where
+the batch has them), file name and photo count, and up to three other photos of its individual on hover, drawn
+beside the card over its neighbours (the query stays in view; the strip takes no clicks, so the next card is
+hovered or clicked through it). Keys: 1-5 this candidate's individual, N a new individual (a name prompt with the
 next free name filled in), S skip, U undo, arrows or J/K move, Shift+1-5 (or a click) enlarges a pair,
 Esc closes. After each decision the next undecided photo comes up. Every decision is one request to the
 server, answered once it is committed; keys pressed meanwhile wait their turn, so a fast reviewer's keys
@@ -59,13 +61,13 @@ figcaption { font-size: .85em; margin-top: .25em; }
 figcaption > div { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 .individual { font-size: 1.1em; font-weight: bold; }
 .evidence { font-family: ui-monospace, monospace; }
+.probability { font-family: ui-monospace, monospace; font-size: 1.1em; font-weight: bold; color: #175; }
 .file, .count { color: #555; }
-.others { display: none; position: absolute; left: -2px; right: -2px; bottom: 100%; z-index: 2; gap: 3px; padding: .3em;
-          background: #fff; border: 1px solid #888; box-shadow: 0 2px 8px #0005; }
+.others { display: none; position: absolute; top: -2px; left: calc(100% + .3em); width: calc(200% + .6em); z-index: 2;
+          gap: 3px; padding: .3em; background: #fff; border: 1px solid #888; box-shadow: 0 2px 8px #0005;
+          pointer-events: none; }
 figure.cand:hover .others { display: flex; }
-figure.cand:not(:first-child):not(:last-child) .others { left: -30%; right: -30%; }
-figure.cand:first-child .others { right: -60%; }
-figure.cand:last-child .others { left: -60%; }
+figure.cand:nth-child(n+4) .others { left: auto; right: calc(100% + .3em); }
 .others img { width: calc((100% - 6px) / 3); max-height: 20vh; object-fit: contain; }
 .none { color: #555; font-size: 1.05em; }
 #zoom { position: fixed; inset: 0; background: #111e; color: #fff; display: flex; flex-direction: column;
@@ -114,10 +116,11 @@ PAGE_JS = r"""
       d.decision === "new" ? "new individual: " + d.individual : "skipped";
     return what + " (" + d.by + ", " + when(d.at) + ")";
   }
-  function evidence(c) {
+  const isSet = x => x !== null && x !== undefined;
+  const same = c => isSet(c.probability) ? "P(same) " + fmt(c.probability) : null;
+  function evidence(c) {  // the raw evidence: score, then verified keypoint matches where the batch has them
     let text = "score " + fmt(c.score);
-    if (c.inliers !== null && c.inliers !== undefined) text += " · " + c.inliers + " verified matches";
-    if (c.probability !== null && c.probability !== undefined) text += " · P(same) " + fmt(c.probability);
+    if (isSet(c.inliers)) text += " · " + c.inliers + " verified matches";
     return text;
   }
   function header() {
@@ -178,10 +181,13 @@ PAGE_JS = r"""
       const pic = img(c.image, "#" + c.rank + " " + c.individual, "pic");
       pic.addEventListener("click", () => run(() => enlarge(c.rank)));
       const cap = el("figcaption");
-      cap.append(el("div", "individual", c.individual), el("div", "evidence", evidence(c)),
-                 el("div", "file", c.file), el("div", "count", c.photos + (c.photos === 1 ? " photo" : " photos")));
-      cap.children[0].title = c.individual;
-      cap.children[2].title = c.file;
+      const file = el("div", "file", c.file), who = el("div", "individual", c.individual);
+      who.title = c.individual;
+      file.title = c.file;
+      cap.append(who);
+      if (isSet(c.probability)) cap.append(el("div", "probability", same(c)));  // first: what is decided on
+      cap.append(el("div", "evidence", evidence(c)), file,
+                 el("div", "count", c.photos + (c.photos === 1 ? " photo" : " photos")));
       const others = el("div", "others");
       c.others.forEach(o => others.appendChild(img(o, "another photo of " + c.individual)));
       if (!c.others.length) others.appendChild(el("span", null, "no other photo of " + c.individual));
@@ -203,7 +209,8 @@ PAGE_JS = r"""
     pair.textContent = "";
     if (c.match) pair.appendChild(img(c.match, "query beside #" + rank + ", verified matches drawn", "match"));
     else pair.append(img(p.large, "query " + p.name), img(c.large, "#" + rank + " " + c.individual));
-    $("zoom-caption").textContent = p.name + " beside #" + rank + " " + c.individual + " (" + evidence(c) +
+    $("zoom-caption").textContent = p.name + " beside #" + rank + " " + c.individual + " (" +
+      [same(c), evidence(c)].filter(Boolean).join(" · ") +
       "): 1-5 decide, Shift+1-5 another candidate, Esc closes";
     $("zoom").hidden = false;
     zoomed = rank;

@@ -26,7 +26,7 @@ checked against the proposals. docs/review.md describes the page and the format.
                  "candidates": [{"individual": str, "score": float, "probability": float | null (optional),
                                  "image": str (absolute)}]}]}
 
-(:mod:`whale.catalogue.proposals`); a candidate's calibrated probability is shown as ``P(same)`` beside its score.
+(:mod:`whale.catalogue.proposals`); a candidate's calibrated probability is shown as ``P(same)`` before its score.
 """
 from __future__ import annotations
 
@@ -150,10 +150,10 @@ def _section(k: int, photo: Photo, images: ReviewImages, groups: dict[int, list[
     for rank, c in enumerate(photo.candidates, 1):
         radio = (f'<input type="radio" name="d{k}" value="match" data-individual="{_e(c.individual)}" '
                  f'aria-label="match {_e(c.individual)}">')
-        cands.append(_figure(images, Path(c.image), f'#{rank} <b class="individual">{_e(c.individual)}</b><br>'
-                             f'score <span class="score">{c.score:.3f}</span>' + (
-                                 "" if c.probability is None else
-                                 f' · P(same) <span class="probability">{c.probability:.3f}</span>'),
+        cands.append(_figure(images, Path(c.image), f'#{rank} <b class="individual">{_e(c.individual)}</b><br>' + (
+                                 "" if c.probability is None else  # first: the number a researcher decides on
+                                 f'P(same) <span class="probability">{c.probability:.3f}</span> · ') +
+                             f'score <span class="score">{c.score:.3f}</span>',
                              f"#{rank} {c.individual}",
                              "candidate", radio, images.match(photo.path, Path(c.image))))
     flags = '<span class="flag possibly-new">possibly new</span>' if photo.possibly_new else ""

@@ -63,6 +63,7 @@ class ReviewServer(ThreadingHTTPServer):
         self.by, self.sighting, self.log = by, sighting or {}, log
         self.recorded = 0
         self._count = threading.Lock()
+        check_port(port)
         try:
             super().__init__((HOST, int(port)), _Handler)
         except OSError as exc:
@@ -190,13 +191,18 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/api/decide":
             self._json(HTTPStatus.NOT_FOUND, {"error": f"{self.path}: not a page of this server"})
             return
-        size = int(self.headers.get("Content-Length") or 0)
+        length = (self.headers.get("Content-Length") or "0").strip()
+        size = int(length) if length.isdigit() and len(length) < 12 else -1  # "abc", "-5", "1e9": no body to read
         if not self.headers.get("Content-Type", "").startswith("application/json") or not 0 < size <= MAX_BODY:
-            self._json(HTTPStatus.BAD_REQUEST, {"error": f"a decision is a JSON body of at most {MAX_BODY} bytes"})
+            self._json(HTTPStatus.BAD_REQUEST, {"error": f"a decision is a JSON body of at most {MAX_BODY} bytes "
+                                                         f"(Content-Length {length[:20]!r})"})
             return
         try:
             request = json.loads(self.rfile.read(size))
             counts, state = self.server.decide(request)
+        except RecursionError:  # JSON nested deeper than the parser goes: bad input, not a bug
+            self._json(HTTPStatus.BAD_REQUEST, {"error": "a decision is a flat JSON object; this one is nested too "
+                                                         "deeply to read"})
         except ValueError as exc:  # DataError too; bad JSON
             self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc).split("\n")[0]})
         except Conflict as exc:
@@ -210,6 +216,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.OK, {"counts": counts, "state": state})
 
 
+def check_port(port) -> int:
+    """``port`` as an int when a TCP port (0: a free one), else a one-line :class:`DataError` naming it."""
+    try:
+        value = int(port)
+    except (TypeError, ValueError):
+        value = -1
+    if not 0 <= value <= 65535:
+        raise DataError(f"{HOST}:{port}: not a port (expected 1 to 65535, or 0 for a free one); choose another "
+                        "--port, or leave it out for a free one")
+    return value
+
+
 def serve(root, batch: str, out_dir=None, port: int = 0, by: str | None = None, sighting=None, matches=None,
           verbose: bool = True, probability=None) -> str:
     """Serve ``batch``'s review until Ctrl-C (module docstring); returns what it recorded, in one line.
@@ -218,10 +236,11 @@ def serve(root, batch: str, out_dir=None, port: int = 0, by: str | None = None, 
     ``matches``: the keypoint feature store of the batch's match views (:func:`review_data`).
 
     Raises:
-        DataError: an unknown batch, an unreadable photo, a port that cannot be had.
+        DataError: an unknown batch, an unreadable photo, a port that cannot be had or is not one.
     """
     from whale.catalogue.reviewdata import review_data
 
+    check_port(port)  # before the batch's images are made
     with Catalogue.open(root) as cat:
         rel = sql.batch_proposals_file(cat.conn, batch)
         if rel is None:

@@ -54,6 +54,7 @@ def combine_runs(rule: Rule, log=print) -> Combined:
             training.
     """
     runs, val_paths, open_label = list(rule.runs), rule.val_paths, rule.fmt.open_label
+    check_open_share(rule)
     weights = tuned_weights(rule, log) if rule.tune_weights else rule.weights
     fusion, fused = None, {}
     if rule.fusion != "scores":
@@ -81,6 +82,35 @@ def combine_runs(rule: Rule, log=print) -> Combined:
     query = test.query.tolist()
     del test  # only the names and the top ids are needed from here on
     return Combined(weights, fusion, query, test_top, _validation_top(rule, weights, fused, log))
+
+
+def check_open_share(rule: Rule) -> None:
+    """``--tune-new-share`` weighs the validation queries of the open-set label against the known ones: refuse
+    validation files whose queries (pooled over the runs' files) are all of one kind, before any work.
+
+    Raises:
+        DataError: naming the files, the flag and what they hold (a ``train.csv`` without ``new_whale`` rows, e.g.
+            after a cleaning, gives folds without open-set queries).
+    """
+    if rule.tune_new_share is None:
+        return
+    from whale.inference.scorefile import read_header
+
+    paths = [p for p in rule.val_paths if p.is_file()]  # a missing one is named by --tune / --tune-weights' check
+    truth = {}
+    for path in paths:
+        header = read_header(path, need_query_ids=True)
+        truth.update(zip(header["query"].tolist(), header["query_ids"].tolist()))
+    if not truth:
+        return
+    label = rule.fmt.open_label
+    n_open = sum(t == label for t in truth.values())
+    if n_open in (0, len(truth)):
+        kind = f"no {label} query" if n_open == 0 else f"only {label} queries"
+        raise DataError(f"--tune-new-share {rule.tune_new_share:g}: the validation queries of "
+                        f"{first_names([str(p) for p in paths])} hold {kind} ({n_open} of {len(truth)}), so they "
+                        f"cannot be weighted to a share of {label}; leave --tune-new-share out (or validate on a fold "
+                        f"that has both kinds)")
 
 
 def _validation_top(rule: Rule, weights: np.ndarray, fused: dict, log) -> TopIds | None:

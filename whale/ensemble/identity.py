@@ -66,12 +66,44 @@ def check_inputs(paths: Sequence[Path], identities: Sequence[dict | None], log=p
         # A snapshot (scores/384/) is a model of its own: the run's other snapshots may join it.
         key = (ident["run_id"], ident.get("snapshot"), ident.get("fold"), ident.get("split"))
         if key in seen:
+            differ = data_differences(seen[key], path)
+            if differ:  # a copied run folder, or one config scored again on other data: say what differs
+                raise DataError(f"{path}: the run (run_id {ident['run_id']}) and fold {ident.get('fold')} of "
+                                f"{seen[key]}, scored on other data ({'; '.join(differ)}); one config and fold may "
+                                "enter an ensemble once: leave one out, or make it a run of its own (another "
+                                "config or run folder)")
             raise DataError(f"{path}: same run (run_id {ident['run_id']}) and fold {ident.get('fold')} as "
                             f"{seen[key]}; each run and fold (and each of its snapshots) may enter an ensemble once")
         seen[key] = path
     if unknown:
         log(f"warning: {len(unknown)} score file(s) record no run identity, so mixes and leaks cannot be "
             f"checked: {first_names(unknown)}; re-score them with `run_fold.py ... --score-only`")
+
+
+def data_differences(a: Path, b: Path) -> list[str]:
+    """What differs between the data two score files of one run identity were scored on: the split seed, the
+    gallery (its images, then their labels), the queries (their images, then their labels); empty when nothing
+    does (one file of one run given twice)."""
+    ha, hb = read_header(Path(a), False), read_header(Path(b), False)
+    out = []
+    seeds = [(h["identity"] or {}).get("seed") for h in (ha, hb)]
+    if seeds[0] != seeds[1]:
+        out.append(f"split seed {seeds[0]} vs {seeds[1]}")
+
+    def compare(what, names_a, names_b, labels_a, labels_b):
+        if len(names_a) != len(names_b) or set(names_a.tolist()) != set(names_b.tolist()):
+            only = np.setxor1d(names_a, names_b)
+            out.append(f"{what}: {len(names_a)} vs {len(names_b)} images, {only.size} in one only "
+                       f"(e.g. {first_names(only, 2)})")
+        elif labels_a is not None and labels_b is not None:
+            by_name = dict(zip(names_b.tolist(), labels_b.tolist()))
+            changed = [n for n, lab in zip(names_a.tolist(), labels_a.tolist()) if by_name[n] != lab]
+            if changed:
+                out.append(f"{what} labels: {len(changed)} images labelled otherwise (e.g. {first_names(changed, 2)})")
+
+    compare("gallery", ha["gallery"], hb["gallery"], ha["gallery_ids"], hb["gallery_ids"])
+    compare("queries", ha["query"], hb["query"], ha.get("query_ids"), hb.get("query_ids"))
+    return out
 
 
 def check_no_leak(paths: Sequence[Path]) -> None:

@@ -179,6 +179,8 @@ def _verify(cfg: JointConfig, feats, fitted, split, gallery, queries, data, trai
         matchers[name] = (matcher, cache)
         if read_back:
             log(f"joint {split} {name}: the keypoint selector read back from {cache.path} (nothing fitted)")
+        if cache.note:
+            log(f"joint {split} {name}: {cache.note}")
     shortlist = merge(*[top_photos(v, cfg.votes) for v in votes.values()],
                       *[top_photos(s, cfg.runs) for s in trained])
     memory[f"{split}_gallery"] = peak_memory_mb()["self"]

@@ -284,8 +284,10 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
     <whale.keypoints.selectcache.SelectorCache.matcher>`: the selector it keeps, else one fitted here, never pairing
     a gallery photo labelled ``open_label``, the format's); ``cache`` keeps the selector afterwards with every photo
     it scored."""
-    given = selector is not None or check is not None
+    given = selector is not None or check is not None  # select.keep 1: no selector, the fold's check still serves
     matcher, read_back = gallery_matcher(cfg, gallery, ids, keys, cache, selector, check, open_label, progress)
+    if not given and cache.note:
+        log(f"keypoints {split}: {cache.note}")
     memory = {} if memory is None else memory
     memory[f"{split}_gallery"] = peak_memory_mb()["self"]
     result = matcher.match(queries, progress=progress, keys=query_keys)

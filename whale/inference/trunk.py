@@ -8,7 +8,12 @@ draws a new crop). Maps are ``float16``, kept in memory and, with a ``cache`` fo
 content (SHA-1 of its bytes and its box) under a folder named by everything that makes a map
 (:meth:`TrunkMaps.fingerprint`: the branch, its weights, the cut, input size, channels, crop rule, margin,
 views, augmentation): runs and split seeds on the same photos share them, and a killed run resumes without
-computing them again. A damaged file is computed again.
+computing them again.
+
+Each map file is a sealed array file (:mod:`whale.core.sealed`): the maps with the photo's key and the kind of
+view they are, under a content hash written with them. A file that is empty, cut short, altered (a map of zeros
+or NaN, another photo's maps, bytes flipped), of the wrong shape or not finite is never trained on nor scored: it
+is computed again and replaced, with one line naming it (:attr:`TrunkMaps.notes`).
 """
 from __future__ import annotations
 
@@ -20,9 +25,10 @@ import numpy as np
 
 from whale.core.files import atomic_write
 from whale.core.progress import progress_bar
+from whale.core.sealed import SealError, read_sealed, write_sealed
 
-FORMAT = 1
-"""The layout of the cache folder; a new one makes a new fingerprint."""
+FORMAT = 2
+"""The layout of the cache folder; a new one makes a new fingerprint (1: plain ``.npy`` maps, never read now)."""
 
 
 def first_view(maps: np.ndarray) -> np.ndarray:
@@ -73,15 +79,20 @@ class TrunkMaps:
         views: augmented views per training photo; ``augment_style``: :func:`whale.data.augment.build_augmenter`'s.
         identity: what else makes the maps what they are (branch, weights, cut), for :meth:`fingerprint`.
         cache: a folder to keep them in (None: memory only).
+        log: where a line about a cache file that is not used goes (None: stderr); each is kept in :attr:`notes`.
     """
 
     def __init__(self, trunk, image_size, channels: int, margin: float, crop: str, views: int,
-                 augment_style: str, identity: dict, cache=None, batch_size: int = 32, progress: bool = True):
+                 augment_style: str, identity: dict, cache=None, batch_size: int = 32, progress: bool = True,
+                 log=None):
         self.trunk, self.image_size = trunk, tuple(int(v) for v in image_size)
         self.channels, self.margin, self.crop, self.views = int(channels), float(margin), crop, int(views)
         self.augment_style, self.identity, self.batch_size, self.progress = augment_style, identity, batch_size, progress
         self.folder = None if cache is None else Path(cache) / self.fingerprint()[:16]
         self._memory: dict[tuple[str, str], np.ndarray] = {}
+        self._log = log
+        self.notes: list[str] = []
+        """One line per cache file found unusable and computed again."""
 
     @classmethod
     def for_config(cls, cfg, cache=None, progress: bool = True) -> tuple["TrunkMaps", object]:
@@ -122,18 +133,53 @@ class TrunkMaps:
 
     # ------------------------------------------------------------------ the cache
     def _file(self, key: str, kind: str) -> Path:
-        return self.folder / f"{key}.{kind}.npy"
+        return self.folder / f"{key}.{kind}.npz"
+
+    def map_shape(self) -> tuple[int, ...] | None:
+        """``(h, w, c)`` of one view's map, as the trunk gives it (None when it does not say)."""
+        shape = getattr(self.trunk, "output_shape", None)
+        if isinstance(shape, list):
+            shape = shape[0] if len(shape) == 1 else None
+        if shape is None or len(shape) != 4 or not all(isinstance(v, int) for v in shape[1:]):
+            return None
+        return tuple(int(v) for v in shape[1:])
+
+    def _note(self, path: Path, why: str) -> None:
+        line = f"trunk maps {path}: {why}; not used, computed again"
+        self.notes.append(line)
+        if self._log is None:
+            import sys
+
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self._log(line)
 
     def _have(self, key: str, kind: str) -> bool:
         if (key, kind) in self._memory:
             return True
-        if self.folder is None or not self._file(key, kind).is_file():
+        if self.folder is None:
             return False
+        path = self._file(key, kind)
         try:
-            maps = np.load(self._file(key, kind), allow_pickle=False)
-        except (OSError, ValueError):
-            return False  # damaged: computed again
-        if maps.dtype != np.float16 or maps.ndim != 4 or len(maps) != (1 if kind == "plain" else self.views):
+            arrays = read_sealed(path)
+        except FileNotFoundError:
+            return False
+        except SealError as exc:
+            self._note(path, str(exc).replace(f"{path}: ", ""))
+            return False
+        maps = arrays.get("maps")
+        views = 1 if kind == "plain" else self.views
+        expected = self.map_shape()
+        if maps is None or str(arrays.get("photo", "")) != key or str(arrays.get("kind", "")) != kind:
+            self._note(path, "does not hold this photo's maps")
+            return False
+        if maps.dtype != np.float16 or maps.ndim != 4 or len(maps) != views or (
+                expected is not None and maps.shape[1:] != expected):
+            self._note(path, f"holds {maps.dtype} {list(maps.shape)}, expected float16 "
+                             f"{[views, *(expected or ('h', 'w', 'c'))]}")
+            return False
+        if not np.isfinite(maps).all():
+            self._note(path, "holds values that are not finite")
             return False
         self._memory[(key, kind)] = maps
         return True
@@ -170,12 +216,8 @@ class TrunkMaps:
                 maps = out[j * n_views:(j + 1) * n_views]
                 self._memory[(key, kind)] = maps
                 if self.folder is not None:
-                    atomic_write(self._file(key, kind), lambda tmp, m=maps: _save(tmp, m))
-
-
-def _save(tmp: Path, maps: np.ndarray) -> None:
-    with open(tmp, "wb") as f:
-        np.save(f, maps)
+                    write_sealed(self._file(key, kind), {"maps": maps, "photo": np.asarray(key),
+                                                         "kind": np.asarray(kind)})
 
 
 def photo_key(path: Path, box=None) -> str:

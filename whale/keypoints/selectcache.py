@@ -7,30 +7,37 @@ photos' contents and individuals, in order), the format's open label and the set
 :meth:`~whale.keypoints.config.KeypointConfig.selection_hash`; so a run that changes only the score rule, adds
 queries or scores the same fold again reads it back:
 
-``<store>/<fingerprint>/selectors/<selection hash>-<gallery hash>.pkl``: the classifiers, the gallery's keypoint
-scores and the scores of every photo it selected since (:attr:`KeypointSelector.memo`, by the photo's store key),
-written atomically after each run that used it. A file that cannot be read is fitted again and replaced.
+``<store>/<fingerprint>/selectors/<selection hash>-<gallery hash>.npz``: a sealed array file
+(:mod:`whale.core.sealed`) holding the two classifiers as their trees' arrays (:mod:`whale.core.trees`), the
+gallery's keypoint scores and the scores of every photo it selected since (:attr:`KeypointSelector.memo`, by the
+photo's store key), with the reason and timings as JSON text; written atomically after each run that used it.
 
-The files are Python pickles (scikit-learn's models have no other format): they are read only from the store the
-user named (``--cache``), never from a file handed in.
+Nothing in the file is code: it is read with ``allow_pickle=False`` after its content hash is checked, and the
+arrays are checked against the gallery (one score per keypoint of each photo) and as trees
+(:meth:`whale.core.trees.TreeEnsemble.from_arrays`). A file that fails any check (damaged, altered, of another
+:data:`FORMAT`, a pickle planted under its name) is never used: the selector is fitted again and replaces it, and
+:attr:`SelectorCache.note` says so in one line naming the file. The ``.pkl`` files of earlier versions are never
+read. What a cache may be trusted with: docs/bad-inputs.md.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from whale import NEW_WHALE
-from whale.core.files import atomic_write
+from whale.core.sealed import SealError, read_sealed, write_sealed
+from whale.core.trees import TreeEnsemble, prefixed, tree_arrays, unprefixed
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.extract import Features
 from whale.keypoints.matcher import KeypointMatcher
 from whale.keypoints.selection import KeypointSelector
 
-FORMAT = 1
-"""The files' layout version: a file of another is fitted again."""
+FORMAT = 2
+"""The files' layout version: a file of another is fitted again (1: pickles, never read)."""
 
 
 def gallery_hash(keys: Sequence[str], ids: Sequence[str], open_label: str) -> str:
@@ -55,20 +62,23 @@ class SelectorCache:
         self.cfg = cfg
         self.keys = list(keys)
         self.path = (Path(folder) / "selectors" /
-                     f"{cfg.selection_hash()}-{gallery_hash(self.keys, ids, open_label)}.pkl")
+                     f"{cfg.selection_hash()}-{gallery_hash(self.keys, ids, open_label)}.npz")
+        self.note = ""
+        """One line when the last :meth:`load` found a file it could not use (fitted again), else empty."""
 
     def load(self, gallery: Sequence[Features], progress: bool = False) -> KeypointSelector | None:
         """The selector kept for this gallery, with its :attr:`~KeypointSelector.memo` on; None when there is
-        none (or it cannot be read)."""
+        none, or it fails a check (:attr:`note` then says which file and why)."""
+        self.note = ""
         try:
-            with open(self.path, "rb") as fh:
-                state = pickle.load(fh)
+            arrays = read_sealed(self.path)
+            state = _state(arrays, [len(f) for f in gallery])
         except FileNotFoundError:
             return None
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError, TypeError):
-            return None  # damaged or of another version: fitted again and replaced
-        if not isinstance(state, dict) or state.get("format") != FORMAT or len(state["gallery_scores"] or ()) not in (
-                0, len(self.keys)):
+        except (SealError, ValueError, KeyError, TypeError) as exc:
+            why = (f"has no array {exc.args[0]!r}" if isinstance(exc, KeyError) else
+                   str(exc).replace(f"{self.path}: ", ""))
+            self.note = f"keypoint selector {self.path}: {why}; not used, fitted again and replaced"
             return None
         selector = KeypointSelector.from_state(self.cfg.select, gallery, self.keys, state, progress)
         if selector.memo is None:
@@ -79,13 +89,7 @@ class SelectorCache:
         """Keep ``selector`` (fitted on this gallery under :attr:`keys`) with everything it scored."""
         if selector.memo is None:
             selector.memo = {}
-        state = {"format": FORMAT, **selector.state()}
-
-        def write(tmp: Path) -> None:
-            with open(tmp, "wb") as fh:
-                pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
-
-        return atomic_write(self.path, write, flag="--cache")
+        return write_sealed(self.path, _arrays(selector.state()), flag="--cache")
 
     def matcher(self, gallery: Sequence[Features], ids, open_label: str = NEW_WHALE,
                 progress: bool = False) -> tuple[KeypointMatcher, bool]:
@@ -106,3 +110,60 @@ class SelectorCache:
         """:meth:`save` the selector of ``matcher`` (one fitted on this gallery), when it selects."""
         if matcher.selector is not None and matcher.selector.active:
             self.save(matcher.selector)
+
+
+def _concat(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(counts [n] int64, values float64)`` of a list of 1-d arrays."""
+    counts = np.asarray([len(a) for a in arrays], np.int64)
+    values = np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays]) if len(arrays) else np.zeros(0)
+    return counts, values
+
+
+def _split(counts: np.ndarray, values: np.ndarray, what: str) -> list[np.ndarray]:
+    if counts.ndim != 1 or counts.dtype.kind != "i" or (counts < 0).any() or values.ndim != 1 \
+            or int(counts.sum()) != len(values) or values.dtype != np.float64:
+        raise ValueError(f"{what}: the counts do not split the scores")
+    if not np.isfinite(values).all():
+        raise ValueError(f"{what}: scores that are not finite")
+    return np.split(values, np.cumsum(counts)[:-1]) if len(counts) else []
+
+
+def _arrays(state: dict) -> dict[str, np.ndarray]:
+    """The arrays of :meth:`KeypointSelector.state` (models as trees, scores concatenated, the rest JSON)."""
+    meta = {"format": FORMAT, "reason": state["reason"], "seconds": state["seconds"], "models": len(state["models"]),
+            "gallery_scores": state["gallery_scores"] is not None}
+    out = {"meta": np.asarray(json.dumps(meta))}
+    for i, model in enumerate(state["models"]):
+        out.update(prefixed(model.arrays() if isinstance(model, TreeEnsemble) else tree_arrays(model), f"model{i}_"))
+    out["gallery_counts"], out["gallery_scores"] = _concat(state["gallery_scores"] or [])
+    memo = state["memo"] or {}
+    out["memo_keys"] = np.asarray(list(memo), dtype=str) if memo else np.zeros(0, "<U1")
+    out["memo_counts"], out["memo_scores"] = _concat(list(memo.values()))
+    return out
+
+
+def _state(arrays: dict, sizes: Sequence[int]) -> dict:
+    """The :meth:`KeypointSelector.state` of :func:`_arrays`' arrays, for a gallery of photos with ``sizes``
+    keypoints; ValueError (or KeyError) when they do not describe one."""
+    meta = json.loads(str(arrays["meta"]))
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"of format {meta.get('format') if isinstance(meta, dict) else '?'}, not {FORMAT}")
+    if not isinstance(meta.get("reason"), str) or not isinstance(meta.get("seconds"), dict) \
+            or not isinstance(meta.get("models"), int) or not 0 <= meta["models"] <= 2:
+        raise ValueError("its description is not a selector's")
+    models = [TreeEnsemble.from_arrays(unprefixed(arrays, f"model{i}_")) for i in range(meta["models"])]
+    scores = _split(arrays["gallery_counts"], arrays["gallery_scores"], "gallery scores")
+    if meta.get("gallery_scores"):
+        if [len(p) for p in scores] != list(sizes):
+            raise ValueError(f"gallery scores for {len(scores)} photos that do not match the gallery's "
+                             f"{len(sizes)} photos' keypoints")
+    elif models or scores:
+        raise ValueError("classifiers without the gallery's scores")
+    keys = arrays["memo_keys"]
+    if keys.ndim != 1 or keys.dtype.kind != "U":
+        raise ValueError("the scored photos' keys are not text")
+    memo_scores = _split(arrays["memo_counts"], arrays["memo_scores"], "scored photos")
+    if len(memo_scores) != len(keys):
+        raise ValueError(f"{len(keys)} scored photos' keys for {len(memo_scores)} photos' scores")
+    return {"models": models, "gallery_scores": scores if meta.get("gallery_scores") else None,
+            "reason": meta["reason"], "seconds": meta["seconds"], "memo": dict(zip(keys.tolist(), memo_scores))}

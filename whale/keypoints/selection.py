@@ -275,7 +275,8 @@ class KeypointSelector:
             raise ValueError(f"keys: {len(keys)} keys for {len(photos)} photos")
         member = [self._member.get(key) for key in keys]
         memo = {} if self.memo is None else self.memo
-        new = [i for i, m in enumerate(member) if m is None and (keys[i] is None or keys[i] not in memo)]
+        new = [i for i, m in enumerate(member)  # a remembered score per keypoint, else scored again
+               if m is None and (keys[i] is None or keys[i] not in memo or len(memo[keys[i]]) != len(photos[i]))]
         predicted = dict(zip(new, predict(self.models, [photos[i] for i in new], self.progress,
                                           f"{len(new)} new photos")))
         if self.memo is not None:

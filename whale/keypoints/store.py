@@ -6,17 +6,18 @@
 and a second run, a new batch or the catalogue reuse what is there. Each file is written atomically as
 soon as its photo is done: a killed extraction keeps every finished photo.
 
-Each file also records the key it was extracted for (``photo``: the photo's sha256, with its box), so a file
-copied over another, or one of an earlier version that recorded none (extracted before EXIF orientation was
-applied), is known: :func:`read_entry` says what is wrong with it, :meth:`FeatureStore.features` extracts it
-again, and ``whale catalogue check`` lists it.
+Each file is a sealed array file (:mod:`whale.core.sealed`: plain arrays, no pickle, under a content hash
+written with them) that also records the key it was extracted for (``photo``: the photo's sha256, with its box),
+so a damaged or altered file (cut short, bytes flipped, arrays replaced), a file copied over another, or one of an
+earlier version that recorded no key (extracted before EXIF orientation was applied) or no content hash is known:
+:func:`read_entry` says what is wrong with it, :meth:`FeatureStore.features` extracts it again (never matching on
+it), and ``whale catalogue check`` lists it.
 
 The default root is ``$WHALE_CACHE/keypoints``, else ``~/.cache/whale/keypoints``.
 """
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import ConfigError, DataError
-from whale.core.files import atomic_write, file_hash
+from whale.core.files import file_hash
+from whale.core.sealed import SealError, read_sealed, write_sealed
 from whale.keypoints.config import FeatureConfig, KeypointConfig
 from whale.keypoints.extract import Features, extract
 from whale.core.progress import progress_bar
@@ -62,30 +64,35 @@ def _start_method() -> str:
 
 
 MISSING = "missing"
-UNTIED = "records no photo (written by an earlier version)"
-"""What :func:`read_entry` says of a file that exists but records no key: not tied to a photo."""
+UNTIED = "records no photo or no content hash (written by an earlier version)"
+"""What :func:`read_entry` says of a file that exists but records no key or no content hash: not tied to a photo."""
 
 
 def read_entry(path: Path, key: str) -> tuple[Features | None, str]:
     """``(features, "")`` of the store file ``path`` written for ``key`` (a photo's sha256, ``-box`` after it for
-    a boxed photo), else ``(None, what is wrong)``: :data:`MISSING`, unreadable, :data:`UNTIED`, another photo's
-    features (``"holds the features of photo ..."``), or arrays of the wrong shape or with values not finite."""
+    a boxed photo), else ``(None, what is wrong)``: :data:`MISSING`, damaged or altered (its content hash),
+    :data:`UNTIED`, another photo's features (``"holds the features of photo ..."``), or arrays of the wrong
+    shape or with values not finite."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            names = set(z.files)
-            if not {"xy", "shape", "desc", "size"} <= names:
-                return None, f"not a feature file (arrays {', '.join(sorted(names)) or 'none'})"
-            if "photo" not in names:
-                return None, UNTIED
-            photo = str(z["photo"])
-            f = Features(z["xy"], z["shape"], z["desc"], tuple(int(v) for v in z["size"]))  # file names: _write
+        z = read_sealed(path)
     except FileNotFoundError:
         return None, MISSING
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
-        return None, f"not a readable feature file ({exc})"
+    except SealError as exc:
+        why = str(exc).replace(f"{path}: ", "")
+        return None, UNTIED if why.startswith("records no content hash") else f"not a readable feature file ({why})"
+    names = set(z)
+    if not {"xy", "shape", "desc", "size"} <= names:
+        return None, f"not a feature file (arrays {', '.join(sorted(names)) or 'none'})"
+    if "photo" not in names:
+        return None, UNTIED
+    photo = str(z["photo"])
     if photo != key:
         return None, f"holds the features of photo {photo[:12]}, not of {key[:12]} its name says"
-    n = len(f.xy)
+    try:
+        f = Features(z["xy"], z["shape"], z["desc"], tuple(int(v) for v in z["size"].ravel()))  # names: _write
+        n = len(f.xy)
+    except (ValueError, TypeError, IndexError) as exc:
+        return None, f"not a readable feature file ({exc})"
     if (f.xy.shape != (n, 2) or f.diameter_angle.shape != (n, 2) or f.desc.shape != (n, 128)
             or f.desc.dtype != np.uint8 or len(f.photo_size) != 2
             or not (np.isfinite(f.xy).all() and np.isfinite(f.diameter_angle).all())):
@@ -116,12 +123,10 @@ class FeatureStore:
         return features
 
     def _write(self, digest: str, f: Features) -> None:
-        def write(tmp: Path) -> None:  # the files' array names stay those of earlier versions: shape, size
-            with open(tmp, "wb") as fh:
-                np.savez(fh, xy=f.xy, shape=f.diameter_angle, desc=f.desc, size=np.asarray(f.photo_size, np.int64),
-                         photo=np.asarray(digest))
-
-        atomic_write(self.path(digest), write, flag="--cache")
+        # the files' array names stay those of earlier versions: shape, size
+        write_sealed(self.path(digest), {"xy": f.xy, "shape": f.diameter_angle, "desc": f.desc,
+                                         "size": np.asarray(f.photo_size, np.int64), "photo": np.asarray(digest)},
+                     flag="--cache")
 
     def features(self, paths: Sequence, workers: int | None = None, progress: bool = True,
                  digests: Sequence[str] | None = None, boxes: Sequence[tuple | None] | None = None,

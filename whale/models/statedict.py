@@ -139,14 +139,24 @@ def _tensor_ref(storage, offset, size, stride, *_):
     return _TensorRef((storage, int(offset), tuple(size), tuple(stride)))
 
 
+class _Plain(pickle.Unpickler):
+    """The legacy layout's other pickles (magic number, protocol, system info, storage keys): plain values only."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"it asks for {module}.{name} where a plain value belongs")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("a storage where a plain value belongs")
+
+
 def _read_legacy(f, path: Path) -> object:
-    if pickle.load(f) != LEGACY_MAGIC:
+    if _Plain(f).load() != LEGACY_MAGIC:
         raise pickle.UnpicklingError("no PyTorch magic number")
-    pickle.load(f)  # protocol version
-    pickle.load(f)  # system info (endianness, type sizes)
+    _Plain(f).load()  # protocol version
+    _Plain(f).load()  # system info (endianness, type sizes)
     unpickler = _Unpickler(f, path)
     obj = unpickler.load()
-    keys = pickle.load(f)
+    keys = _Plain(f).load()
     data = {}
     for key in keys:
         storage_type, size = unpickler.storages[str(key)]
