@@ -95,3 +95,24 @@ def _describe_bounds(kind: type, lo, hi, lo_open) -> str:
     if hi is not None:
         return f"{name} <= {hi}"
     return name
+
+
+def read_mapping(path, what: str, keys: str) -> dict:
+    """The YAML mapping in ``path`` (an empty file: ``{}``), ``what`` and ``keys`` naming the config and its top-level
+    keys in the messages.
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML or not a mapping (the file named).
+    """
+    import yaml
+    from pathlib import Path
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of {keys}, received {raw!r}")
+    return raw

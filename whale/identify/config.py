@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale.config.checker import Checker
+from whale.config.checker import Checker, read_mapping
 from whale.core.errors import ConfigError
 from whale.config.overrides import apply_override
 from whale.keypoints.config import KeypointConfig, load_keypoint_config
@@ -94,16 +94,7 @@ def load_joint_config(path, overrides: dict | None = None) -> JointConfig:
     Raises:
         ConfigError: unreadable file, unknown key or bad value (file and key path named).
     """
-    import yaml
-
-    try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the joint config ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of keypoints/shortlist/check/aggregate, received {raw!r}")
+    raw = read_mapping(path, "joint config", "keypoints/shortlist/check/aggregate")
     for key, value in (overrides or {}).items():
         apply_override(raw, key, value, str(path))
     return parse_joint_config(raw, str(path), Path(path).parent)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.config.checker import Checker
+from whale.config.checker import Checker, read_mapping
 from whale.core.errors import ConfigError
 from whale.core.files import file_hash
 from whale.config.overrides import apply_override
@@ -308,20 +308,11 @@ def load_keypoint_config(path=None, overrides: dict | None = None) -> KeypointCo
     Raises:
         ConfigError: unreadable file, unknown key or bad value (file and key path named).
     """
-    import yaml
-
     raw: dict = {}
     source = "<defaults>"
     if path is not None:
         source = str(path)
-        try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read the keypoint config ({e.strerror or e})") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({e})") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: expected a mapping of features/search/verify/select, received {raw!r}")
+        raw = read_mapping(path, "keypoint config", "features/search/verify/select")
     for key, value in (overrides or {}).items():
         apply_override(raw, key, value, source)
     return parse_keypoint_config(raw, source)
