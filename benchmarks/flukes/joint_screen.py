@@ -51,9 +51,10 @@ def screen(run: Path) -> dict[str, dict]:
     """Every variant's validation figures for the joint run ``run``."""
     table = load_table(run / "pairs_val.npz")
     pairs, rows, fallback, columns = table.pairs, table.rows, table.fallback, table.columns
-    val = load_score_file(run / "val.npz", need_query_ids=True)
-    cfg = json.loads((run / "run.json").read_text())
-    seed = int(cfg.get("seed", 0))
+    kinds = sorted((run / "kinds").glob("*/val.npz"))  # written with the table: the screen may run before the check
+    val = load_score_file(kinds[0] if kinds else run / "val.npz", need_query_ids=True)
+    meta = run / "run.json"
+    seed = int(json.loads(meta.read_text()).get("seed", 0)) if meta.is_file() else 0
     gallery_ids, truth = np.asarray(val.gallery_ids, str), np.asarray(val.query_ids, str)
     same = gallery_ids[pairs[:, 1]] == truth[pairs[:, 0]]
     known = truth != NEW_WHALE
