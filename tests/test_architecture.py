@@ -30,7 +30,7 @@ LAYERS = {
     "whale.mining": 3,
     "whale.boxes": 3,
     "whale.inference": 4,
-    "whale.identify": 4,  # one identification from every source's evidence (whale score --matcher joint)
+    "whale.identify": 4.5,  # one identification from every source's evidence (whale score --matcher joint)
     "whale.keypoints": 3.5,  # the training-free keypoint matcher (uses whale.data); its score files: whale.inference.keypoints
     "whale.training": 5,
     "whale.ensemble": 5,
@@ -44,7 +44,9 @@ LAYERS = {
 # Entry points above every layer: `whale SUBCOMMAND` dispatches to each package's command, so
 # whale.cli may point at any module, but only lazily (imports inside functions: `whale --help`
 # loads no package), and no module of whale points at an entry point.
-ENTRY_POINTS = {"whale.cli", "whale.__main__"}
+ENTRY_POINTS = {"whale.cli", "whale.__main__", "whale.inference.__main__"}
+"""``whale.inference.__main__`` is ``python -m whale.inference`` (``whale score``), whose ``--matcher joint`` reaches
+whale.identify above it, lazily."""
 
 
 def _module_name(path: Path) -> str:

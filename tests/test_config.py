@@ -70,7 +70,8 @@ def test_round_trip(tmp_path):
     assert config_from_dict(cfg.to_dict()) == cfg
 
 
-NOT_TRAINING = {"boxes", "keypoints", "keypoints_checked", "keypoints_xfeat", "keypoints_xfeat_checked"}  # whale.boxes's and whale.keypoints's own configs, tested there
+NOT_TRAINING = {"boxes", "keypoints", "keypoints_checked", "keypoints_xfeat", "keypoints_xfeat_checked", "joint"}
+"""whale.boxes's, whale.keypoints's and whale.identify's own configs, tested there."""
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.yaml") if p.stem not in NOT_TRAINING))
@@ -249,6 +250,8 @@ def test_model_stem_is_for_seresnext50_only_and_absent_from_configs_without_one(
 def test_a_keypoint_config_given_to_training_says_what_it_is():
     with pytest.raises(ConfigError, match="keypoint matcher's settings.*whale score --matcher keypoints"):
         load_config(CONFIGS / "keypoints.yaml")
+    with pytest.raises(ConfigError, match="joint identification's settings.*whale score --matcher joint"):
+        load_config(CONFIGS / "joint.yaml")
 
 
 def test_crop_key_default_box_validated_and_absent_from_configs_without_it(tmp_path):

@@ -3,6 +3,7 @@ merge, every shortlisted pair verified once by each feature kind, the pair table
 cross-fitting, the aggregation to individuals, a trained run of other data refused by name, and the command end to
 end through ``whale ensemble`` (issue 68)."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,6 +69,22 @@ def joint_config(folder, extra=""):
     path.write_text("keypoints: [a.yaml, b.yaml]\nshortlist: {votes: 4, runs: 4}\ncheck: {rounds: 30, folds: 3}\n"
                     + extra)
     return path
+
+
+def test_the_shipped_joint_config_names_both_feature_kinds(tmp_path):
+    from whale.core.errors import ConfigError
+    from whale.identify.config import load_joint_config
+
+    cfg = load_joint_config("configs/joint.yaml")
+    assert [n for n, _ in cfg.kinds] == ["keypoints_checked", "keypoints_xfeat_checked"]
+    assert cfg.kinds[1][1].features.detector == "xfeat" and (cfg.votes, cfg.runs, cfg.aggregate) == (40, 20, "max")
+    bad = tmp_path / "j.yaml"
+    bad.write_text("keypoints: [missing.yaml]\n")
+    with pytest.raises(ConfigError, match=r"keypoints\[0\]: .*missing.yaml is not a file"):
+        load_joint_config(bad)
+    bad.write_text(f"keypoints: [{Path('configs/keypoints.yaml').resolve()}]\naggregate: mean\n")
+    with pytest.raises(ConfigError, match="aggregate"):
+        load_joint_config(bad)
 
 
 def test_the_shortlist_merges_every_source_once():

@@ -116,3 +116,20 @@ def read_mapping(path, what: str, keys: str) -> dict:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of {keys}, received {raw!r}")
     return raw
+
+
+def refuse_scoring_config(raw: Any, source: str) -> None:
+    """Refuse a scoring command's config given where a training config belongs, saying which command takes it: a
+    keypoint matcher's (``features``/``verify``) or the joint identification's (``keypoints`` and ``shortlist``).
+
+    Raises:
+        ConfigError: naming ``source`` and the command.
+    """
+    if not isinstance(raw, dict) or "stages" in raw:
+        return
+    if "keypoints" in raw and "shortlist" in raw:
+        raise ConfigError(f"{source}: the joint identification's settings, not a training config: use it with "
+                          "`whale score --matcher joint --config ...`")
+    if {"features", "verify"} & set(raw):
+        raise ConfigError(f"{source}: a keypoint matcher's settings, not a training config: use it with "
+                          "`whale score --matcher keypoints --config ...`")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.config.checker import Checker
+from whale.config.checker import Checker, refuse_scoring_config
 from whale.config.homography import HomographyConfig, homography_stage, parse_homography
 from whale.config.inputs import parse_crop_aspect
 from whale.config.objectives import BatchConfig, ObjectiveConfig, parse_batch, parse_objective
@@ -338,8 +338,7 @@ def config_from_dict(raw: Any, source: str = "<config>") -> RunConfig:
     """
     c = Checker(source)
     allowed, required = dataclass_fields(RunConfig)
-    if isinstance(raw, dict) and "stages" not in raw and {"features", "verify"} & set(raw):
-        raise ConfigError(f"{source}: a keypoint matcher's settings, not a training config: use it with `whale score --matcher keypoints --config ...`")
+    refuse_scoring_config(raw, source)
     raw = c.mapping(raw, "", allowed, required)
     stages_raw = raw["stages"]
     if not isinstance(stages_raw, (list, tuple)) or not stages_raw:
