@@ -81,10 +81,11 @@ def pair_table(pairs: np.ndarray, kinds: Sequence[KindEvidence], runs: Sequence[
                open_label: str = NEW_WHALE) -> np.ndarray:
     """``[m, len(column_names)] float32``: the row of each pair of ``pairs`` ``[m, 2]`` (module docstring), from
     each kind's evidence and each run's ``[n_q, n_g]`` scores; ``gallery_ids`` ``[n_g]`` str."""
-    groups = IdGroups.of(np.asarray(gallery_ids, dtype=str), open_label)
-    of_id = np.full(len(gallery_ids), -1, np.int64)  # each photo's individual, an index into groups.names
-    of_id[np.asarray(gallery_ids, dtype=str) != open_label] = np.searchsorted(
-        groups.names, np.asarray(gallery_ids, dtype=str)[np.asarray(gallery_ids, dtype=str) != open_label])
+    ids = np.asarray(gallery_ids, dtype=str)
+    groups = IdGroups.of(ids, open_label)
+    known = ids != open_label
+    of_id = np.full(len(ids), -1, np.int64)  # each photo's individual, an index into groups.names
+    of_id[known] = np.searchsorted(groups.names, ids[known])
     q, g = pairs[:, 0], pairs[:, 1]
     i = np.maximum(of_id[g], 0)
     columns = []
