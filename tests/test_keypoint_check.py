@@ -8,7 +8,7 @@ pytest.importorskip("cv2")
 from whale.keypoints.check import UNVERIFIED, MatchCheck  # noqa: E402
 from whale.keypoints.config import CheckConfig, KeypointConfig, load_keypoint_config  # noqa: E402
 from whale.keypoints.extract import Features  # noqa: E402
-from whale.keypoints.matcher import VerifiedPairs, transposed, two_sided  # noqa: E402
+from whale.keypoints.matcher import VerifiedPairs, transposed, turned, two_sided  # noqa: E402
 from whale.keypoints.pairstats import NAMES, pair_row, share_of_best, transform_shape  # noqa: E402
 from whale.keypoints.selectcache import SelectorCache  # noqa: E402
 from whale.keypoints.selection import KeypointSelector  # noqa: E402
@@ -71,6 +71,45 @@ def test_both_ways_rows_hold_each_direction_side_by_side_with_zeros_where_it_did
     assert both.rows.tolist() == [[1, 1, 0, 0], [0, 0, 7, 7], [2, 2, 5, 5]]
     empty = VerifiedPairs(np.zeros((0, 2), np.int64), np.zeros((0, 2), np.float32))
     assert two_sided(empty, empty).rows.shape == (0, 4)
+
+
+def test_some_gallery_photos_as_queries_read_the_other_way_round_within_their_own_queries():
+    """Queries 0, 1, 2 are gallery photos 2, 0, 3 of five: a pair's reverse is the pair of the query that is its
+    photo, and a pair whose photo is no query (or a query that is no gallery photo) has none."""
+    forward = VerifiedPairs(np.array([[0, 0], [1, 2], [2, 4], [1, 1], [3, 0]]),
+                            np.arange(10, dtype=np.float32).reshape(5, 2))
+    back = turned(forward, np.array([2, 0, 3, -1]))
+    assert back.index.tolist() == [[1, 2], [0, 0]] and back.rows.tolist() == [[0, 1], [2, 3]]
+    whole = VerifiedPairs(np.array([[0, 1], [1, 2], [2, 0]]), np.eye(3, dtype=np.float32))
+    a, b = turned(whole, np.arange(3)), transposed(whole)  # the whole gallery in order: the transpose
+    assert a.index.tolist() == b.index.tolist() and a.rows.tolist() == b.rows.tolist()
+
+
+def test_the_checks_out_of_fold_scores_come_from_trees_that_never_saw_the_querys_group():
+    """Labels that are noise, one per group: the fitted check learns them, its out-of-fold scores cannot."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    n = 320  # 80 groups of 4 pairs, one pair per query
+    groups = np.repeat(np.arange(80), 4)
+    rows = np.repeat(rng.random((80, 6)), 4, axis=0) + rng.normal(0, 1e-3, (n, 6))
+    same = np.repeat(rng.random(80) < 0.4, 4)
+    cfg = CheckConfig(model="gbm", rounds=60)
+    from whale.keypoints.check import _trees
+
+    check = MatchCheck(cfg, _trees(cfg).fit(rows, same))
+    at = (np.arange(n), np.arange(n) % 7)
+    pairs = VerifiedPairs(np.stack(at, axis=1), rows.astype(np.float32))
+    base = np.full((n, 7), 0.5, np.float32)
+    fitted = check.scores(base, pairs)[at]
+    held = check.out_of_fold(check.scores(base, pairs), pairs, same, groups, folds=4)
+    assert roc_auc_score(same, fitted) > 0.95
+    assert abs(roc_auc_score(same, held[at]) - 0.5) < 0.15
+    unverified = np.ones((n, 7), bool)
+    unverified[at] = False
+    assert held[unverified] == pytest.approx(0.5 * UNVERIFIED)  # unverified pairs keep their scores
+    inactive = MatchCheck(cfg, reason="few")
+    assert (inactive.out_of_fold(base, pairs, same, groups) == base).all()
 
 
 def test_a_config_without_a_check_keeps_its_hash_and_a_check_changes_it():

@@ -54,8 +54,6 @@ class MatchCheck:
         """The check learned from ``matcher``'s gallery (a :class:`~whale.keypoints.matcher.KeypointMatcher`,
         its keypoints selected as it matches) matched against itself, with its photos' individuals ``ids``;
         photos labelled ``open_label`` or ``""`` are never a same-individual pair."""
-        from sklearn.ensemble import HistGradientBoostingClassifier
-
         ids = np.asarray(ids, dtype=str)
         t0 = time.perf_counter()
         progress_line(f"match check: the gallery's {len(ids)} photos matched against it", progress)
@@ -71,10 +69,37 @@ class MatchCheck:
                        seconds=seconds)
         t1 = time.perf_counter()
         progress_line(f"match check: fitting on {positives:,} same-individual and {negatives:,} other pairs", progress)
-        model = HistGradientBoostingClassifier(max_iter=cfg.rounds, max_leaf_nodes=31, learning_rate=0.05,
-                                               random_state=cfg.seed).fit(pairs.rows, y)
+        model = _trees(cfg).fit(pairs.rows, y)
         seconds["fit"] = time.perf_counter() - t1
         return cls(cfg, model, pairs=(positives, negatives), seconds=seconds)
+
+    def out_of_fold(self, scores: np.ndarray, pairs, same: np.ndarray, groups: np.ndarray, folds: int = 5,
+                    seed: int = 0) -> np.ndarray:
+        """``[n_q, n_g] float32``: ``scores`` (this check's :meth:`scores` of a match whose queries it learned from:
+        the gallery's own photos, each left out of its own row) with every verified pair of ``pairs`` scored again
+        by trees that never saw its query's group: fitted as :meth:`fit` fits, on ``pairs``' rows of the other
+        ``folds`` groups (``groups`` ``[m]``, e.g. the query's individual, so a pair's reverse, of one individual,
+        is held out with it; ``same`` ``[m] bool`` the labels). A fold whose other groups hold no pair of one kind
+        keeps the fitted check's probabilities. Unverified pairs keep theirs (below every verified one); an inactive
+        check returns ``scores`` as they are.
+
+        Why: trees score the pairs they were fitted on more confidently than a new photo's, so a second check fitted
+        on these scores (:mod:`whale.catalogue.joint`) would trust them as it never can on new photos.
+        """
+        out = np.array(scores, np.float32)
+        if not self.active or not len(pairs.rows):
+            return out
+        same = np.asarray(same, bool)
+        _, group = np.unique(np.asarray(groups), return_inverse=True)
+        fold = np.random.default_rng(seed).permutation(group.max() + 1)[group] % folds
+        for f in range(folds):
+            held = fold == f
+            train = ~held
+            if not held.any() or not same[train].any() or same[train].all():
+                continue
+            p = _trees(self.cfg).fit(pairs.rows[train], same[train]).predict_proba(pairs.rows[held])[:, 1]
+            out[pairs.index[held, 0], pairs.index[held, 1]] = np.clip(p, UNVERIFIED, 1 - 1e-6)
+        return out
 
     def scores(self, base: np.ndarray, pairs) -> np.ndarray:
         """``[n_q, n_g] float32``: the verified candidates of ``pairs``
@@ -85,3 +110,11 @@ class MatchCheck:
             p = self.model.predict_proba(pairs.rows)[:, 1]
             out[pairs.index[:, 0], pairs.index[:, 1]] = np.clip(p, UNVERIFIED, 1 - 1e-6)
         return out
+
+
+def _trees(cfg: CheckConfig):
+    """The check's classifier, unfitted: scikit-learn's gradient-boosted trees of ``cfg``."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    return HistGradientBoostingClassifier(max_iter=cfg.rounds, max_leaf_nodes=31, learning_rate=0.05,
+                                          random_state=cfg.seed)

@@ -191,12 +191,14 @@ class KeypointMatcher:
         with opencv_threads(1):  # one robust fit is small: threads cost more than they give
             return self._match(queries, progress, leave_out, on_verified, keys, selected, describe, also)
 
-    def votes(self, queries: Sequence[Features], progress: bool = True, keys: Sequence | None = None) -> np.ndarray:
+    def votes(self, queries: Sequence[Features], progress: bool = True, keys: Sequence | None = None,
+              leave_out=None) -> np.ndarray:
         """``[n_q, n_g] float32``: each query's LNBNN votes for every gallery photo (its keypoints selected as
-        :meth:`match` selects them), nothing verified: a shortlist for the other sources of :mod:`whale.identify`."""
+        :meth:`match` selects them), nothing verified: a shortlist for the other sources of :mod:`whale.identify`.
+        ``leave_out``: as :meth:`match`'s (the gallery's own photos as queries: each one's own photo gets no vote)."""
         if self.selector is not None and self.selector.active:
             queries = self.selector.select(queries, keys)
-        return _sweep(self.parts, queries, self.gallery, self.index, self.individual, None, None, False, progress,
+        return _sweep(self.parts, queries, self.gallery, self.index, self.individual, leave_out, None, False, progress,
                       {}, verify=False).votes
 
     def _match(self, queries, progress, leave_out, on_verified, keys, selected, describe, also) -> MatchResult:
@@ -215,8 +217,8 @@ class KeypointMatcher:
             evidence = evidence + back.evidence.T
             if describe:
                 pairs = two_sided(pairs, transposed(back.pairs))
-        elif describe and self.cfg.check.both_ways:  # the gallery against itself: its reverse is its transpose
-            pairs = two_sided(pairs, transposed(pairs))
+        elif describe and self.cfg.check.both_ways:  # the gallery's own photos against it: a pair's reverse is a pair
+            pairs = two_sided(pairs, transposed(pairs) if leave_out is None else turned(pairs, leave_out))
         scores = self.parts.score(evidence, way.votes)
         if describe and self.check is not None and self.check.active:
             scores = self.check.scores(scores, pairs)
@@ -303,6 +305,23 @@ def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individu
 def transposed(pairs: VerifiedPairs) -> VerifiedPairs:
     """``pairs`` of a match of the gallery against the queries, indexed (query, gallery photo) as the forward's."""
     return VerifiedPairs(pairs.index[:, ::-1].copy(), pairs.rows)
+
+
+def turned(pairs: VerifiedPairs, leave_out) -> VerifiedPairs:
+    """``pairs`` of a match whose query ``i`` is the gallery's own photo ``leave_out[i]`` (-1: none), read the other
+    way round: the row of (query ``i``, photo ``c``) as the reverse direction of (the query that is photo ``c``, photo
+    ``leave_out[i]``), for the pairs whose photo is one of the queries. The transpose (:func:`transposed`) when the
+    queries are the whole gallery in order; a subset of it (the catalogue's left-out photos,
+    :mod:`whale.catalogue.calibration`) keeps its indices within its own queries."""
+    leave_out = np.asarray(leave_out, np.int64)
+    q, c = pairs.index[:, 0], pairs.index[:, 1]
+    size = max(int(leave_out.max(initial=-1)), int(c.max(initial=-1))) + 1
+    query_of = np.full(size, -1, np.int64)  # each gallery photo's query, -1: not a query
+    own = np.flatnonzero(leave_out >= 0)
+    query_of[leave_out[own]] = own
+    keep = (query_of[c] >= 0) & (leave_out[q] >= 0)
+    return VerifiedPairs(np.stack([query_of[c[keep]], leave_out[q[keep]]], axis=1).reshape(-1, 2),
+                         pairs.rows[keep])
 
 
 def two_sided(forward: VerifiedPairs, backward: VerifiedPairs) -> VerifiedPairs:
