@@ -143,6 +143,35 @@ def test_the_pair_table_matches_brute_force():
     np.testing.assert_array_equal(ranks(np.array([[0.1, 0.9, 0.5]])), [[2, 0, 1]])
 
 
+def test_a_table_of_the_gallerys_own_photos_is_the_gallery_without_each_query():
+    """``leave_out``: each query's row against brute force, the table of the gallery with its own photo removed."""
+    rng = np.random.default_rng(2)
+    ids = np.array(["a", "a", "b", "c", "c", "c", "d"])
+    own = np.array([0, 3, 5, -1])  # queries: gallery photos 0, 3 and 5, and a new photo
+    kind = KindEvidence(rng.random((4, 7)).astype(np.float32), rng.random((4, 7)).astype(np.float32) * 5,
+                        rng.integers(0, 9, (4, 7)).astype(np.int32))
+    for q, g in enumerate(own):  # what a match leaving the photo out gives its own column: the highest, to be ignored
+        if g >= 0:
+            kind.scores[q, g], kind.votes[q, g] = 1.0, 9.0
+    run = rng.random((4, 7)).astype(np.float32)
+    pairs = pairs_of([np.array([1, 2]), np.array([4, 6]), np.array([0, 3, 4]), np.array([0, 5])])
+    rows = pair_table(pairs, [kind], [run], ids, leave_out=own)
+    for r, (q, g) in enumerate(pairs.tolist()):
+        keep = np.flatnonzero(np.arange(7) != own[q])
+        alone = KindEvidence(kind.scores[q:q + 1, keep], kind.votes[q:q + 1, keep], kind.inliers[q:q + 1, keep])
+        want = pair_table(np.array([[0, int(np.flatnonzero(keep == g)[0])]]), [alone], [run[q:q + 1, keep]], ids[keep])
+        np.testing.assert_allclose(rows[r], want[0], rtol=1e-6)
+    with pytest.raises(ValueError, match="its own photo"):
+        pair_table(np.array([[1, 3]]), [kind], [run], ids, leave_out=own)
+
+
+def test_a_check_fitted_without_cross_fitting_fits_once():
+    rng = np.random.default_rng(0)
+    rows, same = rng.random((60, 2)), np.arange(60) % 3 == 0
+    check = JointCheck(rounds=5, folds=3).fit(rows, same, np.arange(60) // 4, cross_fit=False)
+    assert not check.out_of_fold.any() and check.predict(rows).shape == (60,)
+
+
 def test_the_checks_validation_scores_come_from_trees_that_never_saw_their_query():
     """Labels that are noise, one per query: trees fitted on every row learn them, the cross-fitted ones cannot."""
     rng = np.random.default_rng(0)

@@ -78,9 +78,17 @@ def pairs_of(shortlist: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def pair_table(pairs: np.ndarray, kinds: Sequence[KindEvidence], runs: Sequence[np.ndarray], gallery_ids,
-               open_label: str = NEW_WHALE) -> np.ndarray:
+               open_label: str = NEW_WHALE, leave_out: np.ndarray | None = None) -> np.ndarray:
     """``[m, len(column_names)] float32``: the row of each pair of ``pairs`` ``[m, 2]`` (module docstring), from
-    each kind's evidence and each run's ``[n_q, n_g]`` scores; ``gallery_ids`` ``[n_g]`` str."""
+    each kind's evidence and each run's ``[n_q, n_g]`` scores; ``gallery_ids`` ``[n_g]`` str.
+
+    ``leave_out``: ``[n_q] int``, the gallery photo each query is (-1: none), when the gallery's own photos are the
+    queries (the catalogue's check, :mod:`whale.catalogue.joint`): each row is then what the gallery without its
+    query gives, the query's own photo outside every rank and maximum and not counted among its individual's photos.
+
+    Raises:
+        ValueError: a pair of a query and its own photo.
+    """
     ids = np.asarray(gallery_ids, dtype=str)
     groups = IdGroups.of(ids, open_label)
     known = ids != open_label
@@ -88,21 +96,37 @@ def pair_table(pairs: np.ndarray, kinds: Sequence[KindEvidence], runs: Sequence[
     of_id[known] = np.searchsorted(groups.names, ids[known])
     q, g = pairs[:, 0], pairs[:, 1]
     i = np.maximum(of_id[g], 0)
+    own = None if leave_out is None else np.asarray(leave_out, np.int64)
+    if own is not None and (own[q] == g).any():
+        raise ValueError(f"pair_table: {int((own[q] == g).sum())} pairs of a query and its own photo (leave_out)")
     columns = []
 
+    def without_own(scores: np.ndarray) -> np.ndarray:  # each query's own photo below every other
+        scores = np.asarray(scores, np.float32)
+        if own is None or not (own >= 0).any():
+            return scores
+        scores = scores.copy()
+        rows = np.flatnonzero(own >= 0)
+        scores[rows, own[rows]] = -np.inf
+        return scores
+
     def by_id(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        per_id = groups.max(np.asarray(scores, np.float32))
+        per_id = groups.max(scores)
         return per_id[q, i], np.log1p(ranks(per_id)[q, i])
 
     for k in kinds:
-        id_p, id_rank = by_id(k.scores)
-        columns += [k.scores[q, g], k.inliers[q, g], np.log1p(k.votes[q, g]), np.log1p(ranks(k.votes)[q, g]),
-                    id_p, id_rank]
+        id_p, id_rank = by_id(without_own(k.scores))
+        columns += [k.scores[q, g], k.inliers[q, g], np.log1p(k.votes[q, g]),
+                    np.log1p(ranks(without_own(k.votes))[q, g]), id_p, id_rank]
     for s in runs:
+        s = without_own(s)
         id_s, id_rank = by_id(s)
         columns += [s[q, g], np.log1p(ranks(s)[q, g]), id_s, id_rank, s.max(axis=1)[q] - s[q, g]]
-    photos = np.bincount(of_id[of_id >= 0], minlength=len(groups.names))
-    columns.append(np.log(np.maximum(photos[i], 1)))
+    photos = np.bincount(of_id[of_id >= 0], minlength=len(groups.names))[i]
+    if own is not None:  # the query's own photo is not in its gallery
+        mine = own[q] >= 0
+        photos = photos - (mine & (of_id[np.where(mine, own[q], 0)] == of_id[g]) & (of_id[g] >= 0))
+    columns.append(np.log(np.maximum(photos, 1)))
     return np.stack([np.asarray(c, np.float32) for c in columns], axis=1) if len(pairs) else \
         np.zeros((0, len(columns)), np.float32)
 
@@ -135,9 +159,10 @@ class JointCheck:
         return HistGradientBoostingClassifier(max_iter=self.rounds, max_leaf_nodes=self.leaf_nodes,
                                               learning_rate=self.learning_rate, random_state=self.seed)
 
-    def fit(self, rows: np.ndarray, same: np.ndarray, query: np.ndarray, progress: bool = False) -> "JointCheck":
+    def fit(self, rows: np.ndarray, same: np.ndarray, query: np.ndarray, progress: bool = False,
+            cross_fit: bool = True) -> "JointCheck":
         """Fit on ``rows`` ``[m, f]`` with labels ``same`` ``[m] bool``, ``query`` ``[m] int`` each row's query
-        (the cross-fitting's groups).
+        (the cross-fitting's groups); ``cross_fit`` False: no :attr:`out_of_fold` (left zeros), one fit.
 
         Raises:
             ValueError: no same-individual pair or no other pair (nothing to learn from).
@@ -151,7 +176,7 @@ class JointCheck:
         t0 = time.perf_counter()
         fold = np.random.default_rng(self.seed).permutation(int(query.max()) + 1) % self.folds
         self.out_of_fold = np.zeros(len(rows))
-        for f in range(self.folds):
+        for f in range(self.folds if cross_fit else 0):
             progress_line(f"joint check: fold {f + 1} of {self.folds} ({positives:,} same-individual and "
                           f"{negatives:,} other pairs)", progress)
             held = fold[query] == f

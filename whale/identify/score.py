@@ -37,7 +37,7 @@ from whale.data import ImageSet, fold_data, load_competition
 from whale.identify.check import (JointCheck, KindEvidence, column_names, identification_scores, pair_table,
                                   pairs_of, read_table, save_table)
 from whale.identify.config import JointConfig
-from whale.identify.sources import check_runs, merge, run_scores, top_photos
+from whale.identify.sources import check_runs, run_scores, shortlist_of
 from whale.inference.keypoints import (MATCHER, Photos, check_score_folder, gallery_matcher,
                                        identity as keypoint_identity)
 from whale.inference.scorefile import load_score_file, score_identity, score_path, write_scores
@@ -181,8 +181,7 @@ def _verify(cfg: JointConfig, feats, fitted, split, gallery, queries, data, trai
             log(f"joint {split} {name}: the keypoint selector read back from {cache.path} (nothing fitted)")
         if cache.note:
             log(f"joint {split} {name}: {cache.note}")
-    shortlist = merge(*[top_photos(v, cfg.votes) for v in votes.values()],
-                      *[top_photos(s, cfg.runs) for s in trained])
+    shortlist = shortlist_of(list(votes.values()), trained, cfg.votes, cfg.runs)
     memory[f"{split}_gallery"] = peak_memory_mb()["self"]
     evidence: dict = {}
     for name, _ in cfg.kinds:

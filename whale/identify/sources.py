@@ -69,6 +69,14 @@ def merge(*lists: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.unique(np.concatenate([np.asarray(src[i], np.int64) for src in lists])) for i in range(len(lists[0]))]
 
 
+def shortlist_of(votes: Sequence[np.ndarray], runs: Sequence[np.ndarray], n_votes: int,
+                 n_runs: int) -> list[np.ndarray]:
+    """Per query, ``[c] int64`` the one shortlist every feature kind verifies: each kind's best ``n_votes`` photos by
+    its LNBNN ``votes`` and each trained run's best ``n_runs`` by its scores (all ``[n_q, n_g]``), merged
+    (:func:`top_photos`, :func:`merge`)."""
+    return merge(*[top_photos(v, n_votes) for v in votes], *[top_photos(s, n_runs) for s in runs])
+
+
 def check_runs(runs: Sequence) -> list[Path]:
     """``runs`` as paths, each holding ``val.npz`` and ``test.npz`` (:func:`~whale.inference.scorefile.score_path`).
 
