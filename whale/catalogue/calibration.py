@@ -40,6 +40,22 @@ def catalogue_key(settings: str, hashes: Sequence[str], individuals: Sequence[st
     return digest.hexdigest()[:24]
 
 
+def kept_file(cat_root, settings: str, hashes: Sequence[str], individuals: Sequence[str],
+              suffix: str = ".json") -> Path:
+    """``CAT/calibration/<settings digest, 12 hex>-<catalogue key>{suffix}``: where what is learned from this
+    catalogue (:func:`catalogue_key`) under ``settings`` is kept (module docstring)."""
+    prefix = hashlib.sha256(settings.encode()).hexdigest()[:12]
+    return Path(cat_root) / CALIBRATION_DIR / f"{prefix}-{catalogue_key(settings, hashes, individuals)}{suffix}"
+
+
+def drop_earlier(path: Path) -> None:
+    """Delete what the same settings learned from an earlier catalogue, beside ``path`` (:func:`kept_file`)."""
+    prefix, suffix = path.name.split("-")[0], "".join(path.suffixes)
+    for old in path.parent.glob(f"{prefix}-*{suffix}"):
+        if old != path:
+            old.unlink(missing_ok=True)
+
+
 def left_out_queries(n: int, max_queries: int = MAX_QUERIES, seed: int = SEED) -> np.ndarray:
     """``[m] int64`` sorted catalogue rows matched as queries: all ``n``, or a seeded draw of ``max_queries``."""
     if n <= max_queries:
@@ -70,9 +86,7 @@ def catalogue_calibration(cat_root, settings: str, hashes: Sequence[str], indivi
             catalogue, each left out of its own row (its own column's score is ignored).
         log: an optional ``print``-like callable, told when the calibration is fitted.
     """
-    prefix = hashlib.sha256(settings.encode()).hexdigest()[:12]
-    folder = Path(cat_root) / CALIBRATION_DIR
-    path = folder / f"{prefix}-{catalogue_key(settings, hashes, individuals)}.json"
+    path = kept_file(cat_root, settings, hashes, individuals)
     if path.is_file():
         try:
             cal = read_calibration(path)
@@ -93,10 +107,8 @@ def catalogue_calibration(cat_root, settings: str, hashes: Sequence[str], indivi
         cal = PairCalibration.fit(scores, individuals[rows], individuals, skip=rows)
     except DataError as exc:
         return None, f"no calibration: {exc}"
-    folder.mkdir(exist_ok=True)
+    path.parent.mkdir(exist_ok=True)
     write_json_atomic(path, {"settings": settings, "photos": int(len(individuals)), "queries": int(len(rows)),
                              "calibration": cal.to_dict()})
-    for old in folder.glob(f"{prefix}-*.json"):  # this setting's calibration of an earlier catalogue
-        if old != path:
-            old.unlink(missing_ok=True)
+    drop_earlier(path)  # this setting's calibration of an earlier catalogue
     return cal, f"the catalogue's calibration ({cal.describe()}; fitted now on {len(rows)} left-out photos)"

@@ -113,13 +113,15 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
                                     names, cols, vals, flag.groups(pairs), paths, hashes)
 
 
-def best_individuals(scores: np.ndarray, individuals: np.ndarray, top: int):
+def best_individuals(scores: np.ndarray, individuals: np.ndarray, top: int, images: np.ndarray | None = None):
     """``(names [n, k] str, cols [n, k] int64, vals [n, k] float32)``: per row of ``scores`` ``[n, n_gallery]``
     the ``k = min(top, individuals)`` best individuals by their best image, that image's column and score (the
-    toolkit's per-individual reduction, :class:`whale.core.arrays.IdGroups`)."""
+    toolkit's per-individual reduction, :class:`whale.core.arrays.IdGroups`). ``images`` ``[n, n_gallery]``: what
+    picks each individual's image instead (scores written on every photo of an individual, the joint
+    identification's, :mod:`whale.catalogue.joint`, are each photo's own in ``images``)."""
     from whale.core.arrays import IdGroups
     from whale.ranking import top_id_scores
 
     names, idx, vals = top_id_scores(scores.astype(np.float32), individuals, k=min(int(top), len(set(individuals))))
-    cols = IdGroups.of(individuals).best_columns(scores, idx)
+    cols = IdGroups.of(individuals).best_columns(scores if images is None else images, idx)
     return names[idx], cols, vals.astype(np.float32)
