@@ -126,7 +126,8 @@ PAGE_JS = r"""
   function header() {
     document.title = "Review of batch " + data.batch;
     $("title").textContent = "Batch " + data.batch;
-    const parts = [data.method === "keypoints" ? "method: keypoint matcher" : "method: run " + data.run];
+    const parts = [data.method === "keypoints" ? "method: keypoint matcher" :
+      data.method === "joint" ? "method: joint identification" : "method: run " + data.run];
     if (data.config_hash) parts.push("config " + data.config_hash);
     parts.push("fingerprint " + data.fingerprint, (data.scale === "probability" ?
       "possibly new below P(same) " : "threshold ") + fmt(data.threshold));

@@ -3,6 +3,7 @@
     whale catalogue add CAT --photos DIR --labels LABELS.csv [--boxes BOXES.csv]
     whale catalogue match CAT --run RUN --photos NEW_DIR [--top 10] [--batch NAME] [--rematch]
     whale catalogue match CAT --method keypoints --photos NEW_DIR       # no training: the keypoint matcher
+    whale catalogue match CAT --method joint --photos NEW_DIR [--run RUN]   # every keypoint kind, one check
     whale catalogue review CAT --batch NAME [--heatmaps]      # HTML report; exports decisions.csv
     whale catalogue review CAT --batch NAME --serve [--port P] # keyboard review, each decision saved at once
     whale catalogue accept CAT --batch NAME --decisions decisions.csv [--date D --location L]
@@ -115,6 +116,8 @@ def _match(args) -> str:
     with _open(args) as cat:
         batch = check_batch(cat, args.photos, args.batch, args.rematch)  # before the backend loads (seconds)
         kept = sql.decision_count(cat.conn, batch)
+        if args.joint_config is not None and args.method != "joint":
+            raise DataError("--joint-config goes with --method joint")
         if args.method == "keypoints":
             from whale.catalogue.keypoints import match_keypoints
             from whale.keypoints import load_keypoint_config
@@ -124,6 +127,18 @@ def _match(args) -> str:
             proposals, path = match_keypoints(cat, load_keypoint_config(args.keypoint_config), args.photos, batch,
                                               args.top, args.threshold, args.boxes, args.rematch, not args.quiet,
                                               log=log)
+        elif args.method == "joint":
+            from whale.catalogue.features import RunFeatures
+            from whale.catalogue.joint import joint_config, match_joint
+
+            if args.keypoint_config is not None:
+                raise DataError("--keypoint-config goes with --method keypoints; --method joint reads its feature "
+                                "kinds from --joint-config")
+            cfg = joint_config(args.joint_config)
+            run = None if args.run is None else RunFeatures(Path(args.run), args.checkpoint or "best",
+                                                            verbose=not args.quiet)
+            proposals, path = match_joint(cat, cfg, args.photos, batch, args.top, args.threshold, args.boxes,
+                                          args.rematch, run, not args.quiet, log=log)
         else:
             proposals, path = match_batch(cat, _run_of(args, cat), args.photos, batch, args.top, args.method,
                                           args.threshold, args.boxes, args.pool, rematch=args.rematch, log=log)
@@ -149,14 +164,16 @@ def _review(args) -> str:
         raise DataError(f"{args.catalogue}: no batch {args.batch!r}; run `whale catalogue match` first")
     path = Path(args.catalogue) / rel
     out = Path(args.out) if args.out else path.parent / "review"
+    from whale.catalogue.joint import RUN as JOINT
     from whale.catalogue.keypoints import RUN, batch_config, store_of
 
     run = read_proposals(path).run
     matches = None
-    if args.matches or run == RUN:  # the keypoint matcher's view, as the batch was matched
+    if args.matches or run in (RUN, JOINT):  # the keypoint matcher's view, as the batch was matched (joint: its
+        # first feature kind's settings, kept beside the batch as a keypoint batch's are)
         matches = store_of(args.catalogue, batch_config(args.catalogue, args.batch))
-    if args.heatmaps and run == RUN:
-        raise DataError(f"batch {args.batch!r} was matched by keypoints, not a trained run: its page shows the "
+    if args.heatmaps and run in (RUN, JOINT):
+        raise DataError(f"batch {args.batch!r} was matched by {run}, not a trained run: its page shows the "
                         "keypoint matches; --heatmaps needs a run's batch")
     if args.serve:
         from whale.catalogue.server import serve
@@ -257,15 +274,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for name, fn, help in (("index", _index, "score the catalogue's new photos with a run"),
                            ("match", _match, "propose individuals for a folder of new photos")):
         s = subcommand(name, fn, help)
-        s.add_argument("--run", help="trained run folder (default: the run indexed last)")
+        s.add_argument("--run", help="trained run folder (default: the run indexed last" +
+                       ("; --method joint: none unless given)" if name == "match" else ")"))
         s.add_argument("--checkpoint", help="best, last, snapshot-<size> or a .keras file (default: best)")
     s.add_argument("--photos", required=True, help="folder of new photos")
     s.add_argument("--batch", help="batch name (default: the folder's name)")
     s.add_argument("--top", type=int, default=10, help="individuals proposed per photo")
-    s.add_argument("--method", default="auto", choices=("auto", "exact", "prune", "faiss", "keypoints"),
+    s.add_argument("--method", default="auto", choices=("auto", "exact", "prune", "faiss", "keypoints", "joint"),
                    help="how the catalogue is searched (docs/catalogue.md); keypoints: the training-free "
-                        "keypoint matcher, no --run")
+                        "keypoint matcher, no --run; joint: every feature kind of --joint-config verifies one "
+                        "shortlist (their votes, and --run's best photos when given: the run only proposes), one "
+                        "check fitted on the catalogue's own photos, each left out, gives P(same whale)")
     s.add_argument("--keypoint-config", help="with --method keypoints: its settings (default configs/keypoints.yaml's)")
+    s.add_argument("--joint-config",
+                   help="with --method joint: the joint identification's settings (default configs/joint.yaml, "
+                        "relative to the folder the command runs in)")
     s.add_argument("--pool", type=int, default=300, help="images re-scored per photo by prune/faiss")
     s.add_argument("--threshold", type=probability_arg,
                    help="possibly new when the best candidate's probability of being the same whale is below this "

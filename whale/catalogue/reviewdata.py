@@ -5,7 +5,7 @@
 catalogue on every request, so a reopened page shows what is decided. Both are plain JSON-ready dicts, the
 page's whole contract (every text is put into the page as text, never as markup)::
 
-    {"batch": str, "run": str, "method": "keypoints" | "run", "config_hash": str | None,
+    {"batch": str, "run": str, "method": "keypoints" | "joint" | "run", "config_hash": str | None,
      "fingerprint": str, "threshold": float, "scale": "probability" | "score" (what threshold is on),
      "matched_at": str,
      "photos": [{"photo": str (the key decisions name), "name": str (file name), "hash": str,
@@ -80,7 +80,7 @@ def review_data(cat: Catalogue, batch: str, out_dir, matches=None,
             photos.append(_photo(cat, photo, images, by_file, of_individual, probability))
         except DataError as exc:
             raise DataError(f"{props.path}: photo {photo.photo!r}: {exc}") from None
-    return {"batch": batch, "run": run, "method": "keypoints" if run == _keypoint_run() else "run",
+    return {"batch": batch, "run": run, "method": _method(run),
             "config_hash": _config_hash(cat, batch, run), "fingerprint": fingerprint, "threshold": threshold,
             "scale": props.scale, "matched_at": matched_at, "photos": photos}
 
@@ -105,20 +105,26 @@ def _photo(cat, photo, images: ReviewImages, by_file: dict, of_individual: dict,
             "more": max(0, len(photo.candidates) - SHOWN), "candidates": cands}
 
 
-def _keypoint_run() -> str:
-    from whale.catalogue.keypoints import RUN
+def _method(run: str) -> str:
+    """What matched a batch whose row records ``run``: ``keypoints``, ``joint`` or ``run`` (a trained run's folder)."""
+    from whale.catalogue.joint import RUN as JOINT
+    from whale.catalogue.keypoints import RUN as KEYPOINTS
 
-    return RUN
+    return {KEYPOINTS: "keypoints", JOINT: "joint"}.get(run, "run")
 
 
 def _config_hash(cat: Catalogue, batch: str, run: str) -> str | None:
-    """The hash of the settings that matched the batch: the keypoint config beside its proposals, or the run's
-    ``config.yaml`` (None where that cannot be read any more)."""
+    """The hash of the settings that matched the batch: the keypoint or joint config beside its proposals, or the
+    run's ``config.yaml`` (None where that cannot be read any more)."""
     try:
-        if run == _keypoint_run():
+        if _method(run) == "keypoints":
             from whale.catalogue.keypoints import batch_config
 
             return batch_config(cat.root, batch).config_hash()
+        if _method(run) == "joint":
+            from whale.catalogue.joint import batch_config_hash
+
+            return batch_config_hash(cat.root, batch)
         from whale.config import config_hash, load_config
 
         return config_hash(load_config(Path(run) / "config.yaml"))
