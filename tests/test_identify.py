@@ -155,14 +155,17 @@ def test_a_table_of_the_gallerys_own_photos_is_the_gallery_without_each_query():
             kind.scores[q, g], kind.votes[q, g] = 1.0, 9.0
     run = rng.random((4, 7)).astype(np.float32)
     pairs = pairs_of([np.array([1, 2]), np.array([4, 6]), np.array([0, 3, 4]), np.array([0, 5])])
-    rows = pair_table(pairs, [kind], [run], ids, leave_out=own)
+    rows = pair_table(pairs, [kind], [run], ids, leave_out=own, photos=False)
+    assert rows.shape == (len(pairs), len(column_names(["k"], ["r"], photos=False)))
     for r, (q, g) in enumerate(pairs.tolist()):
         keep = np.flatnonzero(np.arange(7) != own[q])
         alone = KindEvidence(kind.scores[q:q + 1, keep], kind.votes[q:q + 1, keep], kind.inliers[q:q + 1, keep])
         want = pair_table(np.array([[0, int(np.flatnonzero(keep == g)[0])]]), [alone], [run[q:q + 1, keep]], ids[keep])
-        np.testing.assert_allclose(rows[r], want[0], rtol=1e-6)
+        np.testing.assert_allclose(rows[r], want[0, :-1], rtol=1e-6)  # all but log_photos
     with pytest.raises(ValueError, match="its own photo"):
-        pair_table(np.array([[1, 3]]), [kind], [run], ids, leave_out=own)
+        pair_table(np.array([[1, 3]]), [kind], [run], ids, leave_out=own, photos=False)
+    with pytest.raises(ValueError, match="would tell the label"):  # the query's own whale is one photo short there
+        pair_table(pairs, [kind], [run], ids, leave_out=own)
 
 
 def test_a_check_fitted_without_cross_fitting_fits_once():

@@ -19,8 +19,13 @@ a catalogue what ``whale score --matcher joint`` does for a competition fold (:m
 as queries (up to :data:`whale.catalogue.calibration.MAX_QUERIES` of them), each left out of its own row as a new
 photo of a catalogued whale would be matched (its own photo gets no vote, is never shortlisted nor verified, and
 its row is what the catalogue without it gives: :func:`~whale.identify.check.pair_table`'s ``leave_out``), each pair
-labelled same whale or not (a one-photo individual's photo gives negatives only). Two sources there would know the
-answer, and are kept out of what the check learns:
+labelled same whale or not (a one-photo individual's photo gives negatives only). Three things there would tell the
+check the answer, and are kept out of what it learns:
+
+* **the photo count** of the candidate's individual (``log_photos`` of the competition's table): left out of its own
+  row, the query's own individual is one photo short, and counted whole, a one-photo individual is never the same
+  whale; either way the count names the label as it never does for a new photo (a catalogue of three photos per
+  whale: every same-whale pair at two, every other at three). The catalogue's columns have no count.
 
 * **the run** (``--run``): its scores of catalogue photos are of photos it may have trained on, so they are
   over-confident there; a check fitted on them would trust the run as it can never be trusted on a new photo. So
@@ -129,11 +134,17 @@ class Kind:
     matcher: KeypointMatcher
 
 
+def columns(cfg: JointConfig) -> list[str]:
+    """The catalogue's pair table's columns: every feature kind's (no run, no photo count: module docstring)."""
+    return column_names([name for name, _ in cfg.kinds], [], photos=False)
+
+
 def fit_settings(cfg: JointConfig) -> str:
     """What the catalogue's pair table depends on besides the catalogue (each kind's settings, the votes'
-    shortlist, the cross-fitting of the kinds' checks); neither the run nor the check's trees nor the aggregation."""
+    shortlist, the cross-fitting of the kinds' checks, the columns); neither the run nor the check's trees nor the
+    aggregation."""
     return "joint " + json.dumps({"kinds": [(n, k.config_hash()) for n, k in cfg.kinds], "votes": cfg.votes,
-                                  "folds": cfg.folds, "seed": cfg.seed}, sort_keys=True)
+                                  "folds": cfg.folds, "seed": cfg.seed, "columns": columns(cfg)}, sort_keys=True)
 
 
 def left_out_table(kinds: list[Kind], rows: np.ndarray, individuals: np.ndarray, cfg: JointConfig,
@@ -159,7 +170,7 @@ def left_out_table(kinds: list[Kind], rows: np.ndarray, individuals: np.ndarray,
                                        cfg.seed)
         evidence.append(KindEvidence(scores, result.votes, result.inliers))
     pairs = pairs_of(shortlist)
-    table = pair_table(pairs, evidence, [], individuals, leave_out=rows)
+    table = pair_table(pairs, evidence, [], individuals, leave_out=rows, photos=False)
     return np.stack([rows[pairs[:, 0]], pairs[:, 1]], axis=1).reshape(-1, 2), table, evidence[0].scores
 
 
@@ -251,6 +262,8 @@ def _fitted_check(cat, kinds, hashes, individuals, cfg, progress, say) -> tuple[
     key = catalogue_key(settings, hashes, individuals)
     rows = left_out_queries(len(individuals))
     table = read_table(path, key)
+    if table is not None and table.columns != columns(cfg):
+        table = None  # kept by another version: made again
     first: dict = {}
     if table is None:
         say(f"joint check: {len(rows)} of the catalogue's {len(individuals)} photos matched against it by "
@@ -258,8 +271,7 @@ def _fitted_check(cat, kinds, hashes, individuals, cfg, progress, say) -> tuple[
         pairs, rows_table, first["scores"] = left_out_table(kinds, rows, individuals, cfg, progress)
         first["rows"] = rows
         path.parent.mkdir(exist_ok=True)
-        save_table(path, pairs, rows_table, np.zeros((0, 0), np.float32), column_names([k.name for k in kinds], []),
-                   key)
+        save_table(path, pairs, rows_table, np.zeros((0, 0), np.float32), columns(cfg), key)
         drop_earlier(path)
         how = "fitted now"
     else:
@@ -298,7 +310,7 @@ def _propose(kinds: list[Kind], trained: list[np.ndarray], check: JointCheck, in
         result = k.matcher.match(k.queries, progress=progress, also=shortlist)
         evidence.append(KindEvidence(result.scores, result.votes, result.inliers))
     pairs = pairs_of(shortlist)
-    p = check.predict(pair_table(pairs, evidence, [], individuals))
+    p = check.predict(pair_table(pairs, evidence, [], individuals, photos=False))
     fallback = np.max([e.scores for e in evidence], axis=0)  # in [0, 1): the order of what no source shortlisted
     scores = identification_scores(pairs, p, individuals, fallback, cfg.aggregate)
     images = (fallback.astype(np.float64) * FLOOR).astype(np.float32)  # each photo's own P, to pick the image

@@ -12,7 +12,8 @@ classifier's P(same whale), aggregated to the individual.
 ``<run>.score``, ``.rank``        a trained run's score of the pair, log(1 + the photo's rank by it)
 ``<run>.id_score``, ``.id_rank``  the best score over the photo's individual, log(1 + that individual's rank by it)
 ``<run>.gap``                     the query's best score by that run minus the pair's
-``log_photos``                    log of the gallery photos of the photo's individual
+``log_photos``                    log of the gallery photos of the photo's individual (not in a table of the gallery's
+                                  own photos as queries, ``leave_out``: :func:`pair_table`)
 ================================  ====================================================================================
 
 **The classifier** (:class:`JointCheck`): scikit-learn's gradient-boosted trees, fitted on the validation queries'
@@ -55,10 +56,11 @@ class KindEvidence:
     inliers: np.ndarray
 
 
-def column_names(kinds: Sequence[str], runs: Sequence[str]) -> list[str]:
-    """The pair table's columns (module docstring) for feature kinds ``kinds`` and trained runs ``runs``."""
+def column_names(kinds: Sequence[str], runs: Sequence[str], photos: bool = True) -> list[str]:
+    """The pair table's columns (module docstring) for feature kinds ``kinds`` and trained runs ``runs``
+    (``photos`` False: without ``log_photos``)."""
     return ([f"{k}.{c}" for k in kinds for c in KIND_COLUMNS] + [f"{r}.{c}" for r in runs for c in RUN_COLUMNS]
-            + ["log_photos"])
+            + ["log_photos"] * bool(photos))
 
 
 def ranks(scores: np.ndarray) -> np.ndarray:
@@ -78,16 +80,19 @@ def pairs_of(shortlist: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def pair_table(pairs: np.ndarray, kinds: Sequence[KindEvidence], runs: Sequence[np.ndarray], gallery_ids,
-               open_label: str = NEW_WHALE, leave_out: np.ndarray | None = None) -> np.ndarray:
+               open_label: str = NEW_WHALE, leave_out: np.ndarray | None = None, photos: bool = True) -> np.ndarray:
     """``[m, len(column_names)] float32``: the row of each pair of ``pairs`` ``[m, 2]`` (module docstring), from
-    each kind's evidence and each run's ``[n_q, n_g]`` scores; ``gallery_ids`` ``[n_g]`` str.
+    each kind's evidence and each run's ``[n_q, n_g]`` scores; ``gallery_ids`` ``[n_g]`` str; ``photos`` False:
+    without ``log_photos``.
 
     ``leave_out``: ``[n_q] int``, the gallery photo each query is (-1: none), when the gallery's own photos are the
     queries (the catalogue's check, :mod:`whale.catalogue.joint`): each row is then what the gallery without its
-    query gives, the query's own photo outside every rank and maximum and not counted among its individual's photos.
+    query gives, the query's own photo outside every rank and maximum. Such a table has no ``log_photos``: a count of
+    the candidate's individual tells the label there (the query's own individual one photo short, or, counted whole,
+    a one-photo individual never the same whale), as it never does for a new photo.
 
     Raises:
-        ValueError: a pair of a query and its own photo.
+        ValueError: a pair of a query and its own photo; ``leave_out`` with ``photos``.
     """
     ids = np.asarray(gallery_ids, dtype=str)
     groups = IdGroups.of(ids, open_label)
@@ -97,6 +102,9 @@ def pair_table(pairs: np.ndarray, kinds: Sequence[KindEvidence], runs: Sequence[
     q, g = pairs[:, 0], pairs[:, 1]
     i = np.maximum(of_id[g], 0)
     own = None if leave_out is None else np.asarray(leave_out, np.int64)
+    if own is not None and photos:
+        raise ValueError("pair_table: a table of the gallery's own photos (leave_out) takes photos=False: the count "
+                         "of the query's own individual would tell the label")
     if own is not None and (own[q] == g).any():
         raise ValueError(f"pair_table: {int((own[q] == g).sum())} pairs of a query and its own photo (leave_out)")
     columns = []
@@ -122,11 +130,9 @@ def pair_table(pairs: np.ndarray, kinds: Sequence[KindEvidence], runs: Sequence[
         s = without_own(s)
         id_s, id_rank = by_id(s)
         columns += [s[q, g], np.log1p(ranks(s)[q, g]), id_s, id_rank, s.max(axis=1)[q] - s[q, g]]
-    photos = np.bincount(of_id[of_id >= 0], minlength=len(groups.names))[i]
-    if own is not None:  # the query's own photo is not in its gallery
-        mine = own[q] >= 0
-        photos = photos - (mine & (of_id[np.where(mine, own[q], 0)] == of_id[g]) & (of_id[g] >= 0))
-    columns.append(np.log(np.maximum(photos, 1)))
+    if photos:
+        count = np.bincount(of_id[of_id >= 0], minlength=len(groups.names))
+        columns.append(np.log(np.maximum(count[i], 1)))
     return np.stack([np.asarray(c, np.float32) for c in columns], axis=1) if len(pairs) else \
         np.zeros((0, len(columns)), np.float32)
 
