@@ -91,6 +91,27 @@ def test_labels_are_the_inliers_of_verified_same_individual_matches(gallery):
     assert not any(y.any() for y in strangers)  # matches across individuals teach nothing
 
 
+def test_a_strict_leave_out_matches_each_photo_as_the_gallery_without_it_would(gallery):
+    """Against brute force, a matcher of the gallery without the photo; the default leave-out, which drops one
+    neighbour, lets the photo's own descriptors take the voters' places: its votes fall short."""
+    cfg, feats, ids = gallery
+    cfg = cfg.without_selection()
+    n = len(feats)
+    full = KeypointMatcher(cfg, feats, ids)
+    strict = full.match(feats, progress=False, leave_out=np.arange(n), strict=True)
+    loose = full.match(feats, progress=False, leave_out=np.arange(n))
+    np.testing.assert_array_equal(full.votes(feats, False, leave_out=np.arange(n), strict=True), strict.votes)
+    short = 0
+    for i in (0, 4, 13, 23):
+        rest = np.flatnonzero(np.arange(n) != i)
+        alone = KeypointMatcher(cfg, [feats[j] for j in rest], ids[rest]).match([feats[i]], progress=False)
+        np.testing.assert_allclose(strict.votes[i, rest], alone.votes[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(strict.scores[i, rest], alone.scores[0], rtol=1e-4, atol=1e-6)
+        assert strict.votes[i, i] == 0 and strict.scores[i, i] == 0
+        short += loose.votes[i, rest].sum() < alone.votes[0].sum() - 1e-3
+    assert short >= 3
+
+
 def test_selector_keeps_the_individuals_keypoints(gallery, tmp_path):
     cfg, feats, ids = gallery
     sel = KeypointMatcher.build(cfg, feats, ids).selector

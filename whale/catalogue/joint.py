@@ -156,12 +156,13 @@ def left_out_table(kinds: list[Kind], rows: np.ndarray, individuals: np.ndarray,
     calibration's, for the batch's groups)."""
     rows = np.asarray(rows, np.int64)
     asked = individuals[rows]
-    votes = [k.matcher.votes([k.gallery[i] for i in rows], progress, keys=rows, leave_out=rows) for k in kinds]
+    votes = [k.matcher.votes([k.gallery[i] for i in rows], progress, keys=rows, leave_out=rows, strict=True)
+             for k in kinds]
     shortlist = shortlist_of(votes, [], cfg.votes, 0)  # the kinds' votes alone: no run (module docstring)
     evidence = []
     for k in kinds:
         result = k.matcher.match([k.gallery[i] for i in rows], progress=progress, leave_out=rows, keys=rows,
-                                 also=shortlist)
+                                 also=shortlist, strict=True)
         scores = result.scores
         check = k.matcher.check
         if check is not None and check.active:
@@ -212,7 +213,7 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
             gallery = store.features(paths, progress=progress, digests=hashes, boxes=[_box(r[3]) for r in rows])
             queries = store.features(photos, progress=progress, boxes=[boxes.get(p.name) for p in photos])
             kinds.append(Kind(name, kcfg, gallery, queries,
-                              KeypointMatcher.build(kcfg, gallery, individuals, progress=progress)))
+                              KeypointMatcher.build(kcfg, gallery, individuals, progress=progress, strict=True)))
         check, first_left_out = _fitted_check(cat, kinds, hashes, individuals, cfg, progress, say)
         pending = None
         if run is not None:
@@ -340,7 +341,7 @@ def _groups(cat, kinds: list[Kind], cfg: JointConfig, hashes, individuals, thres
     if n < 2:
         return [None] * n
     within = KeypointMatcher(kind.cfg, kind.queries, selector=kind.matcher.selector, check=kind.matcher.check)
-    scores = within.match(within.gallery, progress=False, leave_out=np.arange(n), selected=True).scores
+    scores = within.match(within.gallery, progress=False, leave_out=np.arange(n), selected=True, strict=True).scores
     return flag.groups(scores)
 
 

@@ -50,15 +50,17 @@ class MatchCheck:
         return self.model is not None
 
     @classmethod
-    def fit(cls, cfg: CheckConfig, matcher, ids, open_label: str = NEW_WHALE, progress: bool = False) -> "MatchCheck":
+    def fit(cls, cfg: CheckConfig, matcher, ids, open_label: str = NEW_WHALE, progress: bool = False,
+            strict: bool = False) -> "MatchCheck":
         """The check learned from ``matcher``'s gallery (a :class:`~whale.keypoints.matcher.KeypointMatcher`,
-        its keypoints selected as it matches) matched against itself, with its photos' individuals ``ids``;
-        photos labelled ``open_label`` or ``""`` are never a same-individual pair."""
+        its keypoints selected as it matches) matched against itself, each photo left out of its own row
+        (``strict``: as :meth:`~whale.keypoints.matcher.KeypointMatcher.match`'s), with its photos' individuals
+        ``ids``; photos labelled ``open_label`` or ``""`` are never a same-individual pair."""
         ids = np.asarray(ids, dtype=str)
         t0 = time.perf_counter()
         progress_line(f"match check: the gallery's {len(ids)} photos matched against it", progress)
         pairs = matcher.match(matcher.gallery, progress=progress, leave_out=np.arange(len(ids)), selected=True,
-                              describe=True).pairs
+                              describe=True, strict=strict).pairs
         seconds = {"match": time.perf_counter() - t0}
         query, photo = pairs.index[:, 0], pairs.index[:, 1]
         y = (ids[query] == ids[photo]) & ~np.isin(ids[query], [open_label, ""])

@@ -138,18 +138,20 @@ class KeypointMatcher:
 
     @classmethod
     def build(cls, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
-              keys: Sequence | None = None, progress: bool = False, open_label: str = NEW_WHALE) -> "KeypointMatcher":
+              keys: Sequence | None = None, progress: bool = False, open_label: str = NEW_WHALE,
+              strict: bool = False) -> "KeypointMatcher":
         """The matcher of ``gallery`` with the keypoint selection ``cfg.select`` asks for, its selector fitted here
         (:meth:`KeypointSelector.fit <whale.keypoints.selection.KeypointSelector.fit>` on the gallery matched
         against itself with every keypoint; none without ``ids`` or with ``select.keep: 1``) and kept as
         ``selector`` for other galleries and queries. ``keys``: the gallery photos' keys to the selector (None:
         their indices), by which a later gallery or :meth:`match` gives them again. ``open_label``: the format's
         label of a gallery photo whose individual is unknown (:attr:`whale.formats.Format.open_label`): the
-        selector never pairs it."""
+        selector never pairs it. ``strict``: the check learns from the gallery's photos each left out as
+        :meth:`match`'s ``strict`` leaves them (:meth:`fit_check`)."""
         gallery = list(gallery)
         parts = MatchParts.of(cfg)
         if cfg.select.keep >= 1 or ids is None:
-            return cls(cfg, gallery, ids, progress=progress, parts=parts).fit_check(ids, open_label, progress)
+            return cls(cfg, gallery, ids, progress=progress, parts=parts).fit_check(ids, open_label, progress, strict)
         keys = range(len(gallery)) if keys is None else keys
         t0 = time.perf_counter()
         full = cls(cfg, gallery, ids, progress=progress, parts=parts)  # every keypoint: labels from its matches
@@ -163,18 +165,20 @@ class KeypointMatcher:
             matcher, full.selector, full.index_seconds = full, selector, 0.0
         matcher.select_seconds = time.perf_counter() - t0 - matcher.index_seconds
         matcher.select_steps = steps
-        return matcher.fit_check(ids, open_label, progress)
+        return matcher.fit_check(ids, open_label, progress, strict)
 
-    def fit_check(self, ids, open_label: str = NEW_WHALE, progress: bool = False) -> "KeypointMatcher":
+    def fit_check(self, ids, open_label: str = NEW_WHALE, progress: bool = False,
+                  strict: bool = False) -> "KeypointMatcher":
         """This matcher with the check ``cfg.check`` asks for (:class:`~whale.keypoints.check.MatchCheck`) fitted
-        on its gallery and kept as :attr:`check` (none without ``ids`` or with ``check.model: none``)."""
+        on its gallery (each photo left out as :meth:`match`'s ``strict`` says) and kept as :attr:`check` (none
+        without ``ids`` or with ``check.model: none``)."""
         if self.cfg.check.model != "none" and ids is not None:
-            self.check = MatchCheck.fit(self.cfg.check, self, ids, open_label, progress)
+            self.check = MatchCheck.fit(self.cfg.check, self, ids, open_label, progress, strict)
         return self
 
     def match(self, queries: Sequence[Features], progress: bool = True, leave_out=None,
               on_verified=None, keys: Sequence | None = None, selected: bool = False,
-              describe: bool = False, also: Sequence[np.ndarray] | None = None) -> MatchResult:
+              describe: bool = False, also: Sequence[np.ndarray] | None = None, strict: bool = False) -> MatchResult:
         """Scores of every query photo against every gallery photo (module docstring).
 
         ``leave_out``: ``[n_q] int``, the gallery photo each query must not find (the query itself when the
@@ -186,28 +190,34 @@ class KeypointMatcher:
         candidate's :class:`VerifiedPairs` (always done when a :attr:`check` scores them). ``also``: per query, ``[c]
         int`` gallery photos verified besides its own vote shortlist (other sources' candidates,
         :mod:`whale.identify`; with ``check.both_ways``, each such photo also verifies that query on the way back).
+        ``strict`` (with ``leave_out``): every neighbour of the left-out photo dropped, as if it were not in the
+        gallery (:func:`search_without`); without it one neighbour more is searched and one dropped, and a photo's
+        other descriptors, many alike in a dense photo, may still fill its neighbour lists and weaken its votes for
+        every other photo.
         """
         describe = describe or (self.check is not None and self.check.active)
         with opencv_threads(1):  # one robust fit is small: threads cost more than they give
-            return self._match(queries, progress, leave_out, on_verified, keys, selected, describe, also)
+            return self._match(queries, progress, leave_out, on_verified, keys, selected, describe, also, strict)
 
     def votes(self, queries: Sequence[Features], progress: bool = True, keys: Sequence | None = None,
-              leave_out=None) -> np.ndarray:
+              leave_out=None, strict: bool = False) -> np.ndarray:
         """``[n_q, n_g] float32``: each query's LNBNN votes for every gallery photo (its keypoints selected as
         :meth:`match` selects them), nothing verified: a shortlist for the other sources of :mod:`whale.identify`.
-        ``leave_out``: as :meth:`match`'s (the gallery's own photos as queries: each one's own photo gets no vote)."""
+        ``leave_out``, ``strict``: as :meth:`match`'s (the gallery's own photos as queries: each one's own photo gets
+        no vote)."""
         if self.selector is not None and self.selector.active:
             queries = self.selector.select(queries, keys)
         return _sweep(self.parts, queries, self.gallery, self.index, self.individual, leave_out, None, False, progress,
-                      {}, verify=False).votes
+                      {}, verify=False, strict=strict).votes
 
-    def _match(self, queries, progress, leave_out, on_verified, keys, selected, describe, also) -> MatchResult:
+    def _match(self, queries, progress, leave_out, on_verified, keys, selected, describe, also,
+               strict=False) -> MatchResult:
         t0 = time.perf_counter()
         if self.selector is not None and self.selector.active and not selected:
             queries = self.selector.select(queries, keys)
         seconds = {"select": time.perf_counter() - t0}
         way = _sweep(self.parts, queries, self.gallery, self.index, self.individual, leave_out, on_verified, describe,
-                     progress, seconds, also=also)
+                     progress, seconds, also=also, strict=strict)
         evidence, pairs = way.evidence, way.pairs
         if self.cfg.check.both_ways and leave_out is None and len(queries) and len(self.gallery):
             t0 = time.perf_counter()  # each gallery photo matched against the queries (the transposed matrix)
@@ -246,8 +256,33 @@ def reverse(also: Sequence[np.ndarray], n_gallery: int) -> list[np.ndarray]:
     return [query[order[bounds[g]:bounds[g + 1]]] for g in range(n_gallery)]
 
 
+def search_without(index: DescriptorIndex, desc: np.ndarray, depth: int, skip: np.ndarray) -> tuple[np.ndarray,
+                                                                                                    np.ndarray]:
+    """``(dist, rows)`` ``[m, depth]``: the ``depth`` nearest gallery rows of each descriptor of ``desc`` ``[m, 128]``
+    that are not of gallery photo ``skip`` ``[m]`` (-1: none), as :meth:`DescriptorIndex.search` gives them in a
+    gallery without that photo (-1 and ``inf`` where fewer remain). Searched deeper, twice as deep each time, for the
+    descriptors whose nearest rows are mostly their own photo's (a dense photo's neighbouring keypoints look alike)."""
+    m = len(desc)
+    dist = np.full((m, depth), np.inf, np.float32)
+    rows = np.full((m, depth), -1, np.int64)
+    todo = np.arange(m)
+    k = depth + 1
+    while len(todo):
+        d, r = index.search(desc[todo], k)
+        other = (r >= 0) & (index.owner[np.maximum(r, 0)] != skip[todo, None])
+        done = (other.sum(axis=1) >= depth) | (k >= len(index))
+        order = np.argsort(~other, axis=1, kind="stable")[:, :depth]  # the other photos' rows, nearest first
+        keep = np.take_along_axis(other, order, 1)
+        dist[todo[done]] = np.where(keep, np.take_along_axis(d, order, 1), np.inf)[done]
+        rows[todo[done]] = np.where(keep, np.take_along_axis(r, order, 1), -1)[done]
+        todo = todo[~done]
+        k = min(2 * k, len(index))
+    return dist, rows
+
+
 def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individual, leave_out, on_verified,
-           describe: bool, progress: bool, seconds: dict, also=None, verify: bool = True) -> _Way:
+           describe: bool, progress: bool, seconds: dict, also=None, verify: bool = True,
+           strict: bool = False) -> _Way:
     """Votes and verification of every query photo against ``gallery`` (indexed by ``index``), the wall time of
     search and verification added to ``seconds``; the arguments as :meth:`KeypointMatcher.match`'s (``verify``
     False: the votes only)."""
@@ -267,6 +302,9 @@ def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individu
         desc = np.concatenate([as_float(f.desc) for f in block]) if sum(counts) else np.zeros((0, 128), np.float32)
         if leave_out is None:
             dist, rows = index.search(desc, depth)
+        elif strict:  # every neighbour of the left-out photo dropped: as if it were not in the gallery
+            skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
+            dist, rows = search_without(index, desc, depth, skip)
         else:  # one neighbour more, then the left-out photo's (or the last) dropped
             dist, rows = index.search(desc, depth + 1)
             skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
