@@ -3,7 +3,7 @@
 Example:
     whale recipe --data data/humpback --out runs/best                 # recipes/flukes.yaml: the best on real flukes
     whale recipe --data data/humpback --out runs/best --dry-run       # its commands, to run by hand
-    whale recipe --data data/synthetic --out runs/recipe-demo --recipe recipes/demo.yaml
+    whale recipe --data data/recipe-demo --out runs/recipe-demo --recipe recipes/demo.yaml
 
 Each step of the recipe (a YAML file: :mod:`whale.recipe.steps`) is a ``whale`` command line run as a process of its
 own under this Python, its output in ``OUT/logs/STEP.log``. A step that exits 0 is done: ``OUT/recipe.json`` records
