@@ -292,6 +292,7 @@ def test_the_display_passes_a_step_s_lines_through_and_estimates_what_is_left(tm
                                   "all               0:01:01     61.2"]
 
 
+@pytest.mark.slow  # every step of the demo on a small competition: 80 s of CPU, minutes on a loaded machine
 def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(tmp_path, monkeypatch, capsys):
     """Every step of recipes/demo.yaml on a tiny synthetic competition: both matchers, the network, the joint
     identification, both submissions, the check; then the last three steps' records dropped (a kill there) and the
