@@ -261,3 +261,14 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
         table_test_key
     # a keypoint run into the joint run's folder is refused
     assert main(["--matcher", "keypoints", "--data", str(data), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+
+
+def test_the_check_never_fits_the_individual_s_photo_count():
+    """A validation query's individual always keeps two or more gallery photos (whale.data.folds), a test query's
+    may keep one: the count is kept in the table but the check does not learn from it."""
+    from whale.identify.check import NOT_FITTED, fitted_columns
+
+    names = column_names(["k"], ["r"])
+    used = [names[i] for i in fitted_columns(names)]
+    assert "log_photos" in names and "log_photos" in NOT_FITTED
+    assert used == [n for n in names if n != "log_photos"] and "r.score" in used and "k.p" in used
