@@ -78,6 +78,9 @@ def test_the_shipped_joint_config_names_both_feature_kinds(tmp_path):
     cfg = load_joint_config("configs/joint.yaml")
     assert [n for n, _ in cfg.kinds] == ["keypoints_checked", "keypoints_xfeat_checked"]
     assert cfg.kinds[1][1].features.detector == "xfeat" and (cfg.votes, cfg.runs, cfg.aggregate) == (40, 20, "max")
+    one = load_joint_config("configs/joint_sift.yaml")  # RootSIFT alone, the rest as joint.yaml
+    assert [n for n, _ in one.kinds] == ["keypoints_checked"] and one.to_dict() | {"keypoints": None} == \
+        cfg.to_dict() | {"keypoints": None}
     bad = tmp_path / "j.yaml"
     bad.write_text("keypoints: [missing.yaml]\n")
     with pytest.raises(ConfigError, match=r"keypoints\[0\]: .*missing.yaml is not a file"):
