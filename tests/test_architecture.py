@@ -39,14 +39,16 @@ LAYERS = {
     "whale.demo": 6,
     "whale.pseudo": 6,  # pseudo-label rounds (score files averaged by whale.ensemble)
     "whale.catalogue": 6,  # a catalogue of individuals: matching new batches, the review page (uses whale.explain)
+    "whale.recipe": 6,  # a recipe of whale commands run as one (each step a process: it imports no layer above 0)
 }
 
 # Entry points above every layer: `whale SUBCOMMAND` dispatches to each package's command, so
 # whale.cli may point at any module, but only lazily (imports inside functions: `whale --help`
 # loads no package), and no module of whale points at an entry point.
-ENTRY_POINTS = {"whale.cli", "whale.__main__", "whale.inference.__main__"}
+ENTRY_POINTS = {"whale.cli", "whale.__main__", "whale.inference.__main__", "whale.recipe.__main__"}
 """``whale.inference.__main__`` is ``python -m whale.inference`` (``whale score``), whose ``--matcher joint`` reaches
-whale.identify above it, lazily."""
+whale.identify above it, lazily; ``whale.recipe.__main__`` (``whale recipe``) checks each step's line with whale.cli's
+parser tree, lazily."""
 
 
 def _module_name(path: Path) -> str:

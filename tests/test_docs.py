@@ -200,7 +200,7 @@ def test_the_readme_is_short_and_its_first_screen_says_what_how_and_how_well():
 
 
 WHAT_FIRST = ["demo.md", "training.md", "configs.md", "kaggle.md", "boxes.md", "tricks.md", "ensemble.md",
-              "scoring.md", "backends.md", "benchmarks.md"]
+              "scoring.md", "backends.md", "benchmarks.md", "recipe.md"]
 
 
 @pytest.mark.parametrize("name", WHAT_FIRST)

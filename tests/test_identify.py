@@ -78,6 +78,9 @@ def test_the_shipped_joint_config_names_both_feature_kinds(tmp_path):
     cfg = load_joint_config("configs/joint.yaml")
     assert [n for n, _ in cfg.kinds] == ["keypoints_checked", "keypoints_xfeat_checked"]
     assert cfg.kinds[1][1].features.detector == "xfeat" and (cfg.votes, cfg.runs, cfg.aggregate) == (40, 20, "max")
+    one = load_joint_config("configs/joint_sift.yaml")  # RootSIFT alone, the rest as joint.yaml
+    assert [n for n, _ in one.kinds] == ["keypoints_checked"] and one.to_dict() | {"keypoints": None} == \
+        cfg.to_dict() | {"keypoints": None}
     bad = tmp_path / "j.yaml"
     bad.write_text("keypoints: [missing.yaml]\n")
     with pytest.raises(ConfigError, match=r"keypoints\[0\]: .*missing.yaml is not a file"):
@@ -293,3 +296,14 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
         table_test_key
     # a keypoint run into the joint run's folder is refused
     assert main(["--matcher", "keypoints", "--data", str(data), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+
+
+def test_the_check_never_fits_the_individual_s_photo_count():
+    """A validation query's individual always keeps two or more gallery photos (whale.data.folds), a test query's
+    may keep one: the count is kept in the table but the check does not learn from it."""
+    from whale.identify.check import NOT_FITTED, fitted_columns
+
+    names = column_names(["k"], ["r"])
+    used = [names[i] for i in fitted_columns(names)]
+    assert "log_photos" in names and "log_photos" in NOT_FITTED
+    assert used == [n for n in names if n != "log_photos"] and "r.score" in used and "k.p" in used

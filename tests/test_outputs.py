@@ -271,3 +271,18 @@ def test_ensemble_on_a_data_folder_names_it_instead_of_a_config_that_does_not_ex
     err = capsys.readouterr().err
     assert "is a competition folder, not a run folder" in err and "config.yaml" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_lists_the_folder_only_when_the_writer_left_its_file_empty(tmp_path, monkeypatch):
+    """A write into a folder of many cache files does not list it (that made writing n files cost n^2)."""
+    from pathlib import Path
+
+    from whale.core.files import atomic_write
+
+    listed = []
+    glob = Path.glob
+    monkeypatch.setattr(Path, "glob", lambda self, pattern: listed.append(pattern) or glob(self, pattern))
+    atomic_write(tmp_path / "a.npz", lambda tmp: np.savez(tmp, a=np.ones(3)))
+    assert listed == [] and np.load(tmp_path / "a.npz")["a"].sum() == 3
+    atomic_write(tmp_path / "empty.txt", lambda tmp: tmp.write_bytes(b""))  # empty: checked, and kept
+    assert len(listed) == 1 and (tmp_path / "empty.txt").read_bytes() == b""

@@ -1,5 +1,7 @@
 """ensemble.py --recipe: a YAML recipe of runs, weights and threshold mode, checked key by key."""
 
+from pathlib import Path
+
 import pytest
 
 from whale.ensemble.recipe import load_recipe, recipe_from_dict
@@ -55,6 +57,8 @@ def test_recipe_file_errors_name_the_file(tmp_path):
     bad.write_text("runs: [\n")
     with pytest.raises(ConfigError, match="bad.yaml: expected valid YAML"):
         load_recipe(bad)
+    with pytest.raises(ConfigError, match=r"flukes.yaml: a recipe of steps .*whale recipe --recipe"):
+        load_recipe(Path(__file__).resolve().parent.parent / "recipes" / "flukes.yaml")  # whale recipe's kind
 
 
 def test_recipe_and_flags_exclude_each_other(tmp_path, capsys):

@@ -57,6 +57,8 @@ COMMANDS: tuple[Command, ...] = (
             "average runs, place new_whale, write a checked submission CSV"),
     Command("submission", "whale.submission", "python -m whale.submission",
             "check a submission CSV against sample_submission.csv"),
+    Command("recipe", "whale.recipe.__main__", "python -m whale.recipe",
+            "the steps from the data to a checked submission as one command, resumed where it stopped"),
     Command("pseudo", "whale.pseudo", "python -m whale.pseudo",
             "one pseudo-label round: confident test images join train.csv"),
     Command("explain", "whale.explain.cli", "python -m whale.explain",

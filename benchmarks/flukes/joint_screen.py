@@ -5,9 +5,10 @@
 Each ``--runs`` folder is a ``whale score --matcher joint`` run; its ``pairs_val.npz`` (the validation queries'
 shortlisted pairs, every column of :func:`whale.identify.check.column_names`) is read back and, for every variant,
 the check is cross-fitted again on validation alone (:class:`whale.identify.check.JointCheck`, the run's own
-settings), aggregated to individuals and ranked. Variants: every column with ``max`` (the shipped config) and with
-``noisy_or``; without the trained runs' columns; with each kind's ``p`` and each run's ``score`` alone (what a late
-fusion sees, on the joint shortlist); without each feature kind. Reported per variant (validation only, mean over
+settings), aggregated to individuals and ranked. Variants: the shipped check's columns (all but ``log_photos``)
+with ``max`` (the shipped config) and with ``noisy_or``; every column (the photo count too); without the trained
+runs' columns; with each kind's ``p`` and each run's ``score`` alone (what a late fusion sees, on the joint
+shortlist); without each feature kind. Reported per variant (validation only, mean over
 ``--seeds``): MAP@5 with the ``new_whale`` threshold tuned in-sample, the known whales' MAP@5 by ids alone, their
 top-5, and the share of all queries that are known whales whose id is nowhere among the five.
 The last stdout line is ``{"benchmark": "joint_screen", "rows": {...}}``.
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from whale import NEW_WHALE  # noqa: E402
-from whale.identify.check import JointCheck, identification_scores, load_table  # noqa: E402
+from whale.identify.check import JointCheck, fitted_columns, identification_scores, load_table  # noqa: E402
 from whale.identify.config import JointConfig  # noqa: E402
 from whale.inference.scorefile import load_score_file  # noqa: E402
 from whale.metrics import map_at_k  # noqa: E402
@@ -34,16 +35,17 @@ from whale.ranking import predict_top5, tune_threshold  # noqa: E402
 
 def variants(columns: list[str]) -> dict[str, tuple[list[int], str]]:
     """``{name: (column indices, aggregate)}`` of the screen (module docstring)."""
-    every = list(range(len(columns)))
+    every = fitted_columns(columns)  # the shipped check's: all but NOT_FITTED
     kinds = sorted({c.split(".")[0] for c in columns if c.endswith(".inliers")})
     runs = sorted({c.split(".")[0] for c in columns if c.endswith(".gap")})
-    out = {"joint, max": (every, "max"), "joint, noisy_or": (every, "noisy_or")}
+    out = {"joint, max": (every, "max"), "joint, noisy_or": (every, "noisy_or"),
+           "with the individual's photo count (log_photos)": (list(range(len(columns))), "max")}
     if runs:
-        out["without the runs' columns"] = ([i for i, c in enumerate(columns) if c.split(".")[0] not in runs], "max")
+        out["without the runs' columns"] = ([i for i in every if columns[i].split(".")[0] not in runs], "max")
     out["each kind's p and each run's score alone"] = (
         [i for i, c in enumerate(columns) if c.endswith(".p") or c.endswith(".score")], "max")
     for k in kinds:
-        out[f"without {k}"] = ([i for i, c in enumerate(columns) if c.split(".")[0] != k], "max")
+        out[f"without {k}"] = ([i for i in every if columns[i].split(".")[0] != k], "max")
     return out
 
 

@@ -60,6 +60,9 @@ def load_recipe(path) -> Recipe:
         raise ConfigError(f"{path}: cannot read the recipe ({e})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: expected valid YAML, received a parse error: {e}") from None
+    if isinstance(raw, dict) and "steps" in raw and "runs" not in raw:
+        raise ConfigError(f"{path}: a recipe of steps (whale commands), not an ensemble of runs: run it with "
+                          f"`whale recipe --recipe {path} --data DATA --out OUT`")
     return recipe_from_dict(raw, str(path))
 
 
