@@ -26,6 +26,22 @@ DESCRIPTOR_SCALE = 512.0
 """RootSIFT values lie in [0, 1] and rarely above 0.5: x 512 keeps them in uint8 at a resolution of 0.002."""
 XFEAT_SCALE = 200.0
 """XFeat's values lie in [-1, 1] and rarely beyond +-0.5: x 200 around 128 keeps them at a resolution of 0.005."""
+DESCRIPTOR_WIDTH = 128
+"""Bytes of a stored RootSIFT or learned descriptor (a learned one has :func:`whale.keypoints.descriptor.build_net`'s
+128 numbers)."""
+XFEAT_WIDTH = 64
+"""Bytes of a stored XFeat descriptor: its 64 numbers, one byte each (:func:`xfeat_bytes`)."""
+XFEAT_STEP = np.float32(np.sqrt(2.0) / DESCRIPTOR_SCALE)
+"""What one unit of a stored XFeat byte is worth in :func:`as_float`: ``sqrt(2)`` times a RootSIFT byte's, so that
+two XFeat descriptors lie exactly as far apart as when their 64 bytes were stored twice in a 128-byte row at
+``1 / DESCRIPTOR_SCALE`` (the store's format 1, :mod:`whale.keypoints.store`): LNBNN's weights, the keypoint
+selection, the checks and every figure measured on XFeat stay what they were."""
+
+
+def byte_step(width: int) -> np.float32:
+    """What one unit of a stored byte is worth in :func:`as_float` in a row of ``width`` bytes:
+    ``1 / DESCRIPTOR_SCALE`` (exact in float32) in a 128-byte row, :data:`XFEAT_STEP` in XFeat's 64-byte one."""
+    return XFEAT_STEP if width == XFEAT_WIDTH else np.float32(1.0 / DESCRIPTOR_SCALE)
 
 
 @dataclass(frozen=True)
@@ -61,8 +77,10 @@ class Features:
 
 
 def as_float(desc: np.ndarray) -> np.ndarray:
-    """``[n, 128] uint8`` stored descriptors -> ``[n, 128] float32`` RootSIFT (about unit L2 norm)."""
-    return desc.astype(np.float32) * np.float32(1.0 / DESCRIPTOR_SCALE)
+    """``[n, w] uint8`` stored descriptors -> ``[n, w] float32``, each byte times :func:`byte_step` of ``w``:
+    RootSIFT (about unit L2 norm) for ``w`` 128; for XFeat's ``w`` 64, vectors whose Euclidean distances are
+    ``sqrt(2) * XFEAT_SCALE / DESCRIPTOR_SCALE`` (0.55) times the descriptors' own (:data:`XFEAT_STEP`)."""
+    return desc.astype(np.float32) * byte_step(desc.shape[1])
 
 
 def trim_white(gray: np.ndarray) -> tuple[np.ndarray, int, int]:

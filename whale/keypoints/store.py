@@ -28,7 +28,7 @@ from whale.core.errors import ConfigError, DataError
 from whale.core.files import file_hash
 from whale.core.sealed import SealError, read_sealed, write_sealed
 from whale.keypoints.config import FeatureConfig, KeypointConfig
-from whale.keypoints.extract import Features, extract
+from whale.keypoints.extract import DESCRIPTOR_WIDTH, Features, extract
 from whale.core.progress import progress_bar
 
 
@@ -222,22 +222,32 @@ class MappedDescriptors:
         except OSError:
             self._file = tempfile.TemporaryFile()
         self._rows = 0
+        self._width: int | None = None  # bytes a row: the first photo's descriptors' (every photo's must agree)
 
     def __deepcopy__(self, memo) -> "MappedDescriptors":
         return self  # one file, not copied: a deep copy of a stand-in still names this file
 
     def put(self, f: Features) -> StandIn:
-        """``f`` with its descriptors appended to the file: a :class:`StandIn` holding none (but its rows there),
-        until :meth:`mapped`."""
+        """``f`` with its descriptors appended to the file: a :class:`StandIn` holding none (``[0, w]``, ``w`` its
+        descriptors' width) but its rows there, until :meth:`mapped`.
+
+        Raises:
+            ValueError: ``f``'s descriptors are not as wide as those already in the file (another kind's)."""
+        width = f.desc.shape[1]
+        if self._width is None:
+            self._width = width
+        elif width != self._width:
+            raise ValueError(f"MappedDescriptors.put: descriptors of {width} bytes where the file holds rows of "
+                             f"{self._width} (features of another kind)")
         self._file.write(np.ascontiguousarray(f.desc, dtype=np.uint8).tobytes())
-        stand_in = StandIn(f.xy, f.diameter_angle, np.zeros((0, 128), np.uint8), f.photo_size,
+        stand_in = StandIn(f.xy, f.diameter_angle, np.zeros((0, width), np.uint8), f.photo_size,
                            rows=(self._rows, self._rows + len(f)), pack=self)
         self._rows += len(f)
         return stand_in
 
     def mapped(self, features: Sequence[StandIn]) -> list[Features]:
         """``features`` (the stand-ins :meth:`put` returned, or copies of them, in any order) with their
-        descriptors: ``[n, 128] uint8`` read-only views of the mapped file.
+        descriptors: ``[n, w] uint8`` read-only views of the mapped file (``w`` the width :meth:`put` was given).
 
         Raises:
             ValueError: an item is not a stand-in of this file (a photo's own features, or another file's)."""
@@ -247,6 +257,7 @@ class MappedDescriptors:
                 raise ValueError(f"MappedDescriptors.mapped: expected the stand-ins this file's put returned; "
                                  f"item {i} is {what}")
         self._file.flush()
-        rows = np.memmap(self._file, dtype=np.uint8, mode="r", shape=(self._rows, 128)) if self._rows else \
-            np.zeros((0, 128), np.uint8)
+        width = DESCRIPTOR_WIDTH if self._width is None else self._width
+        rows = np.memmap(self._file, dtype=np.uint8, mode="r", shape=(self._rows, width)) if self._rows else \
+            np.zeros((0, width), np.uint8)
         return [Features(f.xy, f.diameter_angle, rows[f.rows[0]:f.rows[1]], f.photo_size) for f in features]
