@@ -90,6 +90,67 @@ def test_store_extracts_each_photo_once_by_content(tmp_path, monkeypatch):
     assert len(store.features([a, b], workers=1, progress=False)) == 2
 
 
+def format_1(path: Path, doubled: bool = False) -> None:
+    """Rewrite the store file ``path`` as the store wrote it before it recorded a format: no ``format`` array, and
+    128 bytes a descriptor (``doubled``: an XFeat file's 64 written twice)."""
+    from whale.core.sealed import read_sealed, write_sealed
+
+    arrays = {k: v for k, v in read_sealed(path).items() if k != "format"}
+    if doubled:
+        arrays["desc"] = np.hstack([arrays["desc"], arrays["desc"]])
+    write_sealed(path, arrays)
+
+
+def test_a_rootsift_store_of_format_1_is_read_as_it_is_never_extracted_again(tmp_path, monkeypatch):
+    from whale.core.sealed import read_sealed
+    from whale.keypoints.store import FORMAT, read_entry
+
+    cfg = load_keypoint_config()
+    a = write(tmp_path / "p" / "a.png", pattern(1))
+    store = FeatureStore(cfg, tmp_path / "store")
+    [clean] = store.features([a], workers=1, progress=False)
+    entry = next(store.folder.rglob("*.npz"))
+    assert int(read_sealed(entry)["format"]) == FORMAT == 2 and store.width == 128
+    format_1(entry)
+    old = entry.read_bytes()
+    import whale.keypoints.store as store_mod
+
+    monkeypatch.setattr(store_mod, "extract", lambda *a, **k: pytest.fail("extracted again"))
+    for width in (128, None):  # the store's width, or a check that does not know it (whale catalogue check)
+        features, why = read_entry(entry, entry.stem, width)
+        assert why == "" and features.desc.shape == clean.desc.shape
+        np.testing.assert_array_equal(features.desc, clean.desc)
+    [again] = FeatureStore(cfg, tmp_path / "store").features([a], workers=1, progress=False)
+    [mapped] = FeatureStore(cfg, tmp_path / "store").features([a], workers=1, progress=False, mapped=True)
+    for f in (again, mapped):
+        np.testing.assert_array_equal(f.desc, clean.desc)
+        np.testing.assert_array_equal(f.xy, clean.xy)
+    assert entry.read_bytes() == old  # read, not written again
+    assert "not XFeat's 64 bytes written twice" in read_entry(entry, entry.stem, 64)[1]  # never taken for XFeat's
+
+
+def test_a_feature_file_of_a_later_format_is_extracted_again(tmp_path):
+    from whale.core.sealed import read_sealed, write_sealed
+    from whale.keypoints.store import read_entry
+
+    cfg = load_keypoint_config()
+    a = write(tmp_path / "p" / "a.png", pattern(1))
+    store = FeatureStore(cfg, tmp_path / "store")
+    [clean] = store.features([a], workers=1, progress=False)
+    entry = next(store.folder.rglob("*.npz"))
+    good = entry.read_bytes()
+    for version, why in ((3, "of format 3, later than this version's 2"),
+                         ("two", "not a readable feature file (its format is")):
+        write_sealed(entry, {**read_sealed(entry), "format": np.asarray(version)})
+        features, what = read_entry(entry, entry.stem, 128)
+        assert features is None and what.startswith(why), what
+        redone = store.redone
+        [again] = store.features([a], workers=1, progress=False)
+        assert store.redone == redone + 1
+        np.testing.assert_array_equal(again.desc, clean.desc)
+        assert entry.read_bytes() == good
+
+
 def test_a_damaged_or_altered_feature_file_is_extracted_again_never_matched_on(tmp_path):
     from whale.keypoints.store import UNTIED, read_entry
 

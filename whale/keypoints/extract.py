@@ -5,6 +5,10 @@ Euclidean distance between two of them is the Hellinger kernel between the SIFT 
 has unit L2 norm. Descriptors are kept as ``uint8`` (RootSIFT x :data:`DESCRIPTOR_SCALE`, clipped), a
 quarter of float32's memory, and turned back into float32 for search (:func:`as_float`).
 
+A stored descriptor's width is its kind's (:func:`descriptor_width`): 128 bytes for RootSIFT and a learned
+descriptor, :data:`XFEAT_WIDTH` (64) for XFeat's. Everything downstream (the store, the index, the votes, the
+selection) takes the width from the arrays (``desc.shape[1]``).
+
 ``features.mask: grabcut`` keeps only the fluke's keypoints (:mod:`whale.keypoints.mask`).
 ``features.detector``/``features.descriptor`` ``xfeat`` take XFeat's keypoints or descriptors instead
 (:mod:`whale.keypoints.xfeat`; stored as :func:`xfeat_bytes` says); a learned descriptor's folder describes SIFT's
@@ -26,6 +30,28 @@ DESCRIPTOR_SCALE = 512.0
 """RootSIFT values lie in [0, 1] and rarely above 0.5: x 512 keeps them in uint8 at a resolution of 0.002."""
 XFEAT_SCALE = 200.0
 """XFeat's values lie in [-1, 1] and rarely beyond +-0.5: x 200 around 128 keeps them at a resolution of 0.005."""
+DESCRIPTOR_WIDTH = 128
+"""Bytes of a stored RootSIFT or learned descriptor (a learned one has :func:`whale.keypoints.descriptor.build_net`'s
+128 numbers)."""
+XFEAT_WIDTH = 64
+"""Bytes of a stored XFeat descriptor: its 64 numbers, one byte each (:func:`xfeat_bytes`)."""
+XFEAT_STEP = np.float32(np.sqrt(2.0) / DESCRIPTOR_SCALE)
+"""What one unit of a stored XFeat byte is worth in :func:`as_float`: ``sqrt(2)`` times a RootSIFT byte's, so that
+two XFeat descriptors lie exactly as far apart as when their 64 bytes were stored twice in a 128-byte row at
+``1 / DESCRIPTOR_SCALE`` (the store's format 1, :mod:`whale.keypoints.store`): LNBNN's weights, the keypoint
+selection, the checks and every figure measured on XFeat stay what they were."""
+
+
+def descriptor_width(descriptor: str) -> int:
+    """Bytes a stored descriptor of ``features.descriptor`` takes: :data:`XFEAT_WIDTH` for ``xfeat``, else
+    :data:`DESCRIPTOR_WIDTH` (``rootsift``, a learned descriptor's folder)."""
+    return XFEAT_WIDTH if descriptor == "xfeat" else DESCRIPTOR_WIDTH
+
+
+def byte_step(width: int) -> np.float32:
+    """What one unit of a stored byte is worth in :func:`as_float` in a row of ``width`` bytes:
+    ``1 / DESCRIPTOR_SCALE`` (exact in float32) in a 128-byte row, :data:`XFEAT_STEP` in XFeat's 64-byte one."""
+    return XFEAT_STEP if width == XFEAT_WIDTH else np.float32(1.0 / DESCRIPTOR_SCALE)
 
 
 @dataclass(frozen=True)
@@ -35,7 +61,8 @@ class Features:
     Attributes:
         xy: ``[n, 2] float32`` keypoint positions (x, y) in pixels of the original photo.
         diameter_angle: ``[n, 2] float32`` each keypoint's diameter (original pixels) and angle (degrees).
-        desc: ``[n, 128] uint8`` RootSIFT x :data:`DESCRIPTOR_SCALE`.
+        desc: ``[n, w] uint8`` stored descriptors: ``w`` 128, RootSIFT (or a learned descriptor) x
+            :data:`DESCRIPTOR_SCALE`; ``w`` 64, XFeat's (:func:`xfeat_bytes`).
         photo_size: ``(height, width)`` of the original photo.
 
     The feature store's files keep the array names ``shape`` and ``size`` of these last two
@@ -55,14 +82,17 @@ class Features:
         return Features(self.xy[keep], self.diameter_angle[keep], self.desc[keep], self.photo_size)
 
     @classmethod
-    def empty(cls, photo_size=(0, 0)) -> "Features":
-        return cls(np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32), np.zeros((0, 128), np.uint8),
+    def empty(cls, photo_size=(0, 0), width: int = DESCRIPTOR_WIDTH) -> "Features":
+        """No keypoint, descriptors ``[0, width]`` (:func:`descriptor_width`)."""
+        return cls(np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32), np.zeros((0, width), np.uint8),
                    tuple(photo_size))
 
 
 def as_float(desc: np.ndarray) -> np.ndarray:
-    """``[n, 128] uint8`` stored descriptors -> ``[n, 128] float32`` RootSIFT (about unit L2 norm)."""
-    return desc.astype(np.float32) * np.float32(1.0 / DESCRIPTOR_SCALE)
+    """``[n, w] uint8`` stored descriptors -> ``[n, w] float32``, each byte times :func:`byte_step` of ``w``:
+    RootSIFT (about unit L2 norm) for ``w`` 128; for XFeat's ``w`` 64, vectors whose Euclidean distances are
+    ``sqrt(2) * XFEAT_SCALE / DESCRIPTOR_SCALE`` (0.55) times the descriptors' own (:data:`XFEAT_STEP`)."""
+    return desc.astype(np.float32) * byte_step(desc.shape[1])
 
 
 def trim_white(gray: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -118,6 +148,7 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
     fluke = _fluke(rgb, (bx, by, bx + region.shape[1], by + region.shape[0]), image.shape, scale, x0, y0) \
         if rgb is not None else None
     x0, y0 = x0 + bx, y0 + by
+    width = descriptor_width(cfg.descriptor)
     if cfg.detector == "xfeat":
         from whale.keypoints.xfeat import CELL, load as load_xfeat
 
@@ -127,7 +158,7 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
                        np.clip(xy[:, 0].astype(int), 0, image.shape[1] - 1)] > 0
             xy, desc = xy[on], desc[on]
         if not len(xy):
-            return Features.empty(original.shape)
+            return Features.empty(original.shape, width)
         diameter_angle = np.zeros((len(xy), 2), np.float32)
         diameter_angle[:, 0] = CELL / scale  # a keypoint is a pixel of its 8 x 8 cell: the cell is its size
         return Features(xy / scale + np.float32([x0, y0]), diameter_angle, xfeat_bytes(desc), tuple(original.shape))
@@ -139,7 +170,7 @@ def extract(path, cfg: FeatureConfig, box: tuple | None = None) -> Features:
     if cfg.descriptor == "rootsift" or not keypoints:
         keypoints, desc = sift.compute(image, keypoints) if keypoints else ((), None)
         if desc is None or not len(keypoints):
-            return Features.empty(original.shape)
+            return Features.empty(original.shape, width)
         desc = desc / np.maximum(desc.sum(axis=1, keepdims=True), 1e-7)
         stored = np.clip(np.sqrt(desc) * DESCRIPTOR_SCALE + 0.5, 0, 255).astype(np.uint8)
     else:
@@ -165,8 +196,8 @@ def _fluke(rgb: np.ndarray, region: tuple, shape: tuple, scale: float, x0: int, 
 
 
 def _describe(image: np.ndarray, keypoints, descriptor: str) -> np.ndarray:
-    """``[n, 128] uint8`` stored descriptors of SIFT's ``keypoints`` by ``descriptor`` (``xfeat`` or a learned
-    descriptor's folder)."""
+    """``[n, w] uint8`` stored descriptors of SIFT's ``keypoints`` by ``descriptor`` (``xfeat``: ``w`` 64, or a
+    learned descriptor's folder: ``w`` 128)."""
     xy = np.array([kp.pt for kp in keypoints], np.float32)
     if descriptor == "xfeat":
         from whale.keypoints.xfeat import load as load_xfeat
@@ -181,9 +212,8 @@ def _describe(image: np.ndarray, keypoints, descriptor: str) -> np.ndarray:
 
 
 def xfeat_bytes(desc: np.ndarray) -> np.ndarray:
-    """``[n, 64]`` XFeat unit descriptors -> ``[n, 128] uint8`` stored ones: each value ``x`` as ``128 +``
-    :data:`XFEAT_SCALE` ``x`` (clipped; |x| rarely passes 0.5), the 64 written twice so the store, the index and
-    the votes take them as they take RootSIFT. Distances between stored XFeat descriptors are
-    ``sqrt(2) * XFEAT_SCALE / DESCRIPTOR_SCALE`` (0.55) times the descriptors' own: one scale for every pair."""
-    once = np.clip(np.rint(desc * XFEAT_SCALE) + 128, 0, 255).astype(np.uint8)
-    return np.concatenate([once, once], axis=1)
+    """``[n, 64]`` XFeat unit descriptors -> ``[n, 64] uint8`` stored ones: each value ``x`` as ``128 +``
+    :data:`XFEAT_SCALE` ``x`` (clipped; |x| rarely passes 0.5). :func:`as_float` gives them back at
+    :data:`XFEAT_STEP` a byte: distances between stored XFeat descriptors are
+    ``sqrt(2) * XFEAT_SCALE / DESCRIPTOR_SCALE`` (0.55) times the descriptors' own, one scale for every pair."""
+    return np.clip(np.rint(desc * XFEAT_SCALE) + 128, 0, 255).astype(np.uint8)

@@ -299,7 +299,7 @@ def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individu
         block = queries[start:start + _QUERY_BLOCK]
         t0 = time.perf_counter()
         counts = [len(f) for f in block]
-        desc = np.concatenate([as_float(f.desc) for f in block]) if sum(counts) else np.zeros((0, 128), np.float32)
+        desc = np.concatenate([as_float(f.desc) for f in block])  # [0, w] when no photo of the block has keypoints
         if leave_out is None:
             dist, rows = index.search(desc, depth)
         elif strict:  # every neighbour of the left-out photo dropped: as if it were not in the gallery

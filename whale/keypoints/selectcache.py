@@ -14,10 +14,12 @@ photo's store key), with the reason and timings as JSON text; written atomically
 
 Nothing in the file is code: it is read with ``allow_pickle=False`` after its content hash is checked, and the
 arrays are checked against the gallery (one score per keypoint of each photo) and as trees
-(:meth:`whale.core.trees.TreeEnsemble.from_arrays`). A file that fails any check (damaged, altered, of another
-:data:`FORMAT`, a pickle planted under its name) is never used: the selector is fitted again and replaces it, and
-:attr:`SelectorCache.note` says so in one line naming the file. The ``.pkl`` files of earlier versions are never
-read. What a cache may be trusted with: docs/bad-inputs.md.
+(:meth:`whale.core.trees.TreeEnsemble.from_arrays`) whose inputs are those of the gallery's keypoints
+(:func:`~whale.keypoints.selection.keypoint_context`: its descriptors' width and 6). A file that fails any check
+(damaged, altered, of another :data:`FORMAT`, classifiers of another width, a pickle planted under its name) is
+never used: the selector is fitted again and replaces it, and :attr:`SelectorCache.note` says so in one line naming
+the file. The ``.pkl`` files of earlier versions are never read. What a cache may be trusted with:
+docs/bad-inputs.md.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ from whale.core.trees import TreeEnsemble, prefixed, tree_arrays, unprefixed
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.extract import Features
 from whale.keypoints.matcher import KeypointMatcher
-from whale.keypoints.selection import KeypointSelector
+from whale.keypoints.index import stored_width
+from whale.keypoints.selection import CONTEXT, KeypointSelector
 
 FORMAT = 2
 """The files' layout version: a file of another is fitted again (1: pickles, never read)."""
@@ -72,7 +75,7 @@ class SelectorCache:
         self.note = ""
         try:
             arrays = read_sealed(self.path)
-            state = _state(arrays, [len(f) for f in gallery])
+            state = _state(arrays, [len(f) for f in gallery], stored_width(gallery))
         except FileNotFoundError:
             return None
         except (SealError, ValueError, KeyError, TypeError) as exc:
@@ -142,9 +145,10 @@ def _arrays(state: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def _state(arrays: dict, sizes: Sequence[int]) -> dict:
+def _state(arrays: dict, sizes: Sequence[int], width: int | None = None) -> dict:
     """The :meth:`KeypointSelector.state` of :func:`_arrays`' arrays, for a gallery of photos with ``sizes``
-    keypoints; ValueError (or KeyError) when they do not describe one."""
+    keypoints and descriptors of ``width`` bytes (None: not checked); ValueError (or KeyError) when they do not
+    describe one."""
     meta = json.loads(str(arrays["meta"]))
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"of format {meta.get('format') if isinstance(meta, dict) else '?'}, not {FORMAT}")
@@ -152,6 +156,10 @@ def _state(arrays: dict, sizes: Sequence[int]) -> dict:
             or not isinstance(meta.get("models"), int) or not 0 <= meta["models"] <= 2:
         raise ValueError("its description is not a selector's")
     models = [TreeEnsemble.from_arrays(unprefixed(arrays, f"model{i}_")) for i in range(meta["models"])]
+    inputs = {m.n_features for m in models}
+    if width is not None and inputs - {width + CONTEXT}:
+        raise ValueError(f"classifiers of {min(inputs)} inputs where this gallery's keypoints have "
+                         f"{width + CONTEXT} (descriptors of {width} bytes and {CONTEXT} more)")
     scores = _split(arrays["gallery_counts"], arrays["gallery_scores"], "gallery scores")
     if meta.get("gallery_scores"):
         if [len(p) for p in scores] != list(sizes):

@@ -11,7 +11,7 @@ matchability", who learn from the descriptor which keypoints structure-from-moti
    (at least ``min_inliers``) are positive, every other keypoint of a sampled photo negative. The labels are
    what the matcher itself verifies between photos of one whale; a photo without another of its whale has none
    to give, and the classifier needs far fewer keypoints than a large gallery holds;
-2. **classifier**: scikit-learn's gradient-boosted trees on the keypoint's RootSIFT descriptor, its place in
+2. **classifier**: scikit-learn's gradient-boosted trees on the keypoint's descriptor, its place in
    the photo and its log diameter (:func:`keypoint_context`; no pixel is read again), fitted on a seeded
    sample of ``samples`` of those keypoints in two halves by individual: a gallery photo is scored by the half
    that did not see its individual (no photo's own labels decide what it keeps), a query by both halves' mean;
@@ -48,12 +48,17 @@ MIN_POSITIVES = 200
 """Positive keypoints (verified same-individual inliers) below which no classifier is fitted."""
 
 
+CONTEXT = 6
+"""Numbers of :func:`keypoint_context` besides the descriptor's."""
+
+
 def keypoint_context(f: Features) -> np.ndarray:
-    """``[n, 134] float32``: each keypoint's RootSIFT descriptor, its x and y over the photo's width and height,
-    its x and y within the span of the photo's keypoints (1st to 99th percentile: about where the photo's
-    content lies, letterboxed or not), that span's width over its height, and log(1 + diameter)."""
+    """``[n, w + 6] float32``: each keypoint's descriptor (``w`` numbers, :func:`~whale.keypoints.extract.as_float`:
+    128 for RootSIFT, 64 for XFeat), its x and y over the photo's width and height, its x and y within the span of
+    the photo's keypoints (1st to 99th percentile: about where the photo's content lies, letterboxed or not), that
+    span's width over its height, and log(1 + diameter)."""
     if not len(f):
-        return np.zeros((0, 134), np.float32)
+        return np.zeros((0, f.desc.shape[1] + CONTEXT), np.float32)
     h, w = f.photo_size if len(f.photo_size) == 2 and min(f.photo_size) > 0 else (1, 1)
     lo, hi = np.percentile(f.xy, 1, axis=0), np.percentile(f.xy, 99, axis=0)
     span = np.maximum(hi - lo, 1.0)

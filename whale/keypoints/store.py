@@ -13,6 +13,14 @@ earlier version that recorded no key (extracted before EXIF orientation was appl
 :func:`read_entry` says what is wrong with it, :meth:`FeatureStore.features` extracts it again (never matching on
 it), and ``whale catalogue check`` lists it.
 
+Each file also records its layout, :data:`FORMAT` (an array ``format``): format 1, every file written before the
+number was recorded, holds 128 bytes a descriptor whatever its kind, XFeat's 64 written twice; format 2 holds a
+descriptor at its kind's width (:func:`whale.keypoints.extract.descriptor_width`: 128 bytes for RootSIFT and a
+learned descriptor, 64 for XFeat). A format-1 RootSIFT or learned file holds the bytes format 2 would and is read
+as it is (a store is never extracted again for its format); a format-1 XFeat file is read as the first 64 bytes of
+each row, once both halves are found equal (a file whose halves differ is not one and is extracted again). A file
+of a later format than this version's is extracted again, never guessed at.
+
 The default root is ``$WHALE_CACHE/keypoints``, else ``~/.cache/whale/keypoints``.
 """
 from __future__ import annotations
@@ -28,7 +36,7 @@ from whale.core.errors import ConfigError, DataError
 from whale.core.files import file_hash
 from whale.core.sealed import SealError, read_sealed, write_sealed
 from whale.keypoints.config import FeatureConfig, KeypointConfig
-from whale.keypoints.extract import Features, extract
+from whale.keypoints.extract import DESCRIPTOR_WIDTH, XFEAT_WIDTH, Features, descriptor_width, extract
 from whale.core.progress import progress_bar
 
 
@@ -63,16 +71,24 @@ def _start_method() -> str:
     return "spawn" if {"tensorflow", "jax", "torch"} & set(sys.modules) else "fork"
 
 
+FORMAT = 2
+"""The layout of the files written now (module docstring); a file without a ``format`` array is of format 1."""
 MISSING = "missing"
 UNTIED = "records no photo or no content hash (written by an earlier version)"
 """What :func:`read_entry` says of a file that exists but records no key or no content hash: not tied to a photo."""
 
 
-def read_entry(path: Path, key: str) -> tuple[Features | None, str]:
+def read_entry(path: Path, key: str, width: int | None = None) -> tuple[Features | None, str]:
     """``(features, "")`` of the store file ``path`` written for ``key`` (a photo's sha256, ``-box`` after it for
     a boxed photo), else ``(None, what is wrong)``: :data:`MISSING`, damaged or altered (its content hash),
-    :data:`UNTIED`, another photo's features (``"holds the features of photo ..."``), or arrays of the wrong
-    shape or with values not finite."""
+    :data:`UNTIED`, another photo's features (``"holds the features of photo ..."``), of a later format than
+    :data:`FORMAT`, or arrays of the wrong shape or with values not finite.
+
+    ``width``: the bytes a descriptor of this store takes (:func:`~whale.keypoints.extract.descriptor_width` of its
+    config's descriptor), whatever the file's format: a format-1 XFeat file's rows are given as their first 64
+    bytes (module docstring). None (checking a file whose kind is not known): the width the file's format allows,
+    as stored (a format-1 XFeat file's doubled rows unconverted: not for matching on).
+    """
     try:
         z = read_sealed(path)
     except FileNotFoundError:
@@ -88,13 +104,26 @@ def read_entry(path: Path, key: str) -> tuple[Features | None, str]:
     photo = str(z["photo"])
     if photo != key:
         return None, f"holds the features of photo {photo[:12]}, not of {key[:12]} its name says"
+    version = z.get("format", np.asarray(1))
+    if version.shape != () or version.dtype.kind not in "iu" or int(version) < 1:
+        return None, f"not a readable feature file (its format is {version!r}, not a number from 1)"
+    if int(version) > FORMAT:
+        return None, f"of format {int(version)}, later than this version's {FORMAT} (written by a newer whale)"
+    desc = z["desc"]
+    widths = (DESCRIPTOR_WIDTH,) if int(version) == 1 else (DESCRIPTOR_WIDTH, XFEAT_WIDTH)
+    if width is not None:
+        if int(version) == 1 and width == XFEAT_WIDTH and desc.ndim == 2 and desc.shape[1] == 2 * XFEAT_WIDTH:
+            if not np.array_equal(desc[:, :XFEAT_WIDTH], desc[:, XFEAT_WIDTH:]):
+                return None, "of format 1 but its descriptors are not XFeat's 64 bytes written twice"
+            desc = np.ascontiguousarray(desc[:, :XFEAT_WIDTH])  # format 1's doubled rows, read as format 2's
+        widths = (width,)
     try:
-        f = Features(z["xy"], z["shape"], z["desc"], tuple(int(v) for v in z["size"].ravel()))  # names: _write
+        f = Features(z["xy"], z["shape"], desc, tuple(int(v) for v in z["size"].ravel()))  # names: _write
         n = len(f.xy)
     except (ValueError, TypeError, IndexError) as exc:
         return None, f"not a readable feature file ({exc})"
-    if (f.xy.shape != (n, 2) or f.diameter_angle.shape != (n, 2) or f.desc.shape != (n, 128)
-            or f.desc.dtype != np.uint8 or len(f.photo_size) != 2
+    if (f.xy.shape != (n, 2) or f.diameter_angle.shape != (n, 2) or f.desc.ndim != 2 or len(f.desc) != n
+            or f.desc.shape[1] not in widths or f.desc.dtype != np.uint8 or len(f.photo_size) != 2
             or not (np.isfinite(f.xy).all() and np.isfinite(f.diameter_angle).all())):
         return None, "arrays of the wrong shape or type, or values that are not finite"
     return f, ""
@@ -108,6 +137,8 @@ class FeatureStore:
         self.cfg = cfg
         self.root = Path(root) if root is not None else default_root()
         self.folder = self.root / cfg.fingerprint()
+        self.width = descriptor_width(cfg.features.descriptor)
+        """Bytes of a stored descriptor of this config (:func:`~whale.keypoints.extract.descriptor_width`)."""
         self.redone = 0
         self.keys: list[str] = []
         """The store keys of the photos of the last :meth:`features` call, in order (a photo's sha256, with its
@@ -117,7 +148,7 @@ class FeatureStore:
         return self.folder / digest[:2] / f"{digest}.npz"
 
     def _read(self, digest: str) -> Features | None:
-        features, what = read_entry(self.path(digest), digest)
+        features, what = read_entry(self.path(digest), digest, self.width)
         if features is None and what != MISSING:
             self.redone += 1  # a damaged, untied or another photo's entry is extracted again and overwritten
         return features
@@ -125,7 +156,8 @@ class FeatureStore:
     def _write(self, digest: str, f: Features) -> None:
         # the files' array names stay those of earlier versions: shape, size
         write_sealed(self.path(digest), {"xy": f.xy, "shape": f.diameter_angle, "desc": f.desc,
-                                         "size": np.asarray(f.photo_size, np.int64), "photo": np.asarray(digest)},
+                                         "size": np.asarray(f.photo_size, np.int64), "photo": np.asarray(digest),
+                                         "format": np.asarray(FORMAT, np.int64)},
                      flag="--cache")
 
     def features(self, paths: Sequence, workers: int | None = None, progress: bool = True,
@@ -222,22 +254,32 @@ class MappedDescriptors:
         except OSError:
             self._file = tempfile.TemporaryFile()
         self._rows = 0
+        self._width: int | None = None  # bytes a row: the first photo's descriptors' (every photo's must agree)
 
     def __deepcopy__(self, memo) -> "MappedDescriptors":
         return self  # one file, not copied: a deep copy of a stand-in still names this file
 
     def put(self, f: Features) -> StandIn:
-        """``f`` with its descriptors appended to the file: a :class:`StandIn` holding none (but its rows there),
-        until :meth:`mapped`."""
+        """``f`` with its descriptors appended to the file: a :class:`StandIn` holding none (``[0, w]``, ``w`` its
+        descriptors' width) but its rows there, until :meth:`mapped`.
+
+        Raises:
+            ValueError: ``f``'s descriptors are not as wide as those already in the file (another kind's)."""
+        width = f.desc.shape[1]
+        if self._width is None:
+            self._width = width
+        elif width != self._width:
+            raise ValueError(f"MappedDescriptors.put: descriptors of {width} bytes where the file holds rows of "
+                             f"{self._width} (features of another kind)")
         self._file.write(np.ascontiguousarray(f.desc, dtype=np.uint8).tobytes())
-        stand_in = StandIn(f.xy, f.diameter_angle, np.zeros((0, 128), np.uint8), f.photo_size,
+        stand_in = StandIn(f.xy, f.diameter_angle, np.zeros((0, width), np.uint8), f.photo_size,
                            rows=(self._rows, self._rows + len(f)), pack=self)
         self._rows += len(f)
         return stand_in
 
     def mapped(self, features: Sequence[StandIn]) -> list[Features]:
         """``features`` (the stand-ins :meth:`put` returned, or copies of them, in any order) with their
-        descriptors: ``[n, 128] uint8`` read-only views of the mapped file.
+        descriptors: ``[n, w] uint8`` read-only views of the mapped file (``w`` the width :meth:`put` was given).
 
         Raises:
             ValueError: an item is not a stand-in of this file (a photo's own features, or another file's)."""
@@ -247,6 +289,7 @@ class MappedDescriptors:
                 raise ValueError(f"MappedDescriptors.mapped: expected the stand-ins this file's put returned; "
                                  f"item {i} is {what}")
         self._file.flush()
-        rows = np.memmap(self._file, dtype=np.uint8, mode="r", shape=(self._rows, 128)) if self._rows else \
-            np.zeros((0, 128), np.uint8)
+        width = DESCRIPTOR_WIDTH if self._width is None else self._width
+        rows = np.memmap(self._file, dtype=np.uint8, mode="r", shape=(self._rows, width)) if self._rows else \
+            np.zeros((0, width), np.uint8)
         return [Features(f.xy, f.diameter_angle, rows[f.rows[0]:f.rows[1]], f.photo_size) for f in features]
