@@ -258,7 +258,7 @@ def reverse(also: Sequence[np.ndarray], n_gallery: int) -> list[np.ndarray]:
 
 def search_without(index: DescriptorIndex, desc: np.ndarray, depth: int, skip: np.ndarray) -> tuple[np.ndarray,
                                                                                                     np.ndarray]:
-    """``(dist, rows)`` ``[m, depth]``: the ``depth`` nearest gallery rows of each descriptor of ``desc`` ``[m, 128]``
+    """``(dist, rows)`` ``[m, depth]``: the ``depth`` nearest gallery rows of each descriptor of ``desc`` ``[m, w]``
     that are not of gallery photo ``skip`` ``[m]`` (-1: none), as :meth:`DescriptorIndex.search` gives them in a
     gallery without that photo (-1 and ``inf`` where fewer remain). Searched deeper, twice as deep each time, for the
     descriptors whose nearest rows are mostly their own photo's (a dense photo's neighbouring keypoints look alike)."""
