@@ -1,13 +1,15 @@
 """A small catalogue of real flukes and a batch of mostly unknown whales (issue 57, item 3). Not a test.
 
-    python benchmarks/flukes/catalogue_unknown.py --out runs/catalogue_unknown [--seeds 0,1,2] [-- MATCH FLAGS]
+    python benchmarks/flukes/catalogue_unknown.py --out runs/catalogue_unknown [--seeds 0,1,2] [--method joint]
+        [-- MATCH FLAGS]
 
 Per seed, from ``../shared/data/humpback`` (the benchmark prints a message and exits 0 when it is absent):
 
 * the catalogue: 62 photos, three of each of 20 individuals with four photos or more and two of one more
   (``whale catalogue add``);
 * the batch: 20 whales, one of them catalogued (its fourth photo) and 19 not, four of which are photographed
-  twice: 24 photos (``whale catalogue match --method keypoints``, plus any flags after ``--``).
+  twice: 24 photos (``whale catalogue match --method keypoints``, or ``--method joint``: every feature kind of
+  ``configs/joint.yaml`` or ``-- --joint-config FILE``, plus any flags after ``--``).
 
 Reported per seed and summed: the unknown whales' photos flagged "possibly new" (of 23), the catalogued one
 flagged or not and ranked first, the groups formed (photos in groups; groups holding one whale only), the
@@ -113,6 +115,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--seeds", default="0")
+    p.add_argument("--method", default="keypoints", choices=("keypoints", "joint"),
+                   help="match --method (joint: every feature kind of --joint-config, default configs/joint.yaml)")
     args = p.parse_args(argv)
     import pandas as pd
 
@@ -129,12 +133,12 @@ def main(argv=None) -> int:
         cat = out / "cat"
         whale("catalogue", "add", str(cat), "--photos", str(out / "photos" / "identified"), "--labels", str(labels))
         started = time.time()
-        said = whale("catalogue", "match", str(cat), "--method", "keypoints", "--photos", str(batch), *extra)
+        said = whale("catalogue", "match", str(cat), "--method", args.method, "--photos", str(batch), *extra)
         seconds = time.time() - started
         print(f"seed {seed}: {said} ({seconds:.0f} s)")
         proposals = json.loads(Path(said.split()[1].rstrip(":")).read_text())  # "wrote PATH: ..."
         known = set(pd.read_csv(labels)["individual"])
-        row = {"seed": seed, "match_s": round(seconds, 1), **measure(proposals, truth, known)}
+        row = {"seed": seed, "method": args.method, "match_s": round(seconds, 1), **measure(proposals, truth, known)}
         print(json.dumps(row))
         rows.append(row)
     total = {k: sum(r[k] for r in rows) for k in ("unknown_photos", "unknown_flagged", "catalogued_flagged",
