@@ -112,6 +112,49 @@ def test_a_strict_leave_out_matches_each_photo_as_the_gallery_without_it_would(g
     assert short >= 3
 
 
+def test_an_exact_search_without_a_photo_is_the_search_of_the_gallery_without_it(gallery):
+    """``skip`` leaves each descriptor's own photo out of the distances: the rows an index built without that photo
+    finds (read back to the whole gallery's rows), and as deep; the deeper search of a FAISS index agrees."""
+    from whale.keypoints.extract import as_float
+    from whale.keypoints.index import DescriptorIndex
+    from whale.keypoints.matcher import search_without
+
+    cfg, feats, _ = gallery
+    index = DescriptorIndex(feats, dataclasses.replace(cfg.search, index="exact"))
+    assert index.exact
+    photo = 3
+    desc = np.concatenate([as_float(feats[photo].desc), as_float(feats[5].desc[:7])])
+    skip = np.array([photo] * len(feats[photo]) + [-1] * 7)
+    dist, rows = index.search(desc, 6, skip=skip)
+    assert not (index.owner[rows[:len(feats[photo])]] == photo).any()
+    rest = [f for i, f in enumerate(feats) if i != photo]
+    alone = DescriptorIndex(rest, dataclasses.replace(cfg.search, index="exact"))
+    d_alone, r_alone = alone.search(desc[:len(feats[photo])], 6)
+    back = np.flatnonzero(index.owner != photo)  # the rest's rows, in the whole gallery's order
+    np.testing.assert_allclose(dist[:len(feats[photo])], d_alone, rtol=1e-6)
+    got, want = rows[:len(feats[photo])], back[r_alone]
+    assert (got == want).mean() > 0.5  # the rest: rows at equal distances (the test's copies), in either order
+    every = np.concatenate([as_float(f.desc) for f in feats])
+    apart = np.linalg.norm(every[got] - desc[:len(feats[photo]), None, :], axis=2)
+    np.testing.assert_allclose(apart, d_alone, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(index.search(desc[-7:], 6)[1], rows[-7:])  # -1: nothing left out
+    deep = search_without(_NotExact(index), desc, 6, skip)
+    np.testing.assert_allclose(deep[0], dist, rtol=1e-6)
+
+
+class _NotExact:
+    """An exact index seen as a FAISS one: :func:`search_without` searches it deeper instead of skipping."""
+
+    def __init__(self, index):
+        self._index, self.owner, self.exact = index, index.owner, False
+
+    def __len__(self):
+        return len(self._index)
+
+    def search(self, desc, k):
+        return self._index.search(desc, k)
+
+
 def test_selector_keeps_the_individuals_keypoints(gallery, tmp_path):
     cfg, feats, ids = gallery
     sel = KeypointMatcher.build(cfg, feats, ids).selector

@@ -147,22 +147,34 @@ class DescriptorIndex:
             rows[lo:lo + len(c), :order.shape[1]] = np.where(np.isfinite(best), np.take_along_axis(c, order, 1), -1)
         return d2, rows
 
-    def search(self, desc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    @property
+    def exact(self) -> bool:
+        """Whether :meth:`search` is brute force (no FAISS index: ``search.index: exact``)."""
+        return self._index is None
+
+    def search(self, desc: np.ndarray, k: int, skip: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(dist, rows)``: the ``k`` nearest gallery rows of each query descriptor.
 
         Args:
             desc: ``[m, w] float32`` stored descriptors as :func:`whale.keypoints.extract.as_float` gives them,
                 ``w`` the gallery's :attr:`width`.
             k: neighbours per descriptor.
+            skip: ``[m] int``, the gallery photo whose rows each descriptor must not find (-1: none), as if the
+                gallery were without it; only for an :attr:`exact` index (a FAISS one is searched deeper instead:
+                :func:`whale.keypoints.matcher.search_without`).
 
         Returns:
             ``dist`` ``[m, k] float32`` Euclidean distances, ascending; ``rows`` ``[m, k] int64`` gallery
             rows, -1 where the gallery has fewer than ``k`` descriptors (their distance is ``inf``).
 
         Raises:
-            ValueError: ``desc`` is not ``[m, w]`` (descriptors of another kind than the gallery's).
+            ValueError: ``desc`` is not ``[m, w]`` (descriptors of another kind than the gallery's); ``skip`` with
+                a FAISS index.
         """
         m = len(desc)
+        if skip is not None and not self.exact:
+            raise ValueError("DescriptorIndex.search: skip needs an exact index (search_without searches a FAISS one "
+                             "deeper)")
         if self.width is not None and (desc.ndim != 2 or desc.shape[1] != self.width):
             raise ValueError(f"DescriptorIndex.search: expected [m, {self.width}] descriptors (the gallery's width), "
                              f"received {list(desc.shape)}")
@@ -184,12 +196,16 @@ class DescriptorIndex:
         for start in range(0, m, _BLOCK):
             q = desc[start:start + _BLOCK]
             d2 = np.maximum((q * q).sum(axis=1, keepdims=True) - 2 * (q @ g.T) + g_sq, 0)
+            if skip is not None:
+                d2[self.owner[None, :] == np.asarray(skip)[start:start + _BLOCK, None]] = np.inf
             part = np.argpartition(d2, kk - 1, axis=1)[:, :kk] if kk < len(g) else \
                 np.broadcast_to(np.arange(len(g)), (len(q), len(g))).copy()
             pd = np.take_along_axis(d2, part, axis=1)
             order = np.argsort(pd, axis=1, kind="stable")
             rows[start:start + len(q), :kk] = np.take_along_axis(part, order, axis=1)
             dist[start:start + len(q), :kk] = np.sqrt(np.take_along_axis(pd, order, axis=1))
+        if skip is not None:
+            rows[~np.isfinite(dist)] = -1  # fewer than k rows of other photos
         return dist, rows
 
 

@@ -260,8 +260,11 @@ def search_without(index: DescriptorIndex, desc: np.ndarray, depth: int, skip: n
                                                                                                     np.ndarray]:
     """``(dist, rows)`` ``[m, depth]``: the ``depth`` nearest gallery rows of each descriptor of ``desc`` ``[m, w]``
     that are not of gallery photo ``skip`` ``[m]`` (-1: none), as :meth:`DescriptorIndex.search` gives them in a
-    gallery without that photo (-1 and ``inf`` where fewer remain). Searched deeper, twice as deep each time, for the
+    gallery without that photo (-1 and ``inf`` where fewer remain). An exact index leaves that photo's rows out of
+    its distances (one search, as deep as any); a FAISS one is searched deeper, twice as deep each time, for the
     descriptors whose nearest rows are mostly their own photo's (a dense photo's neighbouring keypoints look alike)."""
+    if index.exact:
+        return index.search(desc, depth, skip=skip)
     m = len(desc)
     dist = np.full((m, depth), np.inf, np.float32)
     rows = np.full((m, depth), -1, np.int64)
