@@ -90,6 +90,16 @@ def test_store_extracts_each_photo_once_by_content(tmp_path, monkeypatch):
     assert len(store.features([a, b], workers=1, progress=False)) == 2
 
 
+def one_photo_store(tmp_path: Path):
+    """``(cfg, photo, store, features, entry)``: the shipped config's store of one test photo, its features and its
+    one file."""
+    cfg = load_keypoint_config()
+    a = write(tmp_path / "p" / "a.png", pattern(1))
+    store = FeatureStore(cfg, tmp_path / "store")
+    [clean] = store.features([a], workers=1, progress=False)
+    return cfg, a, store, clean, next(store.folder.rglob("*.npz"))
+
+
 def format_1(path: Path, doubled: bool = False) -> None:
     """Rewrite the store file ``path`` as the store wrote it before it recorded a format: no ``format`` array, and
     128 bytes a descriptor (``doubled``: an XFeat file's 64 written twice)."""
@@ -105,11 +115,7 @@ def test_a_rootsift_store_of_format_1_is_read_as_it_is_never_extracted_again(tmp
     from whale.core.sealed import read_sealed
     from whale.keypoints.store import FORMAT, read_entry
 
-    cfg = load_keypoint_config()
-    a = write(tmp_path / "p" / "a.png", pattern(1))
-    store = FeatureStore(cfg, tmp_path / "store")
-    [clean] = store.features([a], workers=1, progress=False)
-    entry = next(store.folder.rglob("*.npz"))
+    cfg, a, store, clean, entry = one_photo_store(tmp_path)
     assert int(read_sealed(entry)["format"]) == FORMAT == 2 and store.width == 128
     format_1(entry)
     old = entry.read_bytes()
@@ -133,11 +139,7 @@ def test_a_feature_file_of_a_later_format_is_extracted_again(tmp_path):
     from whale.core.sealed import read_sealed, write_sealed
     from whale.keypoints.store import read_entry
 
-    cfg = load_keypoint_config()
-    a = write(tmp_path / "p" / "a.png", pattern(1))
-    store = FeatureStore(cfg, tmp_path / "store")
-    [clean] = store.features([a], workers=1, progress=False)
-    entry = next(store.folder.rglob("*.npz"))
+    cfg, a, store, clean, entry = one_photo_store(tmp_path)
     good = entry.read_bytes()
     for version, why in ((3, "of format 3, later than this version's 2"),
                          ("two", "not a readable feature file (its format is")):
@@ -154,11 +156,7 @@ def test_a_feature_file_of_a_later_format_is_extracted_again(tmp_path):
 def test_a_damaged_or_altered_feature_file_is_extracted_again_never_matched_on(tmp_path):
     from whale.keypoints.store import UNTIED, read_entry
 
-    cfg = load_keypoint_config()
-    a = write(tmp_path / "p" / "a.png", pattern(1))
-    store = FeatureStore(cfg, tmp_path / "store")
-    [clean] = store.features([a], workers=1, progress=False)
-    entry = next(store.folder.rglob("*.npz"))
+    cfg, a, store, clean, entry = one_photo_store(tmp_path)
     good = entry.read_bytes()
     rng = np.random.default_rng(0)
 
