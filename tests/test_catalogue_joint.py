@@ -2,7 +2,6 @@
 photo (their votes and a run's best photos), one check fitted on the catalogue's own photos (each left out of its own
 row) gives P(same whale); on a small catalogue of drawn flukes against the keypoint method, the pairs each kind
 verifies, the leave-one-out fit, the kept pair table, the review page and the refusals."""
-import csv
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ pytest.importorskip("sklearn")
 from whale.catalogue.db import Catalogue, file_hash  # noqa: E402
 from whale.catalogue.proposals import read_proposals  # noqa: E402
 from whale.cli import main  # noqa: E402
+from tests.test_catalogue import _csv  # noqa: E402
 from tests.test_keypoint_selection import photo  # noqa: E402
 from tests.test_keypoints import write  # noqa: E402
 
@@ -26,14 +26,6 @@ KINDS = {"a.yaml": "features: {n_features: 400}\nsearch: {k: 4}\nverify: {shortl
                    "select: {keep: 1}\ncheck: {model: gbm, rounds: 20, both_ways: true}\n",
          "b.yaml": "features: {n_features: 300, sigma: 1.6}\nverify: {shortlist: 3}\nselect: {keep: 1}\n"}
 JOINT = "keypoints: [a.yaml, b.yaml]\nshortlist: {votes: 4, runs: 3}\ncheck: {rounds: 30, folds: 3}\n"
-
-
-def _csv(path, header, rows):
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 def drawn_catalogue(root: Path) -> tuple[Path, Path, dict]:
