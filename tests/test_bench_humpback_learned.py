@@ -151,3 +151,26 @@ def test_fusion_rows_give_each_calibrated_rule_with_and_without_the_share_and_ea
     for r in rows:
         assert 0 <= r["map5"] <= 1 and 0 <= r["top1"] <= r["top5"] <= 1 and "map5_known_no_new" in r
     assert len(rows[2]["weights"]) == 2 and "weights" not in rows[0]
+
+
+def test_a_learned_variant_trains_the_config_again_with_its_overrides(tmp_path, monkeypatch):
+    """``--learned-variant random='A=1 B=2'``: the config as it is, then again with ``--set A=1 --set B=2`` into its own
+    folder and row; a variant name that is not a plain word is refused by name."""
+    from types import SimpleNamespace
+
+    from benchmarks.flukes import humpback_runs
+
+    calls = []
+    monkeypatch.setattr(humpback_runs, "whale_command", lambda args, log_path, log: calls.append(args) or 2.0)
+    args = SimpleNamespace(methods=["learned"], learned_configs=["configs/head.yaml"], learned_runs=None,
+                           out=str(tmp_path), gpu_runs=None,
+                           learned_variants=[humpback_runs.learned_variant("random=stages[1].k=1000 stages[2].k=1000")])
+    runs = humpback_runs.learned_runs(args, 0, tmp_path / "data", tmp_path / "seed0", log=lambda m: None)
+    assert list(runs) == ["learned head", "learned head random"]
+    assert runs["learned head random"][0] == tmp_path / "seed0" / "learned-head-random"
+    assert "--set" not in calls[0]
+    assert calls[1][calls[1].index("--out") + 1] == str(tmp_path / "seed0" / "learned-head-random")
+    assert calls[1][-4:] == ["--set", "stages[1].k=1000", "--set", "stages[2].k=1000"]
+    for bad in ("random", "Random Neg=k=1", "fixed="):
+        with pytest.raises(ValueError, match="--learned-variant"):
+            humpback_runs.learned_variant(bad)

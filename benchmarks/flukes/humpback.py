@@ -61,7 +61,7 @@ quiet_unless_debugging()  # before anything imports the backend
 import numpy as np  # noqa: E402
 
 from benchmarks import common, harness  # noqa: E402
-from benchmarks.flukes.humpback_runs import fusion_rows, learned_runs  # noqa: E402
+from benchmarks.flukes.humpback_runs import fusion_rows, learned_runs, learned_variant  # noqa: E402
 from benchmarks.flukes.shared import (KAGGLE_NEW_SHARE, assert_disjoint, build_split, earlier_run_of,  # noqa: E402
                                       ensemble_and_check, evaluate_setting, machine_reference, method_row,
                                       mirror_split, ranking_metrics, screen_table, single_photo_queries, slug,
@@ -262,6 +262,9 @@ def main(argv=None) -> int:
     p.add_argument("--keypoint-config", default="configs/keypoints.yaml")
     p.add_argument("--learned-config", default=LEARNED_CONFIG,
                    help="comma-separated configs of the learned rows (one whale train each, row 'learned <name>')")
+    p.add_argument("--learned-variant", action="append", default=[], metavar="NAME='KEY=VALUE ...'",
+                   help="each learned config also trained with these --set overrides (an ablation), row 'learned "
+                        "<config> NAME'; repeatable")
     p.add_argument("--gpu-runs", default=None, metavar="DIR",
                    help="the flukes_<job>.tgz a GPU session returned (benchmarks/gpu/gpu_suite.py step "
                         "flukes_lite0): each job of a seed scored here on the original photos, row 'gpu <job>', "
@@ -299,6 +302,10 @@ def main(argv=None) -> int:
         p.error(f"unknown methods {bad}; expected some of {', '.join(METHODS)}")
     args.cache = Path(args.cache) if args.cache else Path(args.out) / "keypoint-store"
     args.learned_configs = [c for c in args.learned_config.split(",") if c]
+    try:
+        args.learned_variants = [learned_variant(v) for v in args.learned_variant]
+    except ValueError as e:
+        p.error(str(e))
     args.fusion = [r for r in args.fusion.split(",") if r]
     if args.report:
         rows = [r for f in sorted(Path(args.out).glob("seed*/results.json")) for r in json.loads(f.read_text())]

@@ -4,6 +4,8 @@ here, and each fused with the keypoint matcher. Not a test.
 * ``--learned-config A.yaml,B.yaml``: one ``whale train --config C --fold 0`` per config (rows ``learned A``,
   ``learned B``); a config with ``trunk:`` keeps its maps in ``OUT/trunk-cache``, shared by the split seeds
   (the same photos); ``--learned-runs DIR`` reuses ``DIR/seedN/learned-<config>`` of an earlier run instead.
+* ``--learned-variant NAME='KEY=VALUE ...'``: each config trained again with those ``--set`` overrides (an ablation
+  written in the config's header), row ``learned <config> <NAME>``, folder ``learned-<config>-<NAME>``.
 * ``--gpu-runs DIR``: the ``flukes_<job>.tgz`` files a GPU session's step ``flukes_lite0`` returned
   (:mod:`benchmarks.gpu.gpu_flukes`); each job of this seed is unpacked and scored again here on the original photos
   (``whale train --score-only`` with the job's own config, its crop and margin: on the GPU they read the packed
@@ -26,16 +28,19 @@ def learned_runs(args, seed: int, comp: Path, work: Path, log=print) -> dict[str
     """``{row name: (run folder, seconds or None when reused)}`` of the split ``comp``'s learned runs."""
     runs = {}
     wanted = "learned" in args.methods or "fusion" in args.methods
-    for config in args.learned_configs if wanted else []:
-        stem = Path(config).stem
-        name, folder = f"learned {stem}", work / f"learned-{stem}"
+    variants = [("", [])] + [(n, o.split()) for n, o in getattr(args, "learned_variants", [])]
+    for config, (variant, sets) in ((c, v) for c in (args.learned_configs if wanted else []) for v in variants):
+        stem = Path(config).stem + (f"-{variant}" if variant else "")
+        name = f"learned {Path(config).stem}" + (f" {variant}" if variant else "")
+        folder = work / f"learned-{stem}"
         if args.learned_runs and "learned" not in args.methods:
             kind = f"learned-{stem}" if (Path(args.learned_runs) / f"seed{seed}" / f"learned-{stem}").is_dir() else "learned"
             runs[name] = (earlier_run_of(args.learned_runs, seed, comp, kind), None)
             log(f"  {name}: the score files of {runs[name][0]} (the same split, checked)")
             continue
         t = whale_command(["train", "--config", config, "--fold", "0", "--data", str(comp), "--out", str(folder),
-                           "--trunk-cache", str(Path(args.out) / "trunk-cache"), "--verbose", "0"],
+                           "--trunk-cache", str(Path(args.out) / "trunk-cache"), "--verbose", "0",
+                           *(a for kv in sets for a in ("--set", kv))],
                           work / f"learned-{stem}.train.log", log)
         runs[name] = (folder, {"train": t})
     for job, run in gpu_runs(args.gpu_runs, seed, work / "gpu").items():
@@ -45,6 +50,14 @@ def learned_runs(args, seed: int, comp: Path, work: Path, log=print) -> dict[str
                           work / f"gpu-{job}.score.log", log)
         runs[f"gpu {job}"] = (run, {"score": t})
     return runs
+
+
+def learned_variant(text: str) -> tuple[str, str]:
+    """``NAME=KEY=VALUE KEY=VALUE ...`` (``--learned-variant``) as ``(NAME, overrides)``; NAME a plain word."""
+    name, sep, sets = text.partition("=")
+    if not sep or not re.fullmatch(r"[a-z0-9_]+", name) or not sets.strip():
+        raise ValueError(f"--learned-variant {text!r}: expected NAME='KEY=VALUE ...', NAME of a-z, 0-9 and _")
+    return name, sets
 
 
 def json_name(run: Path) -> str:
