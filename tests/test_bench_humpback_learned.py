@@ -174,3 +174,40 @@ def test_a_learned_variant_trains_the_config_again_with_its_overrides(tmp_path, 
     for bad in ("random", "Random Neg=k=1", "fixed="):
         with pytest.raises(ValueError, match="--learned-variant"):
             humpback_runs.learned_variant(bad)
+
+
+def test_report_pairs_every_row_with_the_gains_over_row_and_draws_the_learned_runs_curves(tmp_path, capsys):
+    """--report --gains-over A: each other row minus A on the same seed; the learned runs' log.csv drawn as one
+    figure of validation MAP@5 by epoch (a run without a validated epoch yet adds no line and breaks nothing)."""
+    metrics = dict(map5_known=0.5, map5_new=0.9, top1=0.5, new_whale_first=0.3)
+    for seed, a, b in ((0, 0.40, 0.45), (1, 0.38, 0.41), (2, 0.37, 0.40)):
+        rows = [{"method": m, "seed": seed, "map5": v, "map5_known_no_new": v, "top5": v, **metrics}
+                for m, v in (("learned head random", a), ("learned head", b))]
+        (tmp_path / f"seed{seed}").mkdir()
+        (tmp_path / f"seed{seed}" / "results.json").write_text(json.dumps(rows))
+        for name, rows_csv in (("head", "1,,\n2,0.2,\n4,0.3,\n"), ("head-random", "1,,\n")):
+            (tmp_path / f"seed{seed}" / f"learned-{name}").mkdir()
+            (tmp_path / f"seed{seed}" / f"learned-{name}" / "log.csv").write_text("epoch,val_map5,k\n" + rows_csv)
+    humpback.main(["--out", str(tmp_path), "--report", "--gains-over", "learned head random"])
+    out = capsys.readouterr().out
+    assert "| learned head | +0.0367 +- 0.0115 | +0.0367 +- 0.0115 | +0.0367 +- 0.0115 | 3 |" in out
+    assert (tmp_path / "learning_curves.png").stat().st_size > 1000 and "learning_curves.png" in out
+
+
+def test_learned_runs_given_are_measured_again_not_trained(tmp_path, monkeypatch):
+    """``--methods learned --learned-runs DIR``: each config's and variant's run of DIR (looked up by its folder name,
+    of the same split) becomes the row; nothing is trained."""
+    from types import SimpleNamespace
+
+    from benchmarks.flukes import humpback_runs
+
+    monkeypatch.setattr(humpback_runs, "whale_command", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr(humpback_runs, "earlier_run_of", lambda folder, seed, comp, kind: Path(folder) / kind)
+    for name in ("learned-head", "learned-head-random"):
+        (tmp_path / "seed0" / name).mkdir(parents=True)
+    args = SimpleNamespace(methods=["learned"], learned_configs=["configs/head.yaml"], learned_runs=str(tmp_path),
+                           out=str(tmp_path / "new"), gpu_runs=None,
+                           learned_variants=[humpback_runs.learned_variant("random=stages[1].k=1000")])
+    runs = humpback_runs.learned_runs(args, 0, tmp_path / "data", tmp_path / "new" / "seed0", log=lambda m: None)
+    assert runs == {"learned head": (tmp_path / "learned-head", None),
+                    "learned head random": (tmp_path / "learned-head-random", None)}

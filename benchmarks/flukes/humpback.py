@@ -181,12 +181,15 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def gains_table(rows: list[dict], base: str = "keypoints") -> str:
-    """Markdown: each fusion row's gain over ``base`` on the same split seed, mean +- sd over the seeds it has."""
+def gains_table(rows: list[dict], base: str = "keypoints", others: list[str] | None = None) -> str:
+    """Markdown: each row of ``others`` (default: the fusion rows) minus ``base`` on the same split seed, mean +- sd
+    over the seeds both have."""
     by_seed = {r["seed"]: r for r in rows if r["method"] == base}
     keys = (("map5", "MAP@5 all"), ("map5_known_no_new", "known, ids only"), ("top5", "top-5"))
     lines = ["| gain over " + base + " | " + " | ".join(h for _, h in keys) + " | seeds |", "| --- " * (len(keys) + 2) + "|"]
-    for m in dict.fromkeys(r["method"] for r in rows if r["method"].startswith("fusion")):
+    if others is None:
+        others = [m for m in dict.fromkeys(r["method"] for r in rows) if m.startswith("fusion")]
+    for m in others:
         pairs = [(r, by_seed[r["seed"]]) for r in rows if r["method"] == m and r["seed"] in by_seed]
         cells = []
         for k, _ in keys:
@@ -194,6 +197,45 @@ def gains_table(rows: list[dict], base: str = "keypoints") -> str:
             cells.append("" if not d else f"{np.mean(d):+.4f}" + (f" +- {np.std(d, ddof=1):.4f}" if len(d) > 1 else ""))
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {len(pairs)} |")
     return "\n".join(lines)
+
+
+def learning_curves(out: Path) -> Path | None:
+    """``out/learning_curves.png``: each learned run's validation MAP@5 by epoch (its ``log.csv``), a colour per
+    row and a line style per split seed; None when no run has a log yet."""
+    import csv
+
+    logs = sorted(out.glob("seed*/learned-*/log.csv"))
+    if not logs:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from whale.core.files import atomic_write
+
+    names = sorted({f.parent.name.removeprefix("learned-") for f in logs})
+    styles = ("-", "--", ":", "-.")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for f in logs:
+        with open(f, newline="", encoding="utf-8") as fh:
+            points = [(int(r["epoch"]), float(r["val_map5"])) for r in csv.DictReader(fh) if r.get("val_map5")]
+        if points:
+            seed = int(f.parent.parent.name.removeprefix("seed"))
+            name = f.parent.name.removeprefix("learned-")
+            ax.plot(*zip(*points), styles[seed % len(styles)], marker="o", markersize=3,
+                    color=f"C{names.index(name) % 10}", label=f"{name}, split {seed}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation MAP@5 (fold 0)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / "learning_curves.png"
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=90))
+    finally:
+        plt.close(fig)
+    return path
 
 
 def screen(args, settings: list[str], log=print) -> list[dict]:
@@ -278,11 +320,14 @@ def main(argv=None) -> int:
                    help="fusion with the matcher's scores of an earlier --methods keypoints run (DIR/seedN/keypoints, "
                         "checked to be of the same split) instead of scoring again")
     p.add_argument("--learned-runs", default=None, metavar="DIR",
-                   help="fusion with the network of an earlier --methods learned run (DIR/seedN/learned, checked to "
-                        "be of the same split) instead of training again")
+                   help="the networks of an earlier --methods learned run (DIR/seedN/learned-<config>[-<variant>], "
+                        "checked to be of the same split) instead of training again: their rows and fusions")
     p.add_argument("--report", action="store_true",
                    help="instead of measuring: the table of every OUT/seedN/results.json written so far (seeds run by "
                         "separate commands into one OUT), with each fusion row's gain over the matcher, paired by seed")
+    p.add_argument("--gains-over", default=None, metavar="METHOD",
+                   help="with --report: every other row's gain over this row (e.g. 'learned flukes_lite0_head_cpu "
+                        "random'), paired by seed")
     p.add_argument("--screen", nargs="+", default=None, metavar="SETTINGS",
                    help="instead of the methods: compare keypoint settings on validation (split of the first "
                         "seed, fold 0), each a quoted string of KEY=VALUE overrides ('' = the config as it is)")
@@ -311,6 +356,12 @@ def main(argv=None) -> int:
         rows = [r for f in sorted(Path(args.out).glob("seed*/results.json")) for r in json.loads(f.read_text())]
         print(table(rows))
         print(gains_table(rows))
+        if args.gains_over:
+            print(gains_table(rows, args.gains_over, [m for m in dict.fromkeys(r["method"] for r in rows)
+                                                      if m != args.gains_over]))
+        curves = learning_curves(Path(args.out))
+        if curves:
+            print(f"validation curves of the learned runs: {curves}")
         return 0
     if args.screen is not None:
         rows = screen(args, args.screen)

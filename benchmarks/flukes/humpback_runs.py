@@ -3,7 +3,8 @@ here, and each fused with the keypoint matcher. Not a test.
 
 * ``--learned-config A.yaml,B.yaml``: one ``whale train --config C --fold 0`` per config (rows ``learned A``,
   ``learned B``); a config with ``trunk:`` keeps its maps in ``OUT/trunk-cache``, shared by the split seeds
-  (the same photos); ``--learned-runs DIR`` reuses ``DIR/seedN/learned-<config>`` of an earlier run instead.
+  (the same photos); ``--learned-runs DIR`` reuses ``DIR/seedN/learned-<config>`` of an earlier run instead (its
+  rows and fusions measured again, nothing trained; e.g. a variant trained by hand from a copy of the run).
 * ``--learned-variant NAME='KEY=VALUE ...'``: each config trained again with those ``--set`` overrides (an ablation
   written in the config's header), row ``learned <config> <NAME>``, folder ``learned-<config>-<NAME>``.
 * ``--gpu-runs DIR``: the ``flukes_<job>.tgz`` files a GPU session's step ``flukes_lite0`` returned
@@ -33,7 +34,7 @@ def learned_runs(args, seed: int, comp: Path, work: Path, log=print) -> dict[str
         stem = Path(config).stem + (f"-{variant}" if variant else "")
         name = f"learned {Path(config).stem}" + (f" {variant}" if variant else "")
         folder = work / f"learned-{stem}"
-        if args.learned_runs and "learned" not in args.methods:
+        if args.learned_runs:
             kind = f"learned-{stem}" if (Path(args.learned_runs) / f"seed{seed}" / f"learned-{stem}").is_dir() else "learned"
             runs[name] = (earlier_run_of(args.learned_runs, seed, comp, kind), None)
             log(f"  {name}: the score files of {runs[name][0]} (the same split, checked)")
