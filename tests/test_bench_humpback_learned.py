@@ -60,6 +60,10 @@ def test_learned_runs_are_found_by_their_scores_folder_and_split(tmp_path):
         shared.earlier_run_of(tmp_path, 0, comps[1], "learned")
     with pytest.raises(ValueError, match="--learned-runs: .* found none"):
         shared.earlier_run_of(tmp_path, 1, comps[1], "learned")
+    named = shutil.copytree(run, tmp_path / "seed0" / "learned-head-random")  # a config's (and variant's) folder
+    assert shared.earlier_run_of(tmp_path, 0, comps[0], "learned-head-random") == named
+    with pytest.raises(ValueError, match="--learned-runs: .* found none"):
+        shared.earlier_run_of(tmp_path, 1, comps[1], "learned-head-random")
 
 
 def test_a_finished_step_is_not_run_again_after_a_kill(tmp_path, monkeypatch):

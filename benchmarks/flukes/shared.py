@@ -448,7 +448,7 @@ def earlier_run_of(root, seed: int, comp: Path, kind: str = "keypoints") -> Path
     from whale.inference.scorefile import load_score_file, score_path
 
     run = Path(root) / f"seed{seed}" / kind
-    option = {"keypoints": "--keypoint-runs", "learned": "--learned-runs"}[kind]
+    option = "--keypoint-runs" if kind == "keypoints" else "--learned-runs"  # learned, learned-<config>[-<variant>]
     files = [score_path(run, "test"), score_path(run, "val"), run / "run.json"]
     if not all(f.is_file() for f in files):
         raise ValueError(f"{option}: expected {', '.join(map(str, files))} "
