@@ -215,3 +215,20 @@ def test_learned_runs_given_are_measured_again_not_trained(tmp_path, monkeypatch
     runs = humpback_runs.learned_runs(args, 0, tmp_path / "data", tmp_path / "new" / "seed0", log=lambda m: None)
     assert runs == {"learned head": (tmp_path / "learned-head", None),
                     "learned head random": (tmp_path / "learned-head-random", None)}
+
+
+def test_a_variant_without_its_own_earlier_folder_is_refused_not_given_the_plain_run(tmp_path, monkeypatch):
+    """``--learned-runs DIR`` holding only the plain ``learned`` folder: the variant's row is looked up under its own
+    name (and refused there), never filled with the plain run's scores."""
+    from types import SimpleNamespace
+
+    from benchmarks.flukes import humpback_runs
+
+    kinds = []
+    monkeypatch.setattr(humpback_runs, "earlier_run_of", lambda folder, seed, comp, kind: kinds.append(kind) or folder)
+    (tmp_path / "seed0" / "learned").mkdir(parents=True)
+    args = SimpleNamespace(methods=["learned"], learned_configs=["configs/head.yaml"], learned_runs=str(tmp_path),
+                           out=str(tmp_path / "new"), gpu_runs=None,
+                           learned_variants=[humpback_runs.learned_variant("random=stages[1].k=1000")])
+    humpback_runs.learned_runs(args, 0, tmp_path / "data", tmp_path / "new" / "seed0", log=lambda m: None)
+    assert kinds == ["learned", "learned-head-random"]

@@ -29,13 +29,14 @@ def learned_runs(args, seed: int, comp: Path, work: Path, log=print) -> dict[str
     """``{row name: (run folder, seconds or None when reused)}`` of the split ``comp``'s learned runs."""
     runs = {}
     wanted = "learned" in args.methods or "fusion" in args.methods
-    variants = [("", [])] + [(n, o.split()) for n, o in getattr(args, "learned_variants", [])]
+    variants = [("", [])] + list(getattr(args, "learned_variants", []))
     for config, (variant, sets) in ((c, v) for c in (args.learned_configs if wanted else []) for v in variants):
         stem = Path(config).stem + (f"-{variant}" if variant else "")
         name = f"learned {Path(config).stem}" + (f" {variant}" if variant else "")
         folder = work / f"learned-{stem}"
         if args.learned_runs:
-            kind = f"learned-{stem}" if (Path(args.learned_runs) / f"seed{seed}" / f"learned-{stem}").is_dir() else "learned"
+            own = (Path(args.learned_runs) / f"seed{seed}" / f"learned-{stem}").is_dir()
+            kind = f"learned-{stem}" if own or variant else "learned"  # a variant never falls back to the plain run
             runs[name] = (earlier_run_of(args.learned_runs, seed, comp, kind), None)
             log(f"  {name}: the score files of {runs[name][0]} (the same split, checked)")
             continue
@@ -53,12 +54,12 @@ def learned_runs(args, seed: int, comp: Path, work: Path, log=print) -> dict[str
     return runs
 
 
-def learned_variant(text: str) -> tuple[str, str]:
-    """``NAME=KEY=VALUE KEY=VALUE ...`` (``--learned-variant``) as ``(NAME, overrides)``; NAME a plain word."""
+def learned_variant(text: str) -> tuple[str, list[str]]:
+    """``NAME=KEY=VALUE KEY=VALUE ...`` (``--learned-variant``) as ``(NAME, [KEY=VALUE, ...])``; NAME a plain word."""
     name, sep, sets = text.partition("=")
     if not sep or not re.fullmatch(r"[a-z0-9_]+", name) or not sets.strip():
         raise ValueError(f"--learned-variant {text!r}: expected NAME='KEY=VALUE ...', NAME of a-z, 0-9 and _")
-    return name, sets
+    return name, sets.split()
 
 
 def json_name(run: Path) -> str:
