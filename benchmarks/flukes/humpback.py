@@ -213,17 +213,18 @@ def learning_curves(out: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     from whale.core.files import atomic_write
+    from whale.training.plots import _column as column  # a log.csv column's (epochs, values), blanks skipped
 
     names = sorted({f.parent.name.removeprefix("learned-") for f in logs})
     styles = ("-", "--", ":", "-.")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for f in logs:
-        with open(f, newline="", encoding="utf-8") as fh:
-            points = [(int(r["epoch"]), float(r["val_map5"])) for r in csv.DictReader(fh) if r.get("val_map5")]
-        if points:
+        with open(f, newline="", encoding="utf-8-sig") as fh:
+            epochs, maps = column(list(csv.DictReader(fh)), "val_map5")
+        if epochs:
             seed = int(f.parent.parent.name.removeprefix("seed"))
             name = f.parent.name.removeprefix("learned-")
-            ax.plot(*zip(*points), styles[seed % len(styles)], marker="o", markersize=3,
+            ax.plot(epochs, maps, styles[seed % len(styles)], marker="o", markersize=3,
                     color=f"C{names.index(name) % 10}", label=f"{name}, split {seed}")
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation MAP@5 (fold 0)")
