@@ -168,6 +168,8 @@ def test_learned_rows_differ_only_in_their_k_schedule():
     plain = load_config(path)
     random, mined = learned_config(path, None, "random"), learned_config(path, None, "adversarial")
     assert [s.k for s in random.stages] == [1000.0] * len(plain.stages) and mined == plain
+    arcface = ROOT / "configs" / "flukes_lite0_cpu.yaml"  # the `learned` row: any identity config as written
+    assert learned_config(arcface, None, "config") == load_config(arcface)
     assert plain.objective.name == "triplet" and not plain.objective["normalize"] and plain.objective["embedding"] == 256
     assert (plain.batch.ids, plain.batch.per_id) == (15, 3)  # the paper's whale batches
     assert [s.epochs for s in random.stages] == [s.epochs for s in plain.stages]

@@ -10,6 +10,7 @@ and the catalogue a user keeps, on Kaggle-like splits with ``new_whale`` (README
 * ``humpback_runs.py``: ``humpback.py``'s learned runs: configs trained here, GPU runs scored here, each fused.
 * ``humpback_breakdown.py``: a finished run's known queries by their individual's gallery photos.
 * ``humpback_compare.py``: two runs of ``humpback.py`` side by side, paired by split seed.
+* ``mined_pairs.py``: a miner-trained run's mined negatives: near copies and geometric inliers against random pairs.
 * ``humpback_misses.py``: what a second run holds of the first run's top-5 misses, on validation.
 * ``humpback_probes.py``: probes of the keypoint matcher on the mirror validation split.
 * ``humpback_growth.py``: the keypoint matcher as flipped distractors grow the gallery to the competition's size.

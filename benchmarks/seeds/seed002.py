@@ -39,7 +39,10 @@ Methods (rows), each scored as a photo against the database and every pair of th
   256-d embedding not normalised (the paper's Table IV), trained on all four training folds (``whale train``'s
   fold -1: no validation, the final model), every stage at K = 1000 (random batches);
 * ``triplet-mined``: the same stages with the config's K schedule: our adversarial miner (Algorithm 1 of the
-  whale paper) seeds the P x K batches with identities the model confuses.
+  whale paper) seeds the P x K batches with identities the model confuses;
+* ``learned``: the ``--config`` as written, its objective and its K schedule, trained as the triplet rows are
+  (e.g. ``configs/flukes_lite0_cpu.yaml``, the competition's best CPU network: sub-center ArcFace on the frozen
+  Lite0 trunk). Its folder is ``fold<f>/config``: one ``--out`` per config.
 
 Results: ``OUT/results.json``, one row per (fold, method), written as each finishes (a killed run resumes:
 ``OUT/fold<f>/keypoint_pairs.npz`` keeps the keypoint matcher's pair scores of a test fold;
@@ -69,9 +72,10 @@ N_FOLDS = 5
 M_MATCHES = 2
 """Matching photos of each query's individual in the database (section IV-C)."""
 FAR = 0.01
-METHODS = ("pixels", "imagenet", "keypoints", "triplet", "triplet-mined")
-LEARNED = {"triplet": "random", "triplet-mined": "adversarial"}
-"""Learned rows -> their training folder: K = 1000 in every stage (random P x K), or the config's K schedule."""
+METHODS = ("pixels", "imagenet", "keypoints", "triplet", "triplet-mined", "learned")
+LEARNED = {"triplet": "random", "triplet-mined": "adversarial", "learned": "config"}
+"""Learned rows -> their training folder: K = 1000 in every stage (random P x K), or the config's K schedule
+(``adversarial``, ``config``: the same training; ``learned`` names a config that is not the triplet's)."""
 PAPER = {"top1": (0.6278, 0.0164), "top5": (0.8820, 0.0067), "top10": (0.9346, 0.0063), "tpr_at_far": (0.73, None),
          "auc": (0.980, None)}
 """Table II, humpback whales, Inception-Ft (ImageNet InceptionV3 fine-tuned, 224 x 448), mean +- sd over 5 splits."""
@@ -276,7 +280,7 @@ def keypoint_row(cfg, store, train: pd.DataFrame, test: pd.DataFrame, redraws: i
 # ----------------------------------------------------------------------------------------- training
 def learned_config(path, overrides: dict | None, sampler: str):
     """The run config: ``path`` with ``--set`` overrides; ``random``: every stage at K = 1000
-    (:func:`benchmarks.common.random_negatives`), ``adversarial``: the config's K schedule."""
+    (:func:`benchmarks.common.random_negatives`), ``adversarial`` or ``config``: the config's K schedule."""
     from whale.config import load_config
 
     cfg = load_config(path, overrides or {})
