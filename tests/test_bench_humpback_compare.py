@@ -28,6 +28,8 @@ def test_paired_differences_over_the_shared_seeds(tmp_path, capsys):
     assert "+0.000 +- 0.000" in capsys.readouterr().out
     main(["--a", a, "--b", b0, "--share"])
     assert "| MAP@5, all queries | 0.610 +- 0.000 | 0.640 +- 0.000 | +0.030" in capsys.readouterr().out
+    main(["--a", a, "--b", b0, "--method-b", "pixels"])  # another method on B's side: pixels minus keypoints
+    assert "| MAP@5, all queries | 0.600 +- 0.000 | 0.260 +- 0.000 | -0.340" in capsys.readouterr().out
 
 
 def test_a_seed_twice_or_a_folder_without_results_is_refused(tmp_path):

@@ -356,7 +356,8 @@ def main(argv=None) -> int:
     if args.report:
         rows = [r for f in sorted(Path(args.out).glob("seed*/results.json")) for r in json.loads(f.read_text())]
         print(table(rows))
-        print(gains_table(rows))
+        if any(r["method"].startswith("fusion") for r in rows):  # no fusion row: no empty table over keypoints
+            print(gains_table(rows))
         if args.gains_over:
             print(gains_table(rows, args.gains_over, [m for m in dict.fromkeys(r["method"] for r in rows)
                                                       if m != args.gains_over]))

@@ -7,6 +7,7 @@ Reads each run's per-seed rows (``OUT/seed*/results.json``); no scoring is repea
 Usage:
     python benchmarks/flukes/humpback_compare.py --a runs/humpback_nf2000 --b runs/sel_s0 runs/sel_s1 runs/sel_s2
     python benchmarks/flukes/humpback_compare.py --a RUN_A --b RUN_B --share     # the --tune-new-share submissions
+    python benchmarks/flukes/humpback_compare.py --a runs/hbk --b runs/hbf --method-b 'fusion learned X, calibrated logodds'
 """
 from __future__ import annotations
 
@@ -71,11 +72,13 @@ def main(argv=None) -> None:
     p.add_argument("--a", nargs="+", required=True, help="the baseline run's --out folder(s)")
     p.add_argument("--b", nargs="+", required=True, help="the compared run's --out folder(s)")
     p.add_argument("--method", default="keypoints", help="the rows' method (default keypoints)")
+    p.add_argument("--method-b", default=None,
+                   help="B's rows' method when it is another (default --method), e.g. a fusion row against the matcher")
     p.add_argument("--share", action="store_true",
                    help=f"the method's rows with --tune-new-share {KAGGLE_NEW_SHARE} (its _share submission)")
     args = p.parse_args(argv)
     method = f"{args.method}, --tune-new-share {KAGGLE_NEW_SHARE}" if args.share else args.method
-    print(compare(rows_by_seed(args.a, method), rows_by_seed(args.b, method)))
+    print(compare(rows_by_seed(args.a, method), rows_by_seed(args.b, args.method_b or method)))
 
 
 if __name__ == "__main__":
