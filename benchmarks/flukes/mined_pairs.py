@@ -155,14 +155,15 @@ def montage(images, pairs: np.ndarray, inliers: np.ndarray, path: Path, top: int
     cv2.imwrite(str(path), np.concatenate(rows)[:, :, ::-1])
 
 
-def measure(args) -> dict:
+def measure(args, run: Path, out: Path | None) -> dict:
+    """One run's table rows (module docstring); ``out``: where its montage goes (None: no montage)."""
     from whale.duplicates import hash_files
     from whale.keypoints import FeatureStore, load_keypoint_config
     from whale.keypoints.pairs import pair_matches
     from whale.keypoints.verify import GeometricVerifier
 
-    run = Path(args.run)
     block, mined, key = mined_of(run, args.block)
+    k = block_k(run, block)
     images = training_photos(run, key)
     ids = np.asarray(images.ids, str)
     if (ids[mined[:, 0]] == ids[mined[:, 1]]).any():
@@ -170,7 +171,7 @@ def measure(args) -> dict:
     rng = np.random.default_rng(args.seed)
     pairs = {"mined": mined, "random": draw_pairs(ids, len(mined), False, rng),
              "same": draw_pairs(ids, len(mined), True, rng)}
-    print(f"{run}: block {block} (K {block_k(run, block)}), {len(mined)} mined negatives of {len(ids)} photos",
+    print(f"{run}: block {block} (K {k}), {len(mined)} mined negatives of {len(ids)} photos",
           flush=True)
     hashes = hash_files(images.paths, progress=not args.quiet)
     cfg = load_keypoint_config(args.keypoint_config)
@@ -183,9 +184,9 @@ def measure(args) -> dict:
                for k, p in sample.items()}
     threshold = inlier_threshold(inliers["random"], args.random_share)
     rows = {k: kind_row(pairs[k], hashes, inliers[k], threshold, args.hash_bits) for k in KINDS}
-    if args.out:
-        montage(images, sample["mined"], inliers["mined"], Path(args.out) / "mined_pairs.png")
-    return {"run": str(run), "block": block, "k": block_k(run, block), "photos": int(len(ids)),
+    if out is not None:
+        montage(images, sample["mined"], inliers["mined"], out / "mined_pairs.png")
+    return {"run": str(run), "block": block, "k": k, "photos": int(len(ids)),
             "threshold": threshold, "rows": rows}
 
 
@@ -216,15 +217,12 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    results = []
-    out = args.out
-    for i, run in enumerate(args.run):
-        args.run, args.out = run, (str(Path(out) / f"run{i}") if out else None)
-        results.append(measure(args))
+    out = Path(args.out) if args.out else None
+    results = [measure(args, Path(run), out / f"run{i}" if out else None) for i, run in enumerate(args.run)]
     print(table(results))
     if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "results.json").write_text(json.dumps(results, indent=2))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2))
     metrics = {f"run{i}_{k}_{m}": res["rows"][k][m] for i, res in enumerate(results) for k in KINDS
                for m in ("near_copy_share", "above_share")}
     print(common.final_json("mined_pairs", metrics, time.perf_counter() - t0))
