@@ -61,11 +61,11 @@ def block_k(run: Path, block_start: int) -> float | None:
     path = run / "log.csv"
     if not path.is_file():
         return None
+    from whale.training.plots import _column as column  # a log.csv column's (epochs, values), blanks skipped
+
     with path.open(newline="", encoding="utf-8-sig") as f:
-        for row in csv.DictReader(f):
-            if row.get("epoch") == str(block_start + 1) and row.get("k"):
-                return float(row["k"])
-    return None
+        epochs, ks = column(list(csv.DictReader(f)), "k")
+    return dict(zip(epochs, ks)).get(block_start + 1)
 
 
 def training_photos(run: Path, key: str):
