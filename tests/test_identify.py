@@ -274,6 +274,14 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     rows_ = joint_screen.screen(out)
     assert {"joint, max", "joint, noisy_or", "without a", "without b"} <= set(rows_)
     assert all(0 <= r["known_ids_only"] <= 1 and 0 <= r["unfound_share"] <= 1 for r in rows_.values())
+    # where the known whales are lost, read from the same tables: no source finds what the merged shortlist lacks
+    from benchmarks.flukes import joint_recall
+
+    found = joint_recall.recall(out, data, depths=(1, 5))["val"]
+    sources = [k for k in found if "(best " in k and "its own scores" not in k]
+    assert len(sources) == 3 and f"run0:{run.name} (best 5, its own scores)" in found
+    assert all(0 <= found[k] <= found["merged shortlist"] <= 1 for k in sources)
+    assert found["joint: first"] <= found["joint: among the five ids"] and found["known queries"] > 0
     # a run that changes only the aggregation verifies nothing again: the kept tables serve it
     from whale.keypoints.matcher import KeypointMatcher
 
@@ -307,3 +315,28 @@ def test_the_check_never_fits_the_individual_s_photo_count():
     used = [names[i] for i in fitted_columns(names)]
     assert "log_photos" in names and "log_photos" in NOT_FITTED
     assert used == [n for n in names if n != "log_photos"] and "r.score" in used and "k.p" in used
+
+
+def test_joint_recall_reads_each_source_from_the_pair_table():
+    """benchmarks/flukes/joint_recall.py: a source's candidates are the pairs within its shortlist depth (a vote
+    needed for a kind's), the merged shortlist every pair; a run's deeper recall comes from its full scores."""
+    from benchmarks.flukes.joint_recall import depth_recall, source_recall, top_ids_recall
+
+    ids, truth = np.array(["a", "a", "b", "c"]), np.array(["a", "b", "c"])
+    columns = column_names(["k"], ["r0"])
+    pairs = np.array([[0, 1], [0, 2], [1, 0], [1, 2], [2, 3]])
+    rows = np.zeros((len(pairs), len(columns)), np.float32)
+    at = {c: i for i, c in enumerate(columns)}
+    # (vote rank, votes, run rank, run score) of each pair; depth 2 for both sources
+    for r, (vr, v, rr, sc) in enumerate([(0, 5, 5, 0.1), (1, 3, 0, 0.9), (0, 4, 1, 0.3), (2, 1, 1, 0.5),
+                                         (0, 0, 9, 0.2)]):
+        cells = [at["k.vote_rank"], at["k.log_votes"], at["r0.rank"], at["r0.score"]]
+        rows[r, cells] = np.log1p([vr, v, rr]).tolist() + [sc]
+    found = source_recall(pairs, rows, columns, ids, truth, n_votes=2, n_runs=2)
+    assert found["k votes (best 2)"].tolist() == [True, False, False]  # q1's b is at vote rank 2; q2's c had no vote
+    assert found["r0 (best 2)"].tolist() == [False, True, False]
+    assert found["merged shortlist"].tolist() == [True, True, True]
+    hits = depth_recall(np.array([[0.1, 0.9, 0.5, 0.2]]), ids, ["b"], depths=(1, 2))
+    assert hits[1].tolist() == [False] and hits[2].tolist() == [True]
+    assert top_ids_recall(np.array([[0.1, 0.9, 0.5, 0.2]]), ids, ["b"], 1).tolist() == [False]
+    assert top_ids_recall(np.array([[0.1, 0.9, 0.5, 0.2]]), ids, ["b"], 2).tolist() == [True]

@@ -19,6 +19,8 @@ and the catalogue a user keeps, on Kaggle-like splits with ``new_whale`` (README
 * ``humpback_pack.py``: the splits' photos packed small enough to travel to a lent GPU.
 * ``catalogue_unknown.py``: a small catalogue of real flukes and a batch of mostly unknown whales.
 * ``humpback_fuse.py``: several runs fused on each split seed, gains paired by seed (ids only, one-photo whales).
+* ``joint_screen.py``: the joint identification's check and aggregation variants, on validation, from its pair table.
+* ``joint_recall.py``: where the joint identification loses its known whales: each source's shortlist, the merged one, the five.
 * ``fusion_compare.py``: calibrated fusion against raw scores and the log weight grid on a split's score runs.
 * ``learned_descriptor.py``: a learned local descriptor against RootSIFT in the same keypoint matcher.
 * ``pixel_scores.py``: raw-pixel score files beside another run's, a cheap second run for fusion.

@@ -49,9 +49,9 @@ from whale.core.progress import progress_line
 KIND_COLUMNS = ("p", "inliers", "log_votes", "vote_rank", "id_p", "id_rank")
 RUN_COLUMNS = ("score", "rank", "id_score", "id_rank", "gap")
 FLOOR = 1e-6
+"""A photo no source shortlisted scores below this (each kind's own scores times it), every shortlisted one above."""
 NOT_FITTED = ("log_photos",)
 """Pair-table columns the check never fits on (module docstring): their validation distribution is not the test's."""
-"""A photo no source shortlisted scores below this (each kind's own scores times it), every shortlisted one above."""
 
 
 @dataclass

@@ -1,0 +1,177 @@
+"""Where the joint identification loses its known whales: each source's shortlist, the merged one, the check's five.
+Not a test; reads kept joint runs and chooses nothing.
+
+    python benchmarks/flukes/joint_recall.py --runs 'runs/hbj/seed{S}/joint' --seeds 0,1,2
+
+Each ``--runs`` folder is a ``whale score --matcher joint`` run. For each split (fold 0's validation queries; the
+test photos with ``--data``'s ``test_solution.csv``, for reporting only), over the **known** queries, the share whose
+individual has a photo:
+
+- in each feature kind's vote shortlist (its best ``shortlist.votes`` photos with a vote, read from the pair
+  table's ``<kind>.vote_rank`` and ``<kind>.log_votes`` columns);
+- in each trained run's shortlist (its best ``shortlist.runs`` photos), and, from the run's own score files, among
+  its best ``--depths`` photos: what a deeper shortlist of that run would bring at most;
+- in the merged shortlist (the pair table: the most any check of these pairs could find);
+- among the joint identification's five individuals (ids only, ``new_whale`` left out) and first.
+
+The gap between the merged shortlist and the five is the check's (it had the pair and ranked it below five others);
+what is missing from the merged shortlist no check can find. The last stdout line is
+``{"benchmark": "joint_recall", "rows": {...}}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from whale import NEW_WHALE  # noqa: E402
+from whale.identify.check import load_table  # noqa: E402
+from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
+from whale.ranking import per_id_scores  # noqa: E402
+
+DEPTHS = (5, 10, 20, 50, 100, 200)
+
+
+def source_recall(pairs: np.ndarray, rows: np.ndarray, columns: list[str], gallery_ids, truth, n_votes: int,
+                  n_runs: int) -> dict[str, np.ndarray]:
+    """Per source of the shortlist (each kind's votes, each run's scores) and for the merged shortlist (``"merged"``):
+    ``[n_q] bool``, whether query ``q``'s individual (``truth`` ``[n_q]``) has a photo among that source's
+    candidates in the pair table ``pairs`` ``[m, 2]`` / ``rows`` ``[m, f]`` (columns ``columns``)."""
+    ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
+    same = ids[pairs[:, 1]] == truth[pairs[:, 0]]
+    col = {c: i for i, c in enumerate(columns)}
+
+    def hit(mask: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(truth), bool)
+        out[pairs[mask & same, 0]] = True
+        return out
+
+    # the columns hold log(1 + x): a rank below n is log1p(rank) < log1p(n); a vote is log1p(votes) > 0
+    out = {}
+    for kind in sorted({c.split(".")[0] for c in columns if c.endswith(".inliers")}):
+        out[f"{kind} votes (best {n_votes})"] = hit((rows[:, col[f"{kind}.vote_rank"]] < np.log1p(n_votes) - 1e-6)
+                                                    & (rows[:, col[f"{kind}.log_votes"]] > 0))
+    for run in sorted({c.rsplit(".", 1)[0] for c in columns if c.endswith(".gap")}):
+        out[f"{run} (best {n_runs})"] = hit((rows[:, col[f"{run}.rank"]] < np.log1p(n_runs) - 1e-6)
+                                            & (rows[:, col[f"{run}.score"]] > 0))
+    out["merged shortlist"] = hit(np.ones(len(pairs), bool))
+    return out
+
+
+def depth_recall(scores: np.ndarray, gallery_ids, truth, depths=DEPTHS) -> dict[int, np.ndarray]:
+    """``{d: [n_q] bool}``: whether query ``q``'s individual has a photo among the ``d`` highest of ``scores``
+    ``[n_q, n_g]`` (ties by position)."""
+    ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
+    order = np.argsort(-np.asarray(scores, np.float32), axis=1, kind="stable")
+    same = ids[order] == truth[:, None]
+    first = np.where(same.any(axis=1), same.argmax(axis=1), len(ids))  # the best-ranked photo of the individual
+    return {d: first < d for d in depths}
+
+
+def top_ids_recall(scores: np.ndarray, gallery_ids, truth, k: int) -> np.ndarray:
+    """``[n_q] bool``: query ``q``'s individual among the ``k`` best individuals by the per-id maximum."""
+    names, per_id = per_id_scores(np.asarray(scores, np.float32), gallery_ids)
+    top = np.argsort(-per_id, axis=1, kind="stable")[:, :k]
+    return (names[top] == np.asarray(truth, str)[:, None]).any(axis=1)
+
+
+def split_truth(run: Path, split: str, data: Path | None):
+    """The joint run's ``split`` score file and its queries' true ids (``None`` for a test without a solution)."""
+    sf = load_score_file(score_path(run, split), need_query_ids=split == "val")
+    if split == "val":
+        return sf, np.asarray(sf.query_ids, str)
+    solution = None if data is None else data / "test_solution.csv"
+    if solution is None or not solution.is_file():
+        return sf, None
+    frame = pd.read_csv(solution)
+    truth = {str(i): str(w) for i, w in zip(frame.iloc[:, 0], frame.iloc[:, 1])}
+    missing = [q for q in sf.query if str(q) not in truth]
+    if missing:
+        raise SystemExit(f"{solution}: {len(missing)} of {run}'s test queries have no answer (e.g. {missing[0]}): "
+                         "not this run's split")
+    return sf, np.array([truth[str(q)] for q in sf.query], str)
+
+
+def recall(run: Path, data: Path | None = None, depths=DEPTHS) -> dict[str, dict[str, float]]:
+    """``{split: {row: share of the known queries}}`` for the joint run ``run`` (module docstring); ``data``: the
+    split's competition folder (its ``test_solution.csv``), default the run's own (``run.json``)."""
+    meta = json.loads((run / "run.json").read_text())
+    short = yaml.safe_load((run / "joint.yaml").read_text()).get("shortlist") or {}  # the run's settings, written out
+    n_votes, n_runs = int(short.get("votes", 40)), int(short.get("runs", 20))
+    data = Path(data) if data else Path(meta["data"])
+    out = {}
+    for split in ("val", "test"):
+        sf, truth = split_truth(run, split, data)
+        if truth is None or not (run / f"pairs_{split}.npz").is_file():
+            continue
+        known = truth != NEW_WHALE
+        table = load_table(run / f"pairs_{split}.npz")
+        rows = {k: v[known] for k, v in source_recall(table.pairs, table.rows, table.columns, sf.gallery_ids, truth,
+                                                      n_votes, n_runs).items()}
+        for name, with_run in zip(meta.get("run_names", []), meta.get("with_runs", [])):
+            other = load_score_file(score_path(Path(with_run), split))
+            at = {str(g): i for i, g in enumerate(other.gallery)}
+            q_at = {str(q): i for i, q in enumerate(other.query)}
+            scores = np.asarray(other.scores, np.float32)[np.ix_([q_at[str(q)] for q in sf.query],
+                                                                 [at[str(g)] for g in sf.gallery])]
+            for d, hit in depth_recall(scores[known], sf.gallery_ids, truth[known], depths).items():
+                rows[f"{name} (best {d}, its own scores)"] = hit
+        rows["joint: among the five ids"] = top_ids_recall(sf.scores[known], sf.gallery_ids, truth[known], 5)
+        rows["joint: first"] = top_ids_recall(sf.scores[known], sf.gallery_ids, truth[known], 1)
+        out[split] = {k: float(v.mean()) for k, v in rows.items()}
+        out[split]["known queries"] = int(known.sum())
+        out[split]["share of all queries known"] = float(known.mean())
+    return out
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return ""
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{np.mean(values):.3f} +- {np.std(values):.3f}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", required=True, help="joint run folders with {S} for the split seed")
+    p.add_argument("--seeds", default="0", help="comma-separated split seeds (default 0)")
+    p.add_argument("--data", default=None,
+                   help="each seed's competition folder with {S} (its test_solution.csv; default the run's own --data)")
+    p.add_argument("--depths", default=",".join(map(str, DEPTHS)),
+                   help="the trained runs' shortlist depths to measure from their own scores (comma-separated)")
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    depths = tuple(int(d) for d in args.depths.split(","))
+    per_seed = {}
+    for s in seeds:
+        run = Path(args.runs.replace("{S}", str(s)))
+        if not (run / "pairs_val.npz").is_file():
+            raise SystemExit(f"{run}: no pairs_val.npz: not a finished whale score --matcher joint run")
+        data = Path(args.data.replace("{S}", str(s))) if args.data else None
+        per_seed[s] = recall(run, data, depths)
+    splits = [sp for sp in ("val", "test") if all(sp in r for r in per_seed.values())]
+    names = [n for n in per_seed[seeds[0]]["val"] if n not in ("known queries", "share of all queries known")]
+    print("\n| known queries whose individual is ... | " + " | ".join(splits) + " |")
+    print("| --- |" + " --- |" * len(splits))
+    for name in names:
+        print(f"| {name} | " + " | ".join(_cell([per_seed[s][sp][name] for s in seeds if name in per_seed[s][sp]])
+                                         for sp in splits) + " |")
+    for sp in splits:
+        counts = [per_seed[s][sp]["known queries"] for s in seeds]
+        print(f"{sp}: {counts} known queries ({_cell([per_seed[s][sp]['share of all queries known'] for s in seeds])}"
+              " of all queries)")
+    print(json.dumps({"benchmark": "joint_recall", "seeds": seeds, "rows": {str(s): r for s, r in per_seed.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
