@@ -71,16 +71,14 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None, help="submissions and logs (default SPLIT/fusion)")
     args = p.parse_args(argv)
     import numpy as np
-    import pandas as pd
 
-    from benchmarks.flukes.shared import ranking_metrics, read_submission, submission_metrics
+    from benchmarks.flukes.shared import ranking_metrics, read_solution, read_submission, submission_metrics
     from whale import NEW_WHALE
 
     t0 = time.time()
     out = args.out or args.split / "fusion"
     out.mkdir(parents=True, exist_ok=True)
-    solution = pd.read_csv(args.split / "data" / "test_solution.csv")
-    truth = {str(i): str(w) for i, w in zip(solution.iloc[:, 0], solution.iloc[:, 1])}
+    truth = read_solution(args.split / "data" / "test_solution.csv")
     true_share = float(np.mean([w == NEW_WHALE for w in truth.values()]))
     second = args.split / args.second if args.second else None
     rows = []

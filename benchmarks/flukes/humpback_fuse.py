@@ -53,8 +53,6 @@ def parse_runs(items: list[str]) -> dict[str, str]:
 
 def fuse_seed(names: list[str], runs: dict[str, str], seed: int, data: Path, out: Path, flags: list[str]) -> dict:
     """One combo on one split seed: ``whale ensemble`` then the figures (module docstring)."""
-    import pandas as pd
-
     from benchmarks.flukes.fusion_compare import fused
     from whale import NEW_WHALE
 
@@ -66,8 +64,7 @@ def fuse_seed(names: list[str], runs: dict[str, str], seed: int, data: Path, out
     sub.with_suffix(".log").write_text(done.stdout + done.stderr)
     if done.returncode:
         raise SystemExit(f"whale ensemble failed (exit {done.returncode}); see {sub.with_suffix('.log')}")
-    solution = pd.read_csv(data / "test_solution.csv")
-    truth = {str(i): str(w) for i, w in zip(solution.iloc[:, 0], solution.iloc[:, 1])}
+    truth = shared.read_solution(data / "test_solution.csv")
     test, valid = fused(folders, done.stdout.splitlines(), flags, NEW_WHALE, ("test", "val")).values()
     if set(map(str, test.query)) != set(truth):
         raise SystemExit(f"{data / 'test_solution.csv'}: its images are not the test queries of {folders[0]}: "

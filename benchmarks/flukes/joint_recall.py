@@ -26,12 +26,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.flukes.shared import read_solution  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.identify.check import load_table  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
@@ -91,8 +91,7 @@ def split_truth(run: Path, split: str, data: Path | None):
     solution = None if data is None else data / "test_solution.csv"
     if solution is None or not solution.is_file():
         return sf, None
-    frame = pd.read_csv(solution)
-    truth = {str(i): str(w) for i, w in zip(frame.iloc[:, 0], frame.iloc[:, 1])}
+    truth = read_solution(solution)
     missing = [q for q in sf.query if str(q) not in truth]
     if missing:
         raise SystemExit(f"{solution}: {len(missing)} of {run}'s test queries have no answer (e.g. {missing[0]}): "

@@ -271,6 +271,12 @@ def read_submission(path: Path) -> dict[str, list[str]]:
     return {str(i): str(p).split() for i, p in zip(df["Image"], df["Id"])}
 
 
+def read_solution(path: Path) -> dict[str, str]:
+    """``{image: true id}`` of a split's ``test_solution.csv`` (``new_whale`` included)."""
+    df = pd.read_csv(path)
+    return {str(i): str(w) for i, w in zip(df.iloc[:, 0], df.iloc[:, 1])}
+
+
 def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dict[str, float]:
     """MAP@5 over all queries, known and ``new_whale`` ones apart, the ``new_whale`` share at rank 1 and its true
     share among the queries, and that share split by why (new whales; known whales whose id is not among the five;
