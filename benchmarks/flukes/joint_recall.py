@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.flukes.shared import read_solution  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.identify.check import load_table  # noqa: E402
+from whale.identify.sources import run_scores  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
 from whale.ranking import per_id_scores  # noqa: E402
 
@@ -42,7 +43,8 @@ DEPTHS = (5, 10, 20, 50, 100, 200)
 
 def source_recall(pairs: np.ndarray, rows: np.ndarray, columns: list[str], gallery_ids, truth, n_votes: int,
                   n_runs: int) -> dict[str, np.ndarray]:
-    """Per source of the shortlist (each kind's votes, each run's scores) and for the merged shortlist (``"merged"``):
+    """Per source of the shortlist (each kind's votes, each run's scores) and for the merged shortlist
+    (``"merged shortlist"``):
     ``[n_q] bool``, whether query ``q``'s individual (``truth`` ``[n_q]``) has a photo among that source's
     candidates in the pair table ``pairs`` ``[m, 2]`` / ``rows`` ``[m, f]`` (columns ``columns``)."""
     ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
@@ -116,11 +118,7 @@ def recall(run: Path, data: Path | None = None, depths=DEPTHS) -> dict[str, dict
         rows = {k: v[known] for k, v in source_recall(table.pairs, table.rows, table.columns, sf.gallery_ids, truth,
                                                       n_votes, n_runs).items()}
         for name, with_run in zip(meta.get("run_names", []), meta.get("with_runs", [])):
-            other = load_score_file(score_path(Path(with_run), split))
-            at = {str(g): i for i, g in enumerate(other.gallery)}
-            q_at = {str(q): i for i, q in enumerate(other.query)}
-            scores = np.asarray(other.scores, np.float32)[np.ix_([q_at[str(q)] for q in sf.query],
-                                                                 [at[str(g)] for g in sf.gallery])]
+            scores = run_scores(Path(with_run), split, sf.query, sf.gallery, int(meta["fold"]))
             for d, hit in depth_recall(scores[known], sf.gallery_ids, truth[known], depths).items():
                 rows[f"{name} (best {d}, its own scores)"] = hit
         rows["joint: among the five ids"] = top_ids_recall(sf.scores[known], sf.gallery_ids, truth[known], 5)
