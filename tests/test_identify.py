@@ -340,3 +340,34 @@ def test_joint_recall_reads_each_source_from_the_pair_table():
     assert hits[1].tolist() == [False] and hits[2].tolist() == [True]
     assert top_ids_recall(np.array([[0.1, 0.9, 0.5, 0.2]]), ids, ["b"], 1).tolist() == [False]
     assert top_ids_recall(np.array([[0.1, 0.9, 0.5, 0.2]]), ids, ["b"], 2).tolist() == [True]
+
+
+def test_a_thinned_validation_is_the_table_without_the_hidden_photos():
+    """benchmarks/flukes/joint_thin.py: a thinned query's rows are those of the gallery without its hidden photos
+    (every rank and maximum again, brute force per query); the other queries' rows are untouched."""
+    from benchmarks.flukes.joint_thin import hidden_photos, mirror_share, thinned
+    from whale.identify.check import PairTable
+
+    rng = np.random.default_rng(3)
+    ids = np.array(["a", "a", "a", "b", "b", "c", "new_whale"])
+    truth = np.array(["a", "b", "c", "new_whale"])
+    kind = KindEvidence(rng.random((4, 7)).astype(np.float32), rng.random((4, 7)).astype(np.float32) * 5,
+                        rng.integers(0, 9, (4, 7)).astype(np.float32))
+    run = rng.random((4, 7)).astype(np.float32)
+    pairs = pairs_of([np.arange(7)] * 4)  # every pair shortlisted: the vote ranks are known whole
+    columns = column_names(["k"], ["r"])
+    table = PairTable(pairs, pair_table(pairs, [kind], [run], ids), np.full((4, 7), 0.5, np.float32), columns, "")
+    hidden = {0: np.array([0, 2]), 1: np.array([4])}
+    new_pairs, rows, fallback = thinned(table, hidden, {"k": kind.scores}, [run], ids)
+    assert len(new_pairs) == len(pairs) - 3 and (fallback[0, [0, 2]] == 0).all() and fallback[2].min() == 0.5
+    for r, (q, g) in enumerate(new_pairs.tolist()):
+        keep = np.setdiff1d(np.arange(7), hidden.get(q, []))
+        alone = KindEvidence(kind.scores[q:q + 1, keep], kind.votes[q:q + 1, keep], kind.inliers[q:q + 1, keep])
+        want = pair_table(np.array([[0, int(np.flatnonzero(keep == g)[0])]]), [alone], [run[q:q + 1, keep]], ids[keep])
+        np.testing.assert_allclose(rows[r, :-1], want[0, :-1], rtol=1e-6)  # all but log_photos (not fitted)
+    # each thinned known query keeps one photo of its individual; new whales and one-photo individuals never
+    drawn = hidden_photos(ids, truth, 1.0, seed=0)
+    assert set(drawn) == {0, 1} and len(drawn[0]) == 2 and len(drawn[1]) == 1
+    assert all((ids[h] == truth[q]).all() for q, h in drawn.items())
+    assert hidden_photos(ids, truth, 0.0, seed=0) == {}
+    assert mirror_share(ids) == pytest.approx(0.5)  # a (3 photos) and b (2): one of the two has exactly two

@@ -1,0 +1,261 @@
+"""The joint check on a validation that has whales with one gallery photo, as the test has. Not a test.
+
+    python benchmarks/flukes/joint_thin.py --runs 'runs/hbj/seed{S}/joint' --seeds 0,1,2
+
+Fold 0's validation queries are photos of individuals with three or more photos, so each keeps two or more in the
+gallery; a test query's individual may keep one. The joint check is fitted on validation alone
+(:mod:`whale.identify.check`), so it never sees a known whale with one gallery photo, and on the test it loses
+those to the late fusion (docs/humpback.md, "Both feature kinds").
+
+Here the validation is **thinned** as the test was drawn: each known validation query, with probability ``share``,
+keeps one random gallery photo of its individual (the others hidden from that query: their pairs dropped, and every
+rank and maximum of the pair table computed again without them, from the run's ``kinds/<kind>/val.npz`` and the
+trained runs' own ``val.npz``; a kind's vote rank lowered by the hidden photos shortlisted above it). ``share`` is
+what a split drawn as :func:`benchmarks.flukes.shared.mirror_split` draws from the fold's gallery: of the
+individuals with two or more photos, the share with exactly two (one left once a query is drawn); ``--share``
+overrides it. The test is never read.
+
+Checks compared on the thinned validation (cross-fitted by groups of whole queries, the run's settings):
+
+- ``fitted on validation``: the shipped check (fitted on the original rows), predicting the thinned rows;
+- ``fitted on thinned``: fitted on the thinned rows;
+- ``fitted on both``: fitted on the original and the thinned rows together;
+
+each with MAP@5 (the ``new_whale`` threshold tuned in-sample), the known whales' MAP@5 by ids alone, that of the
+thinned queries alone (one gallery photo), top-5, and the share of all queries that are known whales whose id is
+nowhere among the five. The last stdout line is ``{"benchmark": "joint_thin", "rows": {...}}``.
+
+``--write DIR`` also writes ``DIR/seedS/``: each feature kind's and trained run's folder with its ``val.npz`` thinned
+(a hidden photo scored at its query's lowest score; ``test.npz`` as it was), and ``joint_validation`` and
+``joint_thinned``: the joint run with the check fitted on the original or the thinned validation (``val.npz`` the
+thinned validation's cross-fitted scores, ``test.npz`` that check's test scores), so
+``benchmarks/flukes/humpback_fuse.py`` measures the late fusion and both checks on the same thinned validation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from whale import NEW_WHALE  # noqa: E402
+from whale.identify.check import (JointCheck, KindEvidence, fitted_columns, identification_scores,  # noqa: E402
+                                  load_table, pair_table)
+from whale.identify.config import JointConfig  # noqa: E402
+from whale.identify.sources import run_scores  # noqa: E402
+from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
+from whale.metrics import map_at_k  # noqa: E402
+from whale.ranking import predict_top5, tune_threshold  # noqa: E402
+
+
+def mirror_share(gallery_ids: np.ndarray) -> float:
+    """Of the gallery's individuals with two or more photos, the share with exactly two."""
+    _, counts = np.unique(gallery_ids[gallery_ids != NEW_WHALE], return_counts=True)
+    return float((counts == 2).sum() / max((counts >= 2).sum(), 1))
+
+
+def hidden_photos(gallery_ids: np.ndarray, truth: np.ndarray, share: float, seed: int) -> dict[int, np.ndarray]:
+    """``{query: gallery photos hidden from it}``: each known query, with probability ``share``, keeps one random
+    photo of its individual."""
+    rng = np.random.default_rng(2000 + seed)
+    out = {}
+    for q, t in enumerate(truth):
+        own = np.flatnonzero(gallery_ids == t)
+        if t == NEW_WHALE or len(own) < 2 or rng.random() >= share:
+            continue
+        out[q] = np.delete(own, rng.integers(len(own)))
+    return out
+
+
+def thinned(table, hidden: dict[int, np.ndarray], kind_scores: dict[str, np.ndarray], runs: list[np.ndarray],
+            gallery_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(pairs, rows, fallback)`` of the table with each query's ``hidden`` photos taken out (module docstring)."""
+    pairs, rows, columns = table.pairs, table.rows, table.columns
+    mask = np.zeros(table.fallback.shape, bool)
+    for q, h in hidden.items():
+        mask[q, h] = True
+    keep = ~mask[pairs[:, 0], pairs[:, 1]]
+    qs = np.array(sorted(hidden), np.int64)
+    redo = keep & np.isin(pairs[:, 0], qs)
+    sub = pairs[redo].copy()
+    local = np.searchsorted(qs, sub[:, 0])
+    sub_pairs = np.stack([local, sub[:, 1]], axis=1)
+    kinds = sorted({c.split(".")[0] for c in columns if c.endswith(".inliers")})
+    evidence = []
+    for k in kinds:
+        s = kind_scores[k][qs].astype(np.float32)
+        s[mask[qs]] = -np.inf
+        evidence.append(KindEvidence(s, np.zeros(s.shape, np.float32), np.zeros(s.shape, np.float32)))
+    masked_runs = []
+    for r in runs:
+        r = r[qs].astype(np.float32)
+        r[mask[qs]] = -np.inf
+        masked_runs.append(r)
+    new = pair_table(sub_pairs, evidence, masked_runs, gallery_ids, photos="log_photos" in columns)
+    old = rows[redo]
+    col = {c: i for i, c in enumerate(columns)}
+    for k in kinds:  # per pair, unchanged by hiding others; the vote rank lowered by the hidden photos above it
+        for c in ("p", "inliers", "log_votes"):
+            new[:, col[f"{k}.{c}"]] = old[:, col[f"{k}.{c}"]]
+        votes = np.full(mask.shape, -np.inf, np.float32)
+        votes[pairs[:, 0], pairs[:, 1]] = rows[:, col[f"{k}.log_votes"]]
+        above = np.zeros(len(sub), np.float32)
+        for i, (q, g) in enumerate(sub):
+            h = hidden[int(q)]
+            vh, vg = votes[q, h], votes[q, g]
+            above[i] = np.sum((vh > vg) | ((vh == vg) & (h < g) & np.isfinite(vh)))
+        rank = np.expm1(old[:, col[f"{k}.vote_rank"]])
+        new[:, col[f"{k}.vote_rank"]] = np.log1p(np.maximum(rank - above, 0))
+    out_rows = rows.copy()
+    out_rows[redo] = new
+    fallback = table.fallback.copy()
+    fallback[mask] = 0
+    return pairs[keep], out_rows[keep], fallback
+
+
+def copy_run(src: Path, dst: Path, val_scores=None, test_scores=None, hidden_names=None) -> Path:
+    """``src``'s small files and score files into ``dst``, ``val.npz``'s scores replaced by ``val_scores`` or thinned
+    by ``hidden_names`` (``{query name: [gallery names]}``, each scored at its row's lowest), ``test.npz``'s by
+    ``test_scores``."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.glob("*"):
+        if f.is_file() and f.suffix in (".json", ".yaml") and f.stat().st_size < 1 << 20:
+            shutil.copy2(f, dst / f.name)
+    for split, new in (("val", val_scores), ("test", test_scores)):
+        path = score_path(src, split)
+        target = dst / path.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        if new is not None:
+            arrays["scores"] = np.asarray(new, arrays["scores"].dtype)
+        elif split == "val" and hidden_names:
+            scores = arrays["scores"].copy()
+            col = {str(n): i for i, n in enumerate(arrays["gallery"])}
+            for i, q in enumerate(arrays["query"]):
+                h = [col[g] for g in hidden_names.get(str(q), ())]
+                if h:
+                    scores[i, h] = scores[i].min()
+            arrays["scores"] = scores
+        with open(target, "wb") as fh:
+            np.savez(fh, **arrays)
+    return dst
+
+
+def evaluate(scores, gallery_ids, truth, one_photo: np.ndarray) -> dict:
+    known = truth != NEW_WHALE
+    _, tuned, _ = tune_threshold(scores, gallery_ids, truth)
+    ids_only = predict_top5(scores[known], gallery_ids, 0.0)
+    found = np.array([t in p for t, p in zip(truth[known], ids_only)])
+    single = one_photo[known]
+    return {"map5_tuned": float(tuned), "known_ids_only": map_at_k(ids_only, truth[known]),
+            "one_photo_ids_only": map_at_k([p for p, s in zip(ids_only, single) if s], truth[known][single])
+            if single.any() else float("nan"),
+            "top5": float(found.mean()), "unfound_share": float((~found).sum() / len(truth))}
+
+
+def cross_fit(check: JointCheck, fit_rows, fit_same, fit_query, pred_rows, pred_query) -> np.ndarray:
+    """Out-of-fold P(same) of ``pred_rows``: each group of queries predicted by trees fitted without it."""
+    n = int(max(fit_query.max(), pred_query.max())) + 1
+    fold = np.random.default_rng(check.seed).permutation(n) % check.folds
+    out = np.zeros(len(pred_rows))
+    for f in range(check.folds):
+        held = fold[pred_query] == f
+        train = fold[fit_query] != f
+        out[held] = check._trees().fit(fit_rows[train], fit_same[train]).predict_proba(pred_rows[held])[:, 1]
+    return out
+
+
+def screen(run: Path, share: float | None, write: Path | None = None) -> dict[str, dict]:
+    meta = json.loads((run / "run.json").read_text())
+    seed, fold = int(meta.get("seed", 0)), int(meta["fold"])
+    table = load_table(run / "pairs_val.npz")
+    kind_files = {p.parent.name: load_score_file(p, need_query_ids=True) for p in sorted((run / "kinds").glob("*/val.npz"))}
+    first = next(iter(kind_files.values()))
+    gallery_ids, truth = np.asarray(first.gallery_ids, str), np.asarray(first.query_ids, str)
+    query, gallery = [str(n) for n in first.query], [str(n) for n in first.gallery]
+    kind_scores = {k: np.asarray(f.scores, np.float32) for k, f in kind_files.items()}
+    runs = [run_scores(r, "val", query, gallery, fold) for r in meta.get("with_runs", [])]
+    share = mirror_share(gallery_ids) if share is None else share
+    hidden = hidden_photos(gallery_ids, truth, share, seed)
+    one_photo = np.zeros(len(truth), bool)
+    one_photo[list(hidden)] = True
+    t_pairs, t_rows, t_fallback = thinned(table, hidden, kind_scores, runs, gallery_ids)
+    print(f"{run}: share {share:.3f}: {len(hidden)} of {int((truth != NEW_WHALE).sum())} known validation queries "
+          f"keep one gallery photo; {len(table.pairs) - len(t_pairs):,} pairs dropped", flush=True)
+    used = fitted_columns(table.columns)
+    cfg = JointConfig(kinds=())
+    check = JointCheck(cfg.rounds, cfg.leaf_nodes, cfg.learning_rate, cfg.folds, seed)
+    same = gallery_ids[table.pairs[:, 1]] == truth[table.pairs[:, 0]]
+    t_same = gallery_ids[t_pairs[:, 1]] == truth[t_pairs[:, 0]]
+    fits = {"fitted on validation": (table.rows[:, used], same, table.pairs[:, 0]),
+            "fitted on thinned": (t_rows[:, used], t_same, t_pairs[:, 0]),
+            "fitted on both": (np.concatenate([table.rows[:, used], t_rows[:, used]]), np.concatenate([same, t_same]),
+                               np.concatenate([table.pairs[:, 0], t_pairs[:, 0]]))}
+    out = {}
+    for name, (rows, labels, q) in fits.items():
+        p = cross_fit(check, rows, labels, q, t_rows[:, used], t_pairs[:, 0])
+        scores = identification_scores(t_pairs, p, gallery_ids, t_fallback, "max")
+        out[name] = evaluate(scores, gallery_ids, truth, one_photo)
+        if write is not None and name != "fitted on both":
+            test = load_table(run / "pairs_test.npz")
+            final = JointCheck(cfg.rounds, cfg.leaf_nodes, cfg.learning_rate, cfg.folds, seed)
+            final.fit(rows, labels, q, cross_fit=False)
+            test_ids = np.asarray(load_score_file(run / "test.npz").gallery_ids, str)
+            test_scores = identification_scores(test.pairs, final.predict(test.rows[:, used]), test_ids,
+                                                test.fallback, "max")
+            copy_run(run, write / f"joint_{name.split()[-1]}", scores, test_scores)
+        if name == "fitted on validation":  # the same check on the original validation, for reference
+            p0 = cross_fit(check, rows, labels, q, table.rows[:, used], table.pairs[:, 0])
+            full = identification_scores(table.pairs, p0, gallery_ids, table.fallback, "max")
+            out["fitted on validation, original validation"] = evaluate(full, gallery_ids, truth,
+                                                                        np.zeros(len(truth), bool))
+        print(f"{run}: {name}: " + ", ".join(f"{k} {v:.4f}" for k, v in out[name].items()), flush=True)
+    if write is not None:
+        names = {query[qq]: [gallery[g] for g in h] for qq, h in hidden.items()}
+        for k in kind_scores:
+            copy_run(run / "kinds" / k, write / k, hidden_names=names)
+        for r in meta.get("with_runs", []):
+            copy_run(Path(r), write / Path(r).name, hidden_names=names)
+    for k, s in kind_scores.items():  # each kind's own check alone on the thinned validation
+        s = s.copy()
+        for qq, h in hidden.items():
+            s[qq, h] = 0
+        out[f"{k} alone"] = evaluate(s, gallery_ids, truth, one_photo)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", required=True, help="joint run folders with {S} for the split seed")
+    p.add_argument("--seeds", default="0", help="comma-separated split seeds (default 0)")
+    p.add_argument("--share", type=float, default=None, help="the share of known queries thinned (default: the "
+                   "mirror split's, from the fold's gallery)")
+    p.add_argument("--write", default=None, help="write the thinned runs and both checks' score files under "
+                   "WRITE/seedS (module docstring)")
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    per_seed = {s: screen(Path(args.runs.replace("{S}", str(s))), args.share,
+                          Path(args.write) / f"seed{s}" if args.write else None) for s in seeds}
+    names = list(per_seed[seeds[0]])
+    keys = list(per_seed[seeds[0]][names[0]])
+    print("\n| check (validation, thinned) | " + " | ".join(keys) + " |")
+    print("| --- |" + " --- |" * len(keys))
+    rows = {}
+    for name in names:
+        values = {k: [per_seed[s][name][k] for s in seeds] for k in keys}
+        rows[name] = {k: float(np.mean(v)) for k, v in values.items()}
+        print(f"| {name} | " + " | ".join(f"{np.mean(v):.3f}" + (f" +- {np.std(v):.3f}" if len(v) > 1 else "")
+                                          for v in values.values()) + " |")
+    print(json.dumps({"benchmark": "joint_thin", "seeds": seeds, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
