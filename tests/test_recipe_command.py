@@ -47,10 +47,10 @@ def test_the_shipped_recipe_s_dry_run_prints_the_best_recipe_s_exact_commands(mo
         f"--trunk-cache {o}/trunk-cache --resume",
         f"{PY} -m whale score --matcher joint --config configs/joint.yaml --with-run {o}/lite0 {d} --out {o}/joint "
         f"--cache {o}/store",
-        f"{PY} -m whale ensemble {o}/joint --tune --out {o}/submission.csv "
-        "--sample data/humpback/sample_submission.csv",
         f"{PY} -m whale ensemble {o}/sift {o}/xfeat {o}/lite0 --tune --fusion logodds --tune-new-share 0.276 "
-        f"--out {o}/fusion.csv --sample data/humpback/sample_submission.csv",
+        f"--out {o}/submission.csv --sample data/humpback/sample_submission.csv",
+        f"{PY} -m whale ensemble {o}/joint --tune --out {o}/joint.csv "
+        "--sample data/humpback/sample_submission.csv",
         f"{PY} -m whale submission check {o}/submission.csv --sample data/humpback/sample_submission.csv",
     ]
     assert printed[0] == "# recipes/flukes.yaml: 7 of 7 steps, from this folder"
@@ -295,7 +295,7 @@ def test_the_display_passes_a_step_s_lines_through_and_estimates_what_is_left(tm
 @pytest.mark.slow  # every step of the demo on a small competition: 80 s of CPU, minutes on a loaded machine
 def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(tmp_path, monkeypatch, capsys):
     """Every step of recipes/demo.yaml on a tiny synthetic competition: both matchers, the network, the joint
-    identification, both submissions, the check; then the last three steps' records dropped (a kill there) and the
+    identification, both submissions (the fusion's and the joint's), the check; then the last three steps' records dropped (a kill there) and the
     recipe run again: the same submission, byte for byte, and the steps before them not run again."""
     pytest.importorskip("cv2")
     from whale.data.synth import generate
@@ -312,17 +312,17 @@ def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(t
     assert f"submission: {out / 'submission.csv'}" in printed
     assert set(statuses(out).values()) == {"ran"}
     assert check_submission(out / "submission.csv", data / "sample_submission.csv") == []
-    assert check_submission(out / "fusion.csv", data / "sample_submission.csv") == []
+    assert check_submission(out / "joint.csv", data / "sample_submission.csv") == []
     assert "OK:" in (out / "logs" / "check.log").read_text()
-    first = (out / "submission.csv").read_bytes(), (out / "fusion.csv").read_bytes()
+    first = (out / "submission.csv").read_bytes(), (out / "joint.csv").read_bytes()
     state = json.loads((out / "recipe.json").read_text())
-    for name in ("submission", "fusion", "check"):
+    for name in ("submission", "joint_csv", "check"):
         del state["steps"][name]
     (out / "recipe.json").write_text(json.dumps(state))
     (out / "submission.csv").unlink()
-    (out / "fusion.csv").unlink()
+    (out / "joint.csv").unlink()
     assert main(line) == 0
     assert statuses(out) == {"sift": "done before", "xfeat": "done before", "network": "done before",
-                             "joint": "done before", "submission": "ran", "fusion": "ran", "check": "ran"}
-    assert ((out / "submission.csv").read_bytes(), (out / "fusion.csv").read_bytes()) == first
+                             "joint": "done before", "submission": "ran", "joint_csv": "ran", "check": "ran"}
+    assert ((out / "submission.csv").read_bytes(), (out / "joint.csv").read_bytes()) == first
     capsys.readouterr()
