@@ -83,9 +83,18 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     per_seed = {s: screen(Path(args.runs.replace("{S}", str(s)))) for s in seeds}
+    rows = seed_table(per_seed, "variant (validation)")
+    print(json.dumps({"benchmark": "joint_screen", "seeds": seeds, "rows": rows}))
+    return 0
+
+
+def seed_table(per_seed: dict[int, dict[str, dict]], heading: str) -> dict[str, dict]:
+    """Print ``{seed: {row: {figure: value}}}`` as a table of each figure's mean +- sd over the seeds; returns
+    ``{row: {figure: mean}}``."""
+    seeds = list(per_seed)
     names = list(per_seed[seeds[0]])
     keys = list(per_seed[seeds[0]][names[0]])
-    print("\n| variant (validation) | " + " | ".join(keys) + " |")
+    print(f"\n| {heading} | " + " | ".join(keys) + " |")
     print("| --- |" + " --- |" * len(keys))
     rows = {}
     for name in names:
@@ -93,8 +102,7 @@ def main(argv=None) -> int:
         rows[name] = {k: float(np.mean(v)) for k, v in values.items()}
         print(f"| {name} | " + " | ".join(f"{np.mean(v):.3f}" + (f" +- {np.std(v):.3f}" if len(v) > 1 else "")
                                           for v in values.values()) + " |")
-    print(json.dumps({"benchmark": "joint_screen", "seeds": seeds, "rows": rows}))
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

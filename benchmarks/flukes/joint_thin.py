@@ -44,6 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.flukes.joint_screen import seed_table  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.identify.check import (JointCheck, KindEvidence, fitted_columns, identification_scores,  # noqa: E402
                                   load_table, pair_table)
@@ -243,16 +244,7 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     per_seed = {s: screen(Path(args.runs.replace("{S}", str(s))), args.share,
                           Path(args.write) / f"seed{s}" if args.write else None) for s in seeds}
-    names = list(per_seed[seeds[0]])
-    keys = list(per_seed[seeds[0]][names[0]])
-    print("\n| check (validation, thinned) | " + " | ".join(keys) + " |")
-    print("| --- |" + " --- |" * len(keys))
-    rows = {}
-    for name in names:
-        values = {k: [per_seed[s][name][k] for s in seeds] for k in keys}
-        rows[name] = {k: float(np.mean(v)) for k, v in values.items()}
-        print(f"| {name} | " + " | ".join(f"{np.mean(v):.3f}" + (f" +- {np.std(v):.3f}" if len(v) > 1 else "")
-                                          for v in values.values()) + " |")
+    rows = seed_table(per_seed, "check (validation, thinned)")
     print(json.dumps({"benchmark": "joint_thin", "seeds": seeds, "rows": rows}))
     return 0
 
