@@ -194,6 +194,8 @@ def test_the_checks_validation_scores_come_from_trees_that_never_saw_their_query
     assert auc(check.predict(rows)) > 0.95
     assert abs(auc(check.out_of_fold) - 0.5) < 0.1
     assert check.pairs == (int(same.sum()), int((~same).sum()))
+    # another table of the same queries (one row each here) is predicted by the trees that never saw its query
+    np.testing.assert_allclose(check.cross_predict(rows, same, query, rows[::8], query[::8]), check.out_of_fold[::8])
     with pytest.raises(ValueError, match="same-individual and other pairs"):
         JointCheck().fit(rows, np.zeros(len(rows), bool), query)
 
@@ -274,6 +276,14 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     rows_ = joint_screen.screen(out)
     assert {"joint, max", "joint, noisy_or", "without a", "without b"} <= set(rows_)
     assert all(0 <= r["known_ids_only"] <= 1 and 0 <= r["unfound_share"] <= 1 for r in rows_.values())
+    # the same check on the validation thinned to one gallery photo per known query, with the runs it writes
+    from benchmarks.flukes import joint_thin
+
+    thin = joint_thin.screen(out, share=1.0, write=tmp_path / "thin")
+    assert {"fitted on validation", "fitted on thinned", "fitted on both", "a alone", "b alone"} <= set(thin)
+    assert all(r["top5"] <= 1 and set(r) == set(thin["a alone"]) for r in thin.values())
+    thinned_val = load_score_file(tmp_path / "thin" / "joint_thinned" / "val.npz")
+    assert thinned_val.scores.shape == val.scores.shape and (tmp_path / "thin" / "a" / "val.npz").is_file()
     # where the known whales are lost, read from the same tables: no source finds what the merged shortlist lacks
     from benchmarks.flukes import joint_recall
 

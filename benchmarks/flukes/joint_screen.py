@@ -25,12 +25,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from whale import NEW_WHALE  # noqa: E402
+from benchmarks.flukes.shared import identification_figures  # noqa: E402
 from whale.identify.check import JointCheck, fitted_columns, identification_scores, load_table  # noqa: E402
 from whale.identify.config import JointConfig  # noqa: E402
 from whale.inference.scorefile import load_score_file  # noqa: E402
-from whale.metrics import map_at_k  # noqa: E402
-from whale.ranking import predict_top5, tune_threshold  # noqa: E402
 
 
 def variants(columns: list[str]) -> dict[str, tuple[list[int], str]]:
@@ -59,19 +57,13 @@ def screen(run: Path) -> dict[str, dict]:
     seed = int(json.loads(meta.read_text()).get("seed", 0)) if meta.is_file() else 0
     gallery_ids, truth = np.asarray(val.gallery_ids, str), np.asarray(val.query_ids, str)
     same = gallery_ids[pairs[:, 1]] == truth[pairs[:, 0]]
-    known = truth != NEW_WHALE
     base = JointConfig(kinds=())
     out = {}
     for name, (cols, aggregate) in variants(columns).items():
         check = JointCheck(base.rounds, base.leaf_nodes, base.learning_rate, base.folds, seed)
         check.fit(rows[:, cols], same, pairs[:, 0])
         scores = identification_scores(pairs, check.out_of_fold, gallery_ids, fallback, aggregate)
-        threshold, tuned, _ = tune_threshold(scores, gallery_ids, truth)
-        ids_only = predict_top5(scores[known], gallery_ids, 0.0)
-        found = np.array([t in p for t, p in zip(truth[known], ids_only)])
-        out[name] = {"map5_tuned": float(tuned), "threshold": float(threshold),
-                     "known_ids_only": map_at_k(ids_only, truth[known]), "top5": float(found.mean()),
-                     "unfound_share": float((~found).sum() / len(truth))}
+        out[name] = identification_figures(scores, gallery_ids, truth)
         print(f"{run}: {name}: " + ", ".join(f"{k} {v:.4f}" for k, v in out[name].items()), flush=True)
     return out
 

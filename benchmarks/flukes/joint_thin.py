@@ -45,14 +45,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.flukes.joint_screen import seed_table  # noqa: E402
+from benchmarks.flukes.shared import identification_figures  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.identify.check import (JointCheck, KindEvidence, fitted_columns, identification_scores,  # noqa: E402
                                   load_table, pair_table)
 from whale.identify.config import JointConfig  # noqa: E402
 from whale.identify.sources import run_scores  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
-from whale.metrics import map_at_k  # noqa: E402
-from whale.ranking import predict_top5, tune_threshold  # noqa: E402
 
 
 def mirror_share(gallery_ids: np.ndarray) -> float:
@@ -149,30 +148,6 @@ def copy_run(src: Path, dst: Path, val_scores=None, test_scores=None, hidden_nam
     return dst
 
 
-def evaluate(scores, gallery_ids, truth, one_photo: np.ndarray) -> dict:
-    known = truth != NEW_WHALE
-    _, tuned, _ = tune_threshold(scores, gallery_ids, truth)
-    ids_only = predict_top5(scores[known], gallery_ids, 0.0)
-    found = np.array([t in p for t, p in zip(truth[known], ids_only)])
-    single = one_photo[known]
-    return {"map5_tuned": float(tuned), "known_ids_only": map_at_k(ids_only, truth[known]),
-            "one_photo_ids_only": map_at_k([p for p, s in zip(ids_only, single) if s], truth[known][single])
-            if single.any() else float("nan"),
-            "top5": float(found.mean()), "unfound_share": float((~found).sum() / len(truth))}
-
-
-def cross_fit(check: JointCheck, fit_rows, fit_same, fit_query, pred_rows, pred_query) -> np.ndarray:
-    """Out-of-fold P(same) of ``pred_rows``: each group of queries predicted by trees fitted without it."""
-    n = int(max(fit_query.max(), pred_query.max())) + 1
-    fold = np.random.default_rng(check.seed).permutation(n) % check.folds
-    out = np.zeros(len(pred_rows))
-    for f in range(check.folds):
-        held = fold[pred_query] == f
-        train = fold[fit_query] != f
-        out[held] = check._trees().fit(fit_rows[train], fit_same[train]).predict_proba(pred_rows[held])[:, 1]
-    return out
-
-
 def screen(run: Path, share: float | None, write: Path | None = None) -> dict[str, dict]:
     meta = json.loads((run / "run.json").read_text())
     seed, fold = int(meta.get("seed", 0)), int(meta["fold"])
@@ -201,9 +176,9 @@ def screen(run: Path, share: float | None, write: Path | None = None) -> dict[st
                                np.concatenate([table.pairs[:, 0], t_pairs[:, 0]]))}
     out = {}
     for name, (rows, labels, q) in fits.items():
-        p = cross_fit(check, rows, labels, q, t_rows[:, used], t_pairs[:, 0])
+        p = check.cross_predict(rows, labels, q, t_rows[:, used], t_pairs[:, 0])
         scores = identification_scores(t_pairs, p, gallery_ids, t_fallback, "max")
-        out[name] = evaluate(scores, gallery_ids, truth, one_photo)
+        out[name] = identification_figures(scores, gallery_ids, truth, one_photo)
         if write is not None and name != "fitted on both":
             test = load_table(run / "pairs_test.npz")
             final = JointCheck(cfg.rounds, cfg.leaf_nodes, cfg.learning_rate, cfg.folds, seed)
@@ -213,10 +188,10 @@ def screen(run: Path, share: float | None, write: Path | None = None) -> dict[st
                                                 test.fallback, "max")
             copy_run(run, write / f"joint_{name.split()[-1]}", scores, test_scores)
         if name == "fitted on validation":  # the same check on the original validation, for reference
-            p0 = cross_fit(check, rows, labels, q, table.rows[:, used], table.pairs[:, 0])
+            p0 = check.cross_predict(rows, labels, q, table.rows[:, used], table.pairs[:, 0])
             full = identification_scores(table.pairs, p0, gallery_ids, table.fallback, "max")
-            out["fitted on validation, original validation"] = evaluate(full, gallery_ids, truth,
-                                                                        np.zeros(len(truth), bool))
+            out["fitted on validation, original validation"] = identification_figures(
+                full, gallery_ids, truth, np.zeros(len(truth), bool))
         print(f"{run}: {name}: " + ", ".join(f"{k} {v:.4f}" for k, v in out[name].items()), flush=True)
     if write is not None:
         names = {query[qq]: [gallery[g] for g in h] for qq, h in hidden.items()}
@@ -228,7 +203,7 @@ def screen(run: Path, share: float | None, write: Path | None = None) -> dict[st
         s = s.copy()
         for qq, h in hidden.items():
             s[qq, h] = 0
-        out[f"{k} alone"] = evaluate(s, gallery_ids, truth, one_photo)
+        out[f"{k} alone"] = identification_figures(s, gallery_ids, truth, one_photo)
     return out
 
 

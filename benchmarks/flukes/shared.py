@@ -9,7 +9,8 @@ One module that the fluke benchmarks import and that imports none of them (``ben
 * the pack (``benchmarks/flukes/humpback_pack.py``'s docstring): the splits' photos small enough to travel to a lent
   GPU (:func:`pack`, :func:`tar_parts`), and there the split's folder again (:func:`untar_parts`, :func:`materialize`);
 * measuring: a submission's figures (:func:`submission_metrics`), the known whales' ranking by ids alone
-  (:func:`ranking_metrics`), a validation split's (:func:`validation_metrics`), one method's row
+  (:func:`ranking_metrics`), a validation split's (:func:`validation_metrics`, and the joint screens'
+  :func:`identification_figures`), one method's row
   (:func:`method_row`), the machine reference (:func:`machine_reference`);
 * the user's commands: :func:`whale_command` (resumable ``train``/``score`` steps), :func:`ensemble_and_check`,
   :func:`earlier_run_of` (an earlier run's folder, checked to be of the same split).
@@ -328,6 +329,28 @@ def validation_metrics(scores: np.ndarray, g_ids: np.ndarray, q_ids: np.ndarray)
     return {"map5_known": float(ap5.mean()), "map5_known_single": float(ap5[single].mean()) if single.any() else None,
             "top1": float(hit[:, 0].mean()), "top5": float(hit.any(1).mean()), "map5_tuned": float(val_map),
             "new_whale_first": new_whale_share(top1, threshold)}
+
+
+def identification_figures(scores: np.ndarray, gallery_ids, truth, one_photo: np.ndarray | None = None) -> dict:
+    """A validation's figures of ``scores [queries, gallery photos]`` as the joint screens print them: MAP@5 with
+    the ``new_whale`` threshold tuned on the same queries (and that threshold), the known whales' MAP@5 by ids alone
+    (of the ``one_photo [queries] bool`` queries alone too, where given), their top-5, and the share of all queries
+    that are known whales whose id is nowhere among the five (``unfound_share``)."""
+    from whale.metrics import map_at_k
+    from whale.ranking import predict_top5, tune_threshold
+
+    gallery_ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
+    known = truth != NEW_WHALE
+    threshold, tuned, _ = tune_threshold(scores, gallery_ids, truth)
+    ids_only = predict_top5(scores[known], gallery_ids, 0.0)
+    found = np.array([t in p for t, p in zip(truth[known], ids_only)])
+    out = {"map5_tuned": float(tuned), "threshold": float(threshold),
+           "known_ids_only": map_at_k(ids_only, truth[known])}
+    if one_photo is not None:
+        single = np.asarray(one_photo, bool)[known]
+        out["one_photo_ids_only"] = (map_at_k([p for p, s in zip(ids_only, single) if s], truth[known][single])
+                                     if single.any() else float("nan"))
+    return {**out, "top5": float(found.mean()), "unfound_share": float((~found).sum() / len(truth))}
 
 
 def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids, keep: dict | None = None) -> dict:

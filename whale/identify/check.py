@@ -193,17 +193,33 @@ class JointCheck:
                              f"shortlists: {positives} and {negatives}")
         self.pairs = (positives, negatives)
         t0 = time.perf_counter()
-        fold = np.random.default_rng(self.seed).permutation(int(query.max()) + 1) % self.folds
-        self.out_of_fold = np.zeros(len(rows))
-        for f in range(self.folds if cross_fit else 0):
-            progress_line(f"joint check: fold {f + 1} of {self.folds} ({positives:,} same-individual and "
-                          f"{negatives:,} other pairs)", progress)
-            held = fold[query] == f
-            if held.any() and same[~held].any() and (~same[~held]).any():
-                self.out_of_fold[held] = self._trees().fit(rows[~held], same[~held]).predict_proba(rows[held])[:, 1]
+        self.out_of_fold = (self.cross_predict(rows, same, query, progress=progress) if cross_fit
+                            else np.zeros(len(rows)))
         self.model = self._trees().fit(rows, same)
         self.seconds["fit"] = time.perf_counter() - t0
         return self
+
+    def cross_predict(self, rows: np.ndarray, same: np.ndarray, query: np.ndarray, other_rows: np.ndarray = None,
+                      other_query: np.ndarray = None, progress: bool = False) -> np.ndarray:
+        """``[m'] float64`` P(same) of ``other_rows`` (default ``rows``) predicted by trees that never saw their
+        query: the query numbers dealt to :attr:`folds` groups by :attr:`seed` (the same deal for ``rows`` and
+        ``other_rows``), each group's ``other_rows`` predicted by trees fitted on the other groups' ``rows``. A group
+        whose training rows lack either label is left at zero. ``other_rows`` lets a check be fitted on one table and
+        measured on another of the same queries (``benchmarks/flukes/joint_thin.py``: the original validation's
+        pairs predicting its thinned copy's)."""
+        same = np.asarray(same, bool)
+        if other_rows is None:
+            other_rows, other_query = rows, query
+        n = int(max(np.max(query, initial=-1), np.max(other_query, initial=-1))) + 1
+        fold = np.random.default_rng(self.seed).permutation(n) % self.folds
+        out = np.zeros(len(other_rows))
+        for f in range(self.folds):
+            progress_line(f"joint check: fold {f + 1} of {self.folds} ({int(same.sum()):,} same-individual and "
+                          f"{int((~same).sum()):,} other pairs)", progress)
+            held, train = fold[other_query] == f, fold[query] != f
+            if held.any() and same[train].any() and (~same[train]).any():
+                out[held] = self._trees().fit(rows[train], same[train]).predict_proba(other_rows[held])[:, 1]
+        return out
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
         """``[m] float64`` P(same whale) of each row."""
