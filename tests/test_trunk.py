@@ -90,6 +90,10 @@ def test_maps_are_kept_by_content_and_read_back_without_the_trunk(backend, tmp_p
     assert _maps(None, views=3).fingerprint() != maps.fingerprint() != _maps(None, layer="x").fingerprint()
 
     assert not again.notes
+    # a photo's maps are held once: both kinds view the training store's array, a second store and a plain store
+    # of the same photos hand out that memory again
+    assert np.shares_memory(store[1], maps.store(paths, views=True)[1]) and store[1].base is None
+    assert np.shares_memory(maps.store(paths)[1], store[1])
 
 
 def test_a_damaged_or_altered_map_file_is_computed_again_with_a_note_never_used(backend, tmp_path):

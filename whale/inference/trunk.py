@@ -129,7 +129,18 @@ class TrunkMaps:
             todo = [i for i, k in enumerate(keys) if not self._have(k, kind)]
             if todo:
                 self._compute([paths[i] for i in todo], [boxes[i] for i in todo], [keys[i] for i in todo], kind)
-        return MapStore([np.concatenate([self._memory[(k, kind)] for kind in kinds]) for k in keys])
+        return MapStore([self._whole(k) if len(kinds) == 2 else self._memory[(k, "plain")] for k in keys])
+
+    def _whole(self, key: str) -> np.ndarray:
+        """``[1 + V, h, w, c]``: a photo's plain and augmented maps in one array, which the two kinds' entries then
+        view (a photo's maps held once, not once per kind and once joined: half the memory of a training store)."""
+        plain, views = self._memory[(key, "plain")], self._memory[(key, "views")]
+        base = plain.base
+        if base is not None and base is views.base and len(base) == len(plain) + len(views):
+            return base
+        whole = np.concatenate([plain, views])
+        self._memory[(key, "plain")], self._memory[(key, "views")] = whole[:1], whole[1:]
+        return whole
 
     # ------------------------------------------------------------------ the cache
     def _file(self, key: str, kind: str) -> Path:
