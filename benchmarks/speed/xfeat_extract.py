@@ -1,0 +1,105 @@
+"""XFeat's extraction per photo: its network compiled once for every photo size, or called eagerly. Not a test.
+
+    python benchmarks/speed/xfeat_extract.py [--photos 60] [--repeats 2] [--config configs/keypoints_xfeat_checked.yaml]
+
+:class:`whale.keypoints.xfeat.XFeat` runs its network through ``predict_on_batch``: compiled by the Keras backend
+(a TensorFlow graph, a JAX program) with the photo's size left open, so one trace serves every photo size. The
+network's bilinear upsampling is the toolkit's own layer, which reads its sizes when it runs; Keras's
+``UpSampling2D`` needs them when traced. Before, the network was called eagerly, op by op, because a compiled one
+would have been traced again for every photo size. This times :func:`whale.keypoints.extract.extract` (the whole
+step: reading, the network, suppression, descriptors) on ``--photos`` real flukes
+(``../shared/data/humpback/train``, the first by name) under ``--config``, the former eager call and the compiled
+one alternated ``--repeats`` times in one process (after one untimed pass each: loading, the trace), and prints
+seconds per photo each way, the ratio, how far the two ways' features differ (the share of keypoints at the same
+pixel, the largest difference of their stored descriptor bytes), and as its last line one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from whale.command import quiet_unless_debugging  # noqa: E402
+
+quiet_unless_debugging()  # before anything imports the backend
+
+import numpy as np  # noqa: E402
+
+
+def eager_maps(self, gray):
+    """The former ``XFeat.maps``: the network called eagerly, op by op."""
+    import cv2
+
+    from whale.keypoints.xfeat import MULTIPLE
+
+    h, w = gray.shape
+    fh, fw = h // MULTIPLE * MULTIPLE, w // MULTIPLE * MULTIPLE
+    if fh == 0 or fw == 0:
+        return None
+    image = gray.astype(np.float32)
+    if (fh, fw) != (h, w):
+        image = cv2.resize(image, (fw, fh), interpolation=cv2.INTER_LINEAR)
+    feats, logits, heat = (np.asarray(o)[0] for o in self.net(image[None, :, :, None], training=False))
+    return feats, logits, heat, np.float32([w / fw, h / fh])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--photos", type=int, default=60)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--config", default=str(ROOT / "configs" / "keypoints_xfeat_checked.yaml"))
+    p.add_argument("--source", default=str(ROOT.parent / "shared" / "data" / "humpback"))
+    args = p.parse_args(argv)
+    from whale.keypoints.config import load_keypoint_config
+    from whale.keypoints.extract import extract
+    from whale.keypoints.xfeat import XFeat
+
+    source = Path(args.source) / "train"
+    if not source.is_dir():
+        print(f"{source}: no photos here (the shared flukes sit beside the checkout); nothing measured")
+        return 0
+    paths = sorted(source.glob("*.jpg"))[:args.photos]
+    cfg = load_keypoint_config(args.config).features
+    compiled = XFeat.maps
+    ways = {"eager (former)": eager_maps, "compiled": compiled}
+    seconds = {name: [] for name in ways}
+    features = {}
+    for rep in range(args.repeats + 1):  # the first pass of each way untimed
+        for name, maps in ways.items():
+            XFeat.maps = maps
+            t0 = time.perf_counter()
+            out = [extract(path, cfg) for path in paths]
+            if rep:
+                seconds[name].append((time.perf_counter() - t0) / len(paths))
+            features[name] = out
+    XFeat.maps = compiled
+    per_photo = {name: float(np.median(v)) for name, v in seconds.items()}
+    for name, v in per_photo.items():
+        print(f"{name:>15}: {v:.3f} s a photo (median of {args.repeats} passes over {len(paths)} photos)")
+    ratio = per_photo["eager (former)"] / per_photo["compiled"]
+    a, b = features["eager (former)"], features["compiled"]
+    common, kept, diff = 0, 0, 0
+    for x, y in zip(a, b):  # keypoints at the same pixel both ways, and their stored descriptors' bytes
+        pos = {tuple(v): i for i, v in enumerate(np.round(y.xy, 3).tolist())}
+        pairs = [(i, pos[tuple(v)]) for i, v in enumerate(np.round(x.xy, 3).tolist()) if tuple(v) in pos]
+        common += len(pairs)
+        kept += max(len(x.xy), len(y.xy))
+        if pairs:
+            i, j = np.array(pairs).T
+            diff = max(diff, int(np.abs(x.desc[i].astype(int) - y.desc[j].astype(int)).max()))
+    share = common / max(kept, 1)
+    print(f"compiled is {ratio:.2f}x as fast; {share:.2%} of the keypoints are at the same pixel both ways (the "
+          f"rest: near-ties of the score, ordered or suppressed the other way), their stored bytes differ by at "
+          f"most {diff}")
+    print(json.dumps({"benchmark": "xfeat_extract", "photos": len(paths), "config": Path(args.config).name,
+                      "seconds_per_photo": per_photo, "ratio": ratio, "same_keypoints_share": share,
+                      "max_byte_diff": diff}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
