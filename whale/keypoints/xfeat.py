@@ -201,13 +201,10 @@ def grid_sample(fmap: np.ndarray, xy: np.ndarray, size: tuple[int, int], mode: s
     gy = 2.0 * xy[:, 1].astype(np.float64) / (big_h - 1) - 1.0
     px, py = ((gx + 1) * w - 1) / 2, ((gy + 1) * h - 1) / 2
 
-    def tap(ix, iy):
-        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-        out = fmap[np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)].astype(np.float64)
-        return out * inside[:, None]
-
     if mode == "nearest":
-        return tap(np.rint(px).astype(np.int64), np.rint(py).astype(np.int64)).astype(np.float32)
+        ix, iy = np.rint(px).astype(np.int64), np.rint(py).astype(np.int64)
+        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+        return (fmap[np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)] * inside[:, None]).astype(np.float32)
     x0, y0 = np.floor(px).astype(np.int64), np.floor(py).astype(np.int64)
     tx, ty = px - x0, py - y0
     if mode == "bilinear":
@@ -216,11 +213,14 @@ def grid_sample(fmap: np.ndarray, xy: np.ndarray, size: tuple[int, int], mode: s
         wx, wy, offsets = _cubic_weights(tx), _cubic_weights(ty), (-1, 0, 1, 2)
     else:
         raise ValueError(f"unknown interpolation {mode!r}")
-    out = np.zeros((len(xy), fmap.shape[2]))
-    for j, dy in enumerate(offsets):
-        for i, dx in enumerate(offsets):
-            out += (wx[i] * wy[j])[:, None] * tap(x0 + dx, y0 + dy)
-    return out.astype(np.float32)
+    step = np.asarray(offsets)
+    ix, iy = x0[:, None] + step, y0[:, None] + step  # [n, taps] each axis; a tap outside weighs nothing (zeros)
+    wx = np.stack(wx, axis=1) * ((ix >= 0) & (ix < w))
+    wy = np.stack(wy, axis=1) * ((iy >= 0) & (iy < h))
+    taps = fmap[np.clip(iy, 0, h - 1)[:, :, None], np.clip(ix, 0, w - 1)[:, None, :]]  # [n, taps y, taps x, C]
+    weights = (wy[:, :, None] * wx[:, None, :]).reshape(len(xy), 1, -1)  # [n, 1, taps]
+    taps = taps.reshape(len(xy), weights.shape[2], -1).astype(np.float64)  # [n, taps, C]
+    return np.matmul(weights, taps)[:, 0].astype(np.float32)
 
 
 def _cubic_weights(t: np.ndarray, a: float = -0.75) -> list[np.ndarray]:
