@@ -199,8 +199,8 @@ class JointCheck:
         self.seconds["fit"] = time.perf_counter() - t0
         return self
 
-    def cross_predict(self, rows: np.ndarray, same: np.ndarray, query: np.ndarray, other_rows: np.ndarray = None,
-                      other_query: np.ndarray = None, progress: bool = False) -> np.ndarray:
+    def cross_predict(self, rows: np.ndarray, same: np.ndarray, query: np.ndarray, other_rows: np.ndarray | None = None,
+                      other_query: np.ndarray | None = None, progress: bool = False) -> np.ndarray:
         """``[m'] float64`` P(same) of ``other_rows`` (default ``rows``) predicted by trees that never saw their
         query: the query numbers dealt to :attr:`folds` groups by :attr:`seed` (the same deal for ``rows`` and
         ``other_rows``), each group's ``other_rows`` predicted by trees fitted on the other groups' ``rows``. A group

@@ -102,21 +102,20 @@ def build_net():
             self.factor = factor
 
         def along(self, x, axis):
-            f, n = self.factor, ops.shape(x)[axis]
-            first = x[:, :1] if axis == 1 else x[:, :, :1]
-            last = x[:, -1:] if axis == 1 else x[:, :, -1:]
-            body_prev = x[:, :-1] if axis == 1 else x[:, :, :-1]
-            body_next = x[:, 1:] if axis == 1 else x[:, :, 1:]
-            prev, nxt = ops.concatenate([first, body_prev], axis), ops.concatenate([body_next, last], axis)
+            def part(start, stop):  # x's rows (axis 1) or columns (axis 2) start:stop
+                return x[:, start:stop] if axis == 1 else x[:, :, start:stop]
+
+            f = self.factor
+            prev = ops.concatenate([part(0, 1), part(None, -1)], axis)  # each pixel's neighbour before, the edge's own
+            nxt = ops.concatenate([part(1, None), part(-1, None)], axis)  # and after
             outs = []
             for k in range(f):
                 d = (2 * k + 1 - f) / (2 * f)
                 outs.append((1 + d) * x - d * prev if d < 0 else (1 - d) * x + d * nxt)
-            y = ops.stack(outs, axis=axis + 1)
             shape = ops.shape(x)
             size = [-1, shape[1], shape[2], shape[3]]
-            size[axis] = n * f
-            return ops.reshape(y, size)
+            size[axis] = shape[axis] * f
+            return ops.reshape(ops.stack(outs, axis=axis + 1), size)
 
         def call(self, x):
             return self.along(self.along(x, 1), 2)
