@@ -32,21 +32,9 @@ quiet_unless_debugging()  # before anything imports the backend
 import numpy as np  # noqa: E402
 
 
-def eager_maps(self, gray):
-    """The former ``XFeat.maps``: the network called eagerly, op by op."""
-    import cv2
-
-    from whale.keypoints.xfeat import MULTIPLE
-
-    h, w = gray.shape
-    fh, fw = h // MULTIPLE * MULTIPLE, w // MULTIPLE * MULTIPLE
-    if fh == 0 or fw == 0:
-        return None
-    image = gray.astype(np.float32)
-    if (fh, fw) != (h, w):
-        image = cv2.resize(image, (fw, fh), interpolation=cv2.INTER_LINEAR)
-    feats, logits, heat = (np.asarray(o)[0] for o in self.net(image[None, :, :, None], training=False))
-    return feats, logits, heat, np.float32([w / fw, h / fh])
+def eager(model, batch):
+    """The former network call of ``XFeat.maps``: the model called eagerly, op by op."""
+    return model(batch, training=False)
 
 
 def former_local_maxima(heat, threshold=0.05, kernel=5):
@@ -96,7 +84,6 @@ def main(argv=None) -> int:
     from whale.keypoints.config import load_keypoint_config
     from whale.keypoints.extract import extract
     from whale.keypoints import xfeat
-    from whale.keypoints.xfeat import XFeat
 
     source = Path(args.source) / "train"
     if not source.is_dir():
@@ -104,19 +91,20 @@ def main(argv=None) -> int:
         return 0
     paths = sorted(source.glob("*.jpg"))[:args.photos]
     cfg = load_keypoint_config(args.config).features
-    now = (XFeat.maps, xfeat.local_maxima, xfeat.grid_sample)
-    ways = {"former": (eager_maps, former_local_maxima, former_grid_sample), "now": now}
+    net_class = type(xfeat.load().net)  # XFeat.maps calls its network's predict_on_batch: the former way, eagerly
+    now = (net_class.predict_on_batch, xfeat.local_maxima, xfeat.grid_sample)
+    ways = {"former": (eager, former_local_maxima, former_grid_sample), "now": now}
     seconds = {name: [] for name in ways}
     features = {}
     for rep in range(args.repeats + 1):  # the first pass of each way untimed
-        for name, (maps, maxima, sample) in ways.items():
-            XFeat.maps, xfeat.local_maxima, xfeat.grid_sample = maps, maxima, sample
+        for name, (call, maxima, sample) in ways.items():
+            net_class.predict_on_batch, xfeat.local_maxima, xfeat.grid_sample = call, maxima, sample
             t0 = time.perf_counter()
             out = [extract(path, cfg) for path in paths]
             if rep:
                 seconds[name].append((time.perf_counter() - t0) / len(paths))
             features[name] = out
-    XFeat.maps, xfeat.local_maxima, xfeat.grid_sample = now
+    net_class.predict_on_batch, xfeat.local_maxima, xfeat.grid_sample = now
     per_photo = {name: float(np.median(v)) for name, v in seconds.items()}
     for name, v in per_photo.items():
         print(f"{name:>15}: {v:.3f} s a photo (median of {args.repeats} passes over {len(paths)} photos)")
