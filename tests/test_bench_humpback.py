@@ -103,6 +103,32 @@ def test_metrics_by_hand():
     assert r["top1"] == 0.5 and r["top5"] == 1.0 and r["map5_known_no_new"] == pytest.approx(0.75)
 
 
+def test_the_known_whales_figures_are_one_ranking_read_three_ways():
+    """``ranking_metrics`` (test), ``validation_metrics`` (screens) and ``identification_figures`` (joint screens)
+    read the known queries' figures from one ranking (``known_hits``): by hand, a query whose id is second, one whose
+    id is first (its whale with one gallery photo), one whose id is nowhere among the five, and a new whale."""
+    g_ids = np.array(["w1", "w1", "w2"] + [f"x{i}" for i in range(5)] + [NEW_WHALE])
+    q_ids = np.array(["w1", "w2", "w3", NEW_WHALE])
+    scores = np.zeros((4, 9), np.float32)
+    scores[0, [1, 2]] = 0.6, 0.9                     # w1 second, behind w2
+    scores[1, 2] = 0.8                               # w2 first (one gallery photo)
+    scores[2, 3:8] = 0.5, 0.4, 0.3, 0.2, 0.1         # w3 is in the gallery under no photo: nowhere among the five
+    scores[2, 0] = 0.05
+    g_ids[0] = "w3"                                  # w3 has one photo, ranked sixth
+    known, hit = shared.known_hits(scores, g_ids, q_ids)
+    assert known.tolist() == [True, True, True, False]
+    assert hit.tolist() == [[False, True] + [False] * 3, [True] + [False] * 4, [False] * 5]
+    assert shared.average_precision5(hit).tolist() == [0.5, 1.0, 0.0]
+    v = shared.validation_metrics(scores, g_ids, q_ids)
+    assert v["map5_known"] == pytest.approx(0.5) and v["map5_known_single"] == pytest.approx(0.5)
+    assert v["top1"] == pytest.approx(1 / 3) and v["top5"] == pytest.approx(2 / 3)
+    r = shared.ranking_metrics(scores, np.array(list("abcd")), g_ids, dict(zip("abcd", q_ids)))
+    assert r["map5_known_no_new"] == v["map5_known"] and r["map5_one_photo"] == v["map5_known_single"]
+    f = shared.identification_figures(scores, g_ids, q_ids, one_photo=np.array([False, True, True, False]))
+    assert f["known_ids_only"] == v["map5_known"] and f["one_photo_ids_only"] == pytest.approx(0.5)
+    assert f["top5"] == v["top5"] and f["unfound_share"] == pytest.approx(1 / 4)
+
+
 @pytest.mark.slow
 def test_whole_benchmark_on_a_fake_source(tmp_path, monkeypatch):
     src = fake_source(tmp_path / "src", counts=(1,) * 8 + (3,) * 6 + (5,) * 4)

@@ -180,6 +180,26 @@ def test_a_learned_variant_trains_the_config_again_with_its_overrides(tmp_path, 
             humpback_runs.learned_variant(bad)
 
 
+def test_variants_only_trains_the_variants_and_not_the_config_as_written(tmp_path, monkeypatch):
+    """``--variants-only``: the config as written was measured before, so only each ``--learned-variant`` is trained
+    (its own folder and row); without a variant the flag changes nothing."""
+    from types import SimpleNamespace
+
+    from benchmarks.flukes import humpback_runs
+
+    calls = []
+    monkeypatch.setattr(humpback_runs, "whale_command", lambda args, log_path, log: calls.append(args) or 2.0)
+    fixed = humpback_runs.learned_variant("fixed=stages[0].k=0.5 stages[1].k=0.5")
+    args = SimpleNamespace(methods=["learned"], learned_configs=["configs/head.yaml"], learned_runs=None,
+                           out=str(tmp_path), gpu_runs=None, learned_variants=[fixed], variants_only=True)
+    runs = humpback_runs.learned_runs(args, 0, tmp_path / "data", tmp_path / "seed0", log=lambda m: None)
+    assert list(runs) == ["learned head fixed"] and len(calls) == 1
+    assert calls[0][-4:] == ["--set", "stages[0].k=0.5", "--set", "stages[1].k=0.5"]
+    args.learned_variants = []
+    assert list(humpback_runs.learned_runs(args, 0, tmp_path / "data", tmp_path / "seed0", log=lambda m: None)) == [
+        "learned head"]
+
+
 def test_report_pairs_every_row_with_the_gains_over_row_and_draws_the_learned_runs_curves(tmp_path, capsys):
     """--report --gains-over A: each other row minus A on the same seed; the learned runs' log.csv drawn as one
     figure of validation MAP@5 by epoch (a run without a validated epoch yet adds no line and breaks nothing)."""

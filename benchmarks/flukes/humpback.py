@@ -308,6 +308,9 @@ def main(argv=None) -> int:
     p.add_argument("--learned-variant", action="append", default=[], metavar="NAME='KEY=VALUE ...'",
                    help="each learned config also trained with these --set overrides (an ablation), row 'learned "
                         "<config> NAME'; repeatable")
+    p.add_argument("--variants-only", action="store_true",
+                   help="train only the --learned-variant rows, not each config as written (its runs measured "
+                        "before: compare them with --report over the same OUT or the documented figures)")
     p.add_argument("--gpu-runs", default=None, metavar="DIR",
                    help="the flukes_<job>.tgz a GPU session returned (benchmarks/gpu/gpu_suite.py step "
                         "flukes_lite0): each job of a seed scored here on the original photos, row 'gpu <job>', "

@@ -29,7 +29,9 @@ def learned_runs(args, seed: int, comp: Path, work: Path, log=print) -> dict[str
     """``{row name: (run folder, seconds or None when reused)}`` of the split ``comp``'s learned runs."""
     runs = {}
     wanted = "learned" in args.methods or "fusion" in args.methods
-    variants = [("", [])] + list(getattr(args, "learned_variants", []))
+    variants = list(getattr(args, "learned_variants", []))
+    if not (getattr(args, "variants_only", False) and variants):
+        variants = [("", [])] + variants
     for config, (variant, sets) in ((c, v) for c in (args.learned_configs if wanted else []) for v in variants):
         stem = Path(config).stem + (f"-{variant}" if variant else "")
         name = f"learned {Path(config).stem}" + (f" {variant}" if variant else "")

@@ -295,19 +295,30 @@ def submission_metrics(pred: dict[str, list[str]], truth: dict[str, str]) -> dic
 WHY_NEW_FIRST = (("new_first_new", "of it, new whales"), ("new_first_missed", "known, id not among the five"),
                  ("new_first_found", "known, id pushed down a rank"))
 """:func:`submission_metrics`' split of ``new_whale`` first by why: each key and its column heading."""
+def known_hits(scores: np.ndarray, gallery_ids, truth) -> tuple[np.ndarray, np.ndarray]:
+    """Where each known query's whale is among its five best ids by the per-id maximum, ``new_whale`` never predicted:
+    ``(known [queries] bool, hit [known queries, 5] bool)`` of ``scores [queries, gallery photos]`` and the queries'
+    ids ``truth``. The one ranking every figure of known whales below is read from (MAP@5 ids only, top-1, top-5)."""
+    from whale.ranking import top_id_scores
+
+    truth = np.asarray(truth, str)
+    known = truth != NEW_WHALE
+    names, idx, _ = top_id_scores(scores[known], np.asarray(gallery_ids, str), k=5)
+    return known, names[idx] == truth[known][:, None]
+
+
+def average_precision5(hit: np.ndarray) -> np.ndarray:
+    """``[queries]`` precision at the first hit of :func:`known_hits`' rows (MAP@5 with one true id a query)."""
+    return (hit / np.arange(1, hit.shape[1] + 1)).sum(axis=1)
+
+
 def ranking_metrics(scores: np.ndarray, query: np.ndarray, gallery_ids: np.ndarray, truth: dict[str, str]) -> dict:
     """Top-1 / top-5 and the MAP@5 of the known queries by the per-id maximum (``new_whale`` never predicted), and
     that MAP@5 of the queries whose whale has one gallery photo (``map5_one_photo``: 44% of the known queries)."""
-    from whale.ranking import top_id_scores
-
-    known = np.array([truth[str(q)] != NEW_WHALE for q in query])
-    names, idx, _ = top_id_scores(scores[known], gallery_ids, k=5)
-    top = names[idx]
-    actual = np.array([truth[str(q)] for q in query[known]])
-    hit = top == actual[:, None]
-    ap = (hit / np.arange(1, hit.shape[1] + 1)).sum(axis=1)
-    photos, counts = np.unique(np.asarray(gallery_ids, dtype=str), return_counts=True)
-    one = np.isin(actual, photos[counts == 1])
+    q_ids = np.array([truth[str(q)] for q in query], dtype=str)
+    known, hit = known_hits(scores, gallery_ids, q_ids)
+    ap = average_precision5(hit)
+    one = single_photo_queries(np.asarray(gallery_ids, str), q_ids)
     return {"top1": float(hit[:, 0].mean()), "top5": float(hit.any(axis=1).mean()),
             "map5_known_no_new": float(ap.mean()), "map5_one_photo": float(ap[one].mean()) if one.any() else np.nan}
 
@@ -319,11 +330,9 @@ def validation_metrics(scores: np.ndarray, g_ids: np.ndarray, q_ids: np.ndarray)
     from whale.ranking import top_id_scores, tune_threshold
     from whale.ranking.newwhale import new_whale_share
 
-    known = q_ids != NEW_WHALE
+    _, hit = known_hits(scores, g_ids, q_ids)
+    ap5 = average_precision5(hit)
     single = single_photo_queries(g_ids, q_ids)
-    names, idx, _ = top_id_scores(scores[known], g_ids, k=5)
-    hit = names[idx] == q_ids[known][:, None]
-    ap5 = (hit / np.arange(1, 6)).sum(1)
     threshold, val_map, _ = tune_threshold(scores, g_ids, q_ids)
     top1 = top_id_scores(scores, g_ids, k=1)[2][:, 0]
     return {"map5_known": float(ap5.mean()), "map5_known_single": float(ap5[single].mean()) if single.any() else None,
@@ -336,20 +345,16 @@ def identification_figures(scores: np.ndarray, gallery_ids, truth, one_photo: np
     the ``new_whale`` threshold tuned on the same queries (and that threshold), the known whales' MAP@5 by ids alone
     (of the ``one_photo [queries] bool`` queries alone too, where given), their top-5, and the share of all queries
     that are known whales whose id is nowhere among the five (``unfound_share``)."""
-    from whale.metrics import map_at_k
-    from whale.ranking import predict_top5, tune_threshold
+    from whale.ranking import tune_threshold
 
     gallery_ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
-    known = truth != NEW_WHALE
     threshold, tuned, _ = tune_threshold(scores, gallery_ids, truth)
-    ids_only = predict_top5(scores[known], gallery_ids, 0.0)
-    found = np.array([t in p for t, p in zip(truth[known], ids_only)])
-    out = {"map5_tuned": float(tuned), "threshold": float(threshold),
-           "known_ids_only": map_at_k(ids_only, truth[known])}
+    known, hit = known_hits(scores, gallery_ids, truth)
+    ap, found = average_precision5(hit), hit.any(axis=1)
+    out = {"map5_tuned": float(tuned), "threshold": float(threshold), "known_ids_only": float(ap.mean())}
     if one_photo is not None:
         single = np.asarray(one_photo, bool)[known]
-        out["one_photo_ids_only"] = (map_at_k([p for p, s in zip(ids_only, single) if s], truth[known][single])
-                                     if single.any() else float("nan"))
+        out["one_photo_ids_only"] = float(ap[single].mean()) if single.any() else float("nan")
     return {**out, "top5": float(found.mean()), "unfound_share": float((~found).sum() / len(truth))}
 
 
