@@ -80,3 +80,44 @@ def test_a_memory_limit_holds_a_child_under_it_or_kills_it(tmp_path):
     finally:
         tight.close()
     assert not tight.path.exists() and not roomy.path.exists()
+
+
+def test_a_size_by_recipe_runs_the_whole_recipe_and_evaluates_each_submission(tmp_path):
+    """``--recipe``: the grown folder through ``whale recipe`` (here two ``whale ensemble`` steps over two matchers'
+    score files and a check): each step's seconds and peak memory, each submission ranked by the scores it was made
+    from (the fusion kept beside it; one run's own file), the table, and a second call reads the result back."""
+    import json
+    from types import SimpleNamespace
+
+    from tests.test_bench_humpback_learned import _matcher_files, fake_source as learned_source
+    from whale.inference.scorefile import load_score_file
+
+    split, truth, _ = shared.build_split(learned_source(tmp_path / "src"), tmp_path / "split", 0, log=lambda *a: None)
+    work = tmp_path / "out" / "x1"
+    comp = growth.grow(split, work / "data", 1, log=lambda *a: None)
+    for seed, name in enumerate("ab"):
+        (work / "recipe" / name).mkdir(parents=True)
+        _matcher_files(comp, work / "recipe" / name, seed)
+    recipe = tmp_path / "two.yaml"
+    recipe.write_text(
+        "steps:\n"
+        "  - {name: fused, run: 'whale ensemble {out}/a {out}/b --tune --fusion logodds --out {out}/submission.csv "
+        "--sample {data}/sample_submission.csv'}\n"
+        "  - {name: alone, run: 'whale ensemble {out}/a --tune --out {out}/a.csv --sample {data}/sample_submission.csv'}\n"
+        "  - {name: check, run: 'whale submission check {out}/submission.csv --sample {data}/sample_submission.csv'}\n")
+    args = SimpleNamespace(out=str(tmp_path / "out"), recipe=str(recipe), cache=None, memory_limit_gb=None,
+                           reference=1.5)
+    row = growth.measure_recipe(args, split, truth, 1, log=lambda *a: None)
+    assert [s["name"] for s in row["steps"]] == ["fused", "alone", "check"]
+    assert all(s["status"] == "ran" and s["seconds"] > 0 for s in row["steps"])
+    assert row["photos"] == len(pd.read_csv(split / "train.csv")) + len(truth) and row["seconds"] > 0
+    alone, fused = row["submissions"]["alone"], row["submissions"]["fused"]
+    a = load_score_file(work / "recipe" / "a" / "test.npz")
+    assert alone["map5_known_no_new"] == shared.ranking_metrics(a.scores, a.query, a.gallery_ids, truth)["map5_known_no_new"]
+    assert 0 <= fused["map5"] <= 1 and 0 <= fused["map5_known_no_new"] <= 1
+    assert (work / "recipe" / "submission.calibration.json").is_file()
+    text = growth.recipe_table([row])
+    assert "`fused` s (peak MB)" in text and "`alone` MAP@5 all; known, ids only" in text
+    assert f"{alone['map5']:.3f}; {alone['map5_known_no_new']:.3f}" in text
+    assert growth.measure_recipe(args, split, truth, 1, log=lambda *a: None) == json.loads(
+        (work / "result.json").read_text())

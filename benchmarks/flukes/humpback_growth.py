@@ -3,6 +3,7 @@
     python benchmarks/flukes/humpback_growth.py --out runs/growth [--seed 0] [--renditions 1,2,4]
     python benchmarks/flukes/humpback_growth.py --out runs/growth8 --renditions 4 --memory-limit-gb 8  # fits in 8 GB?
     python benchmarks/flukes/humpback_growth.py --out runs/growth --report     # the table of what was measured
+    python benchmarks/flukes/humpback_growth.py --out runs/growth_recipe --recipe recipes/flukes.yaml --memory-limit-gb 8
 
 The shared flukes hold 7,980 photos; the competition held 33,321 (25,361 training, 7,960 test). The gallery is
 grown with flipped copies as distractor individuals, as the 2019 winners grew their training set (a mirrored
@@ -24,7 +25,12 @@ mark after each step), MAP@5 of the real queries (all; known whales ids only; on
 again with the gallery's renditions of the test photos themselves left out), the ``new_whale`` share at rank 1
 beside the true one, and the machine reference (100 photos' shipped RootSIFT keypoints in one process, whatever
 the config) measured in the same run.
-A size whose ``result.json`` exists is not measured again: a killed run goes on with the next size.
+With ``--recipe``, each size runs that whole recipe instead (``whale recipe``: both matchers, the network, the
+joint identification, the submissions; the memory cgroup around all of it), reported per size: each step's seconds
+and peak memory (``recipe-times.json``), the whole recipe's, and each ``whale ensemble`` step's submission: MAP@5
+over all queries and the known whales' ids only, ranked by the test scores it was made from.
+A size whose ``result.json`` exists is not measured again: a killed run goes on with the next size (a killed
+recipe, from its first unfinished step).
 The last stdout line is ``{"benchmark": "humpback_growth", ...}``.
 """
 from __future__ import annotations
@@ -106,22 +112,7 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
     kp = work / "keypoints"
     cmd = [sys.executable, "-m", "whale", "score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp),
            "--fold", "0", "--config", args.keypoint_config, "--cache", str(store), "--quiet"]
-    log(f"$ whale {' '.join(cmd[3:])}" + (f"   (inside a {args.memory_limit_gb:g} GB memory cgroup)"
-                                          if args.memory_limit_gb else ""))
-    limit = common.MemoryLimit(args.memory_limit_gb) if args.memory_limit_gb else None
-    try:
-        rc, seconds, peak = common.run_measured(cmd, work / "score.log", cwd=common.repo_root(),
-                                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                                preexec_fn=limit.preexec if limit else None)
-        group_peak = limit.peak_mb() if limit else None
-    finally:
-        if limit:
-            limit.close()
-    if rc:
-        raise RuntimeError(f"whale score failed (exit {rc}" + (f", {group_peak:,.0f} MB used of the "
-                           f"{args.memory_limit_gb:g} GB limit" if limit else "") + f"); see {work / 'score.log'}")
-    log(f"  {seconds:.0f} s, peak {peak['resident']:,.0f} MB resident, {peak['anonymous']:,.0f} MB not mapped files' "
-        "(with its extraction workers)")
+    seconds, peak, group_peak = run_within_limit(args, cmd, work / "score.log", log)
     te, _ = shared.ensemble_and_check([kp], work / "keypoints.csv", comp, work, log=log)
     record = json.loads((kp / "run.json").read_text())
     test_scores = load_score_file(kp / "test.npz")
@@ -134,6 +125,96 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
     row.update(without_own_renditions(test_scores, truth))
     done.write_text(json.dumps(row, indent=2))
     return row
+
+
+def run_within_limit(args, cmd: list[str], log_path: Path, log=print) -> tuple[float, dict, float | None]:
+    """Run ``python -m whale ...`` ``cmd`` measured (inside ``--memory-limit-gb``'s cgroup when given): its seconds,
+    the peak memory of it and its workers (:func:`benchmarks.common.run_measured`) and the cgroup's peak (MB).
+
+    Raises:
+        RuntimeError: it failed (its exit status, the memory the cgroup saw and the log named).
+    """
+    log(f"$ whale {' '.join(cmd[3:])}" + (f"   (inside a {args.memory_limit_gb:g} GB memory cgroup)"
+                                          if args.memory_limit_gb else ""))
+    limit = common.MemoryLimit(args.memory_limit_gb) if args.memory_limit_gb else None
+    try:
+        rc, seconds, peak = common.run_measured(cmd, log_path, cwd=common.repo_root(),
+                                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                                preexec_fn=limit.preexec if limit else None)
+        group_peak = limit.peak_mb() if limit else None
+    finally:
+        if limit:
+            limit.close()
+    if rc:
+        raise RuntimeError(f"whale {cmd[3]} failed (exit {rc}" + (f", {group_peak:,.0f} MB used of the "
+                           f"{args.memory_limit_gb:g} GB limit" if limit else "") + f"); see {log_path}")
+    log(f"  {seconds:.0f} s, peak {peak['resident']:,.0f} MB resident, {peak['anonymous']:,.0f} MB not mapped files' "
+        "(with its workers)")
+    return seconds, peak, group_peak
+
+
+def measure_recipe(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
+    """One size by ``--recipe``: the grown folder through ``whale recipe`` from cold (a killed run goes on from its
+    first unfinished step with the same command), each step's seconds and peak memory (``recipe-times.json``) and
+    each submission of the recipe's ``ensemble`` steps evaluated (:func:`recipe_submissions`)."""
+    from whale.recipe.cook import TIMES_FILE
+    from whale.recipe.steps import placeholder_values
+
+    work = Path(args.out) / f"x{renditions}"
+    done = work / "result.json"
+    if done.is_file():
+        log(f"x{renditions}: measured before ({done})")
+        return json.loads(done.read_text())
+    work.mkdir(parents=True, exist_ok=True)
+    comp = grow(split, work / "data", renditions, log)
+    train = pd.read_csv(comp / "train.csv")
+    store, out = Path(args.cache) if args.cache else work / "store", work / "recipe"
+    cmd = [sys.executable, "-m", "whale", "recipe", "--recipe", args.recipe, "--data", str(comp), "--out", str(out),
+           "--store", str(store), "--quiet"]
+    seconds, peak, group_peak = run_within_limit(args, cmd, work / "recipe.log", log)
+    steps = json.loads((out / TIMES_FILE).read_text())["steps"]
+    values = placeholder_values(comp, out, 0, store)
+    submissions = {name: submission_row(name, csv, runs, truth, {})
+                   for name, csv, runs in recipe_submissions(args.recipe, values)}
+    row = {"recipe": str(args.recipe), "renditions": renditions, "photos": len(train) + len(truth),
+           "train_photos": len(train), "individuals": int(train.loc[train["Id"] != NEW_WHALE, "Id"].nunique()),
+           "seconds": seconds, "peak_tree_mb": peak["resident"], "peak_anonymous_mb": peak["anonymous"],
+           "memory_limit_gb": args.memory_limit_gb, "cgroup_peak_mb": group_peak, "reference_s": args.reference,
+           "steps": [{k: s.get(k) for k in ("name", "status", "seconds", "peak_mb")} for s in steps],
+           "submissions": submissions}
+    done.write_text(json.dumps(row, indent=2))
+    return row
+
+
+def recipe_submissions(recipe, values: dict[str, str]) -> list[tuple[str, Path, list[Path]]]:
+    """Each ``whale ensemble`` step of the recipe file ``recipe`` with its placeholders' ``values``: ``(step name,
+    the CSV it writes, the runs it reads)``, read with ``whale``'s own parser."""
+    from whale import cli
+    from whale.recipe.steps import load_recipe
+
+    found = []
+    for step in load_recipe(recipe).steps:
+        if step.subcommand == "ensemble":
+            a = cli.build_parser(only=["ensemble"]).parse_args(step.command(values))
+            found.append((step.name, Path(a.out), [Path(r) for r in a.runs]))
+    return found
+
+
+def submission_row(name: str, csv: Path, runs: list[Path], truth: dict, seconds: dict) -> dict:
+    """:func:`benchmarks.flukes.shared.method_row` of a recipe's submission ``csv``, the known whales ranked by the
+    test scores it was made from: its runs fused as its ensemble fused them (the ``.calibration.json`` beside it), or
+    its one run's; several runs without a kept fusion give the submission's figures alone."""
+    from whale.ensemble.combine import average_score_files
+    from whale.ensemble.fusion import read_fusion
+    from whale.inference.scorefile import load_score_file, score_path
+
+    tests = [score_path(r, "test") for r in runs]
+    calibration = csv.with_suffix(".calibration.json")
+    if calibration.is_file():
+        scores = average_score_files(tests, **read_fusion(calibration).maps())
+    else:
+        scores = load_score_file(tests[0]) if len(tests) == 1 else None
+    return shared.method_row(name, csv, scores, truth, seconds)
 
 
 def without_own_renditions(scores, truth: dict[str, str]) -> dict[str, float]:
@@ -181,6 +262,32 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def recipe_table(rows: list[dict]) -> str:
+    """Markdown: one line per size measured by ``--recipe``: each step's seconds and peak MB, the whole recipe's, and
+    each submission's MAP@5 (all; known whales ids only)."""
+    steps = list(dict.fromkeys(s["name"] for r in rows for s in r["steps"]))
+    subs = list(dict.fromkeys(n for r in rows for n in r["submissions"]))
+    head = ["photos", *(f"`{n}` s (peak MB)" for n in steps), "whole s", "peak MB resident", "memory cgroup",
+            *(f"`{n}` MAP@5 all; known, ids only" for n in subs), "reference s"]
+    lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
+    for r in sorted(rows, key=lambda r: r["renditions"]):
+        by_step = {s["name"]: s for s in r["steps"]}
+        cells = [f"{r['photos']:,}"]
+        for n in steps:
+            s = by_step.get(n)
+            cells.append(f"{s['seconds']:.0f} ({s['peak_mb'] or 0:,.0f})" if s and s.get("seconds") is not None
+                         else "")
+        group = f"{r['memory_limit_gb']:g} GB (its peak {r['cgroup_peak_mb']:,.0f} MB)" if r.get("memory_limit_gb") else "none"
+        cells += [f"{r['seconds']:.0f}", f"{r['peak_tree_mb']:,.0f}", group]
+        for n in subs:
+            m = r["submissions"].get(n)
+            cells.append("" if m is None else f"{m['map5']:.3f}; " + (f"{m['map5_known_no_new']:.3f}"
+                                                                       if "map5_known_no_new" in m else "-"))
+        cells.append(f"{r['reference_s']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = harness.parser(__doc__, "working folder (the split, each size's folder, run and results)")
     p.add_argument("--seed", type=int, default=0, help="the split seed (benchmarks/flukes/humpback.py's)")
@@ -191,10 +298,18 @@ def main(argv=None) -> int:
     p.add_argument("--memory-limit-gb", type=float, default=None,
                    help="run each whale score inside a memory cgroup of this many GB (Linux, root): the proof that "
                         "it fits, page cache included, which the kernel reclaims before it kills")
+    p.add_argument("--recipe", default=None, metavar="YAML",
+                   help="each size through this whole recipe (`whale recipe`, e.g. recipes/flukes.yaml) from cold "
+                        "instead of the one matcher: each step's seconds and peak memory, each submission's MAP@5")
     p.add_argument("--report", action="store_true", help="print the table of every size measured in OUT")
     args = p.parse_args(argv)
     if args.report:
         rows = [json.loads(f.read_text()) for f in sorted(Path(args.out).glob("x*/result.json"))]
+        if any("steps" in r for r in rows):
+            print(recipe_table([r for r in rows if "steps" in r]))
+            rows = [r for r in rows if "steps" not in r]
+            if not rows:
+                return 0
         for r, f in zip(rows, sorted(Path(args.out).glob("x*/result.json"))):
             if "own_left_out_known_no_new" not in r:  # measured before the column existed: from its score file
                 from whale.inference.scorefile import load_score_file
@@ -210,6 +325,13 @@ def main(argv=None) -> int:
     args.reference = shared.machine_reference(source, lambda m: print(m, flush=True))
     split, truth, _ = shared.build_split(source, Path(args.out) / "split", args.seed)
     shared.assert_disjoint(split, truth)
+    if args.recipe:
+        rows = [measure_recipe(args, split, truth, int(r)) for r in args.renditions.split(",")]
+        print(recipe_table(rows))
+        metrics = {f"x{r['renditions']}_{k}": r[k] for r in rows for k in ("photos", "seconds", "peak_tree_mb")}
+        metrics.update({f"x{r['renditions']}_{n}_map5": m["map5"] for r in rows for n, m in r["submissions"].items()})
+        print(common.final_json("humpback_growth", metrics, time.perf_counter() - t0))
+        return 0
     rows = [measure(args, split, truth, int(r)) for r in args.renditions.split(",")]
     print(table(rows))
     metrics = {f"x{r['renditions']}_{k}": r[k] for r in rows
