@@ -252,23 +252,64 @@ def test_a_second_score_run_reads_the_selector_back_and_writes_the_same_files(tm
     data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
     cfg = load_keypoint_config(None, {"check.model": "gbm", "check.both_ways": "true"})
     logs: list[list[str]] = [[], [], []]
+    fits = []
+    real = MatchCheck.fit.__func__
+    monkeypatch.setattr(MatchCheck, "fit", classmethod(lambda cls, *a, **k: fits.append(1) or real(cls, *a, **k)))
     for run, log in enumerate(logs):
         if run == 2:  # the issue's reproduction: a pickle planted where the selector is kept
-            [kept] = (tmp_path / "store").glob("*/selectors/*.npz")
+            [kept] = [f for f in (tmp_path / "store").glob("*/selectors/*.npz") if not f.stem.endswith("-check")]
             kept.write_bytes(pickle.dumps(Planted(tmp_path / "planted.txt")))
         score_competition(data, tmp_path / f"out{run}", cfg, fold=0, store_root=tmp_path / "store", workers=1,
                           progress=False, log=log.append)
+        fits.append(f"after run {run}")
     assert not any("read back" in line for line in logs[0])
     assert any("read back" in line and "nothing fitted" in line for line in logs[1])
-    assert any("check fitted on" in line for line in logs[1])
+    assert any("check fitted on" in line and "read back from" in line for line in logs[1])
+    # the check is fitted on the fold's gallery once, read back with its selector, fitted again with a new selector
+    assert fits == [1, "after run 0", "after run 1", 1, "after run 2"]
     assert not (tmp_path / "planted.txt").exists()
     assert sum(f"keypoint selector {kept}:" in line and "fitted again" in line for line in logs[2]) == 1
     assert not any("read back" in line for line in logs[2])
     for run in (1, 2):  # read back or fitted again: the files of a clean run
         for name in ("val.npz", "test.npz"):
             assert (tmp_path / "out0" / name).read_bytes() == (tmp_path / f"out{run}" / name).read_bytes()
-    assert len(list((tmp_path / "store").glob("*/selectors/*.npz"))) == 1
+    assert sorted(f.stem.endswith("-check") for f in (tmp_path / "store").glob("*/selectors/*.npz")) == [False, True]
     assert not list((tmp_path / "store").glob("*/selectors/*.pkl"))
+
+
+def test_a_check_kept_beside_its_selector_is_read_back_to_the_same_probabilities_or_refused_with_a_note(tmp_path):
+    """The learned check's trees kept as sealed arrays: read back, the same probabilities to the bit and the same
+    pairs; a damaged file, one of another width or another config's is never used (a note names the file)."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    cfg = load_keypoint_config(None, {"check.model": "gbm"})
+    keys, ids = [f"k{i}" for i in range(4)], ["a", "a", "b", "b"]
+    cache = SelectorCache(tmp_path, cfg, keys, ids, "new_whale")
+    assert cache.load_check() is None and cache.note == ""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, len(NAMES)))
+    x[::9, 2] = np.nan
+    model = HistGradientBoostingClassifier(max_iter=20, random_state=0).fit(x, x[:, 0] + x[:, 1] > 0)
+    check = MatchCheck(cfg.check, model, pairs=(180, 220), seconds={"match": 3.0, "fit": 1.0})
+    cache.save_check(check)
+    back = cache.load_check()
+    assert back.kept == str(cache.check_path) and back.pairs == (180, 220) and back.active
+    assert np.array_equal(back.model.predict_proba(x), model.predict_proba(x))
+    other = load_keypoint_config(None, {"check.model": "gbm", "check.rounds": "50"})
+    assert SelectorCache(tmp_path, other, keys, ids, "new_whale").load_check() is None  # another config: its own file
+    good = cache.check_path.read_bytes()
+    cache.check_path.write_bytes(good[:len(good) // 2])
+    assert cache.load_check() is None and cache.note.startswith(f"keypoint check {cache.check_path}: ")
+    narrow = HistGradientBoostingClassifier(max_iter=5, random_state=0).fit(x[:, :4], x[:, 0] > 0)
+    cache.save_check(MatchCheck(cfg.check, narrow, pairs=(1, 1)))
+    assert cache.load_check() is None and "inputs" in cache.note
+    cache.save_check(MatchCheck(cfg.check, reason="too few pairs", pairs=(3, 40)))
+    inactive = cache.load_check()
+    assert not inactive.active and inactive.reason == "too few pairs" and cache.note == ""
+    both = load_keypoint_config(None, {"check.model": "gbm", "check.both_ways": "true"})  # rows of both directions
+    wide = SelectorCache(tmp_path, both, keys, ids, "new_whale")
+    wide.save_check(check)
+    assert wide.load_check() is None and f"{len(NAMES)} inputs" in wide.note and f"has {2 * len(NAMES)}" in wide.note
 
 
 def test_without_selection_the_test_reuses_the_folds_check_as_its_log_says(tmp_path, monkeypatch):

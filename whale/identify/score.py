@@ -180,7 +180,10 @@ def _verify(cfg: JointConfig, feats, fitted, split, gallery, queries, data, trai
         times[f"{split}_{name}_votes"] = time.perf_counter() - t0
         matchers[name] = (matcher, cache)
         if read_back:
-            log(f"joint {split} {name}: the keypoint selector read back from {cache.path} (nothing fitted)")
+            check = matcher.check
+            log(f"joint {split} {name}: the keypoint selector read back from {cache.path}" +
+                (f", its check from {check.kept} (nothing fitted)" if check is not None and check.kept else
+                 ", its check fitted on the fold's gallery" if check is not None else " (nothing fitted)"))
         if cache.note:
             log(f"joint {split} {name}: {cache.note}")
     shortlist = shortlist_of(list(votes.values()), trained, cfg.votes, cfg.runs)

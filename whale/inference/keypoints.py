@@ -303,10 +303,13 @@ def _score(gallery, ids, keys, queries, query_keys, cfg, progress, times, split,
     times[f"{split}_verify"] = result.seconds["verify"]
     fitted = matcher.selector
     if matcher.check is not None:
-        times.update({f"{split}_check_{step}": s for step, s in matcher.check.seconds.items()})
+        if check is None and not matcher.check.kept:  # fitted in this split: its time is this split's
+            times.update({f"{split}_check_{step}": s for step, s in matcher.check.seconds.items()})
+        whose = (" (the validation fold's)" if check is not None else
+                 f" (read back from {matcher.check.kept})" if matcher.check.kept else "")
         log(f"keypoints {split}: " + (matcher.check.reason or "verified matches scored by a check fitted on "
                                       "{:,} same-individual and {:,} other verified pairs of the gallery".format(
-                                          *matcher.check.pairs) + (" (the validation fold's)" if check is not None else "")))
+                                          *matcher.check.pairs) + whose))
     if fitted is not None:
         how = ("the validation fold's classifier" if given else
                "a classifier of the gallery's same-whale matches" + (", read back" if read_back else ""))

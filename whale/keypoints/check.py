@@ -37,13 +37,16 @@ class MatchCheck:
     """The fitted check (module docstring): :meth:`fit` on a matcher of the gallery, :meth:`scores` on a match.
 
     Attributes:
-        model: the classifier (None: not :attr:`active`; ``reason`` says why).
-        pairs: ``(positives, negatives)`` it was fitted on. seconds: ``match``, ``fit`` wall time.
+        model: the classifier (None: not :attr:`active`; ``reason`` says why): scikit-learn's, or its trees read back
+            from a store (:class:`whale.core.trees.TreeEnsemble`, the same probabilities).
+        pairs: ``(positives, negatives)`` it was fitted on. seconds: ``match``, ``fit`` wall time (of its fit).
     """
 
     def __init__(self, cfg: CheckConfig, model=None, reason: str = "", pairs=(0, 0), seconds: dict | None = None):
         self.cfg, self.model, self.reason, self.pairs = cfg, model, reason, tuple(pairs)
         self.seconds = dict(seconds or {})
+        self.kept = ""
+        """The file it was read back from (:mod:`whale.keypoints.selectcache`), else empty: fitted here."""
 
     @property
     def active(self) -> bool:

@@ -20,6 +20,16 @@ arrays are checked against the gallery (one score per keypoint of each photo) an
 never used: the selector is fitted again and replaces it, and :attr:`SelectorCache.note` says so in one line naming
 the file. The ``.pkl`` files of earlier versions are never read. What a cache may be trusted with:
 docs/bad-inputs.md.
+
+The selector's gallery also gives the learned check of each verified match (:mod:`whale.keypoints.check`): the
+gallery matched against itself with the selected keypoints, every verified pair a row of a classifier (5-20 minutes
+of 2 cores on 4,400 photos). It depends on the gallery, the selector and every other setting, so it is kept beside
+the selector as ``<config hash>-<gallery hash>-check.npz`` (:meth:`~whale.keypoints.config.KeypointConfig.config_hash`:
+every setting), sealed the same way (the classifier's trees, its pair counts and reason as JSON), and read back only
+with the selector it was fitted with: a run that reads the selector back reads the check too (the joint
+identification after both matchers' runs, a second score of the same fold), one that fits the selector fits the
+check again and replaces the file. A check file that fails a check is fitted again, :attr:`SelectorCache.note`
+naming it.
 """
 from __future__ import annotations
 
@@ -33,6 +43,7 @@ import numpy as np
 from whale import NEW_WHALE
 from whale.core.sealed import SealError, read_sealed, write_sealed
 from whale.core.trees import TreeEnsemble, prefixed, tree_arrays, unprefixed
+from whale.keypoints.check import MatchCheck
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.extract import Features
 from whale.keypoints.matcher import KeypointMatcher
@@ -41,6 +52,8 @@ from whale.keypoints.selection import CONTEXT, KeypointSelector
 
 FORMAT = 2
 """The files' layout version: a file of another is fitted again (1: pickles, never read)."""
+CHECK_FORMAT = 1
+"""The check files' layout version."""
 
 
 def gallery_hash(keys: Sequence[str], ids: Sequence[str], open_label: str) -> str:
@@ -64,15 +77,22 @@ class SelectorCache:
         selector is given as its photos' keys; ``ids`` their individuals."""
         self.cfg = cfg
         self.keys = list(keys)
-        self.path = (Path(folder) / "selectors" /
-                     f"{cfg.selection_hash()}-{gallery_hash(self.keys, ids, open_label)}.npz")
-        self.note = ""
-        """One line when the last :meth:`load` found a file it could not use (fitted again), else empty."""
+        gallery = gallery_hash(self.keys, ids, open_label)
+        self.path = Path(folder) / "selectors" / f"{cfg.selection_hash()}-{gallery}.npz"
+        self.check_path = Path(folder) / "selectors" / f"{cfg.config_hash()}-{gallery}-check.npz"
+        self._notes = {"selector": "", "check": ""}  # what the last load and load_check could not use
+        self._fitted: MatchCheck | None = None  # the check :meth:`matcher` fitted on this gallery, for :meth:`keep`
+
+    @property
+    def note(self) -> str:
+        """One line when the last :meth:`load` or :meth:`load_check` found a file it could not use (fitted again),
+        else empty."""
+        return "; ".join(n for n in self._notes.values() if n)
 
     def load(self, gallery: Sequence[Features], progress: bool = False) -> KeypointSelector | None:
         """The selector kept for this gallery, with its :attr:`~KeypointSelector.memo` on; None when there is
         none, or it fails a check (:attr:`note` then says which file and why)."""
-        self.note = ""
+        self._notes["selector"] = ""
         try:
             arrays = read_sealed(self.path)
             state = _state(arrays, [len(f) for f in gallery], stored_width(gallery))
@@ -81,7 +101,7 @@ class SelectorCache:
         except (SealError, ValueError, KeyError, TypeError) as exc:
             why = (f"has no array {exc.args[0]!r}" if isinstance(exc, KeyError) else
                    str(exc).replace(f"{self.path}: ", ""))
-            self.note = f"keypoint selector {self.path}: {why}; not used, fitted again and replaced"
+            self._notes["selector"] = f"keypoint selector {self.path}: {why}; not used, fitted again and replaced"
             return None
         selector = KeypointSelector.from_state(self.cfg.select, gallery, self.keys, state, progress)
         if selector.memo is None:
@@ -94,25 +114,58 @@ class SelectorCache:
             selector.memo = {}
         return write_sealed(self.path, _arrays(selector.state()), flag="--cache")
 
+    def load_check(self) -> MatchCheck | None:
+        """The check kept for this gallery and config (module docstring); None when there is none, or it fails a
+        check (:attr:`note` then says which file and why)."""
+        self._notes["check"] = ""
+        try:
+            check = _check_of(read_sealed(self.check_path), self.cfg)
+        except FileNotFoundError:
+            return None
+        except (SealError, ValueError, KeyError, TypeError) as exc:
+            why = (f"has no array {exc.args[0]!r}" if isinstance(exc, KeyError) else
+                   str(exc).replace(f"{self.check_path}: ", ""))
+            self._notes["check"] = f"keypoint check {self.check_path}: {why}; not used, fitted again and replaced"
+            return None
+        check.kept = str(self.check_path)
+        return check
+
+    def save_check(self, check: MatchCheck) -> Path:
+        """Keep ``check`` (fitted on this gallery with its selector, under this config)."""
+        return write_sealed(self.check_path, _check_arrays(check), flag="--cache")
+
     def matcher(self, gallery: Sequence[Features], ids, open_label: str = NEW_WHALE,
                 progress: bool = False) -> tuple[KeypointMatcher, bool]:
         """``(the matcher of this gallery under the cache's config, read back)``: its selector read back when this
-        cache keeps one (``read_back`` True; the check ``cfg.check`` asks for fitted on it), else
-        :meth:`KeypointMatcher.build <whale.keypoints.matcher.KeypointMatcher.build>`'s, its selector then
-        remembering every photo it scores for :meth:`keep`."""
+        cache keeps one (``read_back`` True), with the check ``cfg.check`` asks for read back too when kept with it
+        (:meth:`load_check`), else fitted on it; else :meth:`KeypointMatcher.build
+        <whale.keypoints.matcher.KeypointMatcher.build>`'s, its selector then remembering every photo it scores for
+        :meth:`keep`."""
+        self._notes["check"] = ""
         selector = self.load(gallery, progress) if self.cfg.select.keep < 1 else None
+        self._fitted = None
         if selector is not None:
             matcher = KeypointMatcher(self.cfg, gallery, ids, selector=selector, keys=self.keys, progress=progress)
-            return matcher.fit_check(ids, open_label, progress), True
+            check = self.load_check() if self.cfg.check.model != "none" else None
+            if check is not None:
+                matcher.check = check
+            else:
+                self._fitted = matcher.fit_check(ids, open_label, progress).check
+            return matcher, True
         matcher = KeypointMatcher.build(self.cfg, gallery, ids, keys=self.keys, progress=progress, open_label=open_label)
         if matcher.selector is not None:
             matcher.selector.memo = {}
+        self._fitted = matcher.check
         return matcher, False
 
     def keep(self, matcher: KeypointMatcher) -> None:
-        """:meth:`save` the selector of ``matcher`` (one fitted on this gallery), when it selects."""
+        """:meth:`save` the selector of ``matcher`` (one fitted on this gallery), when it selects, and the check
+        :meth:`matcher` fitted on this gallery with it (:meth:`save_check`; not one given from another gallery)."""
         if matcher.selector is not None and matcher.selector.active:
             self.save(matcher.selector)
+            if matcher.check is not None and matcher.check is self._fitted:
+                self.save_check(matcher.check)
+                self._fitted = None
 
 
 def _concat(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -175,3 +228,34 @@ def _state(arrays: dict, sizes: Sequence[int], width: int | None = None) -> dict
         raise ValueError(f"{len(keys)} scored photos' keys for {len(memo_scores)} photos' scores")
     return {"models": models, "gallery_scores": scores if meta.get("gallery_scores") else None,
             "reason": meta["reason"], "seconds": meta["seconds"], "memo": dict(zip(keys.tolist(), memo_scores))}
+
+
+def _check_arrays(check: MatchCheck) -> dict[str, np.ndarray]:
+    """The arrays of a :class:`MatchCheck`: its classifier's trees (none when inactive), pair counts and reason."""
+    meta = {"format": CHECK_FORMAT, "reason": check.reason, "pairs": list(check.pairs), "seconds": check.seconds,
+            "model": check.model is not None}
+    out = {"meta": np.asarray(json.dumps(meta))}
+    if check.model is not None:
+        model = check.model
+        out.update(prefixed(model.arrays() if isinstance(model, TreeEnsemble) else tree_arrays(model), "check_"))
+    return out
+
+
+def _check_of(arrays: dict, cfg: KeypointConfig) -> MatchCheck:
+    """The :class:`MatchCheck` of :func:`_check_arrays`' arrays under ``cfg``; ValueError (or KeyError) when they do
+    not describe one whose classifier reads :mod:`whale.keypoints.pairstats`' rows (both directions' side by side
+    under ``check.both_ways``)."""
+    from whale.keypoints.pairstats import NAMES
+
+    meta = json.loads(str(arrays["meta"]))
+    if not isinstance(meta, dict) or meta.get("format") != CHECK_FORMAT:
+        raise ValueError(f"of format {meta.get('format') if isinstance(meta, dict) else '?'}, not {CHECK_FORMAT}")
+    pairs = meta.get("pairs")
+    if not isinstance(meta.get("reason"), str) or not isinstance(meta.get("seconds"), dict) \
+            or not isinstance(pairs, list) or len(pairs) != 2 or not all(isinstance(n, int) for n in pairs):
+        raise ValueError("its description is not a check's")
+    model = TreeEnsemble.from_arrays(unprefixed(arrays, "check_")) if meta.get("model") else None
+    width = len(NAMES) * (2 if cfg.check.both_ways else 1)  # both ways: each direction's columns side by side
+    if model is not None and model.n_features != width:
+        raise ValueError(f"a classifier of {model.n_features} inputs where a verified pair's row has {width}")
+    return MatchCheck(cfg.check, model, meta["reason"], pairs, meta["seconds"])
