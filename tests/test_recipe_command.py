@@ -64,6 +64,25 @@ def test_the_shipped_recipe_s_dry_run_prints_the_best_recipe_s_exact_commands(mo
     assert not (ROOT / "runs" / "best").exists()  # a dry run writes nothing
 
 
+def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fuses_its_matchers():
+    """recipes/flukes_joint.yaml: no standalone matcher run; its submission fuses the joint run's kind folders, named
+    as configs/joint.yaml names its feature kinds, and Lite0, with flukes.yaml's submission flags."""
+    from whale.identify.config import load_joint_config
+    from whale.recipe.steps import placeholder_values
+
+    values = placeholder_values("data/humpback", "runs/best", configs=ROOT / "configs")
+    steps = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_joint.yaml").steps}
+    best = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes.yaml").steps}
+    assert not any(w[:3] == ["score", "--matcher", "keypoints"] for w in steps.values())
+    assert steps["lite0"] == best["lite0"] and steps["joint"] == best["joint"] and steps["check"] == best["check"]
+    ensemble = cli.build_parser(only=["ensemble"])
+    ours, theirs = ensemble.parse_args(steps["submission"]), ensemble.parse_args(best["submission"])
+    joint = steps["joint"]
+    kinds = load_joint_config(joint[joint.index("--config") + 1]).kinds
+    assert [str(r) for r in ours.runs] == [f"runs/best/joint/kinds/{name}" for name, _ in kinds] + ["runs/best/lite0"]
+    assert {k: v for k, v in vars(ours).items() if k != "runs"} == {k: v for k, v in vars(theirs).items() if k != "runs"}
+
+
 def test_the_dry_run_fills_every_placeholder_from_the_flags(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)  # outside the checkout: {configs} is the checkout's folder, absolute
     assert main(["--recipe", str(ROOT / "recipes" / "demo.yaml"), "--data", "my data", "--out", "o", "--fold", "2",
@@ -326,3 +345,32 @@ def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(t
                              "joint": "done before", "submission": "ran", "joint_csv": "ran", "check": "ran"}
     assert ((out / "submission.csv").read_bytes(), (out / "joint.csv").read_bytes()) == first
     capsys.readouterr()
+
+
+@pytest.mark.slow  # the network and the joint on a small competition: about a minute of CPU
+def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_kinds(tmp_path, monkeypatch, capsys):
+    """recipes/flukes_joint.yaml's shape on the demo's configs (recipes/demo.yaml without its standalone matchers,
+    the submission fusing the joint run's kind folders and the network): a checked submission."""
+    pytest.importorskip("cv2")
+    import yaml
+
+    from whale.data.synth import generate
+    from whale.submission import check_submission
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("WHALE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(ROOT)
+    raw = yaml.safe_load((ROOT / "recipes" / "demo.yaml").read_text())
+    steps = [s for s in raw["steps"] if s["name"] not in ("sift", "xfeat")]
+    for s in steps:
+        if s["name"] == "submission":
+            s["run"] = s["run"].replace("{out}/sift {out}/xfeat", "{out}/joint/kinds/keypoints_demo "
+                                        "{out}/joint/kinds/keypoints_xfeat_demo")
+    recipe = tmp_path / "joint_demo.yaml"
+    recipe.write_text(yaml.safe_dump({**raw, "steps": steps}))
+    data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
+    out = tmp_path / "out"
+    assert main(["--recipe", str(recipe), "--data", str(data), "--out", str(out), "--quiet"]) == 0
+    assert set(statuses(out).values()) == {"ran"} and "sift" not in statuses(out)
+    assert check_submission(out / "submission.csv", data / "sample_submission.csv") == []
+    assert "fusion" in (out / "logs" / "submission.log").read_text()
