@@ -150,7 +150,8 @@ def average_score_files(paths: Sequence, weights: Sequence[float] | None = None,
 
 
 def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, log=None,
-                      transforms: Sequence[Callable] | None = None, finish: Callable | None = None) -> list[ScoreFile]:
+                      transforms: Sequence[Callable] | None = None, finish: Callable | None = None,
+                      models: Sequence[str] | None = None) -> list[ScoreFile]:
     """Validation files combined: averaged within identical query sets, kept apart across disjoint ones.
 
     Files whose query *sets* are equal (several models validating the same fold) are averaged
@@ -162,6 +163,9 @@ def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, l
         paths: ``val.npz`` files (with ``query_ids``).
         weights: one per file (None = equal).
         transforms, finish: as :func:`average_score_files` (``transforms`` one per file of ``paths``).
+        models: the runs' models (:func:`whale.ensemble.models.model_keys`): within a group each model weighs its
+            whole weight, shared by its files there (:func:`~whale.ensemble.models.validation_weights`), and only
+            the groups every model scores are kept when there are such groups (the others said to ``log``).
 
     Returns:
         One float32 :class:`ScoreFile` per group, in order of first appearance.
@@ -170,15 +174,26 @@ def validation_groups(paths: Sequence, weights: Sequence[float] | None = None, l
         DataError: two files share some but not all queries (names both and a few images), a
             file is malformed, or files of a group disagree (see :func:`average_score_files`).
     """
+    from whale.ensemble.models import complete_groups, validation_weights
+
     paths = [Path(p) for p in paths]
     w = normalise_weights(weights, len(paths))
     keys, members = _query_groups(paths)
+    kept = list(range(len(members)))
+    if models is not None:
+        complete = complete_groups(models, members)
+        if complete and len(complete) < len(members) and log:
+            log(f"  {len(members) - len(complete)} validation group(s) scored by only some of the models left out: "
+                f"the fused runs are validated on the {len(complete)} every model scores")
+        kept = complete or kept
     groups = []
-    for mem in members:
+    for g in kept:
+        mem = members[g]
         if log:
-            log(f"  validation group of {len(mem)} run(s), {len(keys[len(groups)])} queries")
+            log(f"  validation group of {len(mem)} run(s), {len(keys[g])} queries")
         maps = None if transforms is None else [transforms[i] for i in mem]
-        groups.append(average_score_files([paths[i] for i in mem], w[mem], need_query_ids=True, log=log,
+        gw = w[mem] if models is None else validation_weights(models, w, mem)
+        groups.append(average_score_files([paths[i] for i in mem], gw, need_query_ids=True, log=log,
                                           transforms=maps, finish=finish))
     return groups
 

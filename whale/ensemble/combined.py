@@ -60,10 +60,12 @@ def combine_runs(rule: Rule, log=print) -> Combined:
     if rule.fusion != "scores":
         log(f"runs calibrated on their validation scores ({rule.calibration}), fused by {rule.fusion} "
             f"({rule.why_fusion}):")
-        fusion = calibrate_runs(runs, val_paths, rule.fusion, open_label, rule.calibration, log=log)
+        fusion = calibrate_runs(runs, val_paths, rule.fusion, open_label, rule.calibration, log=log,
+                                models=rule.models)
         fused = fusion.maps()
 
-    log("runs and weights:")
+    shared = rule.models is not None and len(set(rule.models)) < len(rule.models)
+    log("runs and weights:" if not shared else "runs and weights (the runs of one model, its folds, share its weight):")
     for run, w in zip(runs, weights):
         log(f"  {w:.4f}  {run}")
     test_paths = rule.test_paths
@@ -132,7 +134,7 @@ def _validation_top(rule: Rule, weights: np.ndarray, fused: dict, log) -> TopIds
     check_inputs(val_paths, val_ids, log=log)
     check_no_leak(val_paths)
     log("validation scores (averaged within equal query sets, concatenated across disjoint ones):")
-    groups = validation_groups(val_paths, weights, log=log, **fused)
+    groups = validation_groups(val_paths, weights, log=log, models=rule.models, **fused)
     val_top = concat_top_ids([top_ids(g, open_label=open_label) for g in groups])
     log(f"  {val_top.n_query} validation queries, "
         f"{float((val_top.truth == open_label).mean()):.3f} of them {open_label}")

@@ -106,17 +106,20 @@ class Fusion:
                 "runs": [{"run": r, "calibration": c.to_dict()} for r, c in zip(self.runs, self.calibrations)]}
 
 
-def models_of(val_paths: Sequence[Path]) -> int:
-    """``K``: the largest number of validation files with one query set (the models scoring one fold)."""
-    keys: dict[frozenset, int] = {}
-    for p in val_paths:
-        q = frozenset(read_header(Path(p), True)["query"].tolist())
-        keys[q] = keys.get(q, 0) + 1
-    return max(keys.values())
+def models_of(val_paths: Sequence[Path], models: Sequence[str] | None = None) -> int:
+    """``K``: the largest number of validation files with one query set (the models scoring one fold); with the
+    runs' ``models`` (:func:`whale.ensemble.models.model_keys`), of distinct models among them."""
+    from whale.ensemble.models import models_in_groups
+
+    sets: dict[frozenset, list[int]] = {}
+    for i, p in enumerate(val_paths):
+        sets.setdefault(frozenset(read_header(Path(p), True)["query"].tolist()), []).append(i)
+    keys = list(models) if models is not None else [str(i) for i in range(len(val_paths))]
+    return models_in_groups(keys, list(sets.values()))
 
 
 def resolve_fusion(fusion: str | None, n_runs: int, val_paths: Sequence[Path], *, tune_weights: bool = False,
-                   weights_given: bool = False) -> tuple[str, str]:
+                   weights_given: bool = False, models: Sequence[str] | None = None) -> tuple[str, str]:
     """``(fusion, why)``: ``fusion`` (``--fusion``) if given (checked against ``--tune-weights``), else the default:
     :data:`DEFAULT_RULE` for runs of several models (:func:`models_of` >= 2), each with its validation file,
     with neither ``--weights`` (``weights_given``) nor ``--tune-weights``; else ``scores``. Whatever the threshold
@@ -138,13 +141,13 @@ def resolve_fusion(fusion: str | None, n_runs: int, val_paths: Sequence[Path], *
         return "scores", "--weights weigh the raw scores (--fusion logodds|mean to calibrate them)"
     if not all(Path(p).is_file() for p in val_paths):
         return "scores", "not every run has validation scores to calibrate"
-    if models_of(val_paths) < 2:
+    if models_of(val_paths, models) < 2:
         return "scores", "the runs are folds of one model (each validation file its own queries)"
     return DEFAULT_RULE, "the default for runs of several models"
 
 
 def calibrate_runs(runs: Sequence[Path], val_paths: Sequence[Path], rule: str, open_label: str,
-                   method: str = "isotonic", log=None) -> Fusion:
+                   method: str = "isotonic", log=None, models: Sequence[str] | None = None) -> Fusion:
     """Fit every run's :class:`PairCalibration` on its own validation file; the :class:`Fusion` of ``rule``.
 
     Raises:
@@ -170,7 +173,7 @@ def calibrate_runs(runs: Sequence[Path], val_paths: Sequence[Path], rule: str, o
         if log:
             log(f"  {run}: {cal.describe()}")
         cals.append(cal)
-    return Fusion(rule, tuple(cals), models_of(val_paths), tuple(str(r) for r in runs))
+    return Fusion(rule, tuple(cals), models_of(val_paths, models), tuple(str(r) for r in runs))
 
 
 def write_fusion(path, fusion: Fusion) -> Path:

@@ -22,7 +22,8 @@ from whale.core.errors import ConfigError
 from whale.core.files import check_output
 from whale.ensemble.combine import normalise_weights
 from whale.ensemble.fusion import resolve_fusion
-from whale.ensemble.identity import check_pairs
+from whale.ensemble.identity import check_pairs, read_identities
+from whale.ensemble.models import model_keys, model_weights
 from whale.ensemble.recipe import load_recipe
 from whale.formats import DEFAULT, FORMATS, Format, detect_format, get_format
 from whale.inference.scorefile import score_path
@@ -37,7 +38,9 @@ class Rule:
 
     Attributes:
         runs: run folders or score folders, in order.
-        weights: ``[n_runs]`` float64 summing to 1: given, or equal (``tune_weights``: the combine step's choice).
+        weights: ``[n_runs]`` float64 summing to 1: given, or each model's equal, shared by its folds
+            (:mod:`whale.ensemble.models`; ``tune_weights``: the combine step's choice).
+        models: each run's model (:func:`whale.ensemble.models.model_keys`), None where a test file is missing.
         fusion, why_fusion: one of :data:`whale.ensemble.fusion.FUSIONS`, and why (a line for the log).
         fmt: the competition format (open-set label, submission columns).
         out: the submission CSV.
@@ -69,6 +72,7 @@ class Rule:
     weight_step: float | None = None
     calibration: str = "isotonic"
     sample: Path | None = None
+    models: tuple[str, ...] | None = None
 
     @property
     def test_paths(self) -> list[Path]:
@@ -137,8 +141,13 @@ def resolve_rule(args) -> Rule:
             check_output(beside(out, f".threshold.{ext}"), "--tune's file")
     test_paths, val_paths = [score_path(r, "test") for r in runs], [score_path(r, "val") for r in runs]
     check_pairs(runs, test_paths, val_paths)
+    models = None
+    if all(p.is_file() for p in test_paths):
+        models = tuple(model_keys(read_identities(test_paths), runs))
+        if given["weights"] is None and not args.tune_weights:
+            weights = model_weights(models)  # equal per run unless models have unequal numbers of folds
     fusion, why = resolve_fusion(args.fusion, len(runs), val_paths, tune_weights=args.tune_weights,
-                                 weights_given=given["weights"] is not None)
+                                 weights_given=given["weights"] is not None, models=models)
     scale = getattr(threshold, "scale", None)  # a stored threshold file's
     if scale is not None and (scale == "probability") != (fusion != "scores"):
         raise ConfigError(f"--threshold {threshold.path}: a threshold on the runs' {scale} scale, but these runs are "
@@ -150,7 +159,7 @@ def resolve_rule(args) -> Rule:
                 out=out, threshold=threshold, new_whale_fraction=fraction, tune=tune, calibrate=given["calibrate"],
                 force_calibrated=given["force_calibrated"], cv_folds=args.cv_folds, seed=args.seed,
                 tune_new_share=share, tune_weights=args.tune_weights, weight_grid=args.weight_grid,
-                weight_step=args.weight_step, calibration=args.calibration, sample=args.sample)
+                weight_step=args.weight_step, calibration=args.calibration, sample=args.sample, models=models)
 
 
 def beside(out: Path, suffix: str) -> Path:
