@@ -36,12 +36,20 @@ def test_each_fold_alone_and_the_folds_averaged_are_rows_with_their_gains(tmp_pa
     for fold in (0, 1):
         _fold_run(comp, tmp_path / f"fold{fold}", fold, signal=0.3)
         runs[fold] = (tmp_path / f"fold{fold}", 10.0 + fold)
-    rows = fold_ensemble.rows_of(runs, comp, truth, tmp_path / "work", log=lambda m: None)
-    assert [r["method"] for r in rows] == ["fold 0", "fold 1", "folds 0,1 averaged"]
-    assert [r["folds"] for r in rows] == [[0], [1], [0, 1]] and rows[2]["seconds"]["train"] == 21.0
+    from tests.test_bench_humpback_learned import _matcher_files
+
+    _matcher_files(comp, tmp_path / "kp", 7)
+    rows = fold_ensemble.rows_of(runs, comp, truth, tmp_path / "work", [tmp_path / "kp"], log=lambda m: None)
+    assert [r["method"] for r in rows] == ["fold 0", "fold 1", "folds 0,1 averaged", "the matchers",
+                                           "fold 0 + the matchers", "fold 1 + the matchers",
+                                           "folds 0,1 averaged + the matchers"]
+    assert [r["folds"] for r in rows[:3]] == [[0], [1], [0, 1]] and rows[2]["seconds"]["train"] == 21.0
+    assert [r["fused"] for r in rows] == [False] * 3 + [True] * 4
+    assert (tmp_path / "work" / "folds_0_1_averaged_the_matchers.calibration.json").is_file()
     assert all(0 <= r["map5"] <= 1 and 0 <= r["map5_known_no_new"] <= 1 for r in rows)
     assert (tmp_path / "work" / "folds_0_1_averaged.csv").is_file()
     text = fold_ensemble.table(rows)
     assert "| folds 0,1 averaged |" in text and "over the mean of its folds" in text
+    assert "- folds 0,1 averaged + the matchers: MAP@5 all" in text
     mean = np.mean([rows[0]["map5_known_no_new"], rows[1]["map5_known_no_new"]])
     assert f"known, ids only {rows[2]['map5_known_no_new'] - mean:+.3f} over the mean" in text

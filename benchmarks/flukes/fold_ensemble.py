@@ -13,6 +13,10 @@ before is not trained again), then on the test: each fold alone (``whale ensembl
 averaged with each further fold (``whale ensemble RUN0 RUN1 ... --tune``), with MAP@5 over all queries, the known
 whales' MAP@5 by ids alone (all, and those with one gallery photo), top-1/5, ``new_whale`` first and the seconds.
 What averaging buys is each average minus the mean of the single folds it averages, and minus its first fold.
+With ``--fuse-with ROOT`` (repeatable: an earlier ``humpback.py --methods keypoints`` run's folder, its
+``ROOT/seedS/keypoints`` checked to be of the same split byte for byte), every row again fused with those matchers as
+the recipe fuses (``--fusion logodds --tune-new-share 0.276``; the folds of the network one model of the fusion,
+:mod:`whale.ensemble.models`), and the matchers fused alone.
 The last stdout line is ``{"benchmark": "fold_ensemble", ...}``.
 """
 from __future__ import annotations
@@ -50,29 +54,42 @@ def fold_runs(args, comp: Path, work: Path, log=print) -> dict[int, tuple[Path, 
     return runs
 
 
-def rows_of(runs: dict[int, tuple[Path, float]], comp: Path, truth: dict, work: Path, log=print) -> list[dict]:
-    """Each fold alone, then folds ``0..k`` averaged for each further ``k``: one row each (module docstring)."""
+RECIPE_FLAGS = ("--fusion", "logodds", "--tune-new-share", "0.276")
+"""How the recipe fuses a network with the matchers (``recipes/flukes.yaml``'s ``submission`` step)."""
+
+
+def rows_of(runs: dict[int, tuple[Path, float]], comp: Path, truth: dict, work: Path, matchers=(),
+            log=print) -> list[dict]:
+    """Each fold alone, then folds ``0..k`` averaged for each further ``k``: one row each (module docstring); with
+    ``matchers`` (score folders), the matchers fused alone and every row again fused with them."""
     from whale.ensemble.combine import average_score_files
+    from whale.ensemble.fusion import read_fusion
     from whale.inference.scorefile import score_path
 
     work.mkdir(parents=True, exist_ok=True)
     folds = list(runs)
     groups = [[f] for f in folds] + [folds[:k] for k in range(2, len(folds) + 1)]
+    plans = [(g, False) for g in groups] + ([([], True)] + [(g, True) for g in groups] if matchers else [])
     rows = []
-    for group in groups:
-        name = f"fold {group[0]}" if len(group) == 1 else "folds " + ",".join(map(str, group)) + " averaged"
+    for group, fused in plans:
+        name = (f"fold {group[0]}" if len(group) == 1 else "folds " + ",".join(map(str, group)) + " averaged"
+                if group else "the matchers")
+        name += " + the matchers" if fused and group else ""
         sub = work / f"{shared.slug(name)}.csv"
-        t, _ = shared.ensemble_and_check([runs[f][0] for f in group], sub, comp, work, log=log)
-        scores = average_score_files([score_path(runs[f][0], "test") for f in group])
-        row = shared.method_row(name, sub, scores, truth, {"train": sum(runs[f][1] for f in group), "ensemble": t})
-        rows.append({**row, "folds": group})
-        log(f"  {name}: MAP@5 {row['map5']:.3f}, known ids only {row['map5_known_no_new']:.3f}")
+        folders = [*(matchers if fused else ()), *(runs[f][0] for f in group)]
+        t, _ = shared.ensemble_and_check(folders, sub, comp, work, extra=RECIPE_FLAGS if fused else (), log=log)
+        tests = [score_path(r, "test") for r in folders]
+        scores = (average_score_files(tests, **read_fusion(sub.with_suffix(".calibration.json")).maps()) if fused
+                  else average_score_files(tests))
+        seconds = {"train": sum(runs[f][1] for f in group), "ensemble": t}
+        rows.append({**shared.method_row(name, sub, scores, truth, seconds), "folds": group, "fused": fused})
+        log(f"  {name}: MAP@5 {rows[-1]['map5']:.3f}, known ids only {rows[-1]['map5_known_no_new']:.3f}")
     return rows
 
 
 def table(rows: list[dict]) -> str:
     """Markdown: one line per row, then each average's gain over the mean of its single folds and over its first."""
-    single = {r["folds"][0]: r for r in rows if len(r["folds"]) == 1}
+    single = {(r["folds"][0], r.get("fused", False)): r for r in rows if len(r["folds"]) == 1}
     head = ["runs", *(h for _, h in COLUMNS), "training s"]
     lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
     for r in rows:
@@ -81,9 +98,10 @@ def table(rows: list[dict]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     gains = []
     for r in rows:
-        if len(r["folds"]) > 1 and all(f in single for f in r["folds"]):
-            mean = {k: np.mean([single[f][k] for f in r["folds"]]) for k, _ in COLUMNS[:3]}
-            first = single[r["folds"][0]]
+        fused = r.get("fused", False)
+        if len(r["folds"]) > 1 and all((f, fused) in single for f in r["folds"]):
+            mean = {k: np.mean([single[f, fused][k] for f in r["folds"]]) for k, _ in COLUMNS[:3]}
+            first = single[r["folds"][0], fused]
             gains.append(f"- {r['method']}: " + ", ".join(
                 f"{h} {r[k] - mean[k]:+.3f} over the mean of its folds ({r[k] - first[k]:+.3f} over fold "
                 f"{r['folds'][0]})" for k, h in COLUMNS[:3]))
@@ -97,6 +115,9 @@ def main(argv=None) -> int:
     p.add_argument("--folds", default="0,1,2,3", help="comma-separated folds (the 4-fold rules: 0-3)")
     p.add_argument("--trunk-cache", default=None,
                    help="the trunk maps' folder (default OUT/trunk-cache); another run's of the same trunk serves")
+    p.add_argument("--fuse-with", action="append", default=[], metavar="ROOT",
+                   help="an earlier humpback.py --methods keypoints run's folder (ROOT/seedS/keypoints, checked to be "
+                        "of the same split): every row also fused with it as the recipe fuses; repeatable")
     p.add_argument("--report", action="store_true", help="print the table of what OUT holds")
     args = p.parse_args(argv)
     results = Path(args.out) / "results.json"
@@ -112,8 +133,9 @@ def main(argv=None) -> int:
     work = Path(args.out) / f"seed{args.seed}"
     comp, truth, _ = shared.build_split(source, work / "data", args.seed)
     shared.assert_disjoint(comp, truth)
+    matchers = [shared.earlier_run_of(root, args.seed, comp) for root in args.fuse_with]
     runs = fold_runs(args, comp, work)
-    rows = rows_of(runs, comp, truth, work)
+    rows = rows_of(runs, comp, truth, work, matchers)
     results.write_text(json.dumps({"seed": args.seed, "config": args.config, "reference_s": reference, "rows": rows},
                                   indent=2, default=float))
     print(table(rows))
