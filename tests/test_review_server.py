@@ -532,6 +532,8 @@ def test_each_card_shows_p_same_first_uncut_and_the_hover_strip_leaves_the_query
             const strips = [...document.querySelectorAll('figure.cand .others')].filter(
                 o => getComputedStyle(o).display !== 'none');
             if (strips.length !== 1) return null;
+            const imgs = [...strips[0].querySelectorAll('img')];  // measured once its photos are in: a loaded
+            if (!imgs.every(i => i.complete && i.naturalWidth > 0)) return null;  // machine is slow to draw them
             const b = strips[0].getBoundingClientRect();
             const over = e => { const a = e.getBoundingClientRect();
                 return Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left)) *
@@ -541,7 +543,7 @@ def test_each_card_shows_p_same_first_uncut_and_the_hover_strip_leaves_the_query
         })()"""
         for nth in (1, 2, 3, 4, 5):  # the strip shows inside the window, over neither the query nor its own card
             tab.mouse(f"figure.cand:nth-of-type({nth}) .pic")
-            query, own, height, inside = tab.wait(overlap)
+            query, own, height, inside = tab.wait(overlap, timeout=30)
             assert query == 0 and own == 0 and height > 50 and inside, (nth, query, own, height, inside)
         tab.key("1", shift=True)
         tab.wait("!document.getElementById('zoom').hidden")
