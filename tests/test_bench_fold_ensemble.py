@@ -24,8 +24,10 @@ def _fold_run(comp: Path, run: Path, fold: int, signal: float) -> None:
                                            ("test", c.test_images, [truth[q] for q in c.test_images], known)):
         scores = rng.random((len(queries), len(gallery))).astype(np.float32) * 0.5
         scores += signal * (np.asarray(q_ids)[:, None] == np.asarray(gallery.ids)[None, :])
+        identity = {"run": run.name, "run_id": run.name, "config_hash": "net", "fold": fold, "seed": 0,
+                    "split": split}  # the folds of one model (whale/ensemble/models.py)
         write_scores(run / "scores" / f"{split}.npz", np.clip(scores, 0, 1), queries, gallery.names, gallery.ids,
-                     query_ids=q_ids if split == "val" else None)
+                     query_ids=q_ids if split == "val" else None, identity=identity)
 
 
 def test_each_fold_alone_and_the_folds_averaged_are_rows_with_their_gains(tmp_path):
@@ -46,6 +48,15 @@ def test_each_fold_alone_and_the_folds_averaged_are_rows_with_their_gains(tmp_pa
     assert [r["folds"] for r in rows[:3]] == [[0], [1], [0, 1]] and rows[2]["seconds"]["train"] == 21.0
     assert [r["fused"] for r in rows] == [False] * 3 + [True] * 4
     assert (tmp_path / "work" / "folds_0_1_averaged_the_matchers.calibration.json").is_file()
+    from whale.ensemble.combine import average_score_files  # the ranking of the fusion as whale ensemble weighed it:
+    from whale.ensemble.fusion import read_fusion  # the matcher one model, the two folds the other
+    from whale.inference.scorefile import score_path
+
+    fusion = read_fusion(tmp_path / "work" / "folds_0_1_averaged_the_matchers.calibration.json")
+    fused = average_score_files([score_path(r, "test") for r in (tmp_path / "kp", runs[0][0], runs[1][0])],
+                                [0.5, 0.25, 0.25], **fusion.maps())
+    want = shared.ranking_metrics(fused.scores, fused.query, fused.gallery_ids, truth)["map5_known_no_new"]
+    assert rows[-1]["map5_known_no_new"] == want
     assert all(0 <= r["map5"] <= 1 and 0 <= r["map5_known_no_new"] <= 1 for r in rows)
     assert (tmp_path / "work" / "folds_0_1_averaged.csv").is_file()
     text = fold_ensemble.table(rows)

@@ -64,6 +64,8 @@ def rows_of(runs: dict[int, tuple[Path, float]], comp: Path, truth: dict, work: 
     ``matchers`` (score folders), the matchers fused alone and every row again fused with them."""
     from whale.ensemble.combine import average_score_files
     from whale.ensemble.fusion import read_fusion
+    from whale.ensemble.identity import read_identities
+    from whale.ensemble.models import model_keys, model_weights
     from whale.inference.scorefile import score_path
 
     work.mkdir(parents=True, exist_ok=True)
@@ -79,8 +81,9 @@ def rows_of(runs: dict[int, tuple[Path, float]], comp: Path, truth: dict, work: 
         folders = [*(matchers if fused else ()), *(runs[f][0] for f in group)]
         t, _ = shared.ensemble_and_check(folders, sub, comp, work, extra=RECIPE_FLAGS if fused else (), log=log)
         tests = [score_path(r, "test") for r in folders]
-        scores = (average_score_files(tests, **read_fusion(sub.with_suffix(".calibration.json")).maps()) if fused
-                  else average_score_files(tests))
+        weights = model_weights(model_keys(read_identities(tests), folders))  # as whale ensemble weighs them
+        scores = (average_score_files(tests, weights, **read_fusion(sub.with_suffix(".calibration.json")).maps())
+                  if fused else average_score_files(tests, weights))
         seconds = {"train": sum(runs[f][1] for f in group), "ensemble": t}
         rows.append({**shared.method_row(name, sub, scores, truth, seconds), "folds": group, "fused": fused})
         log(f"  {name}: MAP@5 {rows[-1]['map5']:.3f}, known ids only {rows[-1]['map5_known_no_new']:.3f}")
