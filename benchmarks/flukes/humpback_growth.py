@@ -96,19 +96,27 @@ def grow(split: Path, out: Path, renditions: int, log=print) -> Path:
     return out
 
 
-def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
-    """One size: the grown folder scored from cold, ensembled and evaluated (module docstring)."""
-    from whale.inference.scorefile import load_score_file
-
+def size_folder(args, split: Path, renditions: int, log=print):
+    """``(its result measured before or None, the size's folder, the grown competition folder, its train.csv, the
+    feature store)`` of one size (a size whose ``result.json`` exists is not measured again)."""
     work = Path(args.out) / f"x{renditions}"
     done = work / "result.json"
     if done.is_file():
         log(f"x{renditions}: measured before ({done})")
-        return json.loads(done.read_text())
+        return json.loads(done.read_text()), work, None, None, None
     work.mkdir(parents=True, exist_ok=True)
     comp = grow(split, work / "data", renditions, log)
-    train = pd.read_csv(comp / "train.csv")
     store = Path(args.cache) if args.cache else work / "store"
+    return None, work, comp, pd.read_csv(comp / "train.csv"), store
+
+
+def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
+    """One size: the grown folder scored from cold, ensembled and evaluated (module docstring)."""
+    from whale.inference.scorefile import load_score_file
+
+    before, work, comp, train, store = size_folder(args, split, renditions, log)
+    if before is not None:
+        return before
     kp = work / "keypoints"
     cmd = [sys.executable, "-m", "whale", "score", "--matcher", "keypoints", "--data", str(comp), "--out", str(kp),
            "--fold", "0", "--config", args.keypoint_config, "--cache", str(store), "--quiet"]
@@ -123,7 +131,7 @@ def measure(args, split: Path, truth: dict, renditions: int, log=print) -> dict:
                peak_anonymous_mb=peak["anonymous"], memory_limit_gb=args.memory_limit_gb, cgroup_peak_mb=group_peak,
                peak_mb=record.get("peak_mb", {}), reference_s=args.reference)
     row.update(without_own_renditions(test_scores, truth))
-    done.write_text(json.dumps(row, indent=2))
+    (work / "result.json").write_text(json.dumps(row, indent=2))
     return row
 
 
@@ -160,15 +168,10 @@ def measure_recipe(args, split: Path, truth: dict, renditions: int, log=print) -
     from whale.recipe.cook import TIMES_FILE
     from whale.recipe.steps import placeholder_values
 
-    work = Path(args.out) / f"x{renditions}"
-    done = work / "result.json"
-    if done.is_file():
-        log(f"x{renditions}: measured before ({done})")
-        return json.loads(done.read_text())
-    work.mkdir(parents=True, exist_ok=True)
-    comp = grow(split, work / "data", renditions, log)
-    train = pd.read_csv(comp / "train.csv")
-    store, out = Path(args.cache) if args.cache else work / "store", work / "recipe"
+    before, work, comp, train, store = size_folder(args, split, renditions, log)
+    if before is not None:
+        return before
+    out = work / "recipe"
     cmd = [sys.executable, "-m", "whale", "recipe", "--recipe", args.recipe, "--data", str(comp), "--out", str(out),
            "--store", str(store), "--quiet"]
     seconds, peak, group_peak = run_within_limit(args, cmd, work / "recipe.log", log)
@@ -182,7 +185,7 @@ def measure_recipe(args, split: Path, truth: dict, renditions: int, log=print) -
            "memory_limit_gb": args.memory_limit_gb, "cgroup_peak_mb": group_peak, "reference_s": args.reference,
            "steps": [{k: s.get(k) for k in ("name", "status", "seconds", "peak_mb")} for s in steps],
            "submissions": submissions}
-    done.write_text(json.dumps(row, indent=2))
+    (work / "result.json").write_text(json.dumps(row, indent=2))
     return row
 
 

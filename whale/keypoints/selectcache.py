@@ -92,21 +92,27 @@ class SelectorCache:
     def load(self, gallery: Sequence[Features], progress: bool = False) -> KeypointSelector | None:
         """The selector kept for this gallery, with its :attr:`~KeypointSelector.memo` on; None when there is
         none, or it fails a check (:attr:`note` then says which file and why)."""
-        self._notes["selector"] = ""
-        try:
-            arrays = read_sealed(self.path)
-            state = _state(arrays, [len(f) for f in gallery], stored_width(gallery))
-        except FileNotFoundError:
-            return None
-        except (SealError, ValueError, KeyError, TypeError) as exc:
-            why = (f"has no array {exc.args[0]!r}" if isinstance(exc, KeyError) else
-                   str(exc).replace(f"{self.path}: ", ""))
-            self._notes["selector"] = f"keypoint selector {self.path}: {why}; not used, fitted again and replaced"
+        state = self._read("selector", self.path, lambda a: _state(a, [len(f) for f in gallery],
+                                                                  stored_width(gallery)))
+        if state is None:
             return None
         selector = KeypointSelector.from_state(self.cfg.select, gallery, self.keys, state, progress)
         if selector.memo is None:
             selector.memo = {}
         return selector
+
+    def _read(self, what: str, path: Path, parse):
+        """``parse`` of the sealed file ``path``'s arrays; None when there is none, or it fails a check (the note
+        of ``what``, the selector's or the check's, then names the file and why)."""
+        self._notes[what] = ""
+        try:
+            return parse(read_sealed(path))
+        except FileNotFoundError:
+            return None
+        except (SealError, ValueError, KeyError, TypeError) as exc:
+            why = f"has no array {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc).replace(f"{path}: ", "")
+            self._notes[what] = f"keypoint {what} {path}: {why}; not used, fitted again and replaced"
+            return None
 
     def save(self, selector: KeypointSelector) -> Path:
         """Keep ``selector`` (fitted on this gallery under :attr:`keys`) with everything it scored."""
@@ -117,15 +123,8 @@ class SelectorCache:
     def load_check(self) -> MatchCheck | None:
         """The check kept for this gallery and config (module docstring); None when there is none, or it fails a
         check (:attr:`note` then says which file and why)."""
-        self._notes["check"] = ""
-        try:
-            check = _check_of(read_sealed(self.check_path), self.cfg)
-        except FileNotFoundError:
-            return None
-        except (SealError, ValueError, KeyError, TypeError) as exc:
-            why = (f"has no array {exc.args[0]!r}" if isinstance(exc, KeyError) else
-                   str(exc).replace(f"{self.check_path}: ", ""))
-            self._notes["check"] = f"keypoint check {self.check_path}: {why}; not used, fitted again and replaced"
+        check = self._read("check", self.check_path, lambda a: _check_of(a, self.cfg))
+        if check is None:
             return None
         check.kept = str(self.check_path)
         return check
