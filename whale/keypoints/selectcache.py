@@ -167,6 +167,11 @@ class SelectorCache:
                 self._fitted = None
 
 
+def _model_arrays(model) -> dict[str, np.ndarray]:
+    """The trees' arrays of a fitted classifier: scikit-learn's (:func:`tree_arrays`) or one read back."""
+    return model.arrays() if isinstance(model, TreeEnsemble) else tree_arrays(model)
+
+
 def _concat(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """``(counts [n] int64, values float64)`` of a list of 1-d arrays."""
     counts = np.asarray([len(a) for a in arrays], np.int64)
@@ -189,7 +194,7 @@ def _arrays(state: dict) -> dict[str, np.ndarray]:
             "gallery_scores": state["gallery_scores"] is not None}
     out = {"meta": np.asarray(json.dumps(meta))}
     for i, model in enumerate(state["models"]):
-        out.update(prefixed(model.arrays() if isinstance(model, TreeEnsemble) else tree_arrays(model), f"model{i}_"))
+        out.update(prefixed(_model_arrays(model), f"model{i}_"))
     out["gallery_counts"], out["gallery_scores"] = _concat(state["gallery_scores"] or [])
     memo = state["memo"] or {}
     out["memo_keys"] = np.asarray(list(memo), dtype=str) if memo else np.zeros(0, "<U1")
@@ -235,8 +240,7 @@ def _check_arrays(check: MatchCheck) -> dict[str, np.ndarray]:
             "model": check.model is not None}
     out = {"meta": np.asarray(json.dumps(meta))}
     if check.model is not None:
-        model = check.model
-        out.update(prefixed(model.arrays() if isinstance(model, TreeEnsemble) else tree_arrays(model), "check_"))
+        out.update(prefixed(_model_arrays(check.model), "check_"))
     return out
 
 
