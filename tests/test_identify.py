@@ -88,6 +88,10 @@ def test_the_shipped_joint_config_names_both_feature_kinds(tmp_path):
     bad.write_text(f"keypoints: [{Path('configs/keypoints.yaml').resolve()}]\naggregate: mean\n")
     with pytest.raises(ConfigError, match="aggregate"):
         load_joint_config(bad)
+    assert cfg.validation == "original" and "validation" not in cfg.to_dict()["check"]  # the shipped runs' hash kept
+    assert load_joint_config("configs/joint.yaml", {"check.validation": "thinned"}).validation == "thinned"
+    with pytest.raises(ConfigError, match="check.validation"):
+        load_joint_config("configs/joint.yaml", {"check.validation": "thin"})
 
 
 def test_the_shortlist_merges_every_source_once():
@@ -353,9 +357,10 @@ def test_joint_recall_reads_each_source_from_the_pair_table():
 
 
 def test_a_thinned_validation_is_the_table_without_the_hidden_photos():
-    """benchmarks/flukes/joint_thin.py: a thinned query's rows are those of the gallery without its hidden photos
-    (every rank and maximum again, brute force per query); the other queries' rows are untouched."""
-    from benchmarks.flukes.joint_thin import hidden_photos, mirror_share, thinned
+    """whale/identify/thin.py (benchmarks/flukes/joint_thin.py's): a thinned query's rows are those of the gallery
+    without its hidden photos (every rank and maximum again, brute force per query); the other queries' rows are
+    untouched."""
+    from whale.identify.thin import hidden_photos, mirror_share, thinned
     from whale.identify.check import PairTable
 
     rng = np.random.default_rng(3)
@@ -381,3 +386,48 @@ def test_a_thinned_validation_is_the_table_without_the_hidden_photos():
     assert all((ids[h] == truth[q]).all() for q, h in drawn.items())
     assert hidden_photos(ids, truth, 0.0, seed=0) == {}
     assert mirror_share(ids) == pytest.approx(0.5)  # a (3 photos) and b (2): one of the two has exactly two
+
+
+def test_a_check_fitted_on_the_thinned_validation_writes_the_views_the_ensemble_fuses(data, tmp_path):
+    """``check.validation: thinned``: the check fitted on the validation thinned as the test is drawn (the hidden
+    photos out of the joint's own val.npz), and each kind's and trained run's thinned view under OUT/thinned (the
+    same photos hidden, the test file as it was), so ``whale ensemble`` fuses them with the joint on one validation."""
+    from whale.ensemble.cli import main as ensemble_main
+    from whale.inference.__main__ import main
+    from whale.inference.scorefile import load_score_file
+    from whale.submission import check_submission
+
+    run = fake_run(tmp_path / "lite0", data)
+    argv = ["--matcher", "joint", "--config", str(joint_config(tmp_path)), "--with-run", str(run), "--data", str(data),
+            "--fold", "0", "--quiet", "--workers", "1"]
+    assert main(argv + ["--out", str(tmp_path / "plain")]) == 0
+    out = tmp_path / "thin"
+    assert main(argv + ["--out", str(out), "--set", "check.validation=thinned"]) == 0
+    meta = json.loads((out / "run.json").read_text())
+    fold, known, _ = split_sets(data)
+    hidden = json.loads((out / "thinned" / "hidden.json").read_text())["hidden"]
+    assert meta["thinned"]["queries"] == len(hidden) > 0 and meta["thinned"]["views"] == ["a", "b", "lite0"]
+    assert meta["config_hash"] != json.loads((tmp_path / "plain" / "run.json").read_text())["config_hash"]
+    truth = dict(zip(fold.val.names, fold.val.ids))
+    for q, photos in hidden.items():  # each thinned query keeps exactly one gallery photo of its individual
+        own = [g for g, i in zip(fold.gallery.names, fold.gallery.ids) if i == truth[q]]
+        assert set(photos) < set(own) and len(own) - len(photos) == 1
+    val = load_score_file(out / "val.npz")
+    col = {g: i for i, g in enumerate(val.gallery)}
+    row = {q: i for i, q in enumerate(val.query)}
+    assert all(val.scores[row[q], col[g]] == 0 for q, photos in hidden.items() for g in photos)
+    assert not np.array_equal(load_score_file(out / "test.npz").scores,
+                              load_score_file(tmp_path / "plain" / "test.npz").scores)
+    source = load_score_file(run / "scores" / "val.npz")
+    view = load_score_file(out / "thinned" / "lite0" / "val.npz", need_query_ids=True)
+    assert view.identity == source.identity and list(view.query_ids) == list(source.query_ids)
+    for q, i in row.items():
+        kept = [j for j, g in enumerate(view.gallery) if g not in hidden.get(q, ())]
+        np.testing.assert_array_equal(view.scores[i, kept], source.scores[i, kept])
+        assert all(view.scores[i, col[g]] == source.scores[i].min() for g in hidden.get(q, ()))
+    assert (out / "thinned" / "lite0" / "test.npz").read_bytes() == (run / "scores" / "test.npz").read_bytes()
+    assert (out / "thinned" / "a" / "test.npz").read_bytes() == (out / "kinds" / "a" / "test.npz").read_bytes()
+    sub = tmp_path / "s.csv"
+    assert ensemble_main([str(out / "thinned" / "a"), str(out / "thinned" / "b"), str(out / "thinned" / "lite0"),
+                          str(out), "--tune", "--fusion", "logodds", "--out", str(sub)]) == 0
+    assert check_submission(sub) == []

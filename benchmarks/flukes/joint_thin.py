@@ -47,76 +47,11 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.flukes.joint_screen import seed_table  # noqa: E402
 from benchmarks.flukes.shared import identification_figures  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
-from whale.identify.check import (JointCheck, KindEvidence, fitted_columns, identification_scores,  # noqa: E402
-                                  load_table, pair_table)
+from whale.identify.check import JointCheck, fitted_columns, identification_scores, load_table  # noqa: E402
 from whale.identify.config import JointConfig  # noqa: E402
 from whale.identify.sources import run_scores  # noqa: E402
+from whale.identify.thin import hidden_photos, mirror_share, thinned  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
-
-
-def mirror_share(gallery_ids: np.ndarray) -> float:
-    """Of the gallery's individuals with two or more photos, the share with exactly two."""
-    _, counts = np.unique(gallery_ids[gallery_ids != NEW_WHALE], return_counts=True)
-    return float((counts == 2).sum() / max((counts >= 2).sum(), 1))
-
-
-def hidden_photos(gallery_ids: np.ndarray, truth: np.ndarray, share: float, seed: int) -> dict[int, np.ndarray]:
-    """``{query: gallery photos hidden from it}``: each known query, with probability ``share``, keeps one random
-    photo of its individual."""
-    rng = np.random.default_rng(2000 + seed)
-    out = {}
-    for q, t in enumerate(truth):
-        own = np.flatnonzero(gallery_ids == t)
-        if t == NEW_WHALE or len(own) < 2 or rng.random() >= share:
-            continue
-        out[q] = np.delete(own, rng.integers(len(own)))
-    return out
-
-
-def thinned(table, hidden: dict[int, np.ndarray], kind_scores: dict[str, np.ndarray], runs: list[np.ndarray],
-            gallery_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(pairs, rows, fallback)`` of the table with each query's ``hidden`` photos taken out (module docstring)."""
-    pairs, rows, columns = table.pairs, table.rows, table.columns
-    mask = np.zeros(table.fallback.shape, bool)
-    for q, h in hidden.items():
-        mask[q, h] = True
-    keep = ~mask[pairs[:, 0], pairs[:, 1]]
-    qs = np.array(sorted(hidden), np.int64)
-    redo = keep & np.isin(pairs[:, 0], qs)
-    sub = pairs[redo].copy()
-    local = np.searchsorted(qs, sub[:, 0])
-    sub_pairs = np.stack([local, sub[:, 1]], axis=1)
-    kinds = sorted({c.split(".")[0] for c in columns if c.endswith(".inliers")})
-    evidence = []
-    for k in kinds:
-        s = kind_scores[k][qs].astype(np.float32)
-        s[mask[qs]] = -np.inf
-        evidence.append(KindEvidence(s, np.zeros(s.shape, np.float32), np.zeros(s.shape, np.float32)))
-    masked_runs = []
-    for r in runs:
-        r = r[qs].astype(np.float32)
-        r[mask[qs]] = -np.inf
-        masked_runs.append(r)
-    new = pair_table(sub_pairs, evidence, masked_runs, gallery_ids, photos="log_photos" in columns)
-    old = rows[redo]
-    col = {c: i for i, c in enumerate(columns)}
-    for k in kinds:  # per pair, unchanged by hiding others; the vote rank lowered by the hidden photos above it
-        for c in ("p", "inliers", "log_votes"):
-            new[:, col[f"{k}.{c}"]] = old[:, col[f"{k}.{c}"]]
-        votes = np.full(mask.shape, -np.inf, np.float32)
-        votes[pairs[:, 0], pairs[:, 1]] = rows[:, col[f"{k}.log_votes"]]
-        above = np.zeros(len(sub), np.float32)
-        for i, (q, g) in enumerate(sub):
-            h = hidden[int(q)]
-            vh, vg = votes[q, h], votes[q, g]
-            above[i] = np.sum((vh > vg) | ((vh == vg) & (h < g) & np.isfinite(vh)))
-        rank = np.expm1(old[:, col[f"{k}.vote_rank"]])
-        new[:, col[f"{k}.vote_rank"]] = np.log1p(np.maximum(rank - above, 0))
-    out_rows = rows.copy()
-    out_rows[redo] = new
-    fallback = table.fallback.copy()
-    fallback[mask] = 0
-    return pairs[keep], out_rows[keep], fallback
 
 
 def copy_run(src: Path, dst: Path, val_scores=None, test_scores=None, hidden_names=None) -> Path:

@@ -15,6 +15,10 @@ from whale.core.errors import ConfigError
 from whale.config.overrides import apply_override
 from whale.keypoints.config import KeypointConfig, load_keypoint_config
 
+VALIDATIONS = ("original", "thinned")
+"""``check.validation``: the check fitted on fold ``K``'s validation queries as they are, or thinned as the test is
+drawn (:mod:`whale.identify.thin`)."""
+
 AGGREGATES = ("max", "noisy_or")
 """From the pairs' P(same whale) to an individual's: its best photo's, or ``1 - prod(1 - p)`` over its shortlisted
 photos (photos of one whale are not independent evidence: measured side by side, docs/humpback.md)."""
@@ -27,7 +31,9 @@ class JointConfig:
     ``kinds``: ``(name, KeypointConfig)`` per feature kind, the name the YAML file's stem. ``votes``: each feature
     kind's best photos by LNBNN votes that every kind verifies; ``runs``: each trained run's best photos by its
     scores, verified too. ``rounds``, ``leaf_nodes``, ``learning_rate``, ``folds``, ``seed``: the check's gradient-boosted
-    trees and its cross-fitting on the validation queries (``folds`` groups of queries). ``aggregate``: :data:`AGGREGATES`.
+    trees and its cross-fitting on the validation queries (``folds`` groups of queries); ``validation``: the check
+    fitted on those queries as they are or thinned as the test is drawn (:mod:`whale.identify.thin`).
+    ``aggregate``: :data:`AGGREGATES`.
     """
 
     kinds: tuple[tuple[str, KeypointConfig], ...]
@@ -39,13 +45,15 @@ class JointConfig:
     folds: int = 5
     seed: int = 0
     aggregate: str = "max"
+    validation: str = "original"
     source: str = "<joint config>"
 
     def to_dict(self) -> dict:
         return {"keypoints": {name: cfg.to_dict() for name, cfg in self.kinds},
                 "shortlist": {"votes": self.votes, "runs": self.runs},
                 "check": {"rounds": self.rounds, "leaf_nodes": self.leaf_nodes, "learning_rate": self.learning_rate,
-                          "folds": self.folds, "seed": self.seed},
+                          "folds": self.folds, "seed": self.seed}
+                | ({"validation": self.validation} if self.validation != "original" else {}),
                 "aggregate": self.aggregate}
 
 
@@ -73,7 +81,8 @@ def parse_joint_config(raw: Any, source: str = "<joint config>", folder: Path | 
         raise ConfigError(f"{source}: keypoints: two configs share a file name ({', '.join(names)}): each names a "
                           "feature kind in the pair table")
     short = check.mapping(raw.get("shortlist") or {}, "shortlist", ("votes", "runs"), ())
-    fit = check.mapping(raw.get("check") or {}, "check", ("rounds", "leaf_nodes", "learning_rate", "folds", "seed"), ())
+    fit = check.mapping(raw.get("check") or {}, "check", ("rounds", "leaf_nodes", "learning_rate", "folds", "seed",
+                                                                 "validation"), ())
     return JointConfig(
         kinds=tuple(kinds),
         votes=check.number(short.get("votes", 40), "shortlist.votes", int, lo=0, hi=10000),
@@ -85,6 +94,7 @@ def parse_joint_config(raw: Any, source: str = "<joint config>", folder: Path | 
         folds=check.number(fit.get("folds", 5), "check.folds", int, lo=2, hi=50),
         seed=check.number(fit.get("seed", 0), "check.seed", int, lo=0),
         aggregate=check.choice(raw.get("aggregate", "max"), "aggregate", AGGREGATES),
+        validation=check.choice(fit.get("validation", "original"), "check.validation", VALIDATIONS),
         source=source)
 
 

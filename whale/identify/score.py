@@ -11,7 +11,10 @@
    ``--cache`` as it does) verifies its own vote shortlist and the other sources' candidates, both ways where its
    ``check.both_ways`` is set (:meth:`whale.keypoints.matcher.KeypointMatcher.match`'s ``also``);
 3. **one check per pair on all of it** (:mod:`whale.identify.check`): fitted on the validation queries' pairs
-   (cross-fitted for ``val.npz``), applied to the test pairs, aggregated to the individual.
+   (cross-fitted for ``val.npz``), applied to the test pairs, aggregated to the individual. With
+   ``check.validation: thinned`` the validation is first thinned as the test is drawn (:mod:`whale.identify.thin`),
+   and ``OUT/thinned/<kind or run>/`` holds each feature kind's and trained run's thinned view: the runs that
+   ``whale ensemble`` fuses with this one, on the same validation.
 
 It writes ``OUT/val.npz`` and ``OUT/test.npz`` in the toolkit's score-file format (``whale ensemble OUT --tune``
 and ``whale submission`` read them unchanged), ``OUT/kinds/<kind>/{val,test}.npz`` (each kind's own check of the
@@ -109,13 +112,17 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
         times[f"{split}_total"] = time.perf_counter() - t0
         log(f"joint {split}: {len(queries)} queries, {len(pairs):,} shortlisted pairs ({len(pairs) / len(queries):.1f} a "
             f"query) verified by {', '.join(evidence)}")
+    thinning = None
+    if cfg.validation == "thinned":
+        thinning = _thin_validation(out, cfg, data, tables, columns, scores["val"], runs, seed, comp.open_label, log)
     t0 = time.perf_counter()
     pairs, rows, fallback = tables["val"]
     same = (np.asarray(data.gallery.ids, str)[pairs[:, 1]] == np.asarray(data.val.ids, str)[pairs[:, 0]])
     check = JointCheck.of(cfg).fit(rows[:, used], same, pairs[:, 0], progress)
     times["check_fit"] = time.perf_counter() - t0
     log(f"joint: one check fitted on {check.pairs[0]:,} same-individual and {check.pairs[1]:,} other pairs of the "
-        f"validation queries ({cfg.folds}-fold cross-fitted for val.npz, {times['check_fit']:.1f} s)")
+        f"{'thinned ' if thinning else ''}validation queries ({cfg.folds}-fold cross-fitted for val.npz, "
+        f"{times['check_fit']:.1f} s)")
     for split, gallery, queries in splits:
         pairs, rows, fallback = tables[split]
         p = check.out_of_fold if split == "val" else check.predict(rows[:, used])
@@ -134,7 +141,8 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
                                          "format": comp.format.name, "fold": fold, "seed": seed,
                                          "config_hash": digest, "with_runs": [str(r) for r in runs],
                                          "run_names": run_names, "seconds": times, "peak_mb": memory,
-                                         "check_pairs": list(check.pairs)})
+                                         "check_pairs": list(check.pairs)}
+                      | ({"thinned": thinning} if thinning else {}))
     for path in written.values():
         log(f"wrote {path}")
     return written
@@ -201,6 +209,37 @@ def _verify(cfg: JointConfig, feats, fitted, split, gallery, queries, data, trai
     memory[f"{split}_match"] = peak_memory_mb()["self"]
     evidence["shortlist"] = shortlist
     return evidence
+
+
+def _thin_validation(out: Path, cfg: JointConfig, data, tables: dict, columns, run_val: list, runs: list[Path],
+                     seed: int, open_label: str, log) -> dict:
+    """``check.validation: thinned``: ``tables["val"]`` replaced by its thinned copy (:mod:`whale.identify.thin`)
+    and each feature kind's and trained run's thinned view written under ``OUT/thinned/`` (what ``whale ensemble``
+    fuses with this run); returns what ``run.json`` records of it."""
+    from whale.identify.check import PairTable
+    from whale.identify.thin import hidden_names, hidden_photos, mirror_share, thinned, write_view
+
+    gallery_ids, truth = np.asarray(data.gallery.ids, str), np.asarray(data.val.ids, str)
+    share = mirror_share(gallery_ids, open_label)
+    hidden = hidden_photos(gallery_ids, truth, share, seed, open_label)
+    kinds = {name: out / "kinds" / name for name, _ in cfg.kinds}
+    kind_scores = {name: np.asarray(load_score_file(score_path(f, "val")).scores, np.float32)
+                   for name, f in kinds.items()}
+    pairs, rows, fallback = tables["val"]
+    tables["val"] = thinned(PairTable(pairs, rows, fallback, list(columns), ""), hidden, kind_scores, run_val,
+                            gallery_ids, open_label)
+    names = hidden_names(hidden, data.val.names, data.gallery.names)
+    folders = [Path(r).name for r in runs]  # each run's view named by its folder, numbered where two share one
+    views = {**kinds, **{f if folders.count(f) == 1 else f"{i}-{f}": Path(r)
+                         for i, (r, f) in enumerate(zip(runs, folders))}}
+    for view, src in views.items():
+        test = score_path(src, "test")
+        write_view(src, out / "thinned" / view, names, score_path(src, "val"), test if test.is_file() else None)
+    write_json_atomic(out / "thinned" / "hidden.json", {"share": share, "seed": seed, "hidden": names})
+    known = int((truth != open_label).sum())
+    log(f"joint: validation thinned as the test is drawn (share {share:.3f}): {len(hidden)} of {known} known "
+        f"queries keep one gallery photo; the runs' thinned views in {out / 'thinned'}")
+    return {"share": share, "queries": len(hidden), "known": known, "views": sorted(views)}
 
 
 def _write_kind(folder: Path, split: str, scores, queries, gallery, kcfg, fold: int, seed: int) -> Path:
