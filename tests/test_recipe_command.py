@@ -65,8 +65,9 @@ def test_the_shipped_recipe_s_dry_run_prints_the_best_recipe_s_exact_commands(mo
 
 
 def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fuses_its_matchers():
-    """recipes/flukes_joint.yaml: no standalone matcher run; its submission fuses the joint run's kind folders, named
-    as configs/joint.yaml names its feature kinds, and Lite0, with flukes.yaml's submission flags."""
+    """recipes/flukes_joint.yaml: no standalone matcher run; its submission fuses the joint run's thinned views of its
+    kinds (named as configs/joint.yaml names its feature kinds) and of Lite0, and the joint itself, with flukes.yaml's
+    submission flags."""
     from whale.identify.config import load_joint_config
     from whale.recipe.steps import placeholder_values
 
@@ -74,12 +75,14 @@ def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fus
     steps = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_joint.yaml").steps}
     best = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes.yaml").steps}
     assert not any(w[:3] == ["score", "--matcher", "keypoints"] for w in steps.values())
-    assert steps["lite0"] == best["lite0"] and steps["joint"] == best["joint"] and steps["check"] == best["check"]
+    assert steps["lite0"] == best["lite0"] and steps["check"] == best["check"]
+    assert steps["joint"] == best["joint"] + ["--set", "check.validation=thinned"]  # the check on the thinned validation
     ensemble = cli.build_parser(only=["ensemble"])
     ours, theirs = ensemble.parse_args(steps["submission"]), ensemble.parse_args(best["submission"])
     joint = steps["joint"]
     kinds = load_joint_config(joint[joint.index("--config") + 1]).kinds
-    assert [str(r) for r in ours.runs] == [f"runs/best/joint/kinds/{name}" for name, _ in kinds] + ["runs/best/lite0"]
+    assert [str(r) for r in ours.runs] == [f"runs/best/joint/thinned/{name}" for name, _ in kinds] + [
+        "runs/best/joint/thinned/lite0", "runs/best/joint"]  # the views the joint run writes, and the joint itself
     assert {k: v for k, v in vars(ours).items() if k != "runs"} == {k: v for k, v in vars(theirs).items() if k != "runs"}
 
 
@@ -349,8 +352,9 @@ def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(t
 
 @pytest.mark.slow  # the network and the joint on a small competition: about a minute of CPU
 def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_kinds(tmp_path, monkeypatch, capsys):
-    """recipes/flukes_joint.yaml's shape on the demo's configs (recipes/demo.yaml without its standalone matchers,
-    the submission fusing the joint run's kind folders and the network): a checked submission."""
+    """recipes/flukes_joint.yaml's shape on the demo's configs (recipes/demo.yaml without its standalone matchers, the
+    joint's check on the thinned validation, the submission fusing its views of the kinds and the network, and the
+    joint): a checked submission."""
     pytest.importorskip("cv2")
     import yaml
 
@@ -363,9 +367,11 @@ def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_ki
     raw = yaml.safe_load((ROOT / "recipes" / "demo.yaml").read_text())
     steps = [s for s in raw["steps"] if s["name"] not in ("sift", "xfeat")]
     for s in steps:
+        if s["name"] == "joint":
+            s["run"] += " --set check.validation=thinned"
         if s["name"] == "submission":
-            s["run"] = s["run"].replace("{out}/sift {out}/xfeat", "{out}/joint/kinds/keypoints_demo "
-                                        "{out}/joint/kinds/keypoints_xfeat_demo")
+            s["run"] = s["run"].replace("{out}/sift {out}/xfeat {out}/network", "{out}/joint/thinned/keypoints_demo "
+                                        "{out}/joint/thinned/keypoints_xfeat_demo {out}/joint/thinned/network {out}/joint")
     recipe = tmp_path / "joint_demo.yaml"
     recipe.write_text(yaml.safe_dump({**raw, "steps": steps}))
     data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
