@@ -50,14 +50,13 @@ from whale import NEW_WHALE  # noqa: E402
 from whale.identify.check import JointCheck, fitted_columns, identification_scores, load_table  # noqa: E402
 from whale.identify.config import JointConfig  # noqa: E402
 from whale.identify.sources import run_scores  # noqa: E402
-from whale.identify.thin import hidden_photos, mirror_share, thinned  # noqa: E402
+from whale.identify.thin import hidden_names, hidden_photos, mirror_share, thinned, write_view  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
 
 
-def copy_run(src: Path, dst: Path, val_scores=None, test_scores=None, hidden_names=None) -> Path:
-    """``src``'s small files and score files into ``dst``, ``val.npz``'s scores replaced by ``val_scores`` or thinned
-    by ``hidden_names`` (``{query name: [gallery names]}``, each scored at its row's lowest), ``test.npz``'s by
-    ``test_scores``."""
+def copy_run(src: Path, dst: Path, val_scores, test_scores) -> Path:
+    """``src``'s small files and score files into ``dst``, their scores replaced by ``val_scores`` and
+    ``test_scores`` (a thinned view of a run is :func:`whale.identify.thin.write_view`'s)."""
     dst.mkdir(parents=True, exist_ok=True)
     for f in src.glob("*"):
         if f.is_file() and f.suffix in (".json", ".yaml") and f.stat().st_size < 1 << 20:
@@ -68,16 +67,7 @@ def copy_run(src: Path, dst: Path, val_scores=None, test_scores=None, hidden_nam
         target.parent.mkdir(parents=True, exist_ok=True)
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-        if new is not None:
-            arrays["scores"] = np.asarray(new, arrays["scores"].dtype)
-        elif split == "val" and hidden_names:
-            scores = arrays["scores"].copy()
-            col = {str(n): i for i, n in enumerate(arrays["gallery"])}
-            for i, q in enumerate(arrays["query"]):
-                h = [col[g] for g in hidden_names.get(str(q), ())]
-                if h:
-                    scores[i, h] = scores[i].min()
-            arrays["scores"] = scores
+        arrays["scores"] = np.asarray(new, arrays["scores"].dtype)
         with open(target, "wb") as fh:
             np.savez(fh, **arrays)
     return dst
@@ -87,7 +77,8 @@ def screen(run: Path, share: float | None, write: Path | None = None) -> dict[st
     meta = json.loads((run / "run.json").read_text())
     seed, fold = int(meta.get("seed", 0)), int(meta["fold"])
     table = load_table(run / "pairs_val.npz")
-    kind_files = {p.parent.name: load_score_file(p, need_query_ids=True) for p in sorted((run / "kinds").glob("*/val.npz"))}
+    kind_files = {p.parent.name: load_score_file(p, need_query_ids=True)
+                  for p in sorted((run / "kinds").glob("*/val.npz"))}
     first = next(iter(kind_files.values()))
     gallery_ids, truth = np.asarray(first.gallery_ids, str), np.asarray(first.query_ids, str)
     query, gallery = [str(n) for n in first.query], [str(n) for n in first.gallery]
@@ -129,11 +120,9 @@ def screen(run: Path, share: float | None, write: Path | None = None) -> dict[st
                 full, gallery_ids, truth, np.zeros(len(truth), bool))
         print(f"{run}: {name}: " + ", ".join(f"{k} {v:.4f}" for k, v in out[name].items()), flush=True)
     if write is not None:
-        names = {query[qq]: [gallery[g] for g in h] for qq, h in hidden.items()}
-        for k in kind_scores:
-            copy_run(run / "kinds" / k, write / k, hidden_names=names)
-        for r in meta.get("with_runs", []):
-            copy_run(Path(r), write / Path(r).name, hidden_names=names)
+        names = hidden_names(hidden, query, gallery)
+        for src in [run / "kinds" / k for k in kind_scores] + [Path(r) for r in meta.get("with_runs", [])]:
+            write_view(src, write / src.name, names, score_path(src, "val"), score_path(src, "test"))
     for k, s in kind_scores.items():  # each kind's own check alone on the thinned validation
         s = s.copy()
         for qq, h in hidden.items():
