@@ -284,3 +284,39 @@ def test_every_step_of_selection_shows_progress(gallery, monkeypatch, capsys):
     m.selector.progress = False
     m.selector.select(new)
     assert capsys.readouterr().err == ""
+
+
+def test_labels_among_the_sample_match_the_sampled_photos_against_each_other_alone(gallery, monkeypatch):
+    """``select.among: sample``: the labelled photos (whole individuals) matched against an index of their own
+    keypoints, not the gallery's; their labels the pattern's keypoints as with the whole gallery's index (not the
+    same ones: fewer photos, other nearest descriptors), every gallery photo still scored and selected."""
+    cfg, feats, ids = gallery
+    whole_cfg = dataclasses.replace(cfg, select=dataclasses.replace(cfg.select, photos=12))
+    sample_cfg = dataclasses.replace(cfg, select=dataclasses.replace(cfg.select, photos=12, among="sample"))
+    searched = []
+    real = selection.verified_labels
+
+    def spy(matcher, *args, **kwargs):
+        labels = real(matcher, *args, **kwargs)
+        searched.append((len(matcher.gallery), len(matcher.index), labels))
+        return labels
+
+    monkeypatch.setattr(selection, "verified_labels", spy)
+    whole = KeypointMatcher.build(whole_cfg, feats, ids)
+    sampled = KeypointMatcher.build(sample_cfg, feats, ids)
+    sample = labelled_photos(ids, 12, seed=cfg.select.seed)
+    assert len(sample) == 12 and searched[0][:2] == (len(feats), sum(len(f) for f in feats))
+    assert searched[1][:2] == (12, sum(len(feats[i]) for i in sample))
+    in_gallery, alone = [searched[0][2][i] for i in sample], searched[1][2]  # the sampled photos' labels, both ways
+    for labels in (in_gallery, alone):
+        rows = np.concatenate([feats[i].xy[y, 1] for i, y in zip(sample, labels)])
+        assert len(rows) >= 12 * cfg.select.min_inliers and ((rows >= BAND[0] - 8) & (rows < BAND[1] + 8)).mean() > 0.9
+    assert sampled.selector.active and set(sampled.select_steps) == {"index", "labels", "fit", "score"}
+    assert len(sampled.gallery) == len(feats) and len(sampled.index) == len(whole.index)
+    band = lambda f: ((f.xy[:, 1] >= BAND[0]) & (f.xy[:, 1] < BAND[1])).mean()  # noqa: E731
+    assert np.mean([band(k) for k in sampled.gallery]) > np.mean([band(f) for f in feats]) + 0.2
+    assert sample_cfg.selection_hash() != whole_cfg.selection_hash() != cfg.selection_hash()
+    assert sample_cfg.config_hash() != whole_cfg.config_hash()
+    assert load_keypoint_config().selection_hash() == "7c07579bf344"  # pinned before `among`: stored selectors valid
+    with pytest.raises(ConfigError, match="select.among"):
+        load_keypoint_config(overrides={"select.among": "everything"})

@@ -57,9 +57,9 @@ def setting(default, read: str, *, later: bool = False, **check):
     :class:`~whale.config.checker.Checker` method ``read`` (``boolean``, ``number``, ``choice``; ``text``: any
     value as a string) with ``check``'s arguments (``kind``, ``lo``, ``hi``, ``lo_open``; ``options``).
 
-    ``later`` (feature and verification settings): added after :data:`FEATURE_VERSION` 2 (a feature setting) or
-    after the hashes were pinned (a verification setting), so named in the fingerprint, the selection hash and the
-    config hash only when set away from ``default``: features, selectors and score files made before it existed
+    ``later`` (feature, verification and selection settings): added after :data:`FEATURE_VERSION` 2 (a feature
+    setting) or after the hashes were pinned (a verification or selection setting), so named in the fingerprint,
+    the selection hash and the config hash only when set away from ``default``: features, selectors and score files made before it existed
     stay valid. A new feature setting is ``later`` unless it is meant to redo every stored feature (the pinned
     fingerprint's test says which it did).
     """
@@ -138,6 +138,10 @@ class VerifyConfig:
     scale: float = setting(1.0, "number", kind=float, lo=0, lo_open=True)
 
 
+SELECT_AMONG = ("gallery", "sample")
+"""What the selector's labelled photos are matched against (:class:`SelectConfig`'s ``among``)."""
+
+
 @dataclass(frozen=True)
 class SelectConfig:
     """Which keypoints each photo keeps (:mod:`whale.keypoints.selection`): a classifier learns from the
@@ -146,14 +150,17 @@ class SelectConfig:
     ``keep``: the share of each photo's keypoints kept, best first (1 = every keypoint: selection off);
     ``least``: at least this many kept; ``min_inliers``: a verified same-individual match with fewer inliers
     teaches nothing; ``photos``: gallery photos matched against the gallery for the labels, a seeded sample of
-    whole individuals with two or more photos (0: every such photo); ``samples``: keypoints the classifier is
-    fitted on (a seeded sample of those photos'); ``seed``: of both samples and the classifier.
+    whole individuals with two or more photos (0: every such photo); ``among``: what they are matched against,
+    ``gallery`` (the whole gallery, every keypoint indexed) or ``sample`` (the sampled photos alone: an index of a
+    fraction of the keypoints, searched faster; their same-whale photos are all in it); ``samples``: keypoints the
+    classifier is fitted on (a seeded sample of those photos'); ``seed``: of both samples and the classifier.
     """
 
     keep: float = setting(0.3, "number", kind=float, lo=0, hi=1, lo_open=True)
     least: int = setting(20, "number", kind=int, lo=1, hi=100000)
     min_inliers: int = setting(4, "number", kind=int, lo=4, hi=1000)
     photos: int = setting(1500, "number", kind=int, lo=0)
+    among: str = setting("gallery", "choice", later=True, options=SELECT_AMONG)
     samples: int = setting(100_000, "number", kind=int, lo=1000, hi=100_000_000)
     seed: int = setting(0, "number", kind=int, lo=0)
 
@@ -189,6 +196,8 @@ _AFTER_PIN = {"detector": "sift", "mask": "none"}
 """Feature settings added after the config hash was pinned, named in it only away from these defaults."""
 _LATER_VERIFY_KEYS = {f.name: f.default for f in dataclasses.fields(VerifyConfig) if f.metadata["later"]}
 """The ``later`` verification settings and their defaults: ``{"second_fit": 0}``."""
+_LATER_SELECT_KEYS = {f.name: f.default for f in dataclasses.fields(SelectConfig) if f.metadata["later"]}
+"""The ``later`` selection settings and their defaults: ``{"among": "gallery"}``."""
 
 
 def _named(values: dict, later: dict) -> dict:
@@ -243,7 +252,8 @@ class KeypointConfig:
         gives) (:mod:`whale.keypoints.selectcache`)."""
         verify = {k: v for k, v in _named(dataclasses.asdict(self.verify), _LATER_VERIFY_KEYS).items()
                   if k not in ("vote_weight", "scale")}
-        select = {k: v for k, v in dataclasses.asdict(self.select).items() if k not in ("keep", "least")}
+        select = {k: v for k, v in _named(dataclasses.asdict(self.select), _LATER_SELECT_KEYS).items()
+                  if k not in ("keep", "least")}
         payload = json.dumps({"features": self.fingerprint(), "search": dataclasses.asdict(self.search),
                               "verify": verify, "select": select}, sort_keys=True)
         return hashlib.sha1(payload.encode()).hexdigest()[:12]
@@ -256,6 +266,7 @@ class KeypointConfig:
             del settings["check"]
         settings["features"] = _named(settings["features"], _AFTER_PIN)
         settings["verify"] = _named(settings["verify"], _LATER_VERIFY_KEYS)
+        settings["select"] = _named(settings["select"], _LATER_SELECT_KEYS)
         return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -40,7 +40,7 @@ from whale.keypoints.extract import Features, as_float
 from whale.keypoints.index import DescriptorIndex
 from whale.keypoints.pairstats import NAMES, share_of_best
 from whale.keypoints.scoring import EvidenceScore
-from whale.keypoints.selection import KeypointSelector
+from whale.keypoints.selection import KeypointSelector, labelled_photos
 from whale.keypoints.verify import GeometricVerifier, opencv_threads
 from whale.keypoints.votes import LnbnnVotes
 from whale.core.progress import progress_bar
@@ -154,11 +154,22 @@ class KeypointMatcher:
             return cls(cfg, gallery, ids, progress=progress, parts=parts).fit_check(ids, open_label, progress, strict)
         keys = range(len(gallery)) if keys is None else keys
         t0 = time.perf_counter()
-        full = cls(cfg, gallery, ids, progress=progress, parts=parts)  # every keypoint: labels from its matches
-        steps = {"index": time.perf_counter() - t0}
-        selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress, open_label)
+        if cfg.select.among == "sample":  # the labelled photos' every keypoint, matched against each other
+            labelled = labelled_photos(ids, cfg.select.photos, cfg.select.seed, open_label)
+            sample = cls(cfg, [gallery[i] for i in labelled], np.asarray(ids, dtype=str)[labelled],
+                         progress=progress, parts=parts)
+            steps = {"index": time.perf_counter() - t0}
+            selector = KeypointSelector.fit(cfg.select, sample, ids, keys, progress, open_label, gallery=gallery)
+            del sample
+            full = None
+        else:
+            full = cls(cfg, gallery, ids, progress=progress, parts=parts)  # every keypoint: labels from its matches
+            steps = {"index": time.perf_counter() - t0}
+            selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress, open_label)
         steps.update(selector.seconds)
-        if selector.active:
+        if full is None:  # the sample's index served the labels: the gallery's is built here, selected or not
+            matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, parts=parts)
+        elif selector.active:
             del full  # the index of every keypoint goes before the selected keypoints' is built
             matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, parts=parts)
         else:  # every keypoint stays: the index of every keypoint serves

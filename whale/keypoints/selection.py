@@ -192,17 +192,23 @@ class KeypointSelector:
 
     @classmethod
     def fit(cls, cfg: SelectConfig, matcher, ids, keys: Sequence | None = None,
-            progress: bool = False, open_label: str = NEW_WHALE) -> "KeypointSelector":
+            progress: bool = False, open_label: str = NEW_WHALE,
+            gallery: Sequence[Features] | None = None) -> "KeypointSelector":
         """Learn from the gallery of ``matcher`` (a :class:`~whale.keypoints.matcher.KeypointMatcher` with every
         keypoint indexed and no selector) and its photos' individuals ``ids`` which keypoints to keep.
 
         ``keys``: one hashable per gallery photo by which :meth:`select` recognises it when given again (the
         caller's index of the photo; None: its index in this gallery). ``open_label``: the format's label of a
         photo whose individual is unknown (:attr:`whale.formats.Format.open_label`), never paired.
+        ``gallery`` (``select.among: sample``): the whole gallery, ``ids`` its photos' individuals, when
+        ``matcher`` indexes only its :func:`labelled_photos` (in their order, as :meth:`KeypointMatcher.build
+        <whale.keypoints.matcher.KeypointMatcher.build>` makes it for ``select.among: sample``):
+        they are matched against each other alone.
         """
         from sklearn.ensemble import HistGradientBoostingClassifier
 
-        gallery = list(matcher.gallery)
+        sampled = gallery is not None
+        gallery = list(matcher.gallery if gallery is None else gallery)
         seconds: dict = {}
 
         def made(models=(), scores=None, reason=""):
@@ -211,8 +217,18 @@ class KeypointSelector:
         t0 = time.perf_counter()
         labelled = labelled_photos(ids, cfg.photos, cfg.seed, open_label)
         progress_line(f"keypoint selection: labels from the verified same-whale matches of {len(labelled)} photos "
-                      f"against the gallery's {len(gallery)}", progress)
-        labels = verified_labels(matcher, ids, cfg.min_inliers, labelled, progress, open_label)
+                      f"against " + ("each other" if sampled else f"the gallery's {len(gallery)}"), progress)
+        if sampled:
+            if len(matcher.gallery) != len(labelled):
+                raise ValueError(f"KeypointSelector.fit: the sample's matcher holds {len(matcher.gallery)} photos, "
+                                 f"the labelled photos are {len(labelled)}")
+            found = verified_labels(matcher, np.asarray(ids, dtype=str)[labelled], cfg.min_inliers, None, progress,
+                                    open_label)
+            labels = [np.zeros(len(f), bool) for f in gallery]
+            for i, y in zip(labelled, found):
+                labels[i] = y
+        else:
+            labels = verified_labels(matcher, ids, cfg.min_inliers, labelled, progress, open_label)
         seconds["labels"] = time.perf_counter() - t0
         positives = int(sum(y.sum() for y in labels))
         if positives < MIN_POSITIVES:
