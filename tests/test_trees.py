@@ -33,6 +33,19 @@ def test_the_arrays_predict_what_the_model_predicts_nan_included(seed, nan):
     assert np.abs(got - expected).max() <= 1e-9
     assert np.array_equal(got, expected)  # the same sums in the same order: equal to the bit
     assert np.array_equal(ensemble.predict_proba(x.astype(np.float32)), model.predict_proba(x.astype(np.float32)))
+    assert ensemble.compiled() is not None  # scikit-learn's compiled walk, found equal on its probe
+    np.testing.assert_array_equal(ensemble.numpy_raw(x), ensemble.raw(x))  # and the NumPy walk: the same sums
+
+
+def test_without_scikit_learns_compiled_walk_the_numpy_walk_predicts_the_same(monkeypatch):
+    """A scikit-learn whose internals differ (the compiled walk not made, or not equal on the probe): the NumPy walk
+    serves, with the model's probabilities to the bit."""
+    model = fitted(4, nan=0.2)
+    x = np.random.default_rng(6).normal(size=(500, 7))
+    monkeypatch.setattr(TreeEnsemble, "_compile", lambda self: None)
+    ensemble = TreeEnsemble.from_arrays(tree_arrays(model))
+    assert ensemble.compiled() is None
+    assert np.array_equal(ensemble.predict_proba(x), model.predict_proba(x))
 
 
 def test_the_arrays_survive_a_sealed_file_and_refuse_what_is_not_a_tree(tmp_path):
