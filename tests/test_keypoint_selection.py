@@ -320,3 +320,13 @@ def test_labels_among_the_sample_match_the_sampled_photos_against_each_other_alo
     assert load_keypoint_config().selection_hash() == "7c07579bf344"  # pinned before `among`: stored selectors valid
     with pytest.raises(ConfigError, match="select.among"):
         load_keypoint_config(overrides={"select.among": "everything"})
+
+
+def test_labels_among_a_sample_without_pairs_keep_every_keypoint(gallery):
+    """``select.among: sample`` on a gallery where no individual has two photos: an empty sample, no classifier, every
+    keypoint indexed, as with the whole gallery."""
+    cfg, feats, _ = gallery
+    sample_cfg = dataclasses.replace(cfg, select=dataclasses.replace(cfg.select, among="sample"))
+    m = KeypointMatcher.build(sample_cfg, feats, np.array([f"x{i}" for i in range(len(feats))]))
+    assert not m.selector.active and "fewer than" in m.selector.reason
+    assert len(m.index) == sum(len(f) for f in feats) and m.gallery == list(feats)

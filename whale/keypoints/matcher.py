@@ -167,13 +167,11 @@ class KeypointMatcher:
             steps = {"index": time.perf_counter() - t0}
             selector = KeypointSelector.fit(cfg.select, full, ids, keys, progress, open_label)
         steps.update(selector.seconds)
-        if full is None:  # the sample's index served the labels: the gallery's is built here, selected or not
-            matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, parts=parts)
-        elif selector.active:
-            del full  # the index of every keypoint goes before the selected keypoints' is built
-            matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, parts=parts)
-        else:  # every keypoint stays: the index of every keypoint serves
+        if full is not None and not selector.active:  # every keypoint stays: the index of every keypoint serves
             matcher, full.selector, full.index_seconds = full, selector, 0.0
+        else:  # the index of every keypoint (or the sample's) goes before the gallery's selected one is built
+            del full
+            matcher = cls(cfg, gallery, ids, selector=selector, keys=keys, progress=progress, parts=parts)
         matcher.select_seconds = time.perf_counter() - t0 - matcher.index_seconds
         matcher.select_steps = steps
         return matcher.fit_check(ids, open_label, progress, strict)
