@@ -59,9 +59,9 @@ def setting(default, read: str, *, later: bool = False, **check):
 
     ``later`` (feature, verification and selection settings): added after :data:`FEATURE_VERSION` 2 (a feature
     setting) or after the hashes were pinned (a verification or selection setting), so named in the fingerprint,
-    the selection hash and the config hash only when set away from ``default``: features, selectors and score files made before it existed
-    stay valid. A new feature setting is ``later`` unless it is meant to redo every stored feature (the pinned
-    fingerprint's test says which it did).
+    the selection hash and the config hash only when set away from ``default``: features, selectors and score
+    files made before it existed stay valid. A new feature setting is ``later`` unless it is meant to redo every
+    stored feature (the pinned fingerprint's test says which it did).
     """
     return field(default=default, metadata={"read": read, "check": check, "later": later})
 
