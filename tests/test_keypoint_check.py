@@ -1,11 +1,14 @@
 """The matcher's learned check of verified matches (``check.model: gbm``, issue 56) and the fitted keypoint selector
 kept beside the features (a second score run of one gallery fits none)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 pytest.importorskip("cv2")
 
-from whale.keypoints.check import UNVERIFIED, MatchCheck  # noqa: E402
+from whale.core.errors import ConfigError  # noqa: E402
+from whale.keypoints.check import UNVERIFIED, MatchCheck, check_photos  # noqa: E402
 from whale.keypoints.config import CheckConfig, KeypointConfig, load_keypoint_config  # noqa: E402
 from whale.keypoints.extract import Features  # noqa: E402
 from whale.keypoints.matcher import VerifiedPairs, transposed, turned, two_sided  # noqa: E402
@@ -355,3 +358,59 @@ def test_the_checked_config_is_the_shipped_one_with_the_check_deeper_votes_and_b
     checked, shipped = (load_keypoint_config(configs / name) for name in ("keypoints_checked.yaml", "keypoints.yaml"))
     assert (checked.check.model, checked.check.both_ways, checked.search.k, checked.verify.shortlist) == ("gbm", True, 12, 40)
     assert checked.features == shipped.features and checked.select == shipped.select  # the same stored features
+
+
+def test_check_photos_are_whole_individuals_seeded_an_unnamed_photo_its_own():
+    ids = np.array([f"w{i // 3}" for i in range(60)] + ["new_whale"] * 8 + [""] * 2)
+    sample = check_photos(ids, 30, seed=0)
+    named = ids[sample][~np.isin(ids[sample], ["new_whale", ""])]
+    assert all((ids == n).sum() == (named == n).sum() for n in set(named))  # every photo of a sampled whale
+    assert 30 <= len(sample) < 33 and np.array_equal(sample, np.sort(sample))
+    assert len(set(ids[sample]) & {"new_whale", ""}) and np.isin(ids[sample], ["new_whale"]).sum() < 8
+    assert np.array_equal(sample, check_photos(ids, 30, seed=0))
+    assert not np.array_equal(sample, check_photos(ids, 30, seed=1))
+    for every in (0, 70, 500):
+        assert np.array_equal(check_photos(ids, every, seed=0), np.arange(70))
+
+
+class GalleryAgainstItself:
+    """A matcher's stand-in for :meth:`MatchCheck.fit`: every query verifies every gallery photo but its own,
+    the row's first number saying whether they are one whale (with noise)."""
+
+    def __init__(self, ids):
+        self.ids = np.asarray(ids)
+        self.gallery = [photo(seed=i) for i in range(len(ids))]
+        self.asked = []
+
+    def match(self, queries, progress, leave_out, selected, describe, strict):
+        self.asked.append((len(queries), np.asarray(leave_out)))
+        rng = np.random.default_rng(0)
+        index = np.array([(q, g) for q, own in enumerate(leave_out) for g in range(len(self.ids)) if g != own])
+        same = self.ids[np.asarray(leave_out)[index[:, 0]]] == self.ids[index[:, 1]]
+        rows = rng.normal(size=(len(index), len(NAMES))).astype(np.float32)
+        rows[:, 0] += 3 * same
+        return type("Match", (), {"pairs": VerifiedPairs(index, rows)})
+
+
+def test_a_check_fitted_on_some_photos_matches_them_alone_and_keeps_only_the_pairs_among_them():
+    """``check.photos``: the sampled photos (whole individuals) match the whole gallery, and only the pairs whose
+    both photos are sampled are fitted on (a pair with another photo has no way back under ``both_ways``)."""
+    ids = np.array([f"w{i // 3}" for i in range(60)] + ["new_whale"] * 10)
+    matcher = GalleryAgainstItself(ids)
+    cfg = CheckConfig(model="gbm", rounds=20, photos=30)
+    check = MatchCheck.fit(cfg, matcher, ids)
+    sample = check_photos(ids, 30, seed=0)
+    (asked, leave_out), = matcher.asked
+    assert asked == len(sample) and np.array_equal(leave_out, sample)
+    inside = ids[sample]
+    positives = sum(int((inside == n).sum()) * (int((inside == n).sum()) - 1) for n in set(inside) if n != "new_whale")
+    assert check.active and check.pairs == (positives, len(sample) * (len(sample) - 1) - positives)
+    whole = MatchCheck.fit(dataclasses.replace(cfg, photos=0), matcher, ids)
+    assert np.array_equal(matcher.asked[1][1], np.arange(len(ids)))
+    assert sum(whole.pairs) == len(ids) * (len(ids) - 1)
+    plain = load_keypoint_config(None, {"check.model": "gbm"})
+    sampled = load_keypoint_config(None, {"check.model": "gbm", "check.photos": "1500"})
+    assert sampled.check.photos == 1500 and sampled.config_hash() != plain.config_hash()
+    assert load_keypoint_config(None, {"check.model": "gbm", "check.photos": "0"}).config_hash() == plain.config_hash()
+    with pytest.raises(ConfigError, match="check.photos"):
+        load_keypoint_config(None, {"check.photos": "-1"})

@@ -330,3 +330,34 @@ def test_labels_among_a_sample_without_pairs_keep_every_keypoint(gallery):
     m = KeypointMatcher.build(sample_cfg, feats, np.array([f"x{i}" for i in range(len(feats))]))
     assert not m.selector.active and "fewer than" in m.selector.reason
     assert len(m.index) == sum(len(f) for f in feats) and m.gallery == list(feats)
+
+
+def test_a_check_on_some_gallery_photos_fits_on_the_pairs_among_them_both_ways(gallery, monkeypatch):
+    """``check.photos`` on a real matcher with ``both_ways``: the sampled photos alone are matched against the
+    gallery, and the pairs counted are those between two of them, each same-whale one verified both ways."""
+    from whale.keypoints.check import check_photos
+    from whale.keypoints.pairstats import NAMES
+
+    cfg, feats, ids = gallery
+    checked = dataclasses.replace(cfg, check=dataclasses.replace(cfg.check, model="gbm", both_ways=True, photos=12))
+    seen = []
+    real = KeypointMatcher.match
+
+    def spy(self, queries, *args, **kwargs):
+        out = real(self, queries, *args, **kwargs)
+        seen.append((len(queries), kwargs["leave_out"], out.pairs))
+        return out
+
+    monkeypatch.setattr(KeypointMatcher, "match", spy)
+    m = KeypointMatcher(checked, feats, ids).fit_check(ids)
+    sample = check_photos(ids, 12, seed=0)
+    (asked, leave_out, pairs), = seen
+    assert asked == 12 and np.array_equal(leave_out, sample)
+    query, photo = sample[pairs.index[:, 0]], pairs.index[:, 1]
+    assert not np.isin(photo, sample).all()  # the sampled photos did verify others: left out of the fit
+    within = np.isin(photo, sample)
+    same = ids[query] == ids[photo]
+    assert m.check.pairs == (int((same & within).sum()), int((~same & within).sum()))
+    assert m.check.pairs[0] == 4 * 3 * 2  # 4 whales of 3 photos, each ordered pair verified
+    both = pairs.rows[same & within]
+    assert (both[:, 0] > 0).all() and (both[:, len(NAMES)] > 0).all()  # inliers each way

@@ -383,6 +383,7 @@ def evaluate_setting(cfg, cache, g_paths, g_ids, q_paths, q_ids, keep: dict | No
             "descriptors_per_photo": len(matcher.index) / max(1, len(fg)),
             "seconds": {"features": t_feat, "select_gallery": matcher.select_seconds,
                         **{f"select_{step}": v for step, v in matcher.select_steps.items()},
+                        **{f"check_{step}": v for step, v in getattr(matcher.check, "seconds", {}).items()},
                         "index": matcher.index_seconds, **result.seconds}}
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from whale import NEW_WHALE
 from whale.core.progress import progress_line
 from whale.keypoints.config import CheckConfig
+from whale.keypoints.selection import whole_individuals
 
 MIN_PAIRS = 20
 """Verified candidates of each kind (same individual, another) below which no classifier is fitted."""
@@ -58,14 +59,21 @@ class MatchCheck:
         """The check learned from ``matcher``'s gallery (a :class:`~whale.keypoints.matcher.KeypointMatcher`,
         its keypoints selected as it matches) matched against itself, each photo left out of its own row
         (``strict``: as :meth:`~whale.keypoints.matcher.KeypointMatcher.match`'s), with its photos' individuals
-        ``ids``; photos labelled ``open_label`` or ``""`` are never a same-individual pair."""
+        ``ids``; photos labelled ``open_label`` or ``""`` are never a same-individual pair. ``cfg.photos``: only
+        :func:`check_photos` matched, only the pairs among them fitted on."""
         ids = np.asarray(ids, dtype=str)
         t0 = time.perf_counter()
-        progress_line(f"match check: the gallery's {len(ids)} photos matched against it", progress)
-        pairs = matcher.match(matcher.gallery, progress=progress, leave_out=np.arange(len(ids)), selected=True,
-                              describe=True, strict=strict).pairs
+        sample = check_photos(ids, cfg.photos, cfg.seed, open_label)
+        among = "" if len(sample) == len(ids) else f" ({len(sample)} of them, whole individuals)"
+        progress_line(f"match check: the gallery's {len(ids)} photos{among} matched against it", progress)
+        pairs = matcher.match([matcher.gallery[i] for i in sample], progress=progress, leave_out=sample,
+                              selected=True, describe=True, strict=strict).pairs
         seconds = {"match": time.perf_counter() - t0}
-        query, photo = pairs.index[:, 0], pairs.index[:, 1]
+        query, photo = sample[pairs.index[:, 0]], pairs.index[:, 1]
+        if len(sample) < len(ids):  # a pair with an unsampled photo has no way back: its row would say otherwise
+            within = np.isin(photo, sample)
+            pairs = type(pairs)(pairs.index[within], pairs.rows[within])
+            query, photo = query[within], photo[within]
         y = (ids[query] == ids[photo]) & ~np.isin(ids[query], [open_label, ""])
         positives, negatives = int(y.sum()), int((~y).sum())
         if min(positives, negatives) < MIN_PAIRS:
@@ -115,6 +123,19 @@ class MatchCheck:
             p = self.model.predict_proba(pairs.rows)[:, 1]
             out[pairs.index[:, 0], pairs.index[:, 1]] = np.clip(p, UNVERIFIED, 1 - 1e-6)
         return out
+
+
+def check_photos(ids, photos: int, seed: int, open_label: str = NEW_WHALE) -> np.ndarray:
+    """Sorted indices of the gallery photos (``ids`` their individuals) the check matches against the gallery:
+    every one (``photos`` 0 or at least their number), else whole individuals in a seeded order until ``photos``
+    are reached (a photo labelled ``open_label`` or ``""`` is an individual of its own), so that every photo of
+    a sampled individual, and each of its same-whale pairs, is in the sample."""
+    ids = np.asarray(ids, dtype=str)
+    if photos == 0 or len(ids) <= photos:
+        return np.arange(len(ids))
+    unnamed = np.isin(ids, [open_label, ""])
+    return np.flatnonzero(whole_individuals(np.where(unnamed, np.char.add("\0", np.arange(len(ids)).astype(str)), ids),
+                                            photos, seed))
 
 
 def _trees(cfg: CheckConfig):

@@ -57,8 +57,8 @@ def setting(default, read: str, *, later: bool = False, **check):
     :class:`~whale.config.checker.Checker` method ``read`` (``boolean``, ``number``, ``choice``; ``text``: any
     value as a string) with ``check``'s arguments (``kind``, ``lo``, ``hi``, ``lo_open``; ``options``).
 
-    ``later`` (feature, verification and selection settings): added after :data:`FEATURE_VERSION` 2 (a feature
-    setting) or after the hashes were pinned (a verification or selection setting), so named in the fingerprint,
+    ``later`` (feature, verification, selection and check settings): added after :data:`FEATURE_VERSION` 2 (a
+    feature setting) or after the hashes were pinned (any other), so named in the fingerprint,
     the selection hash and the config hash only when set away from ``default``: features, selectors and score
     files made before it existed stay valid. A new feature setting is ``later`` unless it is meant to redo every
     stored feature (the pinned fingerprint's test says which it did).
@@ -179,7 +179,9 @@ class CheckConfig:
     ``rounds``: its boosting iterations; ``seed``: its seed; ``both_ways``: each gallery photo also matched
     against the queries (the 2019 4th place's transposed score matrix: a gallery photo's descriptors meet fewer
     competitors among the queries than a query's among the gallery), the two directions' evidence summed and,
-    with a model, both directions' rows described. Settings at their defaults leave the config hash as it was
+    with a model, both directions' rows described; ``photos``: the gallery photos matched against the gallery for
+    its pairs, a seeded sample of whole individuals (one-photo and unnamed ones included), only the pairs between
+    two sampled photos kept (0: every photo, every pair). Settings at their defaults leave the config hash as it was
     before the group existed (:meth:`KeypointConfig.config_hash`).
     """
 
@@ -187,6 +189,7 @@ class CheckConfig:
     rounds: int = setting(200, "number", kind=int, lo=1, hi=5000)
     seed: int = setting(0, "number", kind=int, lo=0)
     both_ways: bool = setting(False, "boolean")
+    photos: int = setting(0, "number", later=True, kind=int, lo=0)
 
 
 _LATER_FEATURE_KEYS = {f.name: f.default for f in dataclasses.fields(FeatureConfig) if f.metadata["later"]}
@@ -198,6 +201,8 @@ _LATER_VERIFY_KEYS = {f.name: f.default for f in dataclasses.fields(VerifyConfig
 """The ``later`` verification settings and their defaults: ``{"second_fit": 0}``."""
 _LATER_SELECT_KEYS = {f.name: f.default for f in dataclasses.fields(SelectConfig) if f.metadata["later"]}
 """The ``later`` selection settings and their defaults: ``{"among": "gallery"}``."""
+_LATER_CHECK_KEYS = {f.name: f.default for f in dataclasses.fields(CheckConfig) if f.metadata["later"]}
+"""The ``later`` check settings and their defaults: ``{"photos": 0}``."""
 
 
 def _named(values: dict, later: dict) -> dict:
@@ -267,6 +272,8 @@ class KeypointConfig:
         settings["features"] = _named(settings["features"], _AFTER_PIN)
         settings["verify"] = _named(settings["verify"], _LATER_VERIFY_KEYS)
         settings["select"] = _named(settings["select"], _LATER_SELECT_KEYS)
+        if "check" in settings:
+            settings["check"] = _named(settings["check"], _LATER_CHECK_KEYS)
         return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 

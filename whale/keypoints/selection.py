@@ -133,10 +133,17 @@ def labelled_photos(ids, photos: int, seed: int, open_label: str = NEW_WHALE) ->
     paired = np.flatnonzero(paired_photos(ids, open_label))
     if photos == 0 or len(paired) <= photos:
         return paired
-    names, per_name = np.unique(ids[paired], return_counts=True)
-    order = np.random.default_rng(seed).permutation(len(names))
-    chosen = names[order[:int(np.searchsorted(np.cumsum(per_name[order]), photos)) + 1]]
-    return paired[np.isin(ids[paired], chosen)]
+    return paired[whole_individuals(ids[paired], photos, seed)]
+
+
+def whole_individuals(names, photos: int, seed: int) -> np.ndarray:
+    """``[n] bool``: the photos (``names`` ``[n]``, each one's individual) of whole individuals taken in a seeded
+    order until ``photos`` are reached (the last one whole, so a few more)."""
+    unique, member, per_name = np.unique(np.asarray(names, dtype=str), return_inverse=True, return_counts=True)
+    order = np.random.default_rng(seed).permutation(len(unique))
+    chosen = np.zeros(len(unique), bool)
+    chosen[order[:int(np.searchsorted(np.cumsum(per_name[order]), photos)) + 1]] = True
+    return chosen[member.ravel()]
 
 
 class KeypointSelector:
