@@ -69,11 +69,10 @@ class MatchCheck:
         pairs = matcher.match([matcher.gallery[i] for i in sample], progress=progress, leave_out=sample,
                               selected=True, describe=True, strict=strict).pairs
         seconds = {"match": time.perf_counter() - t0}
-        query, photo = sample[pairs.index[:, 0]], pairs.index[:, 1]
+        query, photo, rows = sample[pairs.index[:, 0]], pairs.index[:, 1], pairs.rows
         if len(sample) < len(ids):  # a pair with an unsampled photo has no way back: its row would say otherwise
             within = np.isin(photo, sample)
-            pairs = type(pairs)(pairs.index[within], pairs.rows[within])
-            query, photo = query[within], photo[within]
+            query, photo, rows = query[within], photo[within], rows[within]
         y = (ids[query] == ids[photo]) & ~np.isin(ids[query], [open_label, ""])
         positives, negatives = int(y.sum()), int((~y).sum())
         if min(positives, negatives) < MIN_PAIRS:
@@ -82,7 +81,7 @@ class MatchCheck:
                        seconds=seconds)
         t1 = time.perf_counter()
         progress_line(f"match check: fitting on {positives:,} same-individual and {negatives:,} other pairs", progress)
-        model = _trees(cfg).fit(pairs.rows, y)
+        model = _trees(cfg).fit(rows, y)
         seconds["fit"] = time.perf_counter() - t1
         return cls(cfg, model, pairs=(positives, negatives), seconds=seconds)
 
