@@ -277,6 +277,17 @@ def test_seed002_jobs_are_every_fold_of_the_paper_s_row_and_fold_0_of_the_others
     assert [(n, m, f, sets) for n, m, f, sets in jobs if n != "small"] == [("small_mined", "triplet-mined", 0, [])]
 
 
+def test_flukes_steps_train_arcface_on_every_split_seed_at_once_then_the_head():
+    """The fine-tune's plan: ArcFace on each split seed in a process of its own, all at once, then the paper's head
+    on the first; --quick's pack holds one split seed."""
+    from benchmarks.gpu import gpu_flukes
+
+    assert gpu_flukes.jobs(False, (0, 1, 2), "first") == [(f"arcface_s{s}", "arcface", s) for s in (0, 1, 2)]
+    assert gpu_flukes.jobs(False, (0, 1, 2), "head") == [("head_s0", "head", 0)]
+    assert gpu_flukes.jobs(True, (0,), "first") == [("arcface_s0", "arcface", 0)]
+    assert [s.name for s in gpu_suite.STEPS][:2] == ["flukes_lite0", "flukes_lite0_head"]
+
+
 def test_quick_flukes_steps_train_score_measure_and_return_slim_runs(tmp_path):
     """The pretrained-branch steps on a pack of 30 individuals of the real flukes (tiny network, one epoch a stage,
     seconds): each job in its own process on the packed split, measured as benchmarks/flukes/humpback.py measures,
@@ -293,14 +304,15 @@ def test_quick_flukes_steps_train_score_measure_and_return_slim_runs(tmp_path):
 
     if common.shared_data("humpback") is None:
         pytest.skip("no ../shared/data/humpback")
-    data = _quick(tmp_path, "--only", "flukes_lite0", timeout=900)
-    row = data["steps"]["flukes_lite0"]
-    assert row["status"] == "done", row
-    f = row["figures"]
-    assert "failed" not in f and set(f["rows"]) == {"arcface_s0", "head_s0"}
-    for r in f["rows"].values():
-        assert 0 <= r["top1"] <= r["top5"] <= 1 and 0 <= r["map5"] <= 1 and r["epochs"] >= 1
-    assert "## flukes_lite0: real flukes, EfficientNet-Lite0" in (tmp_path / "out" / "suite.md").read_text()
+    data = _quick(tmp_path, "--only", "flukes_lite0,flukes_lite0_head", timeout=900)
+    for step, job in (("flukes_lite0", "arcface_s0"), ("flukes_lite0_head", "head_s0")):
+        row = data["steps"][step]
+        assert row["status"] == "done", row
+        f = row["figures"]
+        assert "failed" not in f and set(f["rows"]) == {job}
+        for r in f["rows"].values():
+            assert 0 <= r["top1"] <= r["top5"] <= 1 and 0 <= r["map5"] <= 1 and r["epochs"] >= 1
+        assert f"## {step}: real flukes, EfficientNet-Lite0" in (tmp_path / "out" / "suite.md").read_text()
     with tarfile.open(tmp_path / "out" / "flukes_arcface_s0.tgz") as tar:
         names = set(tar.getnames())
     assert {"arcface_s0/run.json", "arcface_s0/slim.json", "arcface_s0/checkpoints/best.json"} <= names

@@ -266,6 +266,51 @@ def test_compute_features_batches(backend):
         compute_features(branch, [x], n=11, progress=False)
 
 
+def test_compute_features_pads_short_batches_to_one_shape(backend):
+    """pad=True (JAX's default): every batch reaches the branch at the pass's batch size (one compiled shape), and
+    only each batch's own rows come back, equal to the unpadded features."""
+    import keras
+
+    from whale.inference.features import compute_features
+
+    class Seen(keras.Model):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.shapes = inner, []
+
+        def predict_on_batch(self, x):
+            self.shapes.append(x.shape[0])
+            return self.inner.predict_on_batch(x)
+
+    inp = keras.Input((4, 4, 1))
+    inner = keras.Model(inp, keras.layers.GlobalMaxPooling2D()(keras.layers.Conv2D(3, 1)(inp)))
+    x = np.random.default_rng(14).random((10, 4, 4, 1)).astype(np.float32)
+    want = np.asarray(inner(x))
+    for pad, shapes in ((True, [4, 4, 4]), (False, [4, 4, 2])):
+        branch = Seen(inner)
+        got = compute_features(branch, x, batch_size=4, progress=False, pad=pad)
+        assert branch.shapes == shapes and got.shape == (10, 3)
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    branch = Seen(inner)  # a list of batches: padded to the first batch's size
+    got = compute_features(branch, [x[:6], x[6:9], x[9:]], n=10, progress=False, pad=True)
+    assert branch.shapes == [6, 6, 6]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+    class Batches:  # a PyDataset-like pass of 3 images a batch: padded to its batch_size, not its first batch
+        batch_size = 8
+
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return x[3 * i: 3 * i + 3]
+
+    branch = Seen(inner)
+    got = compute_features(branch, Batches(), n=10, progress=False, pad=True)
+    assert branch.shapes == [8, 8, 8, 8]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
 def test_head_proxy_ranks_like_the_head(heads):
     from whale.models import HeadScorer
 

@@ -1,15 +1,15 @@
-"""The GPU suite's step ``flukes_lite0``: EfficientNet-Lite0 (ImageNet) fine-tuned whole on the real flukes.
+"""The GPU suite's steps ``flukes_lite0*``: EfficientNet-Lite0 (ImageNet) fine-tuned whole on the real flukes.
 
 Runs where a GPU is lent (:mod:`benchmarks.gpu.gpu_suite`), on the pack of :mod:`benchmarks.flukes.humpback_pack`
-carried as ``.humpback_pack/part1`` and ``.humpback_pack/part2``: the paper's head under the paper's schedule
-(``configs/flukes_lite0_gpu.yaml``: the head alone first, random negatives, then Algorithm 1 with K falling) and
-sub-center ArcFace (``configs/flukes_lite0_gpu_arcface.yaml``) side by side, each a ``whale train --fold 0`` of its
-own process sharing the GPU (:func:`jobs`), each stopped at the same time budget (the trainer's deadline). Every
-run is scored there as it ends (its ``best`` checkpoint, the packed photos) and measured as
-:mod:`benchmarks.flukes.humpback` measures (MAP@5 of ``whale ensemble --tune``'s submission, the known whales' ranking);
-its folder comes back as ``flukes_<job>.tgz`` (run.json, config.yaml, log.csv, the ``best`` model without its
-optimizer: about 14 MB), so that ``benchmarks/flukes/humpback.py --gpu-runs DIR`` scores it again here on the original
-photos and fuses it with the keypoint matcher on the CPU.
+carried as ``.humpback_pack/part1`` and ``.humpback_pack/part2``: sub-center ArcFace
+(``configs/flukes_lite0_gpu_arcface.yaml``, 30 epochs) on the three split seeds at once, then the paper's head under
+the paper's schedule (``configs/flukes_lite0_gpu.yaml``) on split seed 0 where time is left (:func:`jobs`), each a
+``whale train --fold 0`` of its own process sharing the GPU, stopped at the step's time budget (the trainer's
+deadline) if its epochs have not ended by then. Every run is scored there as it ends (its ``best`` checkpoint, the
+packed photos) and measured as :mod:`benchmarks.flukes.humpback` measures (MAP@5 of ``whale ensemble --tune``'s
+submission, the known whales' ranking); its folder comes back as ``flukes_<job>.tgz`` (run.json, config.yaml, log.csv,
+the ``best`` model without its optimizer: about 14 MB), so that ``benchmarks/flukes/humpback.py --gpu-runs DIR``
+scores it again here on the original photos and fuses it with the keypoint matcher on the CPU.
 """
 from __future__ import annotations
 
@@ -40,14 +40,14 @@ def quick_sets(config: str) -> list[str]:
 
 
 def jobs(quick: bool, seeds=(0, 1, 2), part: str = "first") -> list[tuple[str, str, int]]:
-    """``(name, objective, split seed)`` of a step's trainings: ``first``, ArcFace and the paper's head on the
-    first split seed (two processes: each compiles faster than four did, and trains more epochs); ``seeds``,
-    ArcFace on the other split seeds (the table's mean +- sd)."""
-    if quick:
-        return [("arcface_s0", "arcface", seeds[0]), ("head_s0", "head", seeds[0])][:2 if part == "first" else 1]
-    if part == "first":
-        return [(f"arcface_s{seeds[0]}", "arcface", seeds[0]), (f"head_s{seeds[0]}", "head", seeds[0])]
-    return [(f"arcface_s{s}", "arcface", s) for s in seeds[1:]]
+    """``(name, objective, split seed)`` of a step's trainings: ``first``, sub-center ArcFace (the objective chosen
+    on the CPU trunk: docs/humpback.md, "The paper's head and miner on the same trunk") on every split seed at once,
+    one process each (a process's input pipeline, not the GPU, set an epoch's pace: seven processes at once each
+    kept 14-18 s an epoch of seed 002's folds, docs/gpu.md); ``head``, the paper's head under the paper's schedule
+    on the first split seed, where a session has time left. ``--quick``'s pack holds one split seed."""
+    if part == "head":
+        return [(f"head_s{seeds[0]}", "head", seeds[0])]
+    return [(f"arcface_s{s}", "arcface", s) for s in (seeds[:1] if quick else seeds)]
 
 
 def quick_pack(work: Path) -> Path | None:

@@ -27,12 +27,12 @@ is a file of :mod:`benchmarks.gpu.steps`, this file keeps the runner, the budget
 6. ``homography_<row>``: seed 000's Table I at the paper's scale (``benchmarks/seeds/homography.py --rows ROW
    --seeds 0``: 150 px, 48,000 images per curriculum stage, 20 + 10 epochs), one row a step, seed 0:
    test accuracy at threshold 0.5 beside the paper's, the threshold-free order accuracy of the triplets.
-0. ``flukes_lite0``, ``flukes_lite0_seeds`` (first: the question that holds the project back): EfficientNet-Lite0
+0. ``flukes_lite0``, ``flukes_lite0_head`` (first: the question that holds the project back): EfficientNet-Lite0
    from its ImageNet weights fine-tuned whole on the real flukes at 224 x 448 (:mod:`benchmarks.gpu.gpu_flukes`):
-   sub-center ArcFace and the paper's head under the paper's schedule on split seed 0, then ArcFace on seeds 1
-   and 2, two processes sharing the GPU each step, each with the same time budget; each run scored and measured
-   there, its model returned as ``flukes_<job>.tgz``. The photos travel as ``.humpback_pack``
-   (``benchmarks/flukes/humpback_pack.py``), in two calls.
+   sub-center ArcFace for 30 epochs on split seeds 0, 1 and 2 at once (a process each sharing the GPU), then the
+   paper's head under the paper's schedule on seed 0; each run scored and measured there, its model returned as
+   ``flukes_<job>.tgz``. The photos travel as ``.humpback_pack`` (``benchmarks/flukes/humpback_pack.py``), in two
+   calls.
 7. ``seed002_triplet``: seed 002's Table II protocol on the real flukes at the paper's 224 x 448 input
    (``benchmarks/seeds/seed002.py --config configs/seed002_gpu.yaml --time-budget S``): the triplet row (random
    P x K) on the 5 folds at once, one process a fold sharing the GPU, and beside it fold 0's ``triplet-mined``
@@ -89,7 +89,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.gpu.steps import (  # noqa: E402
     flukes, head_matrix, homography, mining, objectives, omniglot, rates, seed002)
 from benchmarks.gpu.steps.features import KAGGLE_TRAIN_IMAGES  # noqa: E402
-from benchmarks.gpu.steps.flukes import FLUKES_SEEDS_TRAIN_S, FLUKES_TRAIN_S  # noqa: E402
+from benchmarks.gpu.steps.flukes import FLUKES_HEAD_TRAIN_S, FLUKES_TRAIN_S  # noqa: E402
 from benchmarks.gpu.steps.homography import ROWS as HOMOGRAPHY_ROWS  # noqa: E402
 from benchmarks.gpu.steps.seed002 import SEED002_TRAIN_S  # noqa: E402
 
@@ -138,12 +138,14 @@ def _rates_step(branch: str, size: int, precision: str, config: str, estimate_s:
 
 STEPS = (
     # The learned path on real flukes from ImageNet weights: first, as the question that holds the project back.
-    # 4 trainings sharing the GPU for FLUKES_TRAIN_S each, then each scores ~7,300 photos and is measured.
-    Step("flukes_lite0", "EfficientNet-Lite0 (ImageNet) fine-tuned on real flukes, 224 x 448: ArcFace and the "
-         "paper's head on split 0", "step_flukes", FLUKES_TRAIN_S + 150, 240, dict(train_s=FLUKES_TRAIN_S),
+    # ArcFace on the 3 split seeds at once (30 epochs; the trainer stops at FLUKES_TRAIN_S), then each run scores
+    # ~7,300 photos and is measured; the paper's head on split 0 where a session has time left.
+    Step("flukes_lite0", "EfficientNet-Lite0 (ImageNet) fine-tuned on real flukes, 224 x 448: ArcFace, 30 epochs, "
+         "split seeds 0-2 at once", "step_flukes", FLUKES_TRAIN_S + 130, 240, dict(train_s=FLUKES_TRAIN_S),
          dict(quick=True)),
-    Step("flukes_lite0_seeds", "EfficientNet-Lite0 ArcFace on real flukes, split seeds 1 and 2", "step_flukes",
-         FLUKES_SEEDS_TRAIN_S + 120, 240, dict(train_s=FLUKES_SEEDS_TRAIN_S, part="seeds"), dict(quick=True)),
+    Step("flukes_lite0_head", "EfficientNet-Lite0 on real flukes: the paper's head and schedule on split 0",
+         "step_flukes", FLUKES_HEAD_TRAIN_S + 150, 240, dict(train_s=FLUKES_HEAD_TRAIN_S, part="head"),
+         dict(quick=True)),
     # DenseNet121 at 512 px is the stage that costs most hours (docs/kaggle.md): measured first.
     # Estimates: the H100's seconds of 2026-11-26 (docs/gpu.md, "Results") where a step ran: 403 s
     # here (model compile 145 s), 19 s for the head matrix, 60 s for pruned mining; the others from
@@ -434,7 +436,7 @@ def markdown(data: dict) -> str:
             m = f["small_mean_sd"]
             lines.append("\nsmall triplet, mean +- sd over the folds: " + ", ".join(
                 f"{k} {m[k]['mean']:.4f} +- {m[k]['sd']:.4f}" for k in cols))
-    for step in ("flukes_lite0", "flukes_lite0_seeds"):
+    for step in ("flukes_lite0", "flukes_lite0_head"):
         if not (step in done and done[step].get("rows")):
             continue
         f = done[step]

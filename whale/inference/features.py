@@ -29,7 +29,7 @@ def first_batch_excess(seconds: list[float]) -> float:
 
 
 def compute_features(branch, batches, n: int | None = None, batch_size: int = 64, progress: bool = True,
-                     timing: dict | None = None):
+                     timing: dict | None = None, pad: bool | None = None):
     """Branch features of every image, computed once, batch by batch.
 
     Args:
@@ -42,12 +42,20 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
         batch_size: batch size when ``batches`` is one array.
         progress: show a tqdm bar.
         timing: where given, ``timing["compile_s"]`` grows by :func:`first_batch_excess` of the batches.
+        pad: whether short batches run padded (below); ``None``: under JAX only.
 
     Returns:
         ``[n, d]`` float32.
+
+    Under JAX a batch smaller than the pass's batch size (``batch_size``, the dataset's ``batch_size``, else the
+    first batch's size) runs padded to it with copies of its last image, and only its own rows are kept: there
+    each new batch shape is another compile of the branch (a minute or more for EfficientNet-Lite0 at 224 x 448 on
+    a GPU, docs/gpu.md), and every pass's last batch would be one. On TensorFlow the batches run as they come.
     """
+    full = 0  # the pass's batch size: 0 until known (then the first batch's)
     if isinstance(batches, np.ndarray):
         arr = batches
+        full = int(batch_size)
         if arr.ndim != 4:
             raise ValueError(f"batches: expected an [n, S, S, C] image array, received shape {arr.shape}")
         n = arr.shape[0] if n is None else n
@@ -56,18 +64,24 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
     elif hasattr(batches, "__getitem__") and hasattr(batches, "__len__") and not isinstance(batches, (list, tuple)):
         ds = batches  # keras PyDataset (or any Sequence-like of batches)
         total = len(ds)
+        full = int(getattr(ds, "batch_size", 0) or 0)
         batches = (ds[i] for i in range(total))
     else:
         total = len(batches) if hasattr(batches, "__len__") else None
 
     out, seconds = [], []
     count = 0
+    pad = keras.backend.backend() == "jax" if pad is None else bool(pad)
     multi_device = _replicas(branch) > 1
     t0 = time.perf_counter()
     for batch in progress_bar(batches, total=total, desc="features", enabled=progress):
         if isinstance(batch, (tuple, list)):
             batch = batch[0]
         x = np.asarray(batch, dtype=np.float32)
+        rows = x.shape[0]
+        full = full or rows
+        if pad and 0 < rows < full:
+            x = np.concatenate([x, np.repeat(x[-1:], full - rows, axis=0)])
         # Under a multi-replica MirroredStrategy, Keras 3.15's predict_on_batch returns each
         # row once per replica and predict() fails on batches smaller than the replica
         # count; a direct call runs the batch whole on one device.
@@ -77,6 +91,7 @@ def compute_features(branch, batches, n: int | None = None, batch_size: int = 64
             f = np.asarray(branch.predict_on_batch(x), dtype=np.float32)
         if f.ndim != 2 or f.shape[0] != x.shape[0]:
             raise ValueError(f"branch: expected [b, d] features for a batch of {x.shape[0]}, received {f.shape}")
+        f = f[:rows]
         out.append(f)
         count += f.shape[0]
         seconds.append(time.perf_counter() - t0)

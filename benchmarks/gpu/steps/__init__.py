@@ -15,7 +15,7 @@ parent process imports them all and leaves the GPU's memory to the steps' own pr
 * ``omniglot.py``: ``omniglot_seed0..2``: ``benchmarks/seeds/omniglot.py --gpu``, one seed a step.
 * ``homography.py``: ``homography_<row>``: seed 000's Table I at the paper's scale, one row a step.
 * ``seed002.py``: ``seed002_triplet``: seed 002's Table II protocol on the carried flukes, the 5 folds at once.
-* ``flukes.py``: ``flukes_lite0``, ``flukes_lite0_seeds``: EfficientNet-Lite0 from ImageNet fine-tuned on the
+* ``flukes.py``: ``flukes_lite0``, ``flukes_lite0_head``: EfficientNet-Lite0 from ImageNet fine-tuned on the
   real flukes (:mod:`benchmarks.gpu.gpu_flukes`).
 """
 from pathlib import Path
