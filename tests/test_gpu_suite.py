@@ -282,9 +282,9 @@ def test_flukes_steps_train_arcface_on_every_split_seed_at_once_then_the_head():
     on the first; --quick's pack holds one split seed."""
     from benchmarks.gpu import gpu_flukes
 
-    assert gpu_flukes.jobs(False, (0, 1, 2), "first") == [(f"arcface_s{s}", "arcface", s) for s in (0, 1, 2)]
-    assert gpu_flukes.jobs(False, (0, 1, 2), "head") == [("head_s0", "head", 0)]
-    assert gpu_flukes.jobs(True, (0,), "first") == [("arcface_s0", "arcface", 0)]
+    assert gpu_flukes.jobs((0, 1, 2), "first") == [(f"arcface_s{s}", "arcface", s) for s in (0, 1, 2)]
+    assert gpu_flukes.jobs((0, 1, 2), "head") == [("head_s0", "head", 0)]
+    assert gpu_flukes.jobs((0,), "first") == [("arcface_s0", "arcface", 0)]
     assert [s.name for s in gpu_suite.STEPS][:2] == ["flukes_lite0", "flukes_lite0_head"]
 
 

@@ -23,8 +23,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = ".humpback_pack"
-TRAIN_S = 360.0
-"""Each training's budget (the trainer stops before an epoch that would overrun it)."""
 CONFIGS = {"head": "configs/flukes_lite0_gpu.yaml", "arcface": "configs/flukes_lite0_gpu_arcface.yaml"}
 ON_PACK = ["crop=box", "box_margin=0.0"]
 """The packed photos are the content crops with their margin already."""
@@ -39,15 +37,15 @@ def quick_sets(config: str) -> list[str]:
         f"stages[{i}].{k}" for i in range(stages) for k in ("image_size=32", "epochs=1")]
 
 
-def jobs(quick: bool, seeds=(0, 1, 2), part: str = "first") -> list[tuple[str, str, int]]:
+def jobs(seeds=(0, 1, 2), part: str = "first") -> list[tuple[str, str, int]]:
     """``(name, objective, split seed)`` of a step's trainings: ``first``, sub-center ArcFace (the objective chosen
     on the CPU trunk: docs/humpback.md, "The paper's head and miner on the same trunk") on every split seed at once,
     one process each (a process's input pipeline, not the GPU, set an epoch's pace: seven processes at once each
     kept 14-18 s an epoch of seed 002's folds, docs/gpu.md); ``head``, the paper's head under the paper's schedule
-    on the first split seed, where a session has time left. ``--quick``'s pack holds one split seed."""
+    on the first split seed, where a session has time left (``seeds``: the pack's; ``--quick``'s holds one)."""
     if part == "head":
         return [(f"head_s{seeds[0]}", "head", seeds[0])]
-    return [(f"arcface_s{s}", "arcface", s) for s in (seeds[:1] if quick else seeds)]
+    return [(f"arcface_s{s}", "arcface", s) for s in seeds]
 
 
 def quick_pack(work: Path) -> Path | None:
@@ -74,8 +72,9 @@ def quick_pack(work: Path) -> Path | None:
     return dest
 
 
-def step(ctx, train_s: float = TRAIN_S, quick: bool = False, part: str = "first") -> dict:
-    """Train :func:`jobs` of ``part`` at once on the pack, each with ``--time-budget train_s``; their figures."""
+def step(ctx, train_s: float, quick: bool = False, part: str = "first") -> dict:
+    """Train :func:`jobs` of ``part`` at once on the pack, each with ``--time-budget train_s`` (the trainer stops
+    before an epoch that would overrun it; ``quick``: 60 s); their figures."""
     from benchmarks import common
     from benchmarks.flukes import shared
 
@@ -88,7 +87,7 @@ def step(ctx, train_s: float = TRAIN_S, quick: bool = False, part: str = "first"
                 if not quick else "no ../shared/data/humpback beside the checkout"}
     work = ctx.work / "flukes"
     seeds = shared.pack_seeds(pack)
-    todo = jobs(quick, seeds, part)
+    todo = jobs(seeds, part)
     truth = {}
     for seed in dict.fromkeys(s for _, _, s in todo):
         _, truth[seed] = shared.materialize(pack, seed, work / f"seed{seed}" / "data")
