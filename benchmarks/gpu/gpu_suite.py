@@ -436,7 +436,7 @@ def markdown(data: dict) -> str:
             m = f["small_mean_sd"]
             lines.append("\nsmall triplet, mean +- sd over the folds: " + ", ".join(
                 f"{k} {m[k]['mean']:.4f} +- {m[k]['sd']:.4f}" for k in cols))
-    for step in ("flukes_lite0", "flukes_lite0_head"):
+    for step in (s.name for s in STEPS if s.run == "step_flukes"):
         if not (step in done and done[step].get("rows")):
             continue
         f = done[step]
