@@ -121,3 +121,15 @@ def test_a_size_by_recipe_runs_the_whole_recipe_and_evaluates_each_submission(tm
     assert f"{alone['map5']:.3f}; {alone['map5_known_no_new']:.3f}" in text
     assert growth.measure_recipe(args, split, truth, 1, log=lambda *a: None) == json.loads(
         (work / "result.json").read_text())
+
+
+def test_the_measured_script_reports_a_commands_status_and_its_own_memory(tmp_path, capsys):
+    import json
+
+    from benchmarks.speed import measured
+
+    script = "b = bytearray(150 << 20); b[::4096] = b'x' * len(b[::4096]); import time; time.sleep(0.8)"
+    assert measured.main(["--log", str(tmp_path / "log.txt"), "--", sys.executable, "-c", script]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["exit_status"] == 0 and row["peak_own_mb"] > 140 and row["peak_resident_mb"] >= row["peak_own_mb"]
+    assert measured.main(["--log", str(tmp_path / "log.txt"), "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3

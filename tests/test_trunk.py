@@ -71,6 +71,16 @@ def _maps(cache, views=2, layer="last_bn"):
                      cache=cache, progress=False)
 
 
+def _in_a_mapped_file(array) -> bool:
+    import mmap
+
+    while array is not None:
+        if isinstance(array, (np.memmap, mmap.mmap)):
+            return True
+        array = getattr(array, "base", None)
+    return False
+
+
 def test_maps_are_kept_by_content_and_read_back_without_the_trunk(backend, tmp_path):
     paths = _photos(tmp_path / "photos")
     shutil.copyfile(paths[0], tmp_path / "photos" / "renamed.png")  # the same photo under another name
@@ -90,10 +100,11 @@ def test_maps_are_kept_by_content_and_read_back_without_the_trunk(backend, tmp_p
     assert _maps(None, views=3).fingerprint() != maps.fingerprint() != _maps(None, layer="x").fingerprint()
 
     assert not again.notes
-    # a photo's maps are held once: both kinds view the training store's array, a second store and a plain store
-    # of the same photos hand out that memory again
-    assert np.shares_memory(store[1], maps.store(paths, views=True)[1]) and store[1].base is None
+    # a photo's maps are held once, in the mapped file, not the process's own memory: both kinds view the training
+    # store's array, a second store and a plain store of the same photos hand out those pages again
+    assert np.shares_memory(store[1], maps.store(paths, views=True)[1]) and _in_a_mapped_file(store[1])
     assert np.shares_memory(maps.store(paths)[1], store[1])
+    assert not store[1].flags.writeable
 
 
 def test_a_damaged_or_altered_map_file_is_computed_again_with_a_note_never_used(backend, tmp_path):
@@ -194,3 +205,35 @@ def test_the_imagenet_reference_is_the_shipped_configs_branch_untrained(backend,
     crop = load_crop(paths[0], None, crop_size_for((224, 448)), channels=1, margin=0.05, crop="content")
     g = whole.predict_on_batch(build_view("plain", (224, 448), 1)(crop)[None].astype(np.float32))[0]
     np.testing.assert_allclose(f[0], g / np.linalg.norm(g), atol=2e-3)  # the maps are float16
+
+
+def test_mapped_rows_hand_out_views_of_one_file_across_chunks_and_refuse_other_shapes(tmp_path):
+    from whale.core.mapped import MappedRows
+
+    rng = np.random.default_rng(0)
+    rows = MappedRows((3, 4), np.float16, folder=tmp_path / "maps", chunk_bytes=5 * 3 * 4 * 2)  # 5 rows a chunk
+    blocks = [rng.standard_normal((n, 3, 4)).astype(np.float16) for n in (1, 3, 2, 7, 1)]  # 7: a chunk of its own
+    views = [rows.append(b) for b in blocks]
+    assert rows.rows == 14
+    for block, view in zip(blocks, views):  # every view still what was appended, after the file grew
+        np.testing.assert_array_equal(view, block)
+        assert view.dtype == np.float16 and not view.flags.writeable and _in_a_mapped_file(view)
+    assert not np.shares_memory(views[0], views[1])
+    assert list((tmp_path / "maps").iterdir()) == []  # the file has no name: nothing left behind
+    with pytest.raises(ValueError, match=r"expected rows of shape \[3, 4\], got an array of shape \[2, 3, 5\]"):
+        rows.append(np.zeros((2, 3, 5), np.float16))
+
+
+def test_the_store_memory_benchmark_reads_the_same_maps_every_way(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "trunk_store_memory", Path(__file__).resolve().parents[1] / "benchmarks" / "speed" / "trunk_store_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--photos", "12", "--views", "2", "--shape", "2,3,4"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = result["rows"]
+    assert set(rows) == {"former", "memory", "mapped"} and set(result["over_memory"]) == {"former", "mapped"}
+    assert len({r["checksum"] for r in rows.values()}) == 1  # one epoch's reads gave the same values every way
+    assert all(r["maps_mb"] == 12 * 3 * 24 * 2 / 2 ** 20 for r in rows.values())

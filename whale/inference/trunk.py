@@ -4,8 +4,10 @@ A run with ``trunk: {layer: L, views: V}`` trains and scores its branch's top on
 branch up to layer ``L``). :class:`TrunkMaps` computes them for a list of photos: the plain crop's map (what
 scoring and validation read) and, for the photos a run trains on, the maps of ``V`` augmented crops (the
 training's augmentation, drawn once per photo and view: each epoch then picks one of them, as an augmenter
-draws a new crop). Maps are ``float16``, kept in memory and, with a ``cache`` folder, on disk by the photo's
-content (SHA-1 of its bytes and its box) under a folder named by everything that makes a map
+draws a new crop). Maps are ``float16``, kept in a memory-mapped file with no name (:class:`whale.core.mapped.
+MappedRows`, made in the cache folder: the kernel can drop their pages under pressure and read them again, so a
+competition-sized store does not have to fit in the process's own memory) and, with a ``cache`` folder, on disk by
+the photo's content (SHA-1 of its bytes and its box) under a folder named by everything that makes a map
 (:meth:`TrunkMaps.fingerprint`: the branch, its weights, the cut, input size, channels, crop rule, margin,
 views, augmentation): runs and split seeds on the same photos share them, and a killed run resumes without
 computing them again.
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.files import atomic_write
+from whale.core.mapped import MappedRows
 from whale.core.progress import progress_bar
 from whale.core.sealed import SealError, read_sealed, write_sealed
 
@@ -89,7 +92,9 @@ class TrunkMaps:
         self.channels, self.margin, self.crop, self.views = int(channels), float(margin), crop, int(views)
         self.augment_style, self.identity, self.batch_size, self.progress = augment_style, identity, batch_size, progress
         self.folder = None if cache is None else Path(cache) / self.fingerprint()[:16]
-        self._memory: dict[tuple[str, str], np.ndarray] = {}
+        self._memory: dict[tuple[str, str], np.ndarray] = {}  # views of self._rows
+        self._joined: dict[str, np.ndarray] = {}  # a training photo's [1 + V] maps, which both kinds' entries view
+        self._rows: MappedRows | None = None
         self._log = log
         self.notes: list[str] = []
         """One line per cache file found unusable and computed again."""
@@ -132,15 +137,23 @@ class TrunkMaps:
         return MapStore([self._whole(k) if len(kinds) == 2 else self._memory[(k, "plain")] for k in keys])
 
     def _whole(self, key: str) -> np.ndarray:
-        """``[1 + V, h, w, c]``: a photo's plain and augmented maps in one array, which the two kinds' entries then
-        view (a photo's maps held once, not once per kind and once joined: half the memory of a training store)."""
-        plain, views = self._memory[(key, "plain")], self._memory[(key, "views")]
-        base = plain.base
-        if base is not None and base is views.base and len(base) == len(plain) + len(views):
-            return base
-        whole = np.concatenate([plain, views])
-        self._memory[(key, "plain")], self._memory[(key, "views")] = whole[:1], whole[1:]
-        return whole
+        """``[1 + V, h, w, c]``: a photo's plain and augmented maps, consecutive in the mapped file."""
+        if key not in self._joined:  # its views were kept before its plain map (never in :meth:`store`)
+            self._keep(key, "views", np.array(self._memory.pop((key, "views"))))
+        return self._joined[key]
+
+    def _keep(self, key: str, kind: str, maps: np.ndarray) -> None:
+        """``maps`` (``float16 [n, h, w, c]``) of ``key`` copied into the mapped file. A photo's views go right
+        after a copy of its plain map, so its training maps are one array that both kinds' entries view (held
+        once, not once per kind and once joined)."""
+        if self._rows is None:
+            self._rows = MappedRows(maps.shape[1:], np.float16, folder=self.folder)
+        if kind == "views" and (key, "plain") in self._memory:
+            whole = self._rows.append(np.concatenate([self._memory[(key, "plain")], maps]))
+            self._joined[key] = whole
+            self._memory[(key, "plain")], self._memory[(key, "views")] = whole[:1], whole[1:]
+        else:
+            self._memory[(key, kind)] = self._rows.append(maps)
 
     # ------------------------------------------------------------------ the cache
     def _file(self, key: str, kind: str) -> Path:
@@ -192,7 +205,7 @@ class TrunkMaps:
         if not np.isfinite(maps).all():
             self._note(path, "holds values that are not finite")
             return False
-        self._memory[(key, kind)] = maps
+        self._keep(key, kind, maps)
         return True
 
     def _compute(self, paths, boxes, keys, kind: str) -> None:
@@ -225,7 +238,7 @@ class TrunkMaps:
             out = np.asarray(self.trunk.predict_on_batch(np.asarray(batch, np.float32)), np.float16)
             for j, key in enumerate(owners):
                 maps = out[j * n_views:(j + 1) * n_views]
-                self._memory[(key, kind)] = maps
+                self._keep(key, kind, maps)
                 if self.folder is not None:
                     write_sealed(self._file(key, kind), {"maps": maps, "photo": np.asarray(key),
                                                          "kind": np.asarray(kind)})
