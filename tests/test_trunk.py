@@ -237,3 +237,24 @@ def test_the_store_memory_benchmark_reads_the_same_maps_every_way(tmp_path, caps
     assert set(rows) == {"former", "memory", "mapped"} and set(result["over_memory"]) == {"former", "mapped"}
     assert len({r["checksum"] for r in rows.values()}) == 1  # one epoch's reads gave the same values every way
     assert all(r["maps_mb"] == 12 * 3 * 24 * 2 / 2 ** 20 for r in rows.values())
+
+
+def test_a_full_disk_is_one_error_naming_the_folder_never_a_write_into_a_mapped_page(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from whale.core.errors import OutputError
+    from whale.core.mapped import MappedRows
+
+    if not hasattr(os, "posix_fallocate"):
+        pytest.skip("no posix_fallocate here: the blocks are not reserved")
+
+    def full(fd, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    rows = MappedRows((4, 4), np.float16, folder=tmp_path / "cache", flag="--trunk-cache")
+    with pytest.raises(OutputError, match=rf"{tmp_path / 'cache'} \(a mapped file of .* MB more\): cannot write "
+                                          r"\(No space left on device\); free some space or choose another "
+                                          r"--trunk-cache"):
+        rows.append(np.zeros((2, 4, 4), np.float16))

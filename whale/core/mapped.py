@@ -8,6 +8,9 @@ them again when needed, where arrays in the process's own memory would have to s
 them costs the process itself is then a few bytes a row, whatever the rows' size.
 
 The file grows in chunks (each mapped once, never moved), so a view handed out stays valid while later rows come.
+Each chunk's blocks are reserved on the disk before it is mapped (``posix_fallocate``): a full disk is then an
+:class:`~whale.core.errors.OutputError` naming the folder, never a write into a mapped page with nowhere to go
+(which the kernel answers by killing the process with ``SIGBUS``).
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from whale.core.errors import OutputError, describe_write_error
 
 CHUNK_BYTES = 64 * 2 ** 20
 """The file grows by about this much at a time (one mapping each); a chunk holds at least one append."""
@@ -31,6 +36,7 @@ class MappedRows:
             kernel can write the pages out; the system's temporary folder when None or when ``folder`` cannot take
             it.
         chunk_bytes: bytes the file grows by at a time (tests make it small).
+        flag: the option that chose ``folder``, which a full disk's message says to change.
 
     Example:
         >>> rows = MappedRows((2, 3), np.float16)
@@ -39,12 +45,13 @@ class MappedRows:
         ((4, 2, 3), 24.0, 4)
     """
 
-    def __init__(self, shape, dtype, folder=None, chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, shape, dtype, folder=None, chunk_bytes: int = CHUNK_BYTES, flag: str = "folder"):
         self.shape, self.dtype = tuple(int(v) for v in shape), np.dtype(dtype)
         self.row_bytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self.chunk_rows = max(1, int(chunk_bytes) // max(1, self.row_bytes))
         self._file = None
-        self._folder = folder
+        self._folder, self._flag = folder, flag
+        self._where: str | None = None  # the folder the file was made in
         self._chunk: np.memmap | None = None  # the chunk being filled
         self._used = 0  # its rows handed out
         self._size = 0  # the file's bytes
@@ -55,9 +62,11 @@ class MappedRows:
         if self._folder is not None:
             try:
                 Path(self._folder).mkdir(parents=True, exist_ok=True)
+                self._where = str(self._folder)
                 return tempfile.TemporaryFile(dir=self._folder)
             except OSError:
                 pass
+        self._where = tempfile.gettempdir()
         return tempfile.TemporaryFile()
 
     def __deepcopy__(self, memo) -> "MappedRows":
@@ -87,8 +96,15 @@ class MappedRows:
     def _grow(self, rows: int) -> None:
         if self._file is None:
             self._file = self._open()
-        offset = self._size
-        self._size += rows * self.row_bytes
-        os.ftruncate(self._file.fileno(), self._size)
+        offset, size = self._size, rows * self.row_bytes
+        try:
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(self._file.fileno(), offset, size)
+            else:  # no way to reserve the blocks here (macOS): the file is only made long enough
+                os.ftruncate(self._file.fileno(), offset + size)
+        except OSError as exc:
+            raise OutputError(describe_write_error(f"{self._where} (a mapped file of {size / 2 ** 20:,.0f} MB more)",
+                                                   exc, flag=self._flag)) from exc
+        self._size = offset + size
         self._chunk = np.memmap(self._file, dtype=self.dtype, mode="r+", offset=offset, shape=(rows, *self.shape))
         self._used = 0

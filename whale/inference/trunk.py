@@ -147,7 +147,7 @@ class TrunkMaps:
         after a copy of its plain map, so its training maps are one array that both kinds' entries view (held
         once, not once per kind and once joined)."""
         if self._rows is None:
-            self._rows = MappedRows(maps.shape[1:], np.float16, folder=self.folder)
+            self._rows = MappedRows(maps.shape[1:], np.float16, folder=self.folder, flag="--trunk-cache")
         if kind == "views" and (key, "plain") in self._memory:
             whole = self._rows.append(np.concatenate([self._memory[(key, "plain")], maps]))
             self._joined[key] = whole
