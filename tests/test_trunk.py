@@ -77,7 +77,7 @@ def _in_a_mapped_file(array) -> bool:
     while array is not None:
         if isinstance(array, (np.memmap, mmap.mmap)):
             return True
-        array = getattr(array, "base", None)
+        array = array.obj if isinstance(array, memoryview) else getattr(array, "base", None)
     return False
 
 
@@ -220,6 +220,10 @@ def test_mapped_rows_hand_out_views_of_one_file_across_chunks_and_refuse_other_s
         assert view.dtype == np.float16 and not view.flags.writeable and _in_a_mapped_file(view)
     assert not np.shares_memory(views[0], views[1])
     assert list((tmp_path / "maps").iterdir()) == []  # the file has no name: nothing left behind
+    rows.random_access()  # read in no order from now on: the same values, and appends go on
+    later = rows.append(blocks[0])
+    for block, view in zip(blocks + blocks[:1], views + [later]):
+        np.testing.assert_array_equal(view, block)
     with pytest.raises(ValueError, match=r"expected rows of shape \[3, 4\], got an array of shape \[2, 3, 5\]"):
         rows.append(np.zeros((2, 3, 5), np.float16))
 

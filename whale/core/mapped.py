@@ -7,13 +7,15 @@ resident memory while touched, but under pressure (a memory cgroup, a small mach
 them again when needed, where arrays in the process's own memory would have to stay or be killed. What a store of
 them costs the process itself is then a few bytes a row, whatever the rows' size.
 
-The file grows in chunks (each mapped once, never moved), so a view handed out stays valid while later rows come.
-Each chunk's blocks are reserved on the disk before it is mapped (``posix_fallocate``): a full disk is then an
-:class:`~whale.core.errors.OutputError` naming the folder, never a write into a mapped page with nowhere to go
-(which the kernel answers by killing the process with ``SIGBUS``).
+The file grows in chunks (each mapped once, read-only, never moved), so a view handed out stays valid while later
+rows come. Rows are written with ``pwrite`` through the page cache, not through the mapping, after each chunk's blocks
+were reserved on the disk (``posix_fallocate``): a full disk is an :class:`~whale.core.errors.OutputError` naming the
+folder, never a page of the mapping with nowhere to go (which the kernel answers by killing the process with
+``SIGBUS``). Once the rows are in, :meth:`MappedRows.random_access` tells the kernel they are read in no order.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 from pathlib import Path
@@ -52,7 +54,8 @@ class MappedRows:
         self._file = None
         self._folder, self._flag = folder, flag
         self._where: str | None = None  # the folder the file was made in
-        self._chunk: np.memmap | None = None  # the chunk being filled
+        self._chunk: np.ndarray | None = None  # the chunk being filled: a view of its mapping
+        self._handles: list[mmap.mmap] = []  # every chunk's mapping
         self._used = 0  # its rows handed out
         self._size = 0  # the file's bytes
         self.rows = 0
@@ -85,26 +88,48 @@ class MappedRows:
         n = len(block)
         if self._chunk is None or self._used + n > len(self._chunk):
             self._grow(max(n, self.chunk_rows))
-        view = self._chunk[self._used:self._used + n]
-        view[...] = block
+        data = memoryview(np.ascontiguousarray(block, dtype=self.dtype)).cast("B")
+        at = self._chunk_offset + self._used * self.row_bytes
+        while len(data):  # through the page cache, not the mapping: no page faults on pages about to be overwritten
+            try:
+                written = os.pwrite(self._file.fileno(), data, at)
+            except OSError as exc:
+                raise self._refused(exc, len(data)) from exc
+            data, at = data[written:], at + written
+        view = self._chunk[self._used:self._used + n].view(np.ndarray)
         self._used += n
         self.rows += n
-        out = view.view(np.ndarray)
-        out.flags.writeable = False
-        return out
+        return view
+
+    def random_access(self) -> None:
+        """Tell the kernel the rows are now read in no order (``madvise(MADV_RANDOM)``; nothing where the platform
+        lacks it): a page it has dropped is then read back alone, not with the next hundred kilobytes, which under
+        memory pressure are other rows that push out more. Call it once the rows are in; the appends go on as
+        before."""
+        advice = getattr(mmap, "MADV_RANDOM", None)
+        for handle in self._handles:
+            if advice is not None and hasattr(handle, "madvise"):
+                handle.madvise(advice)
 
     def _grow(self, rows: int) -> None:
         if self._file is None:
             self._file = self._open()
-        offset, size = self._size, rows * self.row_bytes
+        offset = -(-self._size // mmap.ALLOCATIONGRANULARITY) * mmap.ALLOCATIONGRANULARITY  # where a mapping may start
+        size = rows * self.row_bytes
         try:
             if hasattr(os, "posix_fallocate"):
                 os.posix_fallocate(self._file.fileno(), offset, size)
             else:  # no way to reserve the blocks here (macOS): the file is only made long enough
                 os.ftruncate(self._file.fileno(), offset + size)
         except OSError as exc:
-            raise OutputError(describe_write_error(f"{self._where} (a mapped file of {size / 2 ** 20:,.0f} MB more)",
-                                                   exc, flag=self._flag)) from exc
+            raise self._refused(exc, size) from exc
         self._size = offset + size
-        self._chunk = np.memmap(self._file, dtype=self.dtype, mode="r+", offset=offset, shape=(rows, *self.shape))
-        self._used = 0
+        handle = mmap.mmap(self._file.fileno(), size, access=mmap.ACCESS_READ, offset=offset)
+        count = rows * int(np.prod(self.shape))
+        self._chunk = np.frombuffer(handle, self.dtype, count=count).reshape(rows, *self.shape)
+        self._chunk_offset, self._used = offset, 0
+        self._handles.append(handle)
+
+    def _refused(self, exc: OSError, size: int) -> OutputError:
+        return OutputError(describe_write_error(f"{self._where} (a mapped file of {size / 2 ** 20:,.0f} MB more)",
+                                                exc, flag=self._flag))

@@ -134,7 +134,10 @@ class TrunkMaps:
             todo = [i for i, k in enumerate(keys) if not self._have(k, kind)]
             if todo:
                 self._compute([paths[i] for i in todo], [boxes[i] for i in todo], [keys[i] for i in todo], kind)
-        return MapStore([self._whole(k) if len(kinds) == 2 else self._memory[(k, "plain")] for k in keys])
+        store = MapStore([self._whole(k) if len(kinds) == 2 else self._memory[(k, "plain")] for k in keys])
+        if self._rows is not None:  # the batches read them in no order from now on
+            self._rows.random_access()
+        return store
 
     def _whole(self, key: str) -> np.ndarray:
         """``[1 + V, h, w, c]``: a photo's plain and augmented maps, consecutive in the mapped file."""
