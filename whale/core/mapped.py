@@ -56,6 +56,7 @@ class MappedRows:
         self._where: str | None = None  # the folder the file was made in
         self._chunk: np.ndarray | None = None  # the chunk being filled: a view of its mapping
         self._handles: list[mmap.mmap] = []  # every chunk's mapping
+        self._chunk_offset = 0  # its first byte in the file
         self._used = 0  # its rows handed out
         self._size = 0  # the file's bytes
         self.rows = 0
@@ -96,7 +97,7 @@ class MappedRows:
             except OSError as exc:
                 raise self._refused(exc, len(data)) from exc
             data, at = data[written:], at + written
-        view = self._chunk[self._used:self._used + n].view(np.ndarray)
+        view = self._chunk[self._used:self._used + n]
         self._used += n
         self.rows += n
         return view
