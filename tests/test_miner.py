@@ -406,9 +406,8 @@ def test_sparse_input_checks(rows, cols, scores, match):
         mine_negatives_sparse(rows, cols, scores, [0, 1, 2, 3], 1.0, 1, np.random.default_rng(0))
 
 
-def test_sparse_whale_scale_is_fast():
-    import time
-
+def test_sparse_whale_scale_gives_valid_assignments():
+    # whale scale (15,697 photos, 100 candidates each); its speed is the benchmarks' (bench_train.py), not a test's
     rng = np.random.default_rng(0)
     sizes = np.r_[np.ones(2000, int), np.full(1300, 2), np.full(600, 3), rng.integers(4, 74, 900)]
     ids = np.repeat(np.arange(len(sizes)), sizes)[:15697]
@@ -416,10 +415,12 @@ def test_sparse_whale_scale_is_fast():
     r = np.repeat(np.arange(n), m)
     c = rng.integers(0, n, n * m)
     s = rng.random(n * m)
-    t = time.perf_counter()
     out = mine_negatives_sparse(r, c, s, ids, 1.0, 2, rng)
-    assert time.perf_counter() - t < 20  # ~1-2 s on 2 cores
     assert len(out) == 2
+    for pairs in out:  # every photo given one partner of another whale, every partner used once
+        assert pairs.shape == (n, 2) and pairs.dtype == np.int64
+        np.testing.assert_array_equal(np.sort(pairs[:, 0]), np.arange(n))
+        assert np.unique(pairs[:, 1]).size == n and (ids[pairs[:, 0]] != ids[pairs[:, 1]]).all()
 
 
 # ----------------------------------------------------------------- positives
@@ -453,14 +454,10 @@ def test_positive_pairs_random_and_uniform_derangements():
     assert not np.array_equal(a, b)
 
 
-def test_positive_pairs_whale_scale_speed():
-    import time
-
+def test_positive_pairs_at_whale_scale():
     rng = np.random.default_rng(0)
     ids = rng.permutation(np.repeat(np.arange(5004), rng.integers(1, 8, 5004)))[:15697]
-    t = time.perf_counter()
     pairs = positive_pairs(ids, rng)
-    assert time.perf_counter() - t < 1.0
     assert (pairs[:, 0] != pairs[:, 1]).all()
     assert (ids[pairs[:, 0]] == ids[pairs[:, 1]]).all()
     assert np.unique(pairs[:, 1]).size == len(pairs)
