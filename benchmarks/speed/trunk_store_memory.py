@@ -46,9 +46,9 @@ WAYS = ("former", "memory", "mapped")
 
 def resident_mb() -> tuple[float, float]:
     """``(resident, own)`` MB of this process now: all its resident pages, and those that are no file's."""
-    resident, shared = (int(v) for v in Path("/proc/self/statm").read_text().split()[1:3])
-    page = os.sysconf("SC_PAGE_SIZE") / 2 ** 20
-    return resident * page, (resident - shared) * page
+    from benchmarks.common import tree_memory_mb
+
+    return tree_memory_mb(os.getpid())
 
 
 def peak_mb() -> float:
