@@ -459,6 +459,35 @@ def test_matching_leaves_opencv_s_thread_count_as_it_found_it(tmp_path):
         cv2.setNumThreads(before)
 
 
+def test_queries_verified_in_threads_give_what_one_thread_gives(tmp_path, monkeypatch):
+    """The queries of a searched block verified by several threads: the same scores, inliers, votes and described
+    pairs both ways, and the ``on_verified`` calls in the same order, as one thread gives."""
+    import whale.keypoints.matcher as matcher_module
+
+    monkeypatch.setattr(matcher_module, "_QUERY_BLOCK", 4)  # three blocks of queries
+    cfg = load_keypoint_config(overrides={"check.both_ways": True})
+    store = FeatureStore(cfg, tmp_path / "store")
+    gallery = store.features([write(tmp_path / f"g{i}.png", pattern(i)) for i in range(6)], workers=1, progress=False)
+    queries = store.features([write(tmp_path / f"q{i}.png", warp(pattern(i % 6), 200 + i)) for i in range(10)],
+                             workers=1, progress=False)
+    results, calls = {}, {}
+    for threads in (1, 3):
+        seen: list = []
+        matcher = KeypointMatcher(cfg, gallery, threads=threads)
+        results[threads] = matcher.match(queries, progress=False, describe=True,
+                                         on_verified=lambda i, c, qk, gk: seen.append((i, c, qk.tolist(), gk.tolist())))
+        calls[threads] = seen
+    one, three = results[1], results[3]
+    assert one.inliers.max() >= 10 and len(one.pairs.index) > 10
+    for name in ("scores", "inliers", "votes"):
+        np.testing.assert_array_equal(getattr(one, name), getattr(three, name))
+    np.testing.assert_array_equal(one.pairs.index, three.pairs.index)
+    np.testing.assert_array_equal(one.pairs.rows, three.pairs.rows)
+    assert calls[1] == calls[3] and [c[0] for c in calls[1]] == sorted(c[0] for c in calls[1])
+    with pytest.raises(ValueError, match="threads"):
+        KeypointMatcher(cfg, gallery, threads=0)
+
+
 def test_the_default_settings_keep_their_fingerprint_and_hash():
     """The feature store's folder (the fingerprint) and the score files' run id (the config hash) of the shipped
     settings, pinned: a new feature setting that changed the fingerprint would orphan every stored feature, and one

@@ -24,11 +24,16 @@ verification saw, both ways when asked (:mod:`whale.keypoints.check`, :mod:`whal
 
 This module orchestrates: the three rules are parts (:class:`MatchParts`) built once from the config and
 handed to the matcher. The display's correspondences of two photos: :func:`whale.keypoints.pairs.pair_matches`.
+The query photos are searched in blocks (FAISS's own threads), and a block's queries voted and verified on
+:attr:`KeypointMatcher.threads` threads (OpenCV's robust fits let go of Python's lock), each writing only its own
+rows and its described pairs and callbacks taken in query order: any number of threads gives one thread's result.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +46,7 @@ from whale.keypoints.index import DescriptorIndex
 from whale.keypoints.pairstats import NAMES, share_of_best
 from whale.keypoints.scoring import EvidenceScore
 from whale.keypoints.selection import KeypointSelector, labelled_photos
+from whale.keypoints.store import default_workers
 from whale.keypoints.verify import GeometricVerifier, opencv_threads
 from whale.keypoints.votes import LnbnnVotes
 from whale.core.progress import progress_bar
@@ -107,7 +113,7 @@ class KeypointMatcher:
 
     def __init__(self, cfg: KeypointConfig, gallery: Sequence[Features], ids: Sequence[str] | None = None,
                  selector: KeypointSelector | None = None, keys: Sequence | None = None, progress: bool = False,
-                 parts: MatchParts | None = None, check: MatchCheck | None = None):
+                 parts: MatchParts | None = None, check: MatchCheck | None = None, threads: int | None = None):
         """``ids``: the gallery photos' individuals, for ``search.normaliser: other_individual`` (None: each
         photo counts as an individual of its own). ``selector``: a fitted
         :class:`~whale.keypoints.selection.KeypointSelector` (None: every keypoint kept), applied to this gallery
@@ -117,8 +123,12 @@ class KeypointMatcher:
         selection in all; ``select_steps``: of its steps when :meth:`build` fitted the selector (``index`` of
         every keypoint, ``labels``, ``fit``, ``score``: :attr:`KeypointSelector.seconds`). ``parts``: the rules
         (None: :meth:`MatchParts.of` ``cfg``). ``check``: a fitted :class:`~whale.keypoints.check.MatchCheck`
-        that scores the verified candidates (None: the evidence score)."""
+        that scores the verified candidates (None: the evidence score). ``threads``: query photos verified at once
+        (None: every core this process may use; the scores are the same with any number)."""
         self.cfg = cfg
+        self.threads = default_workers() if threads is None else int(threads)
+        if self.threads < 1:
+            raise ValueError(f"threads: expected an integer >= 1, received {threads}")
         self.parts = MatchParts.of(cfg) if parts is None else parts
         self.check = check
         gallery = list(gallery)
@@ -217,7 +227,7 @@ class KeypointMatcher:
         if self.selector is not None and self.selector.active:
             queries = self.selector.select(queries, keys)
         return _sweep(self.parts, queries, self.gallery, self.index, self.individual, leave_out, None, False, progress,
-                      {}, verify=False, strict=strict).votes
+                      {}, verify=False, strict=strict, threads=self.threads).votes
 
     def _match(self, queries, progress, leave_out, on_verified, keys, selected, describe, also,
                strict=False) -> MatchResult:
@@ -226,12 +236,13 @@ class KeypointMatcher:
             queries = self.selector.select(queries, keys)
         seconds = {"select": time.perf_counter() - t0}
         way = _sweep(self.parts, queries, self.gallery, self.index, self.individual, leave_out, on_verified, describe,
-                     progress, seconds, also=also, strict=strict)
+                     progress, seconds, also=also, strict=strict, threads=self.threads)
         evidence, pairs = way.evidence, way.pairs
         if self.cfg.check.both_ways and leave_out is None and len(queries) and len(self.gallery):
             t0 = time.perf_counter()  # each gallery photo matched against the queries (the transposed matrix)
             back = _sweep(self.parts, self.gallery, queries, DescriptorIndex(queries, self.cfg.search, searched_by=len(self.index)), None, None,
-                          None, describe, progress, seconds, also=None if also is None else reverse(also, len(self.gallery)))
+                          None, describe, progress, seconds, also=None if also is None else reverse(also, len(self.gallery)),
+                          threads=self.threads)
             seconds["both_ways"] = time.perf_counter() - t0
             evidence = evidence + back.evidence.T
             if describe:
@@ -294,10 +305,11 @@ def search_without(index: DescriptorIndex, desc: np.ndarray, depth: int, skip: n
 
 def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individual, leave_out, on_verified,
            describe: bool, progress: bool, seconds: dict, also=None, verify: bool = True,
-           strict: bool = False) -> _Way:
+           strict: bool = False, threads: int = 1) -> _Way:
     """Votes and verification of every query photo against ``gallery`` (indexed by ``index``), the wall time of
     search and verification added to ``seconds``; the arguments as :meth:`KeypointMatcher.match`'s (``verify``
-    False: the votes only)."""
+    False: the votes only; ``threads``: the queries of a searched block voted and verified by this many threads,
+    the result the same as by one)."""
     votes_of, verifier = parts.votes, parts.verifier
     nq, ng = len(queries), len(gallery)
     evidence = np.zeros((nq, ng), np.float32)
@@ -307,42 +319,54 @@ def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individu
     described: list[tuple[int, int, np.ndarray]] = []
     depth = votes_of.depth(individual)
     bar = progress_bar(range(0, nq, _QUERY_BLOCK), desc=f"matching {nq} photos", enabled=progress and nq > _QUERY_BLOCK)
-    for start in bar:
-        block = queries[start:start + _QUERY_BLOCK]
-        t0 = time.perf_counter()
-        counts = [len(f) for f in block]
-        desc = np.concatenate([as_float(f.desc) for f in block])  # [0, w] when no photo of the block has keypoints
-        if leave_out is None:
-            dist, rows = index.search(desc, depth)
-        elif strict:  # every neighbour of the left-out photo dropped: as if it were not in the gallery
-            skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
-            dist, rows = search_without(index, desc, depth, skip)
-        else:  # one neighbour more, then the left-out photo's (or the last) dropped
-            dist, rows = index.search(desc, depth + 1)
-            skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
-            own = index.owner[np.maximum(rows, 0)] == skip[:, None]
-            order = np.argsort(own, axis=1, kind="stable")[:, :depth]
-            dist, rows = np.take_along_axis(dist, order, 1), np.take_along_axis(rows, order, 1)
-        t1 = time.perf_counter()
-        t_search += t1 - t0
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        for j, q in enumerate(block):
-            i = start + j
-            sl = slice(offsets[j], offsets[j + 1])
-            v, feat, photo, row, weight = votes_of(dist[sl], rows[sl], index.owner, ng, individual)
-            if leave_out is not None and leave_out[i] >= 0:
-                v[leave_out[i]] = 0  # its other keypoints may still be among a descriptor's neighbours
-            votes[i] = v
-            if not verify:
-                continue
-            report = None if on_verified is None else (lambda c, qk, gk, i=i: on_verified(i, c, qk, gk))
-            seen: list | None = [] if describe else None
-            verifier.verify(q, gallery, index.local, v, feat, photo, row, weight, evidence[i], inliers[i], report, seen,
-                            None if also is None else also[i])
-            if seen:
-                table = share_of_best(np.stack([r for _, r in seen]))
-                described.extend((i, c, r) for (c, _), r in zip(seen, table))
-        t_verify += time.perf_counter() - t1
+    # OpenCV's robust fits let go of Python's lock: a block's queries verified in threads, each writing its own rows
+    with ThreadPoolExecutor(threads) if threads > 1 and nq > 1 else contextlib.nullcontext() as pool:
+        for start in bar:
+            block = queries[start:start + _QUERY_BLOCK]
+            t0 = time.perf_counter()
+            counts = [len(f) for f in block]
+            desc = np.concatenate([as_float(f.desc) for f in block])  # [0, w] when no photo of the block has any
+            if leave_out is None:
+                dist, rows = index.search(desc, depth)
+            elif strict:  # every neighbour of the left-out photo dropped: as if it were not in the gallery
+                skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
+                dist, rows = search_without(index, desc, depth, skip)
+            else:  # one neighbour more, then the left-out photo's (or the last) dropped
+                dist, rows = index.search(desc, depth + 1)
+                skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
+                own = index.owner[np.maximum(rows, 0)] == skip[:, None]
+                order = np.argsort(own, axis=1, kind="stable")[:, :depth]
+                dist, rows = np.take_along_axis(dist, order, 1), np.take_along_axis(rows, order, 1)
+            t1 = time.perf_counter()
+            t_search += t1 - t0
+            offsets = np.concatenate([[0], np.cumsum(counts)])
+
+            def one(j: int) -> tuple[list | None, list | None]:
+                """The block's ``j``-th query voted and verified: its rows of ``votes``, ``evidence`` and ``inliers``
+                written (no other query's), its described candidates and ``on_verified`` calls returned in order."""
+                i = start + j
+                sl = slice(offsets[j], offsets[j + 1])
+                v, feat, photo, row, weight = votes_of(dist[sl], rows[sl], index.owner, ng, individual)
+                if leave_out is not None and leave_out[i] >= 0:
+                    v[leave_out[i]] = 0  # its other keypoints may still be among a descriptor's neighbours
+                votes[i] = v
+                if not verify:
+                    return None, None
+                calls: list | None = None if on_verified is None else []
+                seen: list | None = [] if describe else None
+                verifier.verify(block[j], gallery, index.local, v, feat, photo, row, weight, evidence[i], inliers[i],
+                                None if calls is None else (lambda *args: calls.append(args)), seen,
+                                None if also is None else also[i])
+                return seen, calls
+
+            done = pool.map(one, range(len(block))) if pool is not None else map(one, range(len(block)))
+            for j, (seen, calls) in enumerate(done):  # in query order, however the threads ran
+                for c, qk, gk in calls or ():
+                    on_verified(start + j, c, qk, gk)
+                if seen:
+                    table = share_of_best(np.stack([r for _, r in seen]))
+                    described.extend((start + j, c, r) for (c, _), r in zip(seen, table))
+            t_verify += time.perf_counter() - t1
     seconds["search"] = seconds.get("search", 0.0) + t_search
     seconds["verify"] = seconds.get("verify", 0.0) + t_verify
     pairs = None
