@@ -201,3 +201,16 @@ def test_validation_metrics_report_the_share_the_tuned_threshold_puts_new_whale_
     m = shared.validation_metrics(scores, g_ids, q_ids)
     assert m["map5_known"] == pytest.approx(0.75) and m["map5_tuned"] == pytest.approx((1 + 0.5 + 1) / 3)
     assert m["new_whale_first"] == pytest.approx(1 / 3)  # the new whale alone
+
+
+def test_a_seed_s_results_keep_the_rows_of_other_methods_and_replace_a_method_run_again(tmp_path):
+    """Runs of other variants into the same --out add to what --report reads; a method run again replaces its row."""
+    path = tmp_path / "results.json"
+    first = [{"method": "learned a", "map5": 0.1}, {"method": "fusion a", "map5": 0.2}]
+    assert humpback.kept_rows(path, first) == first
+    path.write_text(json.dumps(first))
+    again = [{"method": "learned b", "map5": 0.3}, {"method": "fusion a", "map5": 0.4}]
+    assert humpback.kept_rows(path, again) == [{"method": "learned a", "map5": 0.1}] + again
+    path.write_text("{not json")
+    with pytest.raises(SystemExit, match="results.json"):
+        humpback.kept_rows(path, again)

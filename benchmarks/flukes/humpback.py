@@ -128,8 +128,22 @@ def run_seed(args, seed: int, log=print) -> list[dict]:
         rows.append({"method": "all_new_whale", **submission_metrics(pred, truth), "seconds": {}})
     for r in rows:
         r["seed"] = seed
-    (work / "results.json").write_text(json.dumps(rows, indent=2))
+    (work / "results.json").write_text(json.dumps(kept_rows(work / "results.json", rows), indent=2))
     return rows
+
+
+def kept_rows(path: Path, rows: list[dict]) -> list[dict]:
+    """``rows`` after the rows of ``path`` (an earlier run's ``results.json`` of this seed, if any) whose method
+    none of ``rows`` measured again: a run of other methods or variants into the same ``--out`` adds its rows to
+    what ``--report`` reads, and one of the same method replaces that method's row."""
+    if not path.is_file():
+        return rows
+    try:
+        earlier = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{path}: not a results file of this benchmark ({e}); move it away to start it anew")
+    again = {r["method"] for r in rows}
+    return [r for r in earlier if r.get("method") not in again] + rows
 
 
 def score_path_of(run: Path) -> Path:

@@ -241,8 +241,8 @@ class KeypointMatcher:
         if self.cfg.check.both_ways and leave_out is None and len(queries) and len(self.gallery):
             t0 = time.perf_counter()  # each gallery photo matched against the queries (the transposed matrix)
             back = _sweep(self.parts, self.gallery, queries, DescriptorIndex(queries, self.cfg.search, searched_by=len(self.index)), None, None,
-                          None, describe, progress, seconds, also=None if also is None else reverse(also, len(self.gallery)),
-                          threads=self.threads)
+                          None, describe, progress, seconds, threads=self.threads,
+                          also=None if also is None else reverse(also, len(self.gallery)))
             seconds["both_ways"] = time.perf_counter() - t0
             evidence = evidence + back.evidence.T
             if describe:
