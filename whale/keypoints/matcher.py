@@ -303,6 +303,21 @@ def search_without(index: DescriptorIndex, desc: np.ndarray, depth: int, skip: n
     return dist, rows
 
 
+def _neighbours(index: DescriptorIndex, desc: np.ndarray, depth: int, skip: np.ndarray | None,
+                strict: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(dist, rows)`` ``[m, depth]``: the nearest gallery rows of each of ``desc`` ``[m, w]``, none of gallery photo
+    ``skip`` ``[m]`` (the descriptor's left-out photo, -1: none; None: nothing left out); ``strict`` as
+    :meth:`KeypointMatcher.match`'s."""
+    if skip is None:
+        return index.search(desc, depth)
+    if strict:  # every neighbour of the left-out photo dropped: as if it were not in the gallery
+        return search_without(index, desc, depth, skip)
+    dist, rows = index.search(desc, depth + 1)  # one neighbour more, then the left-out photo's (or the last) dropped
+    own = index.owner[np.maximum(rows, 0)] == skip[:, None]
+    order = np.argsort(own, axis=1, kind="stable")[:, :depth]
+    return np.take_along_axis(dist, order, 1), np.take_along_axis(rows, order, 1)
+
+
 def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individual, leave_out, on_verified,
            describe: bool, progress: bool, seconds: dict, also=None, verify: bool = True,
            strict: bool = False, threads: int = 1) -> _Way:
@@ -326,17 +341,8 @@ def _sweep(parts: MatchParts, queries, gallery, index: DescriptorIndex, individu
             t0 = time.perf_counter()
             counts = [len(f) for f in block]
             desc = np.concatenate([as_float(f.desc) for f in block])  # [0, w] when no photo of the block has any
-            if leave_out is None:
-                dist, rows = index.search(desc, depth)
-            elif strict:  # every neighbour of the left-out photo dropped: as if it were not in the gallery
-                skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
-                dist, rows = search_without(index, desc, depth, skip)
-            else:  # one neighbour more, then the left-out photo's (or the last) dropped
-                dist, rows = index.search(desc, depth + 1)
-                skip = np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
-                own = index.owner[np.maximum(rows, 0)] == skip[:, None]
-                order = np.argsort(own, axis=1, kind="stable")[:, :depth]
-                dist, rows = np.take_along_axis(dist, order, 1), np.take_along_axis(rows, order, 1)
+            skip = None if leave_out is None else np.repeat(np.asarray(leave_out)[start:start + len(block)], counts)
+            dist, rows = _neighbours(index, desc, depth, skip, strict)
             t1 = time.perf_counter()
             t_search += t1 - t0
             offsets = np.concatenate([[0], np.cumsum(counts)])
