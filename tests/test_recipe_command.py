@@ -43,8 +43,8 @@ def test_the_shipped_recipe_s_dry_run_prints_the_best_recipe_s_exact_commands(mo
         f"--cache {o}/store",
         f"{PY} -m whale score --matcher keypoints --config configs/keypoints_xfeat_checked.yaml {d} --out {o}/xfeat "
         f"--cache {o}/store",
-        f"{PY} -m whale train --config configs/flukes_lite0_cpu_long.yaml --fold 0 --data data/humpback --out {o}/lite0 "
-        f"--trunk-cache {o}/trunk-cache --resume",
+        f"{PY} -m whale train --config configs/flukes_lite0_cpu_long.yaml --fold 0 --data data/humpback "
+        f"--out {o}/lite0 --trunk-cache {o}/trunk-cache --resume",
         f"{PY} -m whale score --matcher joint --config configs/joint.yaml --with-run {o}/lite0 {d} --out {o}/joint "
         f"--cache {o}/store",
         f"{PY} -m whale ensemble {o}/sift {o}/xfeat {o}/lite0 --tune --fusion logodds --tune-new-share 0.276 "
@@ -75,8 +75,9 @@ def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fus
     steps = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_joint.yaml").steps}
     best = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes.yaml").steps}
     assert not any(w[:3] == ["score", "--matcher", "keypoints"] for w in steps.values())
-    assert steps["check"] == best["check"]  # the same network's run but the 4-view config its figures were measured with
-    assert steps["lite0"] == [w.replace("flukes_lite0_cpu_long.yaml", "flukes_lite0_cpu.yaml") for w in best["lite0"]]
+    assert steps["check"] == best["check"]
+    four_views = [w.replace("flukes_lite0_cpu_long.yaml", "flukes_lite0_cpu.yaml") for w in best["lite0"]]
+    assert steps["lite0"] == four_views  # the same network's step with the 4-view config its figures were measured with
     assert steps["joint"] == best["joint"] + ["--set", "check.validation=thinned"]  # the check on the thinned validation
     ensemble = cli.build_parser(only=["ensemble"])
     ours, theirs = ensemble.parse_args(steps["submission"]), ensemble.parse_args(best["submission"])
