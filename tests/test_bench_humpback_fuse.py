@@ -61,3 +61,18 @@ def test_a_solution_of_another_split_and_a_bad_run_are_refused(tmp_path):
         main(["--out", str(tmp_path / "o"), "--seeds", "0", "--data", "d", "--run", "a=runs/a", "--combo", "a"])
     with pytest.raises(SystemExit, match="no --run gives: b"):
         main(["--out", str(tmp_path / "o"), "--seeds", "0", "--data", "d", "--run", "a=r{S}", "--combo", "a+b"])
+
+
+def test_the_ranking_figures_are_of_the_runs_weighed_as_the_flags_weigh_them(tmp_path):
+    """``--weights`` after ``--`` weighs the fused ranking the ids-only figures are read from, as it weighs the
+    submission: all the weight on the clean run ranks better than all of it on the noisy one."""
+    rng = np.random.default_rng(2)
+    split(tmp_path, 0, rng)
+    known = {}
+    for weights in (("1", "0"), ("0", "1")):
+        out = tmp_path / f"w{''.join(weights)}"
+        assert main(["--out", str(out), "--seeds", "0", "--data", str(tmp_path / "seed{S}" / "data"),
+                     "--run", f"a={tmp_path}/seed{{S}}/a", "--run", f"b={tmp_path}/seed{{S}}/b",
+                     "--combo", "a+b", "--", "--tune", "--fusion", "mean", "--weights", *weights]) == 0
+        known[weights] = json.loads((out / "results.json").read_text())["rows"]["a+b"][0]["map5_known_no_new"]
+    assert known[("1", "0")] > known[("0", "1")]

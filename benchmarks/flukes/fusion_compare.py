@@ -48,19 +48,22 @@ def configs(kp: Path, second: Path | None) -> list[tuple[str, list[Path], list[s
 def fused(runs: list[Path], lines: list[str], flags: list[str], open_label: str, splits=("test",)) -> dict:
     """``{split: ScoreFile}``: the matrices the ensemble ranked (``test``: for the ids-only figure), rebuilt with
     the library's own code: each split's score files of the runs fused as the ensemble's output (``lines``) says
-    it fused them, the runs calibrated once for all the splits."""
+    it fused them, the runs calibrated once for all the splits, with the ``--weights`` of ``flags`` (or the weights
+    ``--tune-weights`` printed)."""
+    from whale.cli import build_parser
     from whale.ensemble.combine import average_score_files
     from whale.ensemble.fusion import calibrate_runs
     from whale.inference.scorefile import score_path
 
+    args = build_parser(only=["ensemble"]).parse_args(["ensemble", *map(str, runs), "--out", "fused.csv", *flags])
     text = "\n".join(lines)
     rule = re.search(r"fused by: (\w+)", text).group(1)
     if rule != "scores":
-        method = flags[flags.index("--calibration") + 1] if "--calibration" in flags else "isotonic"
-        maps = calibrate_runs(runs, [score_path(r, "val") for r in runs], rule, open_label, method).maps()
-        return {split: average_score_files([score_path(r, split) for r in runs], None, **maps) for split in splits}
+        maps = calibrate_runs(runs, [score_path(r, "val") for r in runs], rule, open_label, args.calibration).maps()
+        return {split: average_score_files([score_path(r, split) for r in runs], args.weights, **maps)
+                for split in splits}
     tuned = re.search(r"tuned weights ([0-9., e-]+):", text)
-    weights = [float(w) for w in tuned.group(1).split(",")] if tuned else None
+    weights = [float(w) for w in tuned.group(1).split(",")] if tuned else args.weights
     return {split: average_score_files([score_path(r, split) for r in runs], weights) for split in splits}
 
 
