@@ -7,7 +7,7 @@
 Fold 0's validation queries each keep two or more gallery photos of their individual, where a test query's may keep
 one, so a fusion setting chosen there is chosen without the test's one-photo whales (docs/humpback.md, "A validation
 with one-photo whales"). For each split seed ``S`` this writes ``OUT/NAME``, each run's **thinned view**
-(:func:`whale.identify.thin.write_view`): its ``val.npz`` with the photos :func:`whale.identify.thin.hidden_photos`
+(:func:`whale.identify.thin.write_views`): its ``val.npz`` with the photos :func:`whale.identify.thin.hidden_photos`
 hides from each known query (the share a split drawn as the test's gives, :func:`whale.identify.thin.mirror_share`;
 the draw seeded by ``S``, as ``joint_thin.py`` seeds it) scored at its row's lowest, its ``test.npz`` linked as it
 is. Every run of a seed hides the same photos; the runs must share fold 0's validation queries and gallery.
@@ -27,8 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.flukes.humpback_fuse import parse_runs  # noqa: E402
-from whale.core.files import write_json_atomic  # noqa: E402
-from whale.identify.thin import hidden_names, hidden_photos, mirror_share, write_view  # noqa: E402
+from whale.identify.thin import hidden_names, hidden_photos, mirror_share, write_views  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
 
 
@@ -45,9 +44,7 @@ def thin_seed(runs: dict[str, Path], out: Path, seed: int) -> dict:
     share = mirror_share(gallery_ids)
     hidden = hidden_photos(gallery_ids, truth, share, seed)
     names = hidden_names(hidden, first.query, first.gallery)
-    for name, run in runs.items():
-        write_view(run, out / name, names, score_path(run, "val"), score_path(run, "test"))
-    write_json_atomic(out / "hidden.json", {"share": share, "seed": seed, "hidden": names})
+    write_views(runs, out, names, share, seed)
     known = int((truth != "new_whale").sum())
     print(f"seed {seed}: share {share:.3f}: {len(hidden)} of {known} known validation queries keep one gallery "
           f"photo; views of {', '.join(runs)} in {out}", flush=True)

@@ -217,7 +217,7 @@ def _thin_validation(out: Path, cfg: JointConfig, data, tables: dict, columns, r
     and each feature kind's and trained run's thinned view written under ``OUT/thinned/`` (what ``whale ensemble``
     fuses with this run); returns what ``run.json`` records of it."""
     from whale.identify.check import PairTable
-    from whale.identify.thin import hidden_names, hidden_photos, mirror_share, thinned, write_view
+    from whale.identify.thin import hidden_names, hidden_photos, mirror_share, thinned, write_views
 
     gallery_ids, truth = np.asarray(data.gallery.ids, str), np.asarray(data.val.ids, str)
     share = mirror_share(gallery_ids, open_label)
@@ -232,10 +232,7 @@ def _thin_validation(out: Path, cfg: JointConfig, data, tables: dict, columns, r
     folders = [Path(r).name for r in runs]  # each run's view named by its folder, numbered where two share one
     views = {**kinds, **{f if folders.count(f) == 1 else f"{i}-{f}": Path(r)
                          for i, (r, f) in enumerate(zip(runs, folders))}}
-    for view, src in views.items():
-        test = score_path(src, "test")
-        write_view(src, out / "thinned" / view, names, score_path(src, "val"), test if test.is_file() else None)
-    write_json_atomic(out / "thinned" / "hidden.json", {"share": share, "seed": seed, "hidden": names})
+    write_views(views, out / "thinned", names, share, seed)
     known = int((truth != open_label).sum())
     log(f"joint: validation thinned as the test is drawn (share {share:.3f}): {len(hidden)} of {known} known "
         f"queries keep one gallery photo; the runs' thinned views in {out / 'thinned'}")

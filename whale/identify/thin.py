@@ -105,6 +105,18 @@ def hidden_names(hidden: dict[int, np.ndarray], query, gallery) -> dict[str, lis
     return {str(query[q]): [str(gallery[g]) for g in h] for q, h in sorted(hidden.items())}
 
 
+def write_views(views: dict[str, Path], out: Path, hidden: dict[str, list[str]], share: float, seed: int) -> None:
+    """Each score folder of ``views`` as its thinned view ``out/NAME`` (:func:`write_view`; its test file linked where
+    it has one) and ``out/hidden.json``: the share, the draw's seed and each query's ``hidden`` photos by name."""
+    from whale.core.files import write_json_atomic
+    from whale.inference.scorefile import score_path
+
+    for name, src in views.items():
+        test = score_path(src, "test")
+        write_view(src, out / name, hidden, score_path(src, "val"), test if test.is_file() else None)
+    write_json_atomic(out / "hidden.json", {"share": share, "seed": seed, "hidden": hidden})
+
+
 def write_view(src: Path, dst: Path, hidden: dict[str, list[str]], val_path: Path, test_path: Path | None) -> Path:
     """``dst``: the score folder ``src``'s thinned view (module docstring): its ``run.json`` and small YAML files,
     ``val.npz`` (read from ``val_path``) with each query's ``hidden`` photos scored at its row's lowest, ``test.npz``
