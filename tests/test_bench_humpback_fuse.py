@@ -76,3 +76,25 @@ def test_the_ranking_figures_are_of_the_runs_weighed_as_the_flags_weigh_them(tmp
                      "--combo", "a+b", "--", "--tune", "--fusion", "mean", "--weights", *weights]) == 0
         known[weights] = json.loads((out / "results.json").read_text())["rows"]["a+b"][0]["map5_known_no_new"]
     assert known[("1", "0")] > known[("0", "1")]
+
+
+def test_with_thin_validation_the_validation_figures_are_of_the_thinned_views(tmp_path):
+    """``--thin-validation`` after ``--``: the validation column is read from the views the ensemble tuned on, where
+    each known query's own whale keeps one of its two photos (the ranking is harder than on the original)."""
+    rng = np.random.default_rng(3)
+    val = synthetic(rng, 80, per_id=2, prefix="v")
+    test = synthetic(rng, 60, per_id=2, prefix="t")
+    for name in ("a", "b"):
+        make_run(tmp_path / "seed0", name, test[:4], val)
+    (tmp_path / "seed0" / "data").mkdir(parents=True)
+    pd.DataFrame({"Image": test[1], "Id": test[4]}).to_csv(tmp_path / "seed0" / "data" / "test_solution.csv",
+                                                          index=False)
+    figures = {}
+    for thin in ([], ["--thin-validation"]):
+        out = tmp_path / f"o{len(thin)}"
+        assert main(["--out", str(out), "--seeds", "0", "--data", str(tmp_path / "seed{S}" / "data"),
+                     "--run", f"a={tmp_path}/seed{{S}}/a", "--run", f"b={tmp_path}/seed{{S}}/b",
+                     "--combo", "a+b", "--", "--tune", "--fusion", "logodds", *thin]) == 0
+        figures[len(thin)] = json.loads((out / "results.json").read_text())["rows"]["a+b"][0]["val_known_no_new"]
+    assert (tmp_path / "o1" / "a+b_seed0.thinned" / "hidden.json").is_file()
+    assert figures[1] < figures[0]

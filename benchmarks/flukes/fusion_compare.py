@@ -49,14 +49,18 @@ def fused(runs: list[Path], lines: list[str], flags: list[str], open_label: str,
     """``{split: ScoreFile}``: the matrices the ensemble ranked (``test``: for the ids-only figure), rebuilt with
     the library's own code: each split's score files of the runs fused as the ensemble's output (``lines``) says
     it fused them, the runs calibrated once for all the splits, with the ``--weights`` of ``flags`` (or the weights
-    ``--tune-weights`` printed)."""
+    ``--tune-weights`` printed); with ``--thin-validation``, the thinned views the ensemble wrote and read."""
     from whale.cli import build_parser
     from whale.ensemble.combine import average_score_files
     from whale.ensemble.fusion import calibrate_runs
+    from whale.ensemble.thinning import view_of
     from whale.inference.scorefile import score_path
 
     args = build_parser(only=["ensemble"]).parse_args(["ensemble", *map(str, runs), "--out", "fused.csv", *flags])
     text = "\n".join(lines)
+    if args.thin_validation:
+        views = Path(re.search(r"the runs' thinned views in (.+)$", text, re.M).group(1))
+        runs = [view_of(views, i, r) for i, r in enumerate(runs)]
     rule = re.search(r"fused by: (\w+)", text).group(1)
     if rule != "scores":
         maps = calibrate_runs(runs, [score_path(r, "val") for r in runs], rule, open_label, args.calibration).maps()

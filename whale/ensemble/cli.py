@@ -36,6 +36,7 @@ from whale.ensemble.decide import decide
 from whale.ensemble.fusion import FUSIONS
 from whale.ensemble.report import report
 from whale.ensemble.rule import resolve_rule
+from whale.ensemble.thinning import thin_rule
 from whale.formats import DEFAULT, FORMATS
 from whale.ranking.pairprob import METHODS
 from whale.ranking.stored import threshold_arg
@@ -83,6 +84,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune-new-share", type=float, default=None, metavar="F",
                    help="with --tune (and --tune-weights): weigh validation's new_whale queries as a share F of "
                         "them (e.g. 0.276, the 2019 test set's), when the fold holds fewer or more than the test")
+    p.add_argument("--thin-validation", action="store_true",
+                   help="calibrate and tune on each run's validation thinned as the test is drawn: a share of the "
+                        "known queries keep one gallery photo of their individual, the same photos hidden in every "
+                        "run (the views kept in NAME.thinned/; whale.ensemble.thinning)")
+    p.add_argument("--thin-seed", type=int, default=0, metavar="S",
+                   help="--thin-validation's draw (default 0, the joint identification's own)")
     p.add_argument("--calibrate", action="store_true",
                    help="place new_whale by expected MAP@5 from probabilities calibrated on validation; "
                         "prints its cross-validated MAP@5 beside the tuned threshold's")
@@ -128,6 +135,8 @@ def run(args: argparse.Namespace, log=print) -> int:
     written: list[Path] = []
     try:
         rule = resolve_rule(args)
+        if args.thin_validation:
+            rule = thin_rule(rule, args.thin_seed, log)
         combined = combine_runs(rule, log)
         report(rule, combined, decide(rule, combined), log, written)
         return 0
