@@ -8,7 +8,7 @@ import pytest
 from benchmarks.flukes.thin_views import main as thin_views
 from tests.test_ensemble import make_run, run_ensemble, synthetic
 from whale import NEW_WHALE
-from whale.core.errors import ConfigError
+from whale.core.errors import ConfigError, DataError
 
 FLAGS = ["--tune", "--fusion", "logodds", "--tune-new-share", "0.276"]
 
@@ -101,6 +101,29 @@ def test_what_it_cannot_thin_is_refused_by_name(tmp_path):
     (tmp_path / "mine.thinned").mkdir()
     with pytest.raises(ConfigError, match=r"mine.thinned, which exists and is not an earlier view folder"):
         run_ensemble([*runs, *FLAGS, "--thin-validation", "--out", tmp_path / "mine.csv"], log=lambda s: None)
-    (runs[1] / "run.json").write_text(json.dumps({"matcher": "joint", "thinned": {"share": 0.4}}))
-    with pytest.raises(ConfigError, match=r"b fitted its check on a thinned validation already.*b/thinned"):
+    (runs[1] / "run.json").write_text(json.dumps({"matcher": "joint", "thinned": {"share": 1.0}}))
+    with pytest.raises(DataError, match=r"b/run.json: its validation was thinned, but .*b/thinned/hidden.json"):
         run_ensemble([*runs, *FLAGS, "--thin-validation", "--out", tmp_path / "s.csv"], log=lambda s: None)
+
+
+def test_a_joint_run_thinned_by_the_same_draw_is_read_as_it_is_and_another_draw_refused(tmp_path):
+    """A joint run fitted on a thinned validation (``check.validation: thinned``) cannot be thinned again: it is
+    fused as it is where it hid the photos this draw hides, and refused by name where it hid others."""
+    runs, _ = two_runs(tmp_path)
+    assert run_ensemble([runs[0], *FLAGS, "--thin-validation", "--out", tmp_path / "a.csv"], log=lambda s: None) == 0
+    drawn = json.loads((tmp_path / "a.thinned" / "hidden.json").read_text())["groups"][0]
+    joint = runs[1]  # stands for a joint run: its validation thinned by the same draw, by its own record
+    (joint / "run.json").write_text(json.dumps({"matcher": "joint", "thinned": {"share": drawn["share"]}}))
+    (joint / "thinned").mkdir()
+    (joint / "thinned" / "hidden.json").write_text(json.dumps({"share": drawn["share"], "seed": 0,
+                                                                "hidden": drawn["hidden"]}))
+    lines = []
+    assert run_ensemble([runs[0], joint, *FLAGS, "--thin-validation", "--out", tmp_path / "s.csv"],
+                        log=lines.append) == 0
+    assert any(f"{joint}: thinned by this draw already" in line for line in lines)
+    assert not (tmp_path / "s.thinned" / "1-b").exists() and (tmp_path / "s.thinned" / "0-a" / "val.npz").is_file()
+    assert any(line.strip().startswith(f"adding {joint / 'scores' / 'val.npz'}") for line in lines)
+    with pytest.raises(ConfigError, match=r"--thin-seed 5: .*b fitted its check on a validation thinned by another "
+                                          r"draw \(seed 0, .*give --thin-seed 0"):
+        run_ensemble([runs[0], joint, *FLAGS, "--thin-validation", "--thin-seed", "5", "--out", tmp_path / "t.csv"],
+                     log=lambda s: None)

@@ -12,8 +12,8 @@ draw seeded by ``--thin-seed``); runs of other folds get their own draw. The tes
 The views are kept beside the submission, ``NAME.thinned/`` (each run's folder ``<i>-<run>`` with ``val.npz``, its
 ``test.npz`` linked and its ``run.json``; ``hidden.json``: the share, the seed and each query's hidden photos), so a
 figure can be read again from them. Measured in docs/humpback.md ("The 40-epoch network with both checked matchers").
-A joint run whose check was fitted on a thinned validation (``check.validation: thinned``) already has one and is
-refused: fuse its ``OUT/thinned/`` views instead.
+A joint run whose check was fitted on a thinned validation (``check.validation: thinned``, seeded by its ``--seed``)
+is read as it is where it hid the same photos (``--thin-seed`` its seed), and refused otherwise.
 """
 
 from __future__ import annotations
@@ -44,22 +44,43 @@ def view_of(folder: Path, index: int, run: Path) -> Path:
     return Path(folder) / f"{index}-{Path(run).name}"
 
 
+def thinned_already(run: Path) -> dict | None:
+    """A joint run's record of its thinned validation (``OUT/thinned/hidden.json``: the share, the draw's seed and
+    each query's hidden photos) where its check was fitted there (``check.validation: thinned``), else None.
+
+    Raises:
+        DataError: its ``run.json`` says so and the record is missing.
+    """
+    meta = Path(run) / "run.json"
+    if not meta.is_file() or "thinned" not in json.loads(meta.read_text() or "{}"):
+        return None
+    path = Path(run) / "thinned" / HIDDEN
+    if not path.is_file():
+        raise DataError(f"{meta}: its validation was thinned, but {path} (the photos hidden from it) is missing")
+    return json.loads(path.read_text())
+
+
+def check_same_draw(run: Path, record: dict, names: dict[str, list[str]], seed: int) -> None:
+    """Refuse a run thinned already whose hidden photos are not ``names``: its validation cannot be thinned again
+    (its check's cross-fitted scores are of that draw), and the runs must hide the same photos."""
+    theirs = {q: sorted(g) for q, g in record.get("hidden", {}).items()}
+    if theirs != {q: sorted(g) for q, g in names.items()}:
+        raise ConfigError(f"--thin-validation --thin-seed {seed}: {run} fitted its check on a validation thinned by "
+                          f"another draw (seed {record.get('seed')}, {Path(run) / 'thinned' / HIDDEN}): give "
+                          f"--thin-seed {record.get('seed')} so every run hides the same photos")
+
+
 def thin_rule(rule: Rule, seed: int, log=print) -> Rule:
     """``rule`` with each run replaced by its thinned view, written under :func:`views_folder` (module docstring).
 
     Raises:
-        ConfigError: a run that already holds a thinned validation, or a views' folder that is not the ensemble's.
+        ConfigError: a run thinned already by another draw, or a views' folder that is not the ensemble's.
         DataError: a run without a validation file, or one without the queries' ids.
     """
     if rule.fusion == "scores" and not (rule.tune or rule.calibrate or rule.tune_weights):
         raise ConfigError("--thin-validation changes what is read from the validation files: give --tune, "
                           "--calibrate, --tune-weights or a calibrated --fusion (logodds, mean)")
-    for run in rule.runs:
-        meta = Path(run) / "run.json"
-        if meta.is_file() and "thinned" in json.loads(meta.read_text() or "{}"):
-            raise ConfigError(f"--thin-validation: {run} fitted its check on a thinned validation already "
-                              f"(check.validation: thinned); fuse its views in {Path(run) / 'thinned'} without "
-                              "--thin-validation")
+    already = [thinned_already(run) for run in rule.runs]
     out = views_folder(rule)
     if out.exists():
         if not (out / HIDDEN).is_file():
@@ -88,6 +109,11 @@ def thin_rule(rule: Rule, seed: int, log=print) -> Rule:
             f"known queries keep one gallery photo, in " + ", ".join(str(rule.runs[i]) for i in members))
         for i in members:
             run = rule.runs[i]
+            if already[i] is not None:
+                check_same_draw(run, already[i], names, seed)
+                log(f"  {run}: thinned by this draw already (its check fitted there), its validation read as it is")
+                views.append((i, run))
+                continue
             test = score_path(run, "test")
             views.append((i, write_view(run, view_of(out, i, run), names, files[i].path,
                                         test if test.is_file() else None)))
