@@ -98,3 +98,28 @@ def test_with_thin_validation_the_validation_figures_are_of_the_thinned_views(tm
         figures[len(thin)] = json.loads((out / "results.json").read_text())["rows"]["a+b"][0]["val_known_no_new"]
     assert (tmp_path / "o1" / "a+b_seed0.thinned" / "hidden.json").is_file()
     assert figures[1] < figures[0]
+
+
+def test_a_joint_run_thinned_by_the_same_draw_is_read_as_it_is(tmp_path):
+    """A joint run thinned by the draw the ensemble makes has no view (the ensemble reads it as it is): the figures are
+    rebuilt from it, beside the other runs' views."""
+    rng = np.random.default_rng(4)
+    val = synthetic(rng, 80, per_id=2, prefix="v")
+    test = synthetic(rng, 60, per_id=2, prefix="t")
+    for name in ("a", "b"):
+        make_run(tmp_path / "seed0", name, test[:4], val)
+    (tmp_path / "seed0" / "data").mkdir(parents=True)
+    pd.DataFrame({"Image": test[1], "Id": test[4]}).to_csv(tmp_path / "seed0" / "data" / "test_solution.csv",
+                                                          index=False)
+    argv = ["--seeds", "0", "--data", str(tmp_path / "seed{S}" / "data"), "--run", f"a={tmp_path}/seed{{S}}/a",
+            "--run", f"b={tmp_path}/seed{{S}}/b"]
+    flags = ["--", "--tune", "--fusion", "logodds", "--thin-validation"]
+    assert main(["--out", str(tmp_path / "o"), *argv, "--combo", "a", *flags]) == 0
+    drawn = json.loads((tmp_path / "o" / "a_seed0.thinned" / "hidden.json").read_text())["groups"][0]
+    joint = tmp_path / "seed0" / "b"  # stands for a joint run thinned by the same draw (its own record)
+    (joint / "run.json").write_text(json.dumps({"matcher": "joint", "thinned": {"share": drawn["share"]}}))
+    (joint / "thinned").mkdir()
+    (joint / "thinned" / "hidden.json").write_text(json.dumps({"seed": 0, "hidden": drawn["hidden"]}))
+    assert main(["--out", str(tmp_path / "p"), *argv, "--combo", "a+b", *flags]) == 0
+    assert not (tmp_path / "p" / "a+b_seed0.thinned" / "1-b").exists()
+    assert 0 < json.loads((tmp_path / "p" / "results.json").read_text())["rows"]["a+b"][0]["val_known_no_new"] <= 1

@@ -60,7 +60,8 @@ def fused(runs: list[Path], lines: list[str], flags: list[str], open_label: str,
     text = "\n".join(lines)
     if args.thin_validation:
         views = Path(re.search(r"the runs' thinned views in (.+)$", text, re.M).group(1))
-        runs = [view_of(views, i, r) for i, r in enumerate(runs)]
+        runs = [view_of(views, i, r) if view_of(views, i, r).is_dir() else r  # no view: a joint run thinned
+                for i, r in enumerate(runs)]                                   # by the same draw, read as it is
     rule = re.search(r"fused by: (\w+)", text).group(1)
     if rule != "scores":
         maps = calibrate_runs(runs, [score_path(r, "val") for r in runs], rule, open_label, args.calibration).maps()
