@@ -23,6 +23,17 @@ def split(root, seed: int, rng) -> None:
                                                           index=False)
 
 
+def two_photo_split(root, rng) -> None:
+    """Split seed 0 whose whales have two gallery photos each (a thinned validation hides one from every known query):
+    runs ``a`` and ``b`` of the same scores, and its solution."""
+    val = synthetic(rng, 80, per_id=2, prefix="v")
+    test = synthetic(rng, 60, per_id=2, prefix="t")
+    for name in ("a", "b"):
+        make_run(root / "seed0", name, test[:4], val)
+    (root / "seed0" / "data").mkdir(parents=True)
+    pd.DataFrame({"Image": test[1], "Id": test[4]}).to_csv(root / "seed0" / "data" / "test_solution.csv", index=False)
+
+
 def test_each_combo_is_a_row_and_its_gain_is_paired_by_seed(tmp_path, capsys):
     rng = np.random.default_rng(0)
     for seed in (0, 1):
@@ -81,14 +92,7 @@ def test_the_ranking_figures_are_of_the_runs_weighed_as_the_flags_weigh_them(tmp
 def test_with_thin_validation_the_validation_figures_are_of_the_thinned_views(tmp_path):
     """``--thin-validation`` after ``--``: the validation column is read from the views the ensemble tuned on, where
     each known query's own whale keeps one of its two photos (the ranking is harder than on the original)."""
-    rng = np.random.default_rng(3)
-    val = synthetic(rng, 80, per_id=2, prefix="v")
-    test = synthetic(rng, 60, per_id=2, prefix="t")
-    for name in ("a", "b"):
-        make_run(tmp_path / "seed0", name, test[:4], val)
-    (tmp_path / "seed0" / "data").mkdir(parents=True)
-    pd.DataFrame({"Image": test[1], "Id": test[4]}).to_csv(tmp_path / "seed0" / "data" / "test_solution.csv",
-                                                          index=False)
+    two_photo_split(tmp_path, np.random.default_rng(3))
     figures = {}
     for thin in ([], ["--thin-validation"]):
         out = tmp_path / f"o{len(thin)}"
@@ -103,14 +107,7 @@ def test_with_thin_validation_the_validation_figures_are_of_the_thinned_views(tm
 def test_a_joint_run_thinned_by_the_same_draw_is_read_as_it_is(tmp_path):
     """A joint run thinned by the draw the ensemble makes has no view (the ensemble reads it as it is): the figures are
     rebuilt from it, beside the other runs' views."""
-    rng = np.random.default_rng(4)
-    val = synthetic(rng, 80, per_id=2, prefix="v")
-    test = synthetic(rng, 60, per_id=2, prefix="t")
-    for name in ("a", "b"):
-        make_run(tmp_path / "seed0", name, test[:4], val)
-    (tmp_path / "seed0" / "data").mkdir(parents=True)
-    pd.DataFrame({"Image": test[1], "Id": test[4]}).to_csv(tmp_path / "seed0" / "data" / "test_solution.csv",
-                                                          index=False)
+    two_photo_split(tmp_path, np.random.default_rng(4))
     argv = ["--seeds", "0", "--data", str(tmp_path / "seed{S}" / "data"), "--run", f"a={tmp_path}/seed{{S}}/a",
             "--run", f"b={tmp_path}/seed{{S}}/b"]
     flags = ["--", "--tune", "--fusion", "logodds", "--thin-validation"]
