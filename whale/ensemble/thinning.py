@@ -29,7 +29,7 @@ from whale.core.errors import ConfigError, DataError
 from whale.core.files import write_json_atomic
 from whale.ensemble.rule import Rule, recorded_sample
 from whale.identify.thin import hidden_names, hidden_photos, mirror_share, write_view
-from whale.inference.scorefile import load_score_file, score_path
+from whale.inference.scorefile import read_header, score_path
 
 HIDDEN = "hidden.json"
 
@@ -87,23 +87,23 @@ def thin_rule(rule: Rule, seed: int, log=print) -> Rule:
             raise ConfigError(f"--thin-validation writes its views to {out}, which exists and is not an earlier "
                               f"view folder (no {HIDDEN}): move it or name another --out")
         shutil.rmtree(out)  # an earlier --thin-validation's views, rewritten whole
-    files = []
-    for run in rule.runs:
-        path = score_path(run, "val")
+    paths = [score_path(run, "val") for run in rule.runs]
+    headers = []  # the names only: write_view reads each matrix once
+    for run, path in zip(rule.runs, paths):
         if not path.is_file():
             raise DataError(f"--thin-validation: {run} has no validation scores ({path}) to thin")
-        files.append(load_score_file(path, need_query_ids=True))
+        headers.append(read_header(path, need_query_ids=True))
     groups: dict[tuple, list[int]] = {}
-    for i, f in enumerate(files):
-        groups.setdefault(tuple(map(str, f.query)), []).append(i)
+    for i, h in enumerate(headers):
+        groups.setdefault(tuple(map(str, h["query"])), []).append(i)
     open_label = rule.fmt.open_label
     record, views = [], []
     for members in groups.values():
-        first = files[members[0]]
-        gallery_ids, truth = np.asarray(first.gallery_ids, str), np.asarray(first.query_ids, str)
+        first = headers[members[0]]
+        gallery_ids, truth = np.asarray(first["gallery_ids"], str), np.asarray(first["query_ids"], str)
         share = mirror_share(gallery_ids, open_label)
         hidden = hidden_photos(gallery_ids, truth, share, seed, open_label)
-        names = hidden_names(hidden, first.query, first.gallery)
+        names = hidden_names(hidden, first["query"], first["gallery"])
         known = int((truth != open_label).sum())
         log(f"validation thinned as the test is drawn (share {share:.3f}, seed {seed}): {len(hidden)} of {known} "
             f"known queries keep one gallery photo, in " + ", ".join(str(rule.runs[i]) for i in members))
@@ -115,7 +115,7 @@ def thin_rule(rule: Rule, seed: int, log=print) -> Rule:
                 views.append((i, run))
                 continue
             test = score_path(run, "test")
-            views.append((i, write_view(run, view_of(out, i, run), names, files[i].path,
+            views.append((i, write_view(run, view_of(out, i, run), names, paths[i],
                                         test if test.is_file() else None)))
         record.append({"runs": [str(rule.runs[i]) for i in members], "share": share, "known": known,
                        "hidden": names})
