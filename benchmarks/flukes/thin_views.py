@@ -28,22 +28,23 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.flukes.humpback_fuse import parse_runs  # noqa: E402
 from whale.identify.thin import hidden_names, hidden_photos, mirror_share, write_views  # noqa: E402
-from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
+from whale.inference.scorefile import read_header, score_path  # noqa: E402
 
 
 def thin_seed(runs: dict[str, Path], out: Path, seed: int) -> dict:
     """Each run's thinned view under ``out``, the same photos hidden in each; what was hidden, in figures."""
-    files = {name: load_score_file(score_path(run, "val"), need_query_ids=True) for name, run in runs.items()}
+    files = {name: read_header(score_path(run, "val"), need_query_ids=True)  # the names: write_views reads each
+             for name, run in runs.items()}                                  # matrix once
     first_name, first = next(iter(files.items()))
     for name, f in files.items():
-        if list(map(str, f.query)) != list(map(str, first.query)) or \
-                sorted(map(str, f.gallery)) != sorted(map(str, first.gallery)):
+        if list(map(str, f["query"])) != list(map(str, first["query"])) or \
+                sorted(map(str, f["gallery"])) != sorted(map(str, first["gallery"])):
             raise SystemExit(f"{score_path(runs[name], 'val')}: not the validation queries and gallery of "
                              f"{score_path(runs[first_name], 'val')}: another split or fold")
-    gallery_ids, truth = np.asarray(first.gallery_ids, str), np.asarray(first.query_ids, str)
+    gallery_ids, truth = np.asarray(first["gallery_ids"], str), np.asarray(first["query_ids"], str)
     share = mirror_share(gallery_ids)
     hidden = hidden_photos(gallery_ids, truth, share, seed)
-    names = hidden_names(hidden, first.query, first.gallery)
+    names = hidden_names(hidden, first["query"], first["gallery"])
     write_views(runs, out, names, share, seed)
     known = int((truth != "new_whale").sum())
     print(f"seed {seed}: share {share:.3f}: {len(hidden)} of {known} known validation queries keep one gallery "
