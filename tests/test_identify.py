@@ -284,7 +284,8 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     from benchmarks.flukes import joint_thin
 
     thin = joint_thin.screen(out, share=1.0, write=tmp_path / "thin")
-    assert {"fitted on validation", "fitted on thinned", "fitted on both", "a alone", "b alone"} <= set(thin)
+    assert {"fitted on validation", "fitted on thinned", "fitted on both", "fitted on thinned, the photo count too",
+            "fitted on thinned, each individual's columns", "a alone", "b alone"} <= set(thin)
     assert all(r["top5"] <= 1 and set(r) == set(thin["a alone"]) for r in thin.values())
     thinned_val = load_score_file(tmp_path / "thin" / "joint_thinned" / "val.npz")
     assert thinned_val.scores.shape == val.scores.shape and (tmp_path / "thin" / "a" / "val.npz").is_file()
@@ -329,6 +330,53 @@ def test_the_check_never_fits_the_individual_s_photo_count():
     used = [names[i] for i in fitted_columns(names)]
     assert "log_photos" in names and "log_photos" in NOT_FITTED
     assert used == [n for n in names if n != "log_photos"] and "r.score" in used and "k.p" in used
+
+
+def test_each_individual_s_columns_match_brute_force():
+    """check.columns: individuals (whale/identify/check.py): per (query, individual) of the shortlist, its verified
+    and shortlisted photos, the verified share of its gallery photos, each kind's sum of p, the pair's gap to the
+    query's best p and the individual's margin over the query's other individuals; a new_whale photo its own."""
+    from whale.identify.check import check_rows, individual_columns
+
+    rng = np.random.default_rng(4)
+    ids = np.array(["a", "a", "a", "b", "b", "c", "new_whale", "new_whale"])
+    kinds = [KindEvidence(rng.random((3, 8)).astype(np.float32), rng.random((3, 8)).astype(np.float32),
+                          (rng.random((3, 8)) < 0.5).astype(np.float32) * 9) for _ in range(2)]
+    pairs = pairs_of([np.array([0, 1, 3, 6, 7]), np.array([2, 4, 5]), np.array([0])])
+    columns = column_names(["k", "x"], ["r"])
+    rows = pair_table(pairs, kinds, [rng.random((3, 8)).astype(np.float32)], ids)
+    extra, names = individual_columns(pairs, rows, columns, ids)
+    assert names == ["id.verified", "id.shortlisted", "id.verified_share", "k.id_sum_p", "k.gap", "k.id_margin",
+                     "x.id_sum_p", "x.gap", "x.id_margin"]
+    col = {n: extra[:, j] for j, n in enumerate(names)}
+    owner = [f"new{g}" if ids[g] == "new_whale" else ids[g] for g in range(8)]
+    for r, (q, g) in enumerate(pairs.tolist()):
+        mine = [int(h) for qq, h in pairs if qq == q and owner[h] == owner[g]]
+        verified = sum(max(k.inliers[q, h] for k in kinds) > 0 for h in mine)
+        assert col["id.verified"][r] == verified and col["id.shortlisted"][r] == len(mine)
+        assert col["id.verified_share"][r] == pytest.approx(verified / sum(o == owner[g] for o in owner))
+        for name, k in zip("kx", kinds):
+            shortlisted = [int(h) for qq, h in pairs if qq == q]
+            assert col[f"{name}.id_sum_p"][r] == pytest.approx(k.scores[q, mine].sum())
+            assert col[f"{name}.gap"][r] == pytest.approx(k.scores[q, shortlisted].max() - k.scores[q, g])
+            best = {o: (k.scores[q, [h for h in range(8) if owner[h] == o]].max() if o[:3] != "new" else
+                        k.scores[q, int(o[3:])]) for o in {owner[h] for h in shortlisted}}
+            others = [v for o, v in best.items() if o != owner[g]]
+            assert col[f"{name}.id_margin"][r] == pytest.approx(best[owner[g]] - max(others) if others else 0.0)
+    assert check_rows(pairs, rows, columns, ids).shape == (len(pairs), len(columns) - 1)  # pairs: no log_photos
+    both = check_rows(pairs, rows, columns, ids, "individuals")
+    np.testing.assert_array_equal(both, np.concatenate([rows, extra], axis=1))
+
+
+def test_the_individuals_columns_are_fitted_only_on_a_thinned_validation():
+    from whale.core.errors import ConfigError
+    from whale.identify.config import load_joint_config
+
+    with pytest.raises(ConfigError, match="check.columns: individuals needs check.validation: thinned"):
+        load_joint_config("configs/joint.yaml", {"check.columns": "individuals"})
+    cfg = load_joint_config("configs/joint.yaml", {"check.columns": "individuals", "check.validation": "thinned"})
+    assert cfg.columns == "individuals" and cfg.to_dict()["check"]["columns"] == "individuals"
+    assert "columns" not in load_joint_config("configs/joint.yaml").to_dict()["check"]  # the shipped runs' hash kept
 
 
 def test_joint_recall_reads_each_source_from_the_pair_table():
@@ -379,7 +427,7 @@ def test_a_thinned_validation_is_the_table_without_the_hidden_photos():
         keep = np.setdiff1d(np.arange(7), hidden.get(q, []))
         alone = KindEvidence(kind.scores[q:q + 1, keep], kind.votes[q:q + 1, keep], kind.inliers[q:q + 1, keep])
         want = pair_table(np.array([[0, int(np.flatnonzero(keep == g)[0])]]), [alone], [run[q:q + 1, keep]], ids[keep])
-        np.testing.assert_allclose(rows[r, :-1], want[0, :-1], rtol=1e-6)  # all but log_photos (not fitted)
+        np.testing.assert_allclose(rows[r], want[0], rtol=1e-6)  # log_photos too: the hidden photos not counted
     # each thinned known query keeps one photo of its individual; new whales and one-photo individuals never
     drawn = hidden_photos(ids, truth, 1.0, seed=0)
     assert set(drawn) == {0, 1} and len(drawn[0]) == 2 and len(drawn[1]) == 1

@@ -20,6 +20,10 @@ Checks compared on the thinned validation (cross-fitted by groups of whole queri
 - ``fitted on validation``: the shipped check (fitted on the original rows), predicting the thinned rows;
 - ``fitted on thinned``: fitted on the thinned rows;
 - ``fitted on both``: fitted on the original and the thinned rows together;
+- ``fitted on thinned, the photo count too``: the thinned rows with ``log_photos`` (the individual's gallery photos
+  the query sees), which only a thinned validation can teach;
+- ``fitted on thinned, each individual's columns``: ``check.columns: individuals``
+  (:func:`whale.identify.check.check_rows`: the photo count and each individual's verified photos and margins);
 
 each with MAP@5 (the ``new_whale`` threshold tuned in-sample), the known whales' MAP@5 by ids alone, that of the
 thinned queries alone (one gallery photo), top-5, and the share of all queries that are known whales whose id is
@@ -47,7 +51,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.flukes.joint_screen import seed_table  # noqa: E402
 from benchmarks.flukes.shared import identification_figures  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
-from whale.identify.check import JointCheck, fitted_columns, identification_scores, load_table  # noqa: E402
+from whale.identify.check import (JointCheck, check_rows, fitted_columns, identification_scores,  # noqa: E402
+                                  load_table)
 from whale.identify.config import JointConfig  # noqa: E402
 from whale.identify.sources import run_scores  # noqa: E402
 from whale.identify.thin import hidden_names, hidden_photos, mirror_share, thinned, write_view  # noqa: E402
@@ -99,13 +104,16 @@ def screen(run: Path, share: float | None, write: Path | None = None) -> dict[st
     fits = {"fitted on validation": (table.rows[:, used], same, table.pairs[:, 0]),
             "fitted on thinned": (t_rows[:, used], t_same, t_pairs[:, 0]),
             "fitted on both": (np.concatenate([table.rows[:, used], t_rows[:, used]]), np.concatenate([same, t_same]),
-                               np.concatenate([table.pairs[:, 0], t_pairs[:, 0]]))}
+                               np.concatenate([table.pairs[:, 0], t_pairs[:, 0]])),
+            "fitted on thinned, the photo count too": (t_rows, t_same, t_pairs[:, 0]),
+            "fitted on thinned, each individual's columns": (
+                check_rows(t_pairs, t_rows, table.columns, gallery_ids, "individuals"), t_same, t_pairs[:, 0])}
     out = {}
     for name, (rows, labels, q) in fits.items():
-        p = check.cross_predict(rows, labels, q, t_rows[:, used], t_pairs[:, 0])
+        p = check.cross_predict(rows, labels, q, rows if "thinned," in name else t_rows[:, used], t_pairs[:, 0])
         scores = identification_scores(t_pairs, p, gallery_ids, t_fallback, "max")
         out[name] = identification_figures(scores, gallery_ids, truth, one_photo)
-        if write is not None and name != "fitted on both":
+        if write is not None and name in ("fitted on validation", "fitted on thinned"):
             test = load_table(run / "pairs_test.npz")
             final = JointCheck(cfg.rounds, cfg.leaf_nodes, cfg.learning_rate, cfg.folds, seed)
             final.fit(rows, labels, q, cross_fit=False)

@@ -20,7 +20,11 @@ The check fits every column but :data:`NOT_FITTED`: ``log_photos`` says nothing 
 A validation query is a photo of an individual with three or more (:mod:`whale.data.folds`), so its own
 individual always keeps two or more photos in the gallery, while a test query's may keep one; fitted on it, the
 trees learned that a one-photo individual is never the answer (split 0: the known whales with one gallery photo,
-ids only, 0.440 against the late fusion's 0.521, docs/humpback.md "One identification").
+ids only, 0.440 against the late fusion's 0.521, docs/humpback.md "One identification"). A validation **thinned** as
+the test is drawn (:mod:`whale.identify.thin`) has whales with one gallery photo in the test's share; fitted there,
+``check.columns: individuals`` (:func:`check_rows`) fits the photo count too, with each individual's own columns
+(:func:`individual_columns`: how many of its photos some kind verified, each kind's margin over the query's other
+individuals).
 
 **The classifier** (:class:`JointCheck`): scikit-learn's gradient-boosted trees, fitted on the validation queries'
 pairs (label: same individual; a ``new_whale`` query gives negatives only). Not on the gallery matched against
@@ -74,6 +78,72 @@ def column_names(kinds: Sequence[str], runs: Sequence[str], photos: bool = True)
 def fitted_columns(columns: Sequence[str]) -> list[int]:
     """The indices of ``columns`` the check fits on: all but :data:`NOT_FITTED`."""
     return [i for i, c in enumerate(columns) if c not in NOT_FITTED]
+
+
+def individual_columns(pairs: np.ndarray, rows: np.ndarray, columns: Sequence[str], gallery_ids,
+                       open_label: str = NEW_WHALE) -> tuple[np.ndarray, list[str]]:
+    """``([m, e] float32, names)``: ``check.columns: individuals``' columns of the pair table ``pairs`` ``[m, 2]`` /
+    ``rows`` ``[m, f]`` (``columns``; ``log_photos`` among them), each read from the query's shortlisted pairs of
+    the photo's individual (a ``new_whale`` photo its own individual):
+
+    ``id.verified`` / ``id.shortlisted`` / ``id.verified_share``: of the individual's shortlisted photos, those some
+    kind verified, all of them, and the verified over its gallery photos (``log_photos``); per kind ``<kind>.id_sum_p``
+    (the sum of ``p`` over them), ``<kind>.gap`` (the query's best ``p`` minus the pair's) and ``<kind>.id_margin``
+    (``id_p`` minus the best ``id_p`` of the query's other shortlisted individuals, 0 when it has none)."""
+    col = {c: i for i, c in enumerate(columns)}
+    if "log_photos" not in col:
+        raise ValueError("individual_columns: the pair table has no log_photos column")
+    ids = np.asarray(gallery_ids, str)
+    q, g = pairs[:, 0], pairs[:, 1]
+    names, who = np.unique(ids, return_inverse=True)
+    alone = ids[g] == open_label  # a new_whale photo: an individual of its own
+    who = np.where(ids == open_label, len(names) + np.arange(len(ids)), who)[g]
+    group = np.unique(q * (len(names) + len(ids)) + who, return_inverse=True)[1] if len(pairs) else q
+    n_groups, n_q = int(group.max(initial=-1)) + 1, int(q.max(initial=-1)) + 1
+    group_query = np.zeros(n_groups, np.int64)
+    group_query[group] = q
+    kinds = [c[:-len(".inliers")] for c in columns if c.endswith(".inliers")]
+    verified = np.bincount(group, np.max([rows[:, col[f"{k}.inliers"]] for k in kinds], axis=0) > 0, n_groups)[group]
+    photos = np.where(alone, 1, np.maximum(np.rint(np.exp(rows[:, col["log_photos"]])), 1))
+    out = [verified, np.bincount(group, minlength=n_groups)[group], verified / photos]
+    for k in kinds:
+        p = rows[:, col[f"{k}.p"]].astype(np.float64)
+        best = np.full(n_q, -np.inf)
+        np.maximum.at(best, q, p)
+        id_p = np.full(n_groups, -np.inf)
+        np.maximum.at(id_p, group, np.where(alone, p, rows[:, col[f"{k}.id_p"]]))  # the table's id_p: a known one's
+        first, second = _two_best(group_query, id_p, n_q)
+        mine = id_p[group]
+        other = np.where(mine >= first[q], second[q], first[q])
+        out += [np.bincount(group, p, n_groups)[group], best[q] - p, mine - np.where(np.isfinite(other), other, mine)]
+    names_out = ["id.verified", "id.shortlisted", "id.verified_share"] + [
+        f"{k}.{c}" for k in kinds for c in ("id_sum_p", "gap", "id_margin")]
+    return (np.stack(out, axis=1).astype(np.float32) if len(pairs) else np.zeros((0, len(names_out)), np.float32),
+            names_out)
+
+
+def _two_best(query: np.ndarray, value: np.ndarray, n_q: int) -> tuple[np.ndarray, np.ndarray]:
+    """``([n_q], [n_q])``: each query's best and second-best ``value`` over its entries (``query`` each entry's);
+    -inf where it has fewer."""
+    order = np.lexsort((-value, query))
+    sq, sv = query[order], value[order]
+    start = np.r_[True, sq[1:] != sq[:-1]] if len(sq) else np.zeros(0, bool)
+    following = np.r_[False, start[:-1]] & ~start if len(sq) else start
+    first, second = np.full(n_q, -np.inf), np.full(n_q, -np.inf)
+    first[sq[start]], second[sq[following]] = sv[start], sv[following]
+    return first, second
+
+
+def check_rows(pairs: np.ndarray, rows: np.ndarray, columns: Sequence[str], gallery_ids, how: str = "pairs",
+               open_label: str = NEW_WHALE) -> np.ndarray:
+    """What the check fits and predicts on: ``how`` ``pairs``, the table's columns but :data:`NOT_FITTED`;
+    ``individuals``, every column (the photo count too) and :func:`individual_columns` (only honest where the
+    validation is thinned as the test is drawn: :mod:`whale.identify.config`)."""
+    if how == "pairs":
+        return rows[:, fitted_columns(columns)]
+    if how != "individuals":
+        raise ValueError(f"check_rows: expected pairs or individuals, received {how!r}")
+    return np.concatenate([rows, individual_columns(pairs, rows, columns, gallery_ids, open_label)[0]], axis=1)
 
 
 def ranks(scores: np.ndarray) -> np.ndarray:
@@ -145,7 +215,7 @@ def pair_table(pairs: np.ndarray, kinds: Sequence[KindEvidence], runs: Sequence[
         columns += [s[q, g], np.log1p(ranks(s)[q, g]), id_s, id_rank, s.max(axis=1)[q] - s[q, g]]
     if photos:
         count = np.bincount(of_id[of_id >= 0], minlength=len(groups.names))
-        columns.append(np.log(np.maximum(count[i], 1)))
+        columns.append(np.log(np.where(known[g], np.maximum(count[i], 1), 1)))  # a new_whale photo: alone
     return np.stack([np.asarray(c, np.float32) for c in columns], axis=1) if len(pairs) else \
         np.zeros((0, len(columns)), np.float32)
 

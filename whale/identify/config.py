@@ -19,6 +19,12 @@ VALIDATIONS = ("original", "thinned")
 """``check.validation``: the check fitted on fold ``K``'s validation queries as they are, or thinned as the test is
 drawn (:mod:`whale.identify.thin`)."""
 
+COLUMNS = ("pairs", "individuals")
+"""``check.columns``: what the check fits on (:func:`whale.identify.check.check_rows`): each pair's own evidence
+(the individual's photo count left out), or also the individual's (its photo count, its verified photos, each kind's
+margin over the query's other individuals): only with ``check.validation: thinned``, the one validation that has
+whales with one gallery photo as the test has."""
+
 AGGREGATES = ("max", "noisy_or")
 """From the pairs' P(same whale) to an individual's: its best photo's, or ``1 - prod(1 - p)`` over its shortlisted
 photos (photos of one whale are not independent evidence: measured side by side, docs/humpback.md)."""
@@ -32,8 +38,8 @@ class JointConfig:
     kind's best photos by LNBNN votes that every kind verifies; ``runs``: each trained run's best photos by its
     scores, verified too. ``rounds``, ``leaf_nodes``, ``learning_rate``, ``folds``, ``seed``: the check's gradient-boosted
     trees and its cross-fitting on the validation queries (``folds`` groups of queries); ``validation``: the check
-    fitted on those queries as they are or thinned as the test is drawn (:mod:`whale.identify.thin`).
-    ``aggregate``: :data:`AGGREGATES`.
+    fitted on those queries as they are or thinned as the test is drawn (:mod:`whale.identify.thin`); ``columns``:
+    :data:`COLUMNS`. ``aggregate``: :data:`AGGREGATES`.
     """
 
     kinds: tuple[tuple[str, KeypointConfig], ...]
@@ -46,6 +52,7 @@ class JointConfig:
     seed: int = 0
     aggregate: str = "max"
     validation: str = "original"
+    columns: str = "pairs"
     source: str = "<joint config>"
 
     def to_dict(self) -> dict:
@@ -53,7 +60,8 @@ class JointConfig:
                 "shortlist": {"votes": self.votes, "runs": self.runs},
                 "check": {"rounds": self.rounds, "leaf_nodes": self.leaf_nodes, "learning_rate": self.learning_rate,
                           "folds": self.folds, "seed": self.seed}
-                | ({"validation": self.validation} if self.validation != "original" else {}),
+                | ({"validation": self.validation} if self.validation != "original" else {})
+                | ({"columns": self.columns} if self.columns != "pairs" else {}),
                 "aggregate": self.aggregate}
 
 
@@ -82,7 +90,13 @@ def parse_joint_config(raw: Any, source: str = "<joint config>", folder: Path | 
                           "feature kind in the pair table")
     short = check.mapping(raw.get("shortlist") or {}, "shortlist", ("votes", "runs"), ())
     fit = check.mapping(raw.get("check") or {}, "check", ("rounds", "leaf_nodes", "learning_rate", "folds", "seed",
-                                                                 "validation"), ())
+                                                                 "validation", "columns"), ())
+    validation = check.choice(fit.get("validation", "original"), "check.validation", VALIDATIONS)
+    columns = check.choice(fit.get("columns", "pairs"), "check.columns", COLUMNS)
+    if columns == "individuals" and validation != "thinned":
+        raise ConfigError(f"{source}: check.columns: individuals needs check.validation: thinned (fold K's validation "
+                          "queries each keep two or more photos of their whale, so a check fitted there learns that a "
+                          "whale with one photo is never the answer)")
     return JointConfig(
         kinds=tuple(kinds),
         votes=check.number(short.get("votes", 40), "shortlist.votes", int, lo=0, hi=10000),
@@ -94,7 +108,8 @@ def parse_joint_config(raw: Any, source: str = "<joint config>", folder: Path | 
         folds=check.number(fit.get("folds", 5), "check.folds", int, lo=2, hi=50),
         seed=check.number(fit.get("seed", 0), "check.seed", int, lo=0),
         aggregate=check.choice(raw.get("aggregate", "max"), "aggregate", AGGREGATES),
-        validation=check.choice(fit.get("validation", "original"), "check.validation", VALIDATIONS),
+        validation=validation,
+        columns=columns,
         source=source)
 
 

@@ -37,7 +37,7 @@ from whale.core.errors import ConfigError, DataError
 from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
 from whale.data import ImageSet, fold_data, load_competition
-from whale.identify.check import (JointCheck, KindEvidence, column_names, fitted_columns, identification_scores,
+from whale.identify.check import (JointCheck, KindEvidence, check_rows, column_names, identification_scores,
                                   pair_table, pairs_of, read_table, save_table)
 from whale.identify.config import JointConfig
 from whale.identify.sources import check_runs, run_scores, shortlist_of
@@ -86,7 +86,6 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     fitted: dict[str, tuple] = {name: (None, None) for name, _ in cfg.kinds}
     tables, written = {}, {}
     columns = column_names([n for n, _ in cfg.kinds], run_names)
-    used = fitted_columns(columns)
     for split, gallery, queries in splits:
         t0 = time.perf_counter()
         path = out / f"pairs_{split}.npz"
@@ -118,14 +117,16 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     t0 = time.perf_counter()
     pairs, rows, fallback = tables["val"]
     same = (np.asarray(data.gallery.ids, str)[pairs[:, 1]] == np.asarray(data.val.ids, str)[pairs[:, 0]])
-    check = JointCheck.of(cfg).fit(rows[:, used], same, pairs[:, 0], progress)
+    check = JointCheck.of(cfg).fit(check_rows(pairs, rows, columns, data.gallery.ids, cfg.columns, comp.open_label),
+                                   same, pairs[:, 0], progress)
     times["check_fit"] = time.perf_counter() - t0
     log(f"joint: one check fitted on {check.pairs[0]:,} same-individual and {check.pairs[1]:,} other pairs of the "
         f"{'thinned ' if thinning else ''}validation queries ({cfg.folds}-fold cross-fitted for val.npz, "
         f"{times['check_fit']:.1f} s)")
     for split, gallery, queries in splits:
         pairs, rows, fallback = tables[split]
-        p = check.out_of_fold if split == "val" else check.predict(rows[:, used])
+        p = check.out_of_fold if split == "val" else check.predict(
+            check_rows(pairs, rows, columns, gallery.ids, cfg.columns, comp.open_label))
         matrix = identification_scores(pairs, p, gallery.ids, fallback, cfg.aggregate, comp.open_label)
         ident = score_identity(split, run_id=f"{JOINT}-{digest}", run=JOINT, config_hash=digest, fold=fold, seed=seed,
                                backend="opencv", matcher=JOINT, with_runs=[str(r) for r in runs],

@@ -5,7 +5,8 @@ each keeps two or more in the gallery, where a test query's individual may keep 
 queries never sees a known whale with a single gallery photo. **Thinning** draws the validation as the test is drawn:
 each known validation query, with probability ``share``, keeps one random gallery photo of its individual; the others
 are hidden from that query (their pairs dropped, every rank and maximum of its rows computed again without them,
-each feature kind's vote rank lowered by the hidden photos shortlisted above it). ``share`` is what a test split
+each feature kind's vote rank lowered by the hidden photos shortlisted above it, its individual's photo count by
+them). ``share`` is what a test split
 drawn from the fold's gallery gives (:func:`mirror_share`). Measured in ``benchmarks/flukes/joint_thin.py``
 (docs/humpback.md, "A validation with one-photo whales"); this module is that benchmark's and
 :func:`whale.identify.score.score_joint`'s.
@@ -93,6 +94,11 @@ def thinned(table: PairTable, hidden: dict[int, np.ndarray], kind_scores: dict[s
             above[i] = np.sum((vh > vg) | ((vh == vg) & (h < g) & np.isfinite(vh)))
         rank = np.expm1(old[:, col[f"{k}.vote_rank"]])
         new[:, col[f"{k}.vote_rank"]] = np.log1p(np.maximum(rank - above, 0))
+    if "log_photos" in col:  # the query's own individual counted without the photos hidden from it
+        ids = np.asarray(gallery_ids, str)
+        lost = np.array([len(hidden[int(q)]) * (ids[g] == ids[hidden[int(q)][0]]) for q, g in sub], np.float64)
+        count = np.rint(np.exp(old[:, col["log_photos"]].astype(np.float64)))
+        new[:, col["log_photos"]] = np.log(np.maximum(count - lost, 1))
     out_rows = rows.copy()
     out_rows[redo] = new
     fallback = table.fallback.copy()
