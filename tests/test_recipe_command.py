@@ -46,11 +46,11 @@ def test_the_shipped_recipe_s_dry_run_prints_the_best_recipe_s_exact_commands(mo
         f"{PY} -m whale train --config configs/flukes_lite0_cpu_long.yaml --fold 0 --data data/humpback "
         f"--out {o}/lite0 --trunk-cache {o}/trunk-cache --resume",
         f"{PY} -m whale score --matcher joint --config configs/joint.yaml --with-run {o}/lite0 {d} --out {o}/joint "
-        f"--cache {o}/store --set check.validation=thinned",
-        f"{PY} -m whale ensemble {o}/sift {o}/xfeat {o}/lite0 {o}/joint --tune --fusion logodds --tune-new-share 0.276 "
-        f"--thin-validation --out {o}/submission.csv --sample data/humpback/sample_submission.csv",
-        f"{PY} -m whale ensemble {o}/joint --tune --out {o}/joint.csv "
+        f"--cache {o}/store --set check.validation=thinned --set check.columns=individuals",
+        f"{PY} -m whale ensemble {o}/joint --tune --fusion logodds --tune-new-share 0.276 --out {o}/submission.csv "
         "--sample data/humpback/sample_submission.csv",
+        f"{PY} -m whale ensemble {o}/sift {o}/xfeat {o}/lite0 {o}/joint --tune --fusion logodds --tune-new-share 0.276 "
+        f"--thin-validation --out {o}/fused.csv --sample data/humpback/sample_submission.csv",
         f"{PY} -m whale submission check {o}/submission.csv --sample data/humpback/sample_submission.csv",
     ]
     assert printed[0] == "# recipes/flukes.yaml: 7 of 7 steps, from this folder"
@@ -65,9 +65,10 @@ def test_the_shipped_recipe_s_dry_run_prints_the_best_recipe_s_exact_commands(mo
 
 
 def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fuses_its_matchers():
-    """recipes/flukes_joint.yaml: no standalone matcher run; its submission fuses the joint run's thinned views of its
-    kinds (named as configs/joint.yaml names its feature kinds) and of Lite0, and the joint itself, with flukes.yaml's
-    submission flags (its views thinned by the joint run, where flukes.yaml's ensemble thins its runs' own)."""
+    """recipes/flukes_joint.yaml: no standalone matcher run; its submission is flukes.yaml's (the joint alone), its
+    other candidate fuses the joint run's thinned views of its kinds (named as configs/joint.yaml names its feature
+    kinds) and of Lite0, and the joint itself, with flukes.yaml's fusion flags (its views thinned by the joint run,
+    where flukes.yaml's ensemble thins its runs' own)."""
     from whale.identify.config import load_joint_config
     from whale.recipe.steps import placeholder_values
 
@@ -78,13 +79,14 @@ def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fus
     assert steps["check"] == best["check"]
     assert steps["lite0"] == best["lite0"] and steps["joint"] == best["joint"]  # the check on the thinned validation
     ensemble = cli.build_parser(only=["ensemble"])
-    ours, theirs = ensemble.parse_args(steps["submission"]), ensemble.parse_args(best["submission"])
+    assert steps["submission"] == best["submission"]  # the joint alone, in both
+    ours, theirs = ensemble.parse_args(steps["fused_csv"]), ensemble.parse_args(best["fused_csv"])
     joint = steps["joint"]
     kinds = load_joint_config(joint[joint.index("--config") + 1]).kinds
     assert [str(r) for r in ours.runs] == [f"runs/best/joint/thinned/{name}" for name, _ in kinds] + [
         "runs/best/joint/thinned/lite0", "runs/best/joint"]  # the views the joint run writes, and the joint itself
     assert not ours.thin_validation and theirs.thin_validation  # the joint run's views are thinned already
-    differ = ("runs", "thin_validation")
+    differ = ("runs", "thin_validation", "out")
     assert {k: v for k, v in vars(ours).items() if k not in differ} == \
         {k: v for k, v in vars(theirs).items() if k not in differ}
 
@@ -320,7 +322,7 @@ def test_the_display_passes_a_step_s_lines_through_and_estimates_what_is_left(tm
 @pytest.mark.slow  # every step of the demo on a small competition: 80 s of CPU, minutes on a loaded machine
 def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(tmp_path, monkeypatch, capsys):
     """Every step of recipes/demo.yaml on a tiny synthetic competition: both matchers, the network, the joint
-    identification, both submissions (the fusion's and the joint's), the check; then the last three steps' records dropped (a kill there) and the
+    identification, both submissions (the joint's and the fusion's), the check; then the last three steps' records dropped (a kill there) and the
     recipe run again: the same submission, byte for byte, and the steps before them not run again."""
     pytest.importorskip("cv2")
     from whale.data.synth import generate
@@ -337,27 +339,27 @@ def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(t
     assert f"submission: {out / 'submission.csv'}" in printed
     assert set(statuses(out).values()) == {"ran"}
     assert check_submission(out / "submission.csv", data / "sample_submission.csv") == []
-    assert check_submission(out / "joint.csv", data / "sample_submission.csv") == []
+    assert check_submission(out / "fused.csv", data / "sample_submission.csv") == []
     assert "OK:" in (out / "logs" / "check.log").read_text()
-    first = (out / "submission.csv").read_bytes(), (out / "joint.csv").read_bytes()
+    first = (out / "submission.csv").read_bytes(), (out / "fused.csv").read_bytes()
     state = json.loads((out / "recipe.json").read_text())
-    for name in ("submission", "joint_csv", "check"):
+    for name in ("submission", "fused_csv", "check"):
         del state["steps"][name]
     (out / "recipe.json").write_text(json.dumps(state))
     (out / "submission.csv").unlink()
-    (out / "joint.csv").unlink()
+    (out / "fused.csv").unlink()
     assert main(line) == 0
     assert statuses(out) == {"sift": "done before", "xfeat": "done before", "network": "done before",
-                             "joint": "done before", "submission": "ran", "joint_csv": "ran", "check": "ran"}
-    assert ((out / "submission.csv").read_bytes(), (out / "joint.csv").read_bytes()) == first
+                             "joint": "done before", "submission": "ran", "fused_csv": "ran", "check": "ran"}
+    assert ((out / "submission.csv").read_bytes(), (out / "fused.csv").read_bytes()) == first
     capsys.readouterr()
 
 
 @pytest.mark.slow  # the network and the joint on a small competition: about a minute of CPU
 def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_kinds(tmp_path, monkeypatch, capsys):
     """recipes/flukes_joint.yaml's shape on the demo's configs (recipes/demo.yaml without its standalone matchers, the
-    joint's check on the thinned validation, the submission fusing its views of the kinds and the network, and the
-    joint): a checked submission."""
+    joint's check on the thinned validation with each individual's columns, the submission the joint's, the other
+    candidate fusing its views of the kinds and the network, and the joint): checked submissions."""
     pytest.importorskip("cv2")
     import yaml
 
@@ -370,8 +372,9 @@ def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_ki
     raw = yaml.safe_load((ROOT / "recipes" / "demo.yaml").read_text())
     steps = [s for s in raw["steps"] if s["name"] not in ("sift", "xfeat")]
     for s in steps:
-        assert s["name"] != "joint" or s["run"].endswith(" --set check.validation=thinned")
-        if s["name"] == "submission":
+        assert s["name"] != "joint" or s["run"].endswith(" --set check.validation=thinned --set check.columns="
+                                                         "individuals")
+        if s["name"] == "fused_csv":
             s["run"] = s["run"].replace("{out}/sift {out}/xfeat {out}/network {out}/joint", "{out}/joint/thinned/"
                                         "keypoints_demo {out}/joint/thinned/keypoints_xfeat_demo "
                                         "{out}/joint/thinned/network {out}/joint").replace(" --thin-validation", "")
@@ -382,4 +385,5 @@ def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_ki
     assert main(["--recipe", str(recipe), "--data", str(data), "--out", str(out), "--quiet"]) == 0
     assert set(statuses(out).values()) == {"ran"} and "sift" not in statuses(out)
     assert check_submission(out / "submission.csv", data / "sample_submission.csv") == []
-    assert "fusion" in (out / "logs" / "submission.log").read_text()
+    assert check_submission(out / "fused.csv", data / "sample_submission.csv") == []
+    assert "fusion" in (out / "logs" / "fused_csv.log").read_text()
