@@ -3,6 +3,7 @@ merge, every shortlisted pair verified once by each feature kind, the pair table
 cross-fitting, the aggregation to individuals, a trained run of other data refused by name, and the command end to
 end through ``whale ensemble`` (issue 68)."""
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -439,7 +440,8 @@ def test_a_thinned_validation_is_the_table_without_the_hidden_photos():
 def test_a_check_fitted_on_the_thinned_validation_writes_the_views_the_ensemble_fuses(data, tmp_path):
     """``check.validation: thinned``: the check fitted on the validation thinned as the test is drawn (the hidden
     photos out of the joint's own val.npz), and each kind's and trained run's thinned view under OUT/thinned (the
-    same photos hidden, the test file as it was), so ``whale ensemble`` fuses them with the joint on one validation."""
+    same photos hidden, the test file as it was), so ``whale ensemble`` fuses them with the joint on one validation;
+    then ``check.columns: individuals`` on the same pair tables and draw."""
     from whale.ensemble.cli import main as ensemble_main
     from whale.inference.__main__ import main
     from whale.inference.scorefile import load_score_file
@@ -479,3 +481,19 @@ def test_a_check_fitted_on_the_thinned_validation_writes_the_views_the_ensemble_
     assert ensemble_main([str(out / "thinned" / "a"), str(out / "thinned" / "b"), str(out / "thinned" / "lite0"),
                           str(out), "--tune", "--fusion", "logodds", "--out", str(sub)]) == 0
     assert check_submission(sub) == []
+    # check.columns: individuals on the same pair tables (read back: nothing verified again), the same hidden photos
+    both = tmp_path / "individuals"
+    both.mkdir()
+    for name in ("pairs_val.npz", "pairs_test.npz"):
+        shutil.copy2(out / name, both / name)
+    shutil.copytree(out / "kinds", both / "kinds")
+    individuals = ["--set", "check.validation=thinned", "--set", "check.columns=individuals"]
+    assert main(argv + ["--out", str(both)] + individuals) == 0
+    assert json.loads((both / "thinned" / "hidden.json").read_text())["hidden"] == hidden
+    assert "columns: individuals" in (both / "joint.yaml").read_text()
+    assert json.loads((both / "run.json").read_text())["config_hash"] != meta["config_hash"]
+    again = load_score_file(both / "val.npz")
+    assert all(again.scores[row[q], col[g]] == 0 for q, photos in hidden.items() for g in photos)
+    assert not np.array_equal(again.scores, val.scores)
+    assert ensemble_main([str(both), "--tune", "--fusion", "logodds", "--out", str(tmp_path / "i.csv")]) == 0
+    assert check_submission(tmp_path / "i.csv") == []

@@ -322,8 +322,9 @@ def test_the_display_passes_a_step_s_lines_through_and_estimates_what_is_left(tm
 @pytest.mark.slow  # every step of the demo on a small competition: 80 s of CPU, minutes on a loaded machine
 def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(tmp_path, monkeypatch, capsys):
     """Every step of recipes/demo.yaml on a tiny synthetic competition: both matchers, the network, the joint
-    identification, both submissions (the joint's and the fusion's), the check; then the last three steps' records dropped (a kill there) and the
-    recipe run again: the same submission, byte for byte, and the steps before them not run again."""
+    identification, both submissions (the joint's and the fusion's), the check; then the last three steps' records
+    dropped (a kill there) and the recipe run again: the same submission, byte for byte, and the steps before them
+    not run again."""
     pytest.importorskip("cv2")
     from whale.data.synth import generate
     from whale.submission import check_submission
