@@ -95,10 +95,8 @@ def individual_columns(pairs: np.ndarray, rows: np.ndarray, columns: Sequence[st
         raise ValueError("individual_columns: the pair table has no log_photos column")
     ids = np.asarray(gallery_ids, str)
     q, g = pairs[:, 0], pairs[:, 1]
-    names, who = np.unique(ids, return_inverse=True)
-    alone = ids[g] == open_label  # a new_whale photo: an individual of its own
-    who = np.where(ids == open_label, len(names) + np.arange(len(ids)), who)[g]
-    group = np.unique(q * (len(names) + len(ids)) + who, return_inverse=True)[1] if len(pairs) else q
+    alone = ids[g] == open_label
+    group = pair_groups(pairs, ids, open_label)
     n_groups, n_q = int(group.max(initial=-1)) + 1, int(q.max(initial=-1)) + 1
     group_query = np.zeros(n_groups, np.int64)
     group_query[group] = q
@@ -120,6 +118,17 @@ def individual_columns(pairs: np.ndarray, rows: np.ndarray, columns: Sequence[st
         f"{k}.{c}" for k in kinds for c in ("id_sum_p", "gap", "id_margin")]
     return (np.stack(out, axis=1).astype(np.float32) if len(pairs) else np.zeros((0, len(names_out)), np.float32),
             names_out)
+
+
+def pair_groups(pairs: np.ndarray, gallery_ids, open_label: str = NEW_WHALE) -> np.ndarray:
+    """``[m] int64``: each pair's (query, individual) group of ``pairs`` ``[m, 2]``, numbered from 0 (a
+    ``new_whale`` gallery photo an individual of its own)."""
+    ids = np.asarray(gallery_ids, str)
+    if not len(pairs):
+        return np.zeros(0, np.int64)
+    names, who = np.unique(ids, return_inverse=True)
+    who = np.where(ids == open_label, len(names) + np.arange(len(ids)), who)[pairs[:, 1]]
+    return np.unique(pairs[:, 0] * (len(names) + len(ids)) + who, return_inverse=True)[1].astype(np.int64)
 
 
 def _two_best(query: np.ndarray, value: np.ndarray, n_q: int) -> tuple[np.ndarray, np.ndarray]:
@@ -360,9 +369,7 @@ def identification_scores(pairs: np.ndarray, p: np.ndarray, gallery_ids, fallbac
         return out
     ids = np.asarray(gallery_ids, dtype=str)
     p = np.clip(np.asarray(p, np.float64), 2 * FLOOR, 1 - 1e-6)
-    _, who = np.unique(ids[pairs[:, 1]], return_inverse=True)
-    key = pairs[:, 0] * (who.max() + 1) + who
-    _, group = np.unique(key, return_inverse=True)
+    group = pair_groups(pairs, ids, open_label)
     if aggregate == "max":
         agg = np.zeros(group.max() + 1)
         np.maximum.at(agg, group, p)
