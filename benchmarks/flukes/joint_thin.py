@@ -101,16 +101,17 @@ def screen(run: Path, share: float | None, write: Path | None = None) -> dict[st
     check = JointCheck(cfg.rounds, cfg.leaf_nodes, cfg.learning_rate, cfg.folds, seed)
     same = gallery_ids[table.pairs[:, 1]] == truth[table.pairs[:, 0]]
     t_same = gallery_ids[t_pairs[:, 1]] == truth[t_pairs[:, 0]]
-    fits = {"fitted on validation": (table.rows[:, used], same, table.pairs[:, 0]),
-            "fitted on thinned": (t_rows[:, used], t_same, t_pairs[:, 0]),
+    individuals = check_rows(t_pairs, t_rows, table.columns, gallery_ids, "individuals")
+    # each fit: (its rows, labels, queries; the thinned rows it predicts, in the same columns)
+    fits = {"fitted on validation": (table.rows[:, used], same, table.pairs[:, 0], t_rows[:, used]),
+            "fitted on thinned": (t_rows[:, used], t_same, t_pairs[:, 0], t_rows[:, used]),
             "fitted on both": (np.concatenate([table.rows[:, used], t_rows[:, used]]), np.concatenate([same, t_same]),
-                               np.concatenate([table.pairs[:, 0], t_pairs[:, 0]])),
-            "fitted on thinned, the photo count too": (t_rows, t_same, t_pairs[:, 0]),
-            "fitted on thinned, each individual's columns": (
-                check_rows(t_pairs, t_rows, table.columns, gallery_ids, "individuals"), t_same, t_pairs[:, 0])}
+                               np.concatenate([table.pairs[:, 0], t_pairs[:, 0]]), t_rows[:, used]),
+            "fitted on thinned, the photo count too": (t_rows, t_same, t_pairs[:, 0], t_rows),
+            "fitted on thinned, each individual's columns": (individuals, t_same, t_pairs[:, 0], individuals)}
     out = {}
-    for name, (rows, labels, q) in fits.items():
-        p = check.cross_predict(rows, labels, q, rows if "thinned," in name else t_rows[:, used], t_pairs[:, 0])
+    for name, (rows, labels, q, predicted) in fits.items():
+        p = check.cross_predict(rows, labels, q, predicted, t_pairs[:, 0])
         scores = identification_scores(t_pairs, p, gallery_ids, t_fallback, "max")
         out[name] = identification_figures(scores, gallery_ids, truth, one_photo)
         if write is not None and name in ("fitted on validation", "fitted on thinned"):
