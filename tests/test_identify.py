@@ -284,9 +284,10 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     # the same check on the validation thinned to one gallery photo per known query, with the runs it writes
     from benchmarks.flukes import joint_thin
 
-    thin = joint_thin.screen(out, share=1.0, write=tmp_path / "thin")
+    thin = joint_thin.screen(out, share=1.0, write=tmp_path / "thin", draws=2)
     assert {"fitted on validation", "fitted on thinned", "fitted on both", "fitted on thinned, the photo count too",
-            "fitted on thinned, each individual's columns", "a alone", "b alone"} <= set(thin)
+            "fitted on thinned, each individual's columns", "fitted on 2 thinned draws, each individual's columns",
+            "a alone", "b alone"} <= set(thin)
     assert all(r["top5"] <= 1 and set(r) == set(thin["a alone"]) for r in thin.values())
     thinned_val = load_score_file(tmp_path / "thin" / "joint_thinned" / "val.npz")
     assert thinned_val.scores.shape == val.scores.shape and (tmp_path / "thin" / "a" / "val.npz").is_file()
@@ -298,6 +299,17 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     assert len(sources) == 3 and f"run0:{run.name} (best 5, its own scores)" in found
     assert all(0 <= found[k] <= found["merged shortlist"] <= 1 for k in sources)
     assert found["joint: first"] <= found["joint: among the five ids"] and found["known queries"] > 0
+    # where new_whale goes, by one threshold or each query's expected AP, read from the same score files
+    from benchmarks.flukes import direct_pairs, new_decision
+    from whale.identify.config import load_joint_config
+
+    rule = new_decision.one_seed(out, data, 0.276, views=False)
+    assert all(0 <= v <= 1 for v in rule.values())
+    assert max(rule["threshold: test"], rule["expected AP: test"]) <= rule["oracle: test"]
+    # the shortlisted pairs of the sampled queries matched directly, each pair counted once
+    direct = direct_pairs.one_seed(out, data, load_joint_config(tmp_path / "joint.yaml").kinds[:1], 4, None)["a"]
+    assert direct["pairs"] > 0 and sum(g["pairs"] for g in direct["groups"].values()) == direct["pairs"]
+    assert all(0 <= g["share >= 15"] <= 1 and g["median"] <= g["p90"] for g in direct["groups"].values())
     # a run that changes only the aggregation verifies nothing again: the kept tables serve it
     from whale.keypoints.matcher import KeypointMatcher
 

@@ -24,6 +24,9 @@ Checks compared on the thinned validation (cross-fitted by groups of whole queri
   the query sees), which only a thinned validation can teach;
 - ``fitted on thinned, each individual's columns``: ``check.columns: individuals``
   (:func:`whale.identify.check.check_rows`: the photo count and each individual's verified photos and margins);
+- with ``--draws N`` (N > 1), ``fitted on N thinned draws, each individual's columns``: the same columns fitted on
+  N thinnings of the validation drawn with seeds ``seed + 1000 d`` together (a query's rows of every draw in one
+  cross-fitting group), predicting the first draw's rows, which every other row is measured on;
 
 each with MAP@5 (the ``new_whale`` threshold tuned in-sample), the known whales' MAP@5 by ids alone, that of the
 thinned queries alone (one gallery photo), top-5, and the share of all queries that are known whales whose id is
@@ -78,7 +81,7 @@ def copy_run(src: Path, dst: Path, val_scores, test_scores) -> Path:
     return dst
 
 
-def screen(run: Path, share: float | None, write: Path | None = None) -> dict[str, dict]:
+def screen(run: Path, share: float | None, write: Path | None = None, draws: int = 1) -> dict[str, dict]:
     meta = json.loads((run / "run.json").read_text())
     seed, fold = int(meta.get("seed", 0)), int(meta["fold"])
     table = load_table(run / "pairs_val.npz")
@@ -109,6 +112,14 @@ def screen(run: Path, share: float | None, write: Path | None = None) -> dict[st
                                np.concatenate([table.pairs[:, 0], t_pairs[:, 0]]), t_rows[:, used]),
             "fitted on thinned, the photo count too": (t_rows, t_same, t_pairs[:, 0], t_rows),
             "fitted on thinned, each individual's columns": (individuals, t_same, t_pairs[:, 0], individuals)}
+    if draws > 1:
+        more = [thinned(table, hidden_photos(gallery_ids, truth, share, seed + 1000 * d), kind_scores, runs,
+                        gallery_ids) for d in range(1, draws)]
+        fits[f"fitted on {draws} thinned draws, each individual's columns"] = (
+            np.concatenate([individuals] + [check_rows(m[0], m[1], table.columns, gallery_ids, "individuals")
+                                            for m in more]),
+            np.concatenate([t_same] + [gallery_ids[m[0][:, 1]] == truth[m[0][:, 0]] for m in more]),
+            np.concatenate([t_pairs[:, 0]] + [m[0][:, 0] for m in more]), individuals)
     out = {}
     for name, (rows, labels, q, predicted) in fits.items():
         p = check.cross_predict(rows, labels, q, predicted, t_pairs[:, 0])
@@ -146,12 +157,14 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="0", help="comma-separated split seeds (default 0)")
     p.add_argument("--share", type=float, default=None, help="the share of known queries thinned (default: the "
                    "mirror split's, from the fold's gallery)")
+    p.add_argument("--draws", type=int, default=1, help="also fit each individual's columns on this many thinned "
+                   "draws together (default 1: no such row)")
     p.add_argument("--write", default=None, help="write the thinned runs and both checks' score files under "
                    "WRITE/seedS (module docstring)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     per_seed = {s: screen(Path(args.runs.replace("{S}", str(s))), args.share,
-                          Path(args.write) / f"seed{s}" if args.write else None) for s in seeds}
+                          Path(args.write) / f"seed{s}" if args.write else None, args.draws) for s in seeds}
     rows = seed_table(per_seed, "check (validation, thinned)")
     print(json.dumps({"benchmark": "joint_thin", "seeds": seeds, "rows": rows}))
     return 0
