@@ -131,7 +131,8 @@ def one_seed(run: Path, data: Path, share: float, views: bool) -> dict[str, floa
     g = grid[int(np.argmax(tuned))]
     t_k = (t_s >= g).sum(1)
     out = {"threshold": float(g), "threshold: validation": float(max(tuned)),
-           "threshold: test": float(ap_at(t_k, t_rank, t_new).mean()), "threshold: new_whale first": float((t_k == 0).mean())}
+           "threshold: test": float(ap_at(t_k, t_rank, t_new).mean()),
+           "threshold: new_whale first": float((t_k == 0).mean())}
     k = np.zeros(len(v_truth), int)
     for fit_rows, held in KFold(5, shuffle=True, random_state=0).split(xv):
         k[held] = fit_rule(xv[fit_rows], v_new[fit_rows], v_rank[fit_rows], share)(xv[held])
@@ -159,8 +160,9 @@ def main(argv=None) -> int:
         print(f"seed {s}: " + ", ".join(f"{k} {v:.4f}" for k, v in per_seed[s].items()), flush=True)
     mean = {k: float(np.mean([r[k] for r in per_seed.values()])) for k in per_seed[seeds[0]]}
     gain = [r["expected AP: test"] - r["threshold: test"] for r in per_seed.values()]
-    print(f"mean: " + ", ".join(f"{k} {v:.4f}" for k, v in mean.items()))
-    print(f"expected AP minus threshold, test: {np.mean(gain):+.4f} +- {np.std(gain, ddof=1) if len(gain) > 1 else 0:.4f}")
+    print("mean: " + ", ".join(f"{k} {v:.4f}" for k, v in mean.items()))
+    spread = np.std(gain, ddof=1) if len(gain) > 1 else 0.0
+    print(f"expected AP minus threshold, test: {np.mean(gain):+.4f} +- {spread:.4f}")
     print(json.dumps({"benchmark": "new_decision", "seeds": seeds, "per_seed": per_seed, "mean": mean}))
     return 0
 
