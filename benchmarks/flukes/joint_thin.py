@@ -114,12 +114,12 @@ def screen(run: Path, share: float | None, write: Path | None = None, draws: int
             "fitted on thinned, each individual's columns": (individuals, t_same, t_pairs[:, 0], individuals)}
     if draws > 1:
         more = [thinned(table, hidden_photos(gallery_ids, truth, share, seed + 1000 * d), kind_scores, runs,
-                        gallery_ids) for d in range(1, draws)]
+                        gallery_ids)[:2] for d in range(1, draws)]  # each draw's (pairs, rows)
         fits[f"fitted on {draws} thinned draws, each individual's columns"] = (
-            np.concatenate([individuals] + [check_rows(m[0], m[1], table.columns, gallery_ids, "individuals")
-                                            for m in more]),
-            np.concatenate([t_same] + [gallery_ids[m[0][:, 1]] == truth[m[0][:, 0]] for m in more]),
-            np.concatenate([t_pairs[:, 0]] + [m[0][:, 0] for m in more]), individuals)
+            np.concatenate([individuals] + [check_rows(dp, dr, table.columns, gallery_ids, "individuals")
+                                            for dp, dr in more]),
+            np.concatenate([t_same] + [gallery_ids[dp[:, 1]] == truth[dp[:, 0]] for dp, _ in more]),
+            np.concatenate([t_pairs[:, 0]] + [dp[:, 0] for dp, _ in more]), individuals)
     out = {}
     for name, (rows, labels, q, predicted) in fits.items():
         p = check.cross_predict(rows, labels, q, predicted, t_pairs[:, 0])

@@ -32,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from whale import NEW_WHALE  # noqa: E402
+from whale.core.arrays import IdGroups  # noqa: E402
 from whale.inference.scorefile import load_score_file  # noqa: E402
 
 TOP = 5
@@ -40,14 +41,10 @@ TOP = 5
 def best_ids(f) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(ids, top [n_q, 5], scores [n_q, 5])``: a score file's individuals (``new_whale`` photos left out), each
     query's five best by the per-id maximum and their scores."""
-    gids = np.asarray(f.gallery_ids, str)
-    keep = gids != NEW_WHALE
-    ids, inv = np.unique(gids[keep], return_inverse=True)
-    order = np.argsort(inv, kind="stable")
-    starts = np.r_[0, np.flatnonzero(np.diff(inv[order])) + 1]
-    best = np.maximum.reduceat(np.asarray(f.scores, np.float64)[:, keep][:, order], starts, axis=1)
+    groups = IdGroups.of(np.asarray(f.gallery_ids, str))
+    best = groups.max(np.asarray(f.scores), np.float64)
     top = np.argsort(-best, 1)[:, :TOP]
-    return ids, top, np.take_along_axis(best, top, 1)
+    return groups.names, top, np.take_along_axis(best, top, 1)
 
 
 def features(v: np.ndarray, n: int = TOP) -> np.ndarray:
