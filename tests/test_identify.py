@@ -43,8 +43,9 @@ def split_sets(data):
     return fold_data(comp, 0, 0), ImageSet.known(comp), ImageSet.test(comp)
 
 
-def fake_run(folder, data, informative=True, val_queries=None):
-    """A trained run's score folder for fold 0 of ``data``: scores that know the answer (``informative``) plus noise."""
+def fake_run(folder, data, informative=True, val_queries=None, identity=None, test_identity=None):
+    """A trained run's score folder for fold 0 of ``data``: scores that know the answer (``informative``) plus noise;
+    ``identity`` that of its ``val.npz`` (default run ``fake-run``, fold 0), ``test_identity`` its ``test.npz``'s."""
     fold, known, test = split_sets(data)
     rng = np.random.default_rng(0)
 
@@ -58,8 +59,9 @@ def fake_run(folder, data, informative=True, val_queries=None):
     (folder / "scores").mkdir(parents=True)
     write_scores(folder / "scores" / "val.npz", scores(queries, fold.gallery, fold.val.ids[:len(queries)]), queries,
                  fold.gallery.names, fold.gallery.ids, query_ids=fold.val.ids[:len(queries)],
-                 identity={"run_id": "fake-run", "fold": 0}, trained_on=fold.gallery.names)
-    write_scores(folder / "scores" / "test.npz", scores(test.names, known, None), test.names, known.names, known.ids)
+                 identity=identity or {"run_id": "fake-run", "fold": 0}, trained_on=fold.gallery.names)
+    write_scores(folder / "scores" / "test.npz", scores(test.names, known, None), test.names, known.names, known.ids,
+                 identity=test_identity)
     return folder
 
 
@@ -233,6 +235,33 @@ def test_a_trained_run_of_other_data_is_refused_by_name(data, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_folder_of_two_runs_is_refused_and_a_full_data_run_is_checked(data, tmp_path, capsys):
+    from whale.identify.sources import check_runs
+    from whale.inference.__main__ import main
+
+    def stamp(run_id, fold, config="c1"):
+        return {"run_id": run_id, "fold": fold, "config_hash": config}
+
+    mixed = fake_run(tmp_path / "mixed", data, identity=stamp("r", 0), test_identity=stamp("all", -1))
+    with pytest.raises(DataError, match=r"val\.npz was written by run r \(fold 0\), .*test\.npz by run all "
+                                        r"\(fold -1\).*--with-run RUN:ALL"):
+        check_runs([mixed])
+    rc = main(["--matcher", "joint", "--config", str(joint_config(tmp_path)), "--with-run", str(mixed), "--data",
+               str(data), "--fold", "0", "--out", str(tmp_path / "out"), "--quiet", "--workers", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and str(mixed) in err and not (tmp_path / "out").exists()
+    run = fake_run(tmp_path / "run", data, identity=stamp("r", 0), test_identity=stamp("r", 0))
+    full = fake_run(tmp_path / "all", data, test_identity=stamp("all", -1))
+    [paired] = check_runs([f"{run}:{full}"])
+    assert paired.full and paired.path("val") == run and paired.path("test") == full
+    assert not check_runs([run])[0].full
+    for other, said in ((fake_run(tmp_path / "f0", data, test_identity=stamp("f", 0)), "is fold 0's run"),
+                        (fake_run(tmp_path / "c2", data, test_identity=stamp("c", -1, "c2")), "of config c2"),
+                        (fake_run(tmp_path / "none", data), "records no fold")):
+        with pytest.raises(DataError, match=f"--with-run {run}:{other}: .*test\\.npz {said}"):
+            check_runs([f"{run}:{other}"])
+
+
 def test_joint_needs_a_fold_and_a_config(data, tmp_path, capsys):
     from whale.inference.__main__ import main
 
@@ -330,6 +359,14 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     said = capsys.readouterr().out
     assert said.count("read back from") == 1 and "joint test:" in said and load_table(out / "pairs_test.npz").key == \
         table_test_key
+    # the test scores of a run trained on every known photo (RUN:ALL): the validation table serves, the test's is new
+    full = fake_run(tmp_path / "all", data, test_identity={"run_id": "all", "fold": -1})
+    assert main(argv[:5] + [f"{run}:{full}"] + argv[6:]) == 0
+    said = capsys.readouterr().out
+    assert said.count("read back from") == 1 and "joint test:" in said
+    assert load_table(out / "pairs_test.npz").key != table_test_key
+    assert json.loads((out / "run.json").read_text())["test_runs"] == [str(full)]
+    assert load_score_file(out / "test.npz").identity["with_runs"] == [f"{run}:{full}"]
     # a keypoint run into the joint run's folder is refused
     assert main(["--matcher", "keypoints", "--data", str(data), "--out", str(out), "--quiet", "--workers", "1"]) == 2
 

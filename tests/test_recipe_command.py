@@ -91,6 +91,24 @@ def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fus
         {k: v for k, v in vars(theirs).items() if k not in differ}
 
 
+def test_the_full_data_recipe_is_the_joint_recipe_with_the_test_scored_by_a_network_of_every_known_photo():
+    """recipes/flukes_all.yaml: flukes_joint.yaml's steps, with a ``lite0_all`` step (the same training, ``--fold -1``,
+    into its own folder, from the same trunk cache) whose test scores the joint reads (``--with-run RUN:ALL``)."""
+    from whale.recipe.steps import placeholder_values
+
+    values = placeholder_values("data/humpback", "runs/best", configs=ROOT / "configs")
+    steps = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_all.yaml").steps}
+    joint = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_joint.yaml").steps}
+    assert list(steps) == ["lite0", "lite0_all"] + list(joint)[1:]
+    assert all(steps[k] == joint[k] for k in joint if k != "joint")
+    lite, full = steps["lite0"], steps["lite0_all"]
+    changed = [i for i, (a, b) in enumerate(zip(lite, full)) if a != b]
+    assert len(lite) == len(full) and [(lite[i], full[i]) for i in changed] == [
+        (lite[lite.index("--fold") + 1], "-1"), ("runs/best/lite0", "runs/best/lite0-all")]
+    at = joint["joint"].index("--with-run") + 1
+    assert steps["joint"] == joint["joint"][:at] + ["runs/best/lite0:runs/best/lite0-all"] + joint["joint"][at + 1:]
+
+
 def test_the_dry_run_fills_every_placeholder_from_the_flags(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)  # outside the checkout: {configs} is the checkout's folder, absolute
     assert main(["--recipe", str(ROOT / "recipes" / "demo.yaml"), "--data", "my data", "--out", "o", "--fold", "2",

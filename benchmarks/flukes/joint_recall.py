@@ -117,7 +117,9 @@ def recall(run: Path, data: Path | None = None, depths=DEPTHS) -> dict[str, dict
         table = load_table(run / f"pairs_{split}.npz")
         rows = {k: v[known] for k, v in source_recall(table.pairs, table.rows, table.columns, sf.gallery_ids, truth,
                                                       n_votes, n_runs).items()}
-        for name, with_run in zip(meta.get("run_names", []), meta.get("with_runs", [])):
+        with_runs = meta.get("with_runs", [])
+        readers = meta.get("test_runs", with_runs) if split == "test" else with_runs  # RUN:ALL: ALL's test scores
+        for name, with_run in zip(meta.get("run_names", []), readers):
             scores = run_scores(Path(with_run), split, sf.query, sf.gallery, int(meta["fold"]))
             for d, hit in depth_recall(scores[known], sf.gallery_ids, truth[known], depths).items():
                 rows[f"{name} (best {d}, its own scores)"] = hit

@@ -5,7 +5,9 @@
 
 1. **one shortlist per query** from every source: each feature kind's (``keypoints`` of the config: RootSIFT,
    XFeat) best ``shortlist.votes`` photos by LNBNN votes, and each trained run's (``--with-run``, its own
-   ``val.npz``/``test.npz``) best ``shortlist.runs`` photos by its scores, merged without duplicates;
+   ``val.npz``/``test.npz``, or ``RUN:ALL``: ``RUN``'s validation scores and the test scores of ``ALL``, the same
+   config trained on every known photo, :mod:`whale.identify.sources`) best ``shortlist.runs`` photos by its scores,
+   merged without duplicates;
 2. **every shortlisted pair verified by every feature kind**: each kind's matcher (its keypoint selector and its
    own check, fitted on the fold's gallery as ``whale score --matcher keypoints`` fits them, and read back from
    ``--cache`` as it does) verifies its own vote shortlist and the other sources' candidates, both ways where its
@@ -40,7 +42,7 @@ from whale.data import ImageSet, fold_data, load_competition
 from whale.identify.check import (JointCheck, KindEvidence, check_rows, column_names, identification_scores,
                                   pair_table, pairs_of, read_table, save_table)
 from whale.identify.config import JointConfig
-from whale.identify.sources import check_runs, run_scores, shortlist_of
+from whale.identify.sources import TrainedRun, check_runs, run_scores, shortlist_of
 from whale.inference.keypoints import (MATCHER, Photos, check_score_folder, gallery_matcher,
                                        identity as keypoint_identity)
 from whale.inference.scorefile import load_score_file, score_identity, score_path, write_scores
@@ -74,11 +76,12 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     if not len(data.val) or not len(data.gallery):
         raise DataError(f"{data_dir}: fold {fold} has {len(data.val)} validation queries and {len(data.gallery)} "
                         "gallery photos of a known id: the joint check needs both")
-    run_names = [_run_name(r, i) for i, r in enumerate(runs)]
+    run_names = [_run_name(r.val, i) for i, r in enumerate(runs)]
     splits = [("val", data.gallery, data.val)] + ([("test", known, test)] if comp.test_images else [])
-    scores = {split: [run_scores(r, split, q.names, g.names, fold) for r in runs] for split, g, q in splits}
-    identities = [load_score_file(score_path(r, "val"), True).identity or {"run": str(r)} for r in runs]
-    digest = config_hash(cfg, identities)
+    scores = {split: [run_scores(r.path(split), split, q.names, g.names, fold) for r in runs]
+              for split, g, q in splits}
+    identities = {split: run_identities(runs, split) for split, _, _ in splits}
+    digest = config_hash(cfg, identities["test" if "test" in identities else "val"])
     photos = Photos([known, test, data.val])
     times: dict[str, float] = {}
     memory: dict[str, float] = {}
@@ -89,7 +92,7 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     for split, gallery, queries in splits:
         t0 = time.perf_counter()
         path = out / f"pairs_{split}.npz"
-        key = verification_key(cfg, identities, split, queries, gallery)
+        key = verification_key(cfg, identities[split], split, queries, gallery)
         table = read_table(path, key)
         if table is not None:
             tables[split] = (table.pairs, table.rows, table.fallback)
@@ -113,7 +116,8 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
             f"query) verified by {', '.join(evidence)}")
     thinning = None
     if cfg.validation == "thinned":
-        thinning = _thin_validation(out, cfg, data, tables, columns, scores["val"], runs, seed, comp.open_label, log)
+        thinning = _thin_validation(out, cfg, data, tables, columns, scores["val"], [r.val for r in runs], seed,
+                                    comp.open_label, log)
     t0 = time.perf_counter()
     pairs, rows, fallback = tables["val"]
     same = (np.asarray(data.gallery.ids, str)[pairs[:, 1]] == np.asarray(data.val.ids, str)[pairs[:, 0]])
@@ -129,7 +133,7 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
             check_rows(pairs, rows, columns, gallery.ids, cfg.columns, comp.open_label))
         matrix = identification_scores(pairs, p, gallery.ids, fallback, cfg.aggregate, comp.open_label)
         ident = score_identity(split, run_id=f"{JOINT}-{digest}", run=JOINT, config_hash=digest, fold=fold, seed=seed,
-                               backend="opencv", matcher=JOINT, with_runs=[str(r) for r in runs],
+                               backend="opencv", matcher=JOINT, with_runs=[r.spec for r in runs],
                                cross_fitted=cfg.folds if split == "val" else None)
         written[split] = write_scores(out / f"{split}.npz", matrix, queries.names, gallery.names, gallery.ids,
                                       query_ids=queries.ids if split == "val" else None, identity=ident,
@@ -140,13 +144,26 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     write_text_atomic(out / "joint.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     write_json_atomic(out / "run.json", {"matcher": JOINT, "data": str(Path(data_dir).resolve()),
                                          "format": comp.format.name, "fold": fold, "seed": seed,
-                                         "config_hash": digest, "with_runs": [str(r) for r in runs],
+                                         "config_hash": digest, "with_runs": [str(r.val) for r in runs],
                                          "run_names": run_names, "seconds": times, "peak_mb": memory,
                                          "check_pairs": list(check.pairs)}
-                      | ({"thinned": thinning} if thinning else {}))
+                      | ({"thinned": thinning} if thinning else {})
+                      | ({"test_runs": [str(r.test) for r in runs]} if any(r.full for r in runs) else {}))
     for path in written.values():
         log(f"wrote {path}")
     return written
+
+
+def run_identities(runs: list[TrainedRun], split: str) -> list[dict]:
+    """Each trained run's identity as the settings' hash and a split's pair table name it: its ``val.npz``'s, and for
+    the test split of a ``RUN:ALL`` also ``ALL``'s ``test.npz``'s (so its table is not served by a run without it)."""
+    out = []
+    for r in runs:
+        ident = load_score_file(score_path(r.val, "val"), True).identity or {"run": str(r.val)}
+        if split == "test" and r.full:
+            ident = {**ident, "test_run": load_score_file(score_path(r.test, "test")).identity or {"run": str(r.test)}}
+        out.append(ident)
+    return out
 
 
 def verification_key(cfg: JointConfig, runs: list[dict], split: str, queries, gallery) -> str:

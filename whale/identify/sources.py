@@ -6,16 +6,23 @@ gallery) and ``test.npz`` (the test photos against every known training photo). 
 (:func:`run_scores`) and put in the order of the split the joint identification scores; a run of other data, of
 another fold or seed, or one that trained on a validation query is refused with a line naming the run and the file,
 since its scores would describe other photos, or describe as held out photos the network learned.
+
+A run's two files must come from one writer (:func:`check_runs`): the check is fitted on the validation scores and
+applied to the test scores, so a folder holding one run's ``val.npz`` beside another's ``test.npz`` is refused. The
+one pairing allowed is explicit, ``--with-run RUN:ALL``: ``RUN``'s validation scores with the test scores of ``ALL``,
+a run of the same config trained on every known photo (``whale train --fold -1``), which scores the test as the
+submission's network would; its fold and config are checked.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from whale.core.errors import DataError
-from whale.inference.scorefile import first_names, load_score_file, score_path
+from whale.inference.scorefile import first_names, load_score_file, read_header, score_path
 
 
 def run_scores(run, split: str, query: Sequence[str], gallery: Sequence[str], fold: int) -> np.ndarray:
@@ -77,21 +84,83 @@ def shortlist_of(votes: Sequence[np.ndarray], runs: Sequence[np.ndarray], n_vote
     return merge(*[top_photos(v, n_votes) for v in votes], *[top_photos(s, n_runs) for s in runs])
 
 
-def check_runs(runs: Sequence) -> list[Path]:
-    """``runs`` as paths, each holding ``val.npz`` and ``test.npz`` (:func:`~whale.inference.scorefile.score_path`).
+@dataclass(frozen=True)
+class TrainedRun:
+    """One ``--with-run``: the run whose ``val.npz`` the check is fitted on and the run whose ``test.npz`` it is
+    applied to (the same folder, or ``ALL`` of ``RUN:ALL``); ``spec`` as given."""
+    val: Path
+    test: Path
+    spec: str
+
+    @property
+    def full(self) -> bool:
+        """Whether the test scores come from another run (``RUN:ALL``)."""
+        return self.test != self.val
+
+    def path(self, split: str) -> Path:
+        """The folder whose ``split`` scores this source reads."""
+        return self.val if split == "val" else self.test
+
+
+def parse_run(spec) -> TrainedRun:
+    """``RUN`` or ``RUN:ALL`` (a path holding no colon of its own) as a :class:`TrainedRun`."""
+    spec = str(spec)
+    head, sep, tail = spec.rpartition(":")
+    if sep and head and tail and not Path(spec).exists():
+        return TrainedRun(Path(head), Path(tail), spec)
+    return TrainedRun(Path(spec), Path(spec), spec)
+
+
+def check_runs(runs: Sequence) -> list[TrainedRun]:
+    """``runs`` (``RUN`` or ``RUN:ALL``, :func:`parse_run`) checked: each ``RUN`` holding ``val.npz`` and a test file
+    (its own ``test.npz``, or ``ALL``'s), both files of one writer, or ``ALL`` a ``--fold -1`` run of ``RUN``'s config.
 
     Raises:
-        DataError: a run without one of them, or a run given twice.
+        DataError: a missing file, a run given twice, a folder whose two files record different writers, an ``ALL``
+            of a fold or of another config; each names the run and the file.
     """
-    paths = [Path(r) for r in runs]
+    parsed = [parse_run(r) for r in runs]
     seen = set()
-    for p in paths:
-        key = p.resolve()
+    for r in parsed:
+        key = r.val.resolve()
         if key in seen:
-            raise DataError(f"--with-run {p}: given twice")
+            raise DataError(f"--with-run {r.val}: given twice")
         seen.add(key)
         for split in ("val", "test"):
-            if not score_path(p, split).is_file():
-                raise DataError(f"--with-run {p}: {score_path(p, split)} is missing (a trained run of --fold K writes "
-                                "both its val.npz and test.npz when it finishes)")
-    return paths
+            if not score_path(r.path(split), split).is_file():
+                raise DataError(f"--with-run {r.spec}: {score_path(r.path(split), split)} is missing (a trained run "
+                                f"of --fold K writes both its val.npz and test.npz when it finishes" +
+                                (", a --fold -1 run its test.npz)" if r.full else ")"))
+        _check_writers(r)
+    return parsed
+
+
+def _identity(path: Path) -> dict | None:
+    return read_header(path, False)["identity"]
+
+
+def _check_writers(r: TrainedRun) -> None:
+    """Refuse a run whose test scores are not what its validation scores make the check fit (:func:`check_runs`)."""
+    val, test = score_path(r.val, "val"), score_path(r.test, "test")
+    vi, ti = _identity(val), _identity(test)
+    if not r.full:
+        if vi is None or ti is None:
+            return
+        who = [(i.get("run_id"), i.get("fold")) for i in (vi, ti)]
+        if who[0] != who[1]:
+            raise DataError(f"--with-run {r.spec}: {val} was written by run {who[0][0]} (fold {who[0][1]}), {test} by "
+                            f"run {who[1][0]} (fold {who[1][1]}): the check fitted on the one would be applied to the "
+                            "other's scores; give a run trained on every known photo explicitly (--with-run RUN:ALL) "
+                            "or score the run again into a new folder")
+        return
+    if ti is None or ti.get("fold") is None:
+        raise DataError(f"--with-run {r.spec}: {test} records no fold: ALL of RUN:ALL must be a run trained on every "
+                        "known photo (whale train --fold -1), scored by this version")
+    if int(ti["fold"]) != -1:
+        raise DataError(f"--with-run {r.spec}: {test} is fold {ti['fold']}'s run: ALL of RUN:ALL must be trained on "
+                        "every known photo (whale train --fold -1)")
+    hashes = [(vi or {}).get("config_hash"), ti.get("config_hash")]
+    if None not in hashes and hashes[0] != hashes[1]:
+        raise DataError(f"--with-run {r.spec}: {val} is of config {hashes[0]}, {test} of config {hashes[1]}: the check "
+                        "fitted on the one's validation scores would be applied to another network's; train ALL "
+                        "with RUN's config")

@@ -47,9 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     kp = p.add_argument_group("--matcher keypoints / joint")
     kp.add_argument("--config", help="keypoint settings (YAML, e.g. configs/keypoints.yaml; default: built in); with "
                                      "--matcher joint the joint settings (e.g. configs/joint.yaml, required)")
-    kp.add_argument("--with-run", action="append", default=[], metavar="RUN",
+    kp.add_argument("--with-run", action="append", default=[], metavar="RUN[:ALL]",
                     help="--matcher joint: a trained run of the same --data and --fold whose val/test scores propose "
-                         "candidates and join the check (repeatable)")
+                         "candidates and join the check (repeatable); RUN:ALL takes the test scores of ALL, RUN's "
+                         "config trained on every known photo (whale train --fold -1)")
     kp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a keypoint setting, e.g. --set verify.shortlist=40 (repeatable)")
     kp.add_argument("--fold", type=int, default=None,
