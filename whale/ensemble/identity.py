@@ -131,14 +131,6 @@ def check_no_leak(paths: Sequence[Path]) -> None:
                     "--fold as in its run.json)")
 
 
-def different_writers(*identities: dict | None) -> list[tuple] | None:
-    """Each identity's writer ``(run_id, fold)`` where every one is recorded and they differ; None otherwise."""
-    if any(i is None for i in identities):
-        return None
-    who = [(i.get("run_id"), i.get("fold")) for i in identities]
-    return who if len(set(who)) > 1 else None
-
-
 def check_pairs(runs: Sequence[Path], test_paths: Sequence[Path], val_paths: Sequence[Path]) -> None:
     """Refuse a run whose validation and test score files record different writers (``run_id`` or ``fold``): a
     score folder holding an earlier score run's ``val.npz`` beside a new ``test.npz``. Files without a recorded
@@ -150,8 +142,11 @@ def check_pairs(runs: Sequence[Path], test_paths: Sequence[Path], val_paths: Seq
     for run, test, val in zip(runs, test_paths, val_paths):
         if not (Path(test).is_file() and Path(val).is_file()):
             continue
-        who = different_writers(*read_identities([test, val]))
-        if who:
+        ti, vi = read_identities([test, val])
+        if ti is None or vi is None:
+            continue
+        who = [(i.get("run_id"), i.get("fold")) for i in (ti, vi)]
+        if who[0] != who[1]:
             raise DataError(f"{run}: {val} was written by run {who[1][0]} (fold {who[1][1]}), {test} by run "
                             f"{who[0][0]} (fold {who[0][1]}): a threshold or weights tuned on that validation "
                             "would not fit these test scores; score the run again into a new folder (whale score "
