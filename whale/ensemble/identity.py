@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import DataError
-from whale.inference.scorefile import first_names, read_header
+from whale.inference.scorefile import different_writers, first_names, read_header
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")
 """The identity table's columns: fields of :data:`whale.inference.scorefile.IDENTITY_FIELDS`, in the table's order."""
@@ -142,11 +142,8 @@ def check_pairs(runs: Sequence[Path], test_paths: Sequence[Path], val_paths: Seq
     for run, test, val in zip(runs, test_paths, val_paths):
         if not (Path(test).is_file() and Path(val).is_file()):
             continue
-        ti, vi = read_identities([test, val])
-        if ti is None or vi is None:
-            continue
-        who = [(i.get("run_id"), i.get("fold")) for i in (ti, vi)]
-        if who[0] != who[1]:
+        who = different_writers(*read_identities([test, val]))
+        if who:
             raise DataError(f"{run}: {val} was written by run {who[1][0]} (fold {who[1][1]}), {test} by run "
                             f"{who[0][0]} (fold {who[0][1]}): a threshold or weights tuned on that validation "
                             "would not fit these test scores; score the run again into a new folder (whale score "

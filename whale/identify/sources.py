@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import DataError
-from whale.inference.scorefile import first_names, load_score_file, read_header, score_path
+from whale.inference.scorefile import (different_writers, first_names, load_score_file, read_header,
+                                      score_path)
 
 
 def run_scores(run, split: str, query: Sequence[str], gallery: Sequence[str], fold: int) -> np.ndarray:
@@ -144,10 +145,8 @@ def _check_writers(r: TrainedRun) -> None:
     val, test = score_path(r.val, "val"), score_path(r.test, "test")
     vi, ti = _identity(val), _identity(test)
     if not r.full:
-        if vi is None or ti is None:
-            return
-        who = [(i.get("run_id"), i.get("fold")) for i in (vi, ti)]
-        if who[0] != who[1]:
+        who = different_writers(vi, ti)
+        if who:
             raise DataError(f"--with-run {r.spec}: {val} was written by run {who[0][0]} (fold {who[0][1]}), {test} by "
                             f"run {who[1][0]} (fold {who[1][1]}): the check fitted on the one would be applied to the "
                             "other's scores; give a run trained on every known photo explicitly (--with-run RUN:ALL) "

@@ -146,6 +146,14 @@ def _open_npz(path: Path):
         raise ScoreFileError(f"{path}: not a readable .npz score file ({e})") from None
 
 
+def different_writers(*identities: dict | None) -> list[tuple] | None:
+    """Each score file identity's writer ``(run_id, fold)`` where every one is recorded and they differ; else None."""
+    if any(i is None for i in identities):
+        return None
+    who = [(i.get("run_id"), i.get("fold")) for i in identities]
+    return who if len(set(who)) > 1 else None
+
+
 def read_header(path: Path, need_query_ids: bool) -> dict:
     """The name arrays of a score file and the shape of its matrix, without loading the matrix."""
     with _open_npz(path) as z:
