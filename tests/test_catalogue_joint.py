@@ -294,6 +294,9 @@ def test_bad_joint_configs_runs_and_catalogues_are_refused_by_name(matched, tmp_
     refused(base + ["--batch", "x2", "--joint-config", str(bad)], "bad.yaml", "keypoints[0]", "missing.yaml")
     bad.write_text(f"keypoints: [{root / 'a.yaml'}]\nshortlist: {{votes: 4, pool: 3}}\n")
     refused(base + ["--batch", "x3", "--joint-config", str(bad)], "bad.yaml", "pool")
+    bad.write_text(f"keypoints: [{root / 'a.yaml'}]\ncheck: {{validation: thinned, columns: individuals}}\n")
+    refused(base + ["--batch", "x3b", "--joint-config", str(bad)], "bad.yaml", "check.validation: thinned",
+            "a catalogue's check is fitted on its own photos")
     joint = ["--joint-config", str(root / "joint.yaml")]
     refused(base + ["--batch", "x4", "--run", str(tmp_path / "notarun")] + joint, "notarun")
     refused(base + ["--batch", "x5", "--keypoint-config", str(root / "a.yaml")] + joint, "--keypoint-config")

@@ -106,14 +106,21 @@ def joint_config(path=None, overrides: dict | None = None) -> JointConfig:
     """The joint config of ``path`` (None: :data:`DEFAULT_CONFIG`) with ``--set`` ``overrides``.
 
     Raises:
-        ConfigError: no such file (saying where the default is looked for), or a bad config (file and key named).
+        ConfigError: no such file (saying where the default is looked for), a bad config (file and key named), or
+            a competition fold's ``check.validation``/``check.columns`` (a catalogue has no validation to thin).
     """
     path = Path(DEFAULT_CONFIG if path is None else path)
     if not path.is_file():
         raise ConfigError(f"{path}: no joint config there: --method joint reads its feature kinds and its check "
                           f"from --joint-config FILE (default {DEFAULT_CONFIG}, relative to the folder the command "
                           "runs in: the toolkit's)")
-    return load_joint_config(path, overrides)
+    cfg = load_joint_config(path, overrides)
+    if cfg.validation != "original" or cfg.columns != "pairs":
+        raise ConfigError(f"{path}: check.validation: {cfg.validation} and check.columns: {cfg.columns} are a "
+                          "competition fold's (whale score --matcher joint); a catalogue's check is fitted on its own "
+                          "photos, with neither a validation to thin nor a photo count (docs/catalogue.md): leave "
+                          "them at original and pairs")
+    return cfg
 
 
 def batch_config_hash(cat_root, batch: str) -> str | None:
