@@ -29,24 +29,17 @@ from whale.data import ImageSet, fold_data, load_competition  # noqa: E402
 from whale.identify.check import load_table  # noqa: E402
 from whale.identify.config import load_joint_config  # noqa: E402
 from whale.inference.keypoints import Photos  # noqa: E402
-from whale.keypoints.extract import as_float  # noqa: E402
-from whale.keypoints.verify import fit_model  # noqa: E402
+from whale.keypoints.pairs import pair_matches  # noqa: E402
+from whale.keypoints.verify import GeometricVerifier  # noqa: E402
 
 RATIO = 0.9
 STRONG = 15
 
 
-def direct_inliers(q, g, verify) -> int:
-    """Inliers of the transform fitted to the mutual nearest, ratio-tested correspondences of photos ``q`` and ``g``."""
-    a, b = as_float(np.asarray(q.desc)), as_float(np.asarray(g.desc))
-    if len(a) < 2 or len(b) < 2:
-        return 0
-    d = (a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T
-    nn = d.argmin(1)
-    two = np.sqrt(np.maximum(np.partition(d, 1, axis=1)[:, :2], 0))
-    keep = (d.argmin(0)[nn] == np.arange(len(a))) & (two[:, 0] < RATIO * two[:, 1])
-    _, mask = fit_model(q.xy[keep].astype(np.float32), g.xy[nn[keep]].astype(np.float32), verify)
-    return 0 if mask is None else int(mask.sum())
+def direct_inliers(q, g, verifier) -> int:
+    """Verified correspondences of photos ``q`` and ``g`` matched directly (:func:`whale.keypoints.pairs.pair_matches`:
+    mutual nearest neighbours, Lowe's ratio ``RATIO``, the kind's own verifier)."""
+    return len(pair_matches(q, g, verifier, ratio=RATIO)[0])
 
 
 def one_seed(run: Path, data: Path, kinds, queries: int, cache: str) -> dict:
@@ -64,7 +57,8 @@ def one_seed(run: Path, data: Path, kinds, queries: int, cache: str) -> dict:
         f = photos.extract(kcfg, cache, 1, False, {}, {}, lambda *_: None, name)
         qf, gf = f.of(split.val), f.of(split.gallery)
         t0 = time.perf_counter()
-        inl = np.array([direct_inliers(qf[i], gf[j], kcfg.verify) for i, j in table.pairs[rows]])
+        verifier = GeometricVerifier(kcfg.verify)
+        inl = np.array([direct_inliers(qf[i], gf[j], verifier) for i, j in table.pairs[rows]])
         seconds = (time.perf_counter() - t0) / max(len(rows), 1)
         verified = table.rows[rows, col[f"{name}.inliers"]] > 0
         groups = {}
