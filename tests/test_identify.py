@@ -546,3 +546,24 @@ def test_a_check_fitted_on_the_thinned_validation_writes_the_views_the_ensemble_
     assert not np.array_equal(again.scores, val.scores)
     assert ensemble_main([str(both), "--tune", "--fusion", "logodds", "--out", str(tmp_path / "i.csv")]) == 0
     assert check_submission(tmp_path / "i.csv") == []
+
+
+def test_the_centre_columns_leave_out_what_the_test_never_has():
+    """benchmarks/flukes/centre_columns.py: a pair's individual's centre cosine, its rank among the centres the query
+    sees and the gap to the query's best; missing (NaN) for an individual without a centre and for a thinned query's
+    own, whose centre is also out of that query's ranks."""
+    from benchmarks.flukes.centre_columns import centre_columns
+
+    ids = np.array(["a", "a", "b", "c"])  # c: one photo, no centre
+    classes = np.array(["a", "b"])
+    cos = np.array([[0.9, 0.5], [0.2, 0.7]], np.float32)
+    pairs = np.array([[0, 0], [0, 2], [0, 3], [1, 1], [1, 2]])
+    cols = centre_columns(pairs, ids, cos, classes)
+    np.testing.assert_allclose(cols[:2, 0], [0.9, 0.5])
+    np.testing.assert_allclose(cols[:2, 1], np.log1p([0, 1]))
+    np.testing.assert_allclose(cols[:2, 2], [0.0, 0.4], atol=1e-6)
+    assert np.isnan(cols[2]).all()
+    np.testing.assert_allclose(cols[3:, 0], [0.2, 0.7])
+    left = centre_columns(pairs, ids, cos, classes, {1: "b"})  # query 1 thinned: its own whale b's centre unseen
+    assert np.isnan(left[4]).all() and left[3, 1] == 0 and left[3, 2] == 0
+    np.testing.assert_array_equal(left[:3], cols[:3])
