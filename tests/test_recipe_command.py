@@ -375,10 +375,14 @@ def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(t
 
 
 @pytest.mark.slow  # the network and the joint on a small competition: about a minute of CPU
-def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_kinds(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("shape", ["joint", "all"])
+def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_kinds(tmp_path, monkeypatch, capsys,
+                                                                                   shape):
     """recipes/flukes_joint.yaml's shape on the demo's configs (recipes/demo.yaml without its standalone matchers, the
     joint's check on the thinned validation with each individual's columns, the submission the joint's, the other
-    candidate fusing its views of the kinds and the network, and the joint): checked submissions."""
+    candidate fusing its views of the kinds and the network, and the joint): checked submissions. ``all``:
+    recipes/flukes_all.yaml's, the same network trained again on every known photo (``--fold -1``) scoring the
+    joint's test (``--with-run RUN:ALL``)."""
     pytest.importorskip("cv2")
     import yaml
 
@@ -397,6 +401,12 @@ def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_ki
             s["run"] = s["run"].replace("{out}/sift {out}/xfeat {out}/network {out}/joint", "{out}/joint/thinned/"
                                         "keypoints_demo {out}/joint/thinned/keypoints_xfeat_demo "
                                         "{out}/joint/thinned/network {out}/joint").replace(" --thin-validation", "")
+    if shape == "all":
+        at = next(i for i, s in enumerate(steps) if s["name"] == "network")
+        train = steps[at]["run"].replace("--fold {fold}", "--fold -1").replace("{out}/network", "{out}/network-all")
+        steps.insert(at + 1, {"name": "network_all", "about": "the same network on every known photo", "run": train})
+        joint = next(s for s in steps if s["name"] == "joint")
+        joint["run"] = joint["run"].replace("--with-run {out}/network", "--with-run {out}/network:{out}/network-all")
     recipe = tmp_path / "joint_demo.yaml"
     recipe.write_text(yaml.safe_dump({**raw, "steps": steps}))
     data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
@@ -406,3 +416,7 @@ def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_ki
     assert check_submission(out / "submission.csv", data / "sample_submission.csv") == []
     assert check_submission(out / "fused.csv", data / "sample_submission.csv") == []
     assert "fusion" in (out / "logs" / "fused_csv.log").read_text()
+    if shape == "all":  # the test scored by the network of every known photo, the check fitted on the fold's
+        meta = json.loads((out / "joint" / "run.json").read_text())
+        assert meta["with_runs"] == [str(out / "network")] and meta["test_runs"] == [str(out / "network-all")]
+        assert json.loads((out / "network-all" / "run.json").read_text())["fold"] == -1
