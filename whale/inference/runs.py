@@ -33,12 +33,13 @@ class RunScorer:
 
     def __init__(self, model, channels: int, margin: float, batch_size: int = 64, verbose=True,
                  views: tuple[str, ...] = (), tta_mode: str = "features", mirror: bool = False,
-                 crop: str = "box", trunk=None):
+                 crop: str = "box", trunk=None, gallery_views: bool = False):
         from whale.models import model_input_size
 
         self.model, self.channels, self.margin, self.crop = model, channels, margin, crop
         self.image_size = model_input_size(model)  # (height, width)
         self.trunk = trunk  # a trunk run's TrunkMaps: its branch reads their maps, not photos
+        self.gallery_views = bool(gallery_views) and trunk is not None
         self.batch_size, self.verbose = batch_size, verbose
         self.views, self.tta_mode, self.mirror = ("plain", *views), tta_mode, bool(mirror)
         self.scorer = make_scorer(model, constants=True)  # one model, many pairs
@@ -53,7 +54,8 @@ class RunScorer:
 
             trunk, _ = TrunkMaps.for_config(cfg, cache=trunk_cache, progress=verbose)
         return cls(model, cfg.model.channels, cfg.box_margin, verbose=verbose, views=cfg.tta,
-                   tta_mode=cfg.tta_mode, mirror=cfg.flip_ids, crop=cfg.crop, trunk=trunk)
+                   tta_mode=cfg.tta_mode, mirror=cfg.flip_ids, crop=cfg.crop, trunk=trunk,
+                   gallery_views=cfg.trunk.gallery_views)
 
     def features(self, paths, boxes) -> np.ndarray:
         """``[G, V, n, d] float32`` branch features of the box crops of ``paths``.
@@ -78,6 +80,21 @@ class RunScorer:
                                          ImageBatches(store, None, self.image_size, self.batch_size, view=v),
                                          n=len(store), progress=self.verbose) for v in self.views])
         return np.asarray(out, dtype=np.float32)
+
+    def gallery_features(self, paths, boxes) -> np.ndarray:
+        """:meth:`features` of gallery photos: with ``gallery_views`` (a trunk run's ``trunk.gallery_views``), each
+        photo's branch features averaged over its plain and its ``trunk.views`` augmented crops' maps (those the run
+        trained on, computed once and kept by content), ``[1, 1, n, d]``; else :meth:`features`."""
+        if not self.gallery_views:
+            return self.features(paths, boxes)
+        store = self.trunk.store(paths, boxes, views=True)
+        branch, total = self.model.get_layer("branch"), None
+        for v in range(1 + self.trunk.views):
+            batches = ImageBatches(store, None, store.map_size, self.batch_size,
+                                   plain=lambda maps, v=v: np.asarray(maps[v], np.float32))
+            f = compute_features(branch, batches, n=len(store), progress=self.verbose)
+            total = f if total is None else total + f
+        return (total / (1 + self.trunk.views))[None, None]
 
     def matrix(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
         """``[n_q, n_g] float16`` head scores of features from :meth:`features` (``[G, V, n, d]``;
@@ -139,7 +156,7 @@ def write_test_scores(rs: RunScorer, comp, out, known=None, f_known=None, identi
     the caller already has them.
     """
     known = ImageSet.known(comp) if known is None else known
-    f_known = rs.features(known.paths, known.boxes) if f_known is None else f_known
+    f_known = rs.gallery_features(known.paths, known.boxes) if f_known is None else f_known
     test = ImageSet.test(comp)
     f_test = rs.features(test.paths, test.boxes)
     return write_scores(out, rs.matrix(f_test, f_known), test.names, known.names, known.ids,
@@ -178,7 +195,7 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     rs = RunScorer.for_config(model, cfg, verbose=progress, trunk_cache=trunk_cache)
     written = {}
     known = ImageSet.known(comp)
-    f_known = rs.features(known.paths, known.boxes)
+    f_known = rs.gallery_features(known.paths, known.boxes)
     if len(data.val):
         f_gal = f_known[:, :, known.positions(data.gallery.names)]
         f_val = rs.features(data.val.paths, data.val.boxes)

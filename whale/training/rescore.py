@@ -33,5 +33,24 @@ def score_fold(out_dir, data_dir, fold: int, cfg: RunConfig, checkpoint: str = "
 
     comp = load_competition(data_dir)
     data = fold_data(comp, fold, cfg.seed, val_new_whale=cfg.val_new_whale)
+    scoring = scoring_config(out_dir, cfg, log)
     with strategy_scope(cfg.strategy):
-        return score_run(out_dir, comp, data, checkpoint=checkpoint, log=log, trunk_cache=trunk_cache)
+        return score_run(out_dir, comp, data, checkpoint=checkpoint, log=log, trunk_cache=trunk_cache, cfg=scoring)
+
+
+def scoring_config(out_dir, cfg: RunConfig, log=print) -> RunConfig:
+    """The run's own config (its ``config.yaml``) with the scoring-only keys of ``cfg`` (``trunk.gallery_views``):
+    what ``--score-only`` scores with; every other key is the run's, whatever ``cfg`` says."""
+    import dataclasses
+
+    from whale.config import load_config
+
+    run = load_config(Path(out_dir) / "config.yaml")
+    if cfg.trunk.gallery_views == run.trunk.gallery_views:
+        return run
+    if cfg.trunk.gallery_views and (run.trunk.layer is None or not run.trunk.views):
+        raise ConfigError(f"{Path(out_dir) / 'config.yaml'}: trunk.gallery_views needs a trunk run with views "
+                          f"(trunk.layer {run.trunk.layer}, trunk.views {run.trunk.views})")
+    log(f"--score-only: trunk.gallery_views: {str(cfg.trunk.gallery_views).lower()} (the run trained with "
+        f"{str(run.trunk.gallery_views).lower()})")
+    return dataclasses.replace(run, trunk=dataclasses.replace(run.trunk, gallery_views=cfg.trunk.gallery_views))
