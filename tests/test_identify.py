@@ -567,3 +567,22 @@ def test_the_centre_columns_leave_out_what_the_test_never_has():
     left = centre_columns(pairs, ids, cos, classes, {1: "b"})  # query 1 thinned: its own whale b's centre unseen
     assert np.isnan(left[4]).all() and left[3, 1] == 0 and left[3, 2] == 0
     np.testing.assert_array_equal(left[:3], cols[:3])
+
+
+def test_a_kept_table_takes_a_run_s_new_scores_in_its_run_columns_alone():
+    """benchmarks/flukes/joint_refit.py: the same pairs with a trained run's columns computed from other scores, every
+    other column as kept."""
+    from benchmarks.flukes.joint_refit import with_run
+    from whale.identify.check import PairTable
+
+    rng = np.random.default_rng(5)
+    ids = np.array(["a", "a", "b", "c", "new_whale"])
+    kind = KindEvidence(rng.random((3, 5)).astype(np.float32), rng.random((3, 5)).astype(np.float32),
+                        rng.integers(0, 9, (3, 5)).astype(np.float32))
+    old, new = rng.random((3, 5)).astype(np.float32), rng.random((3, 5)).astype(np.float32)
+    pairs = pairs_of([np.array([0, 2, 3]), np.array([1, 4]), np.array([0, 1, 2, 3])])
+    columns = column_names(["k"], ["run0:net"])
+    table = PairTable(pairs, pair_table(pairs, [kind], [old], ids), np.zeros((3, 5), np.float32), columns, "key")
+    again = with_run(table, new, ids)
+    np.testing.assert_array_equal(again.rows, pair_table(pairs, [kind], [new], ids))
+    assert again.key == "key" and (table.rows == pair_table(pairs, [kind], [old], ids)).all()

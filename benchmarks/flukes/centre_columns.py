@@ -38,19 +38,10 @@ from whale.command import quiet_unless_debugging  # noqa: E402
 
 quiet_unless_debugging()
 
-from benchmarks.flukes.shared import average_precision5, identification_figures, known_hits, read_solution  # noqa: E402
-from whale import NEW_WHALE  # noqa: E402
+from benchmarks.flukes.joint_refit import evaluate, load_kept, report  # noqa: E402
 from whale.data import ImageSet, fold_data, load_competition  # noqa: E402
-from whale.identify.check import JointCheck, check_rows, identification_scores, load_table  # noqa: E402
-from whale.identify.config import JointConfig  # noqa: E402
 from whale.identify.sources import run_scores  # noqa: E402
-from whale.identify.thin import hidden_photos, mirror_share, thinned  # noqa: E402
-from whale.inference.scorefile import load_score_file  # noqa: E402
-from whale.ranking.newwhale import map_for_thresholds, tune, tune_threshold  # noqa: E402
-from whale.ranking.topids import TOP_K, TopIds, top_id_scores  # noqa: E402
 
-SHARE = 0.276
-"""The ``new_whale`` share the recipe's ``--tune-new-share`` weights the validation to."""
 VARIANTS = {"centre": 1, "centre + rank": 2, "centre + rank + gap": 3}
 """Each row's name and how many of :func:`centre_columns`' columns it adds."""
 
@@ -93,70 +84,29 @@ def centre_columns(pairs: np.ndarray, gallery_ids, cosines: np.ndarray, classes:
     return np.c_[cos, rank, seen.max(1)[pairs[:, 0]] - cos].astype(np.float32)
 
 
-def test_figures(scores: np.ndarray, gallery_ids, truth, thresholds: dict[str, float]) -> dict[str, float]:
-    """The test's MAP@5 at each validation threshold of ``thresholds``, and its known whales' figures by ids alone."""
-    gallery_ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
-    names, idx, vals = top_id_scores(scores, gallery_ids, TOP_K, open_label=NEW_WHALE)
-    top = TopIds(names[idx], vals, truth, NEW_WHALE)
-    out = {f"map5 {k}": float(map_for_thresholds(top, [t])[0]) for k, t in thresholds.items()}
-    _, hit = known_hits(scores, gallery_ids, truth)
-    return {**out, "known_ids_only": float(average_precision5(hit).mean()), "top5": float(hit.any(axis=1).mean())}
-
-
 def one_seed(run: Path, trunk_cache) -> dict[str, dict]:
-    meta = json.loads((run / "run.json").read_text())
-    seed, fold = int(meta.get("seed", 0)), int(meta["fold"])
+    kept = load_kept(run)
+    fold, meta = int(kept.meta["fold"]), kept.meta
     net_val, net_test = Path(meta["with_runs"][0]), Path((meta.get("test_runs") or meta["with_runs"])[0])
     comp = load_competition(meta["data"])
-    data = fold_data(comp, fold, seed)
-    table = load_table(run / "pairs_val.npz")
-    kinds = {p.parent.name: load_score_file(p, need_query_ids=True) for p in sorted((run / "kinds").glob("*/val.npz"))}
-    first = next(iter(kinds.values()))
-    gallery_ids, truth = np.asarray(first.gallery_ids, str), np.asarray(first.query_ids, str)
-    query, gallery = [str(n) for n in first.query], [str(n) for n in first.gallery]
-    if query != [str(n) for n in data.val.names]:
-        raise ValueError(f"{run}: its validation queries are not fold {fold}'s of {meta['data']}")
-    runs = [run_scores(r, "val", query, gallery, fold) for r in meta["with_runs"]]
-    hidden = hidden_photos(gallery_ids, truth, mirror_share(gallery_ids), seed)
-    one_photo = np.zeros(len(truth), bool)
-    one_photo[list(hidden)] = True
-    pairs, rows, fallback = thinned(table, hidden, {k: np.asarray(f.scores, np.float32) for k, f in kinds.items()},
-                                    runs, gallery_ids)
-    rows = check_rows(pairs, rows, table.columns, gallery_ids, "individuals")
-    same = gallery_ids[pairs[:, 1]] == truth[pairs[:, 0]]
-    cos, classes = class_scores(net_val, data.val, trunk_cache)
-    extra = centre_columns(pairs, gallery_ids, cos, classes, {q: truth[q] for q in hidden})
-
-    test = load_table(run / "pairs_test.npz")
-    test_file = load_score_file(run / "test.npz")
-    test_ids = np.asarray(test_file.gallery_ids, str)
-    solution = read_solution(Path(meta["data"]) / "test_solution.csv")
-    test_truth = np.array([solution[str(n)] for n in test_file.query])
     images = ImageSet.test(comp)
     order = {str(n): i for i, n in enumerate(images.names)}
-    if [str(n) for n in test_file.query] != [str(n) for n in images.names]:
-        images = images.subset(np.array([order[str(n)] for n in test_file.query]))
-    test_rows = check_rows(test.pairs, test.rows, test.columns, test_ids, "individuals")
-    t_cos, t_classes = class_scores(net_test, images, trunk_cache)
-    test_extra = centre_columns(test.pairs, test_ids, t_cos, t_classes)
+    images = images.subset(np.array([order[n] for n in kept.test_query]))
+    cosines = {"val": class_scores(net_val, kept.data.val, trunk_cache),
+               "test": class_scores(net_test, images, trunk_cache)}
+    own = {q: kept.truth[q] for q in kept.hidden}
 
-    cfg = JointConfig(kinds=())
-    out = {}
-    for name, width in {"each individual's columns (the recipe)": 0, **VARIANTS}.items():
-        fit, predict = (np.c_[rows, extra[:, :width]], np.c_[test_rows, test_extra[:, :width]])
-        check = JointCheck(cfg.rounds, cfg.leaf_nodes, cfg.learning_rate, cfg.folds, seed)
-        val_scores = identification_scores(pairs, check.cross_predict(fit, same, pairs[:, 0], fit, pairs[:, 0]),
-                                           gallery_ids, fallback, "max")
-        val = identification_figures(val_scores, gallery_ids, truth, one_photo)
-        shared_t, _, _ = tune_threshold(val_scores, gallery_ids, truth)
-        names, idx, vals = top_id_scores(val_scores, gallery_ids, TOP_K, open_label=NEW_WHALE)
-        share_t = tune(TopIds(names[idx], vals, truth, NEW_WHALE), open_share=SHARE)[0]
-        check.fit(fit, same, pairs[:, 0], cross_fit=False)
-        t_scores = identification_scores(test.pairs, check.predict(predict), test_ids, test.fallback, "max")
-        out[name] = {"validation": val, "test": test_figures(t_scores, test_ids, test_truth,
-                                                              {"tuned": shared_t, "share": share_t})}
-        print(f"{run}: {name}: validation " + ", ".join(f"{k} {v:.4f}" for k, v in val.items())
-              + "; test " + ", ".join(f"{k} {v:.4f}" for k, v in out[name]["test"].items()), flush=True)
+    def columns(width):
+        def extra(pairs, split):
+            ids = kept.gallery_ids if split == "val" else kept.test_ids
+            return centre_columns(pairs, ids, *cosines[split], own if split == "val" else None)[:, :width]
+        return extra
+
+    scores = run_scores(meta["with_runs"][0], "val", kept.query, kept.gallery, fold)
+    out = {"each individual's columns (the recipe)": evaluate(kept, scores, kept.val, kept.test,
+                                                              name="the recipe's columns")}
+    for name, width in VARIANTS.items():
+        out[name] = evaluate(kept, scores, kept.val, kept.test, columns(width), name=name)
     return out
 
 
@@ -169,23 +119,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     per_seed = {s: one_seed(Path(args.runs.format(S=s)), args.trunk_cache) for s in seeds}
-    names = list(per_seed[seeds[0]])
-    print("| check | validation MAP@5 | validation known, ids only | test MAP@5 (tuned) | test MAP@5 (share) "
-          "| test known, ids only | test top-5 |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for n in names:
-        def cell(split, key):
-            v = np.array([per_seed[s][n][split][key] for s in seeds])
-            return f"{v.mean():.4f} +- {v.std(ddof=1) if len(v) > 1 else 0:.4f}"
-        print(f"| {n} | {cell('validation', 'map5_tuned')} | {cell('validation', 'known_ids_only')} | "
-              f"{cell('test', 'map5 tuned')} | {cell('test', 'map5 share')} | {cell('test', 'known_ids_only')} | "
-              f"{cell('test', 'top5')} |")
-    result = {"benchmark": "centre_columns", "seeds": seeds, "per_seed": per_seed}
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
-    print(json.dumps(result))
-    return 0
+    return report("centre_columns", per_seed, args.out)
 
 
 if __name__ == "__main__":
