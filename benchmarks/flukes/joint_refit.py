@@ -39,8 +39,8 @@ quiet_unless_debugging()
 from benchmarks.flukes.shared import average_precision5, identification_figures, known_hits, read_solution  # noqa: E402
 from whale import NEW_WHALE  # noqa: E402
 from whale.data import fold_data, load_competition  # noqa: E402
-from whale.identify.check import (JointCheck, PairTable, check_rows, identification_scores, load_table,  # noqa: E402
-                                  pair_table)
+from whale.identify.check import (RUN_COLUMNS, JointCheck, PairTable, check_rows, identification_scores,  # noqa: E402
+                                  load_table, pair_table)
 from whale.identify.config import JointConfig  # noqa: E402
 from whale.identify.sources import run_scores  # noqa: E402
 from whale.identify.thin import hidden_photos, mirror_share, thinned  # noqa: E402
@@ -50,8 +50,8 @@ from whale.ranking.topids import TOP_K, TopIds, top_id_scores  # noqa: E402
 
 SHARE = 0.276
 """The ``new_whale`` share the recipe's ``--tune-new-share`` weights the validation to."""
-RUN_SUFFIXES = (".score", ".rank", ".id_score", ".id_rank", ".gap")
-"""A trained run's columns in a pair table (:data:`whale.identify.check.RUN_COLUMNS`), by their name's end."""
+RUN_SUFFIXES = tuple(f".{c}" for c in RUN_COLUMNS)
+"""A trained run's columns in a pair table, by their name's end."""
 
 
 @dataclass
