@@ -947,7 +947,7 @@ def indexed(trained, tmp_path_factory):
 def test_index_and_a_rematch_killed_at_each_step_leave_the_catalogue_before_or_after(trained, indexed, tmp_path):
     data, run = trained
     index = ["index", "{cat}", "--run", str(run)]
-    steps = (("whale.catalogue.features:RunFeatures.features", "before", 1),  # scoring
+    steps = (("whale.catalogue.features:RunFeatures.gallery_features", "before", 1),  # scoring
              ("whale.catalogue.features:fsync_dir", "after", 1),  # the features file written, no row
              (TRANSACTION, "commit", 1), (TRANSACTION, "committed", 1))
     assert _kill_steps(indexed[0], index, steps, tmp_path / "index") == [3, 1]

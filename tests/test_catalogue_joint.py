@@ -220,6 +220,8 @@ class FakeRun:
             f[0, 0, i, self.truth[file_hash(p)]] = 1.0
         return f
 
+    gallery_features = features  # the catalogue's photos as its queries: no views
+
     def matrix(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
         if fq.shape[2] == fg.shape[2]:
             self.catalogue_scored += 1

@@ -310,6 +310,20 @@ def test_compute_features_pads_short_batches_to_one_shape(backend):
     assert branch.shapes == [8, 8, 8, 8]
     np.testing.assert_allclose(got, want, atol=1e-6)
 
+    from whale.inference.features import ChainedBatches, ImageBatches
+
+    # two passes as one (a gallery photo's views, whale.inference.runs): each part's short batch padded to 4
+    parts = [ImageBatches(list(images), None, (4, 4), 4, plain=lambda m: m) for images in (x, x[::-1])]
+    chain = ChainedBatches(parts)
+    assert len(chain) == 6 and chain.batch_size == 4
+    np.testing.assert_array_equal(chain[3], x[9::-1][:4])
+    with pytest.raises(IndexError, match="batch 6 out of range for 6 batches"):
+        chain[6]
+    branch = Seen(inner)
+    got = compute_features(branch, chain, n=20, progress=False, pad=True)
+    assert branch.shapes == [4] * 6
+    np.testing.assert_allclose(got, np.concatenate([want, want[::-1]]), atol=1e-6)
+
 
 def test_head_proxy_ranks_like_the_head(heads):
     from whale.models import HeadScorer

@@ -196,6 +196,21 @@ def test_a_trunk_run_trains_scores_and_scores_again_from_the_cache(backend, comp
                                np.stack([np.asarray(branch(np.asarray(store[i][:1], np.float32)))[0]
                                          for i in range(3)]), rtol=1e-4, atol=1e-5)
 
+    # a catalogue indexed with a run whose config.yaml sets gallery_views keeps each photo by its views;
+    # the photos it matches stay plain
+    from whale.catalogue.features import RunFeatures
+
+    shutil.copytree(tmp_path / "run", tmp_path / "views_run", ignore=shutil.ignore_patterns("scores*"))
+    views.to_yaml(tmp_path / "views_run" / "config.yaml")
+    run = RunFeatures(tmp_path / "views_run", verbose=False)
+    mine = run.scorer.trunk.store(known.paths[:3], known.boxes[:3], views=True)  # this test's trunk: no weights
+    by_hand = np.stack([np.asarray(branch(np.asarray(mine[i], np.float32))).mean(0) for i in range(3)])
+    np.testing.assert_allclose(run.gallery_features(known.paths[:3], known.boxes[:3])[0, 0], by_hand, rtol=1e-4,
+                               atol=1e-5)
+    np.testing.assert_allclose(run.features(known.paths[:3], known.boxes[:3])[0, 0],
+                               np.stack([np.asarray(branch(np.asarray(mine[i][:1], np.float32)))[0]
+                                         for i in range(3)]), rtol=1e-4, atol=1e-5)
+
 
 def test_what_a_trunk_run_cannot_do_is_refused_by_name():
     from whale.config import config_from_dict

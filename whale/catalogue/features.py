@@ -86,6 +86,11 @@ class RunFeatures:
         """``[G, V, n, d] float32`` features of images (see :meth:`RunScorer.features`)."""
         return self.scorer.features(list(paths), list(boxes))
 
+    def gallery_features(self, paths, boxes) -> np.ndarray:
+        """The catalogue's own images' features: :meth:`RunScorer.gallery_features` (each image by the views its
+        run trained on where the run's ``trunk.gallery_views`` asks for it, else :meth:`features`)."""
+        return self.scorer.gallery_features(list(paths), list(boxes))
+
 
 def update_index(cat: Catalogue, run: RunFeatures) -> dict[str, int]:
     """Score the catalogue images that have no features under ``run``; drop other fingerprints' rows.
@@ -138,7 +143,8 @@ def prepare_index(cat: Catalogue, run: RunFeatures) -> PendingIndex:
     rel = None
     if todo:
         try:
-            feats = run.features([image_path(cat, f) for _, f, _ in todo], [_parse_box(b) for _, _, b in todo])
+            feats = run.gallery_features([image_path(cat, f) for _, f, _ in todo],
+                                         [_parse_box(b) for _, _, b in todo])
         except DataError as exc:
             raise DataError(_unreadable(cat, todo, exc)) from None
         buf = io.BytesIO()

@@ -169,3 +169,27 @@ class ImageBatches(keras.utils.PyDataset):
         for j, i in enumerate(rows):
             out[j] = self._plain(self.store[int(i)])
         return out
+
+
+class ChainedBatches:
+    """The batches of several :class:`ImageBatches` one after another, as one dataset for :func:`compute_features`
+    (one pass, one progress bar): ``ChainedBatches([a, b])[len(a)]`` is ``b[0]``. Their ``batch_size`` is the
+    first one's (under JAX each part's short last batch runs padded to it)."""
+
+    def __init__(self, parts: Sequence[ImageBatches]):
+        if not parts:
+            raise ValueError("ChainedBatches: expected at least one ImageBatches, received none")
+        self.parts, self.batch_size = list(parts), parts[0].batch_size
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def __getitem__(self, idx: int) -> np.ndarray:
+        """Batch ``idx`` of the chain: the batch of the part it falls in."""
+        if not 0 <= idx < len(self):
+            raise IndexError(f"batch {idx} out of range for {len(self)} batches")
+        for part in self.parts:
+            if idx < len(part):
+                return part[idx]
+            idx -= len(part)
+        raise AssertionError("unreachable: idx was checked against the parts' total")

@@ -13,7 +13,7 @@ import numpy as np
 
 from whale.data import ImageSet, ImageStore, crop_size_for
 from whale.core.errors import DataError
-from whale.inference.features import ImageBatches, compute_features
+from whale.inference.features import ChainedBatches, ImageBatches, compute_features
 from whale.inference.scorefile import score_identity, write_scores
 from whale.models.checkpoint import load_checkpoint, snapshot_name
 from whale.objectives import make_scorer  # importing whale.objectives registers its layers for loading
@@ -87,14 +87,16 @@ class RunScorer:
         trained on, computed once and kept by content), ``[1, 1, n, d]``; else :meth:`features`."""
         if not self.gallery_views:
             return self.features(paths, boxes)
-        store = self.trunk.store(paths, boxes, views=True)
-        branch, total = self.model.get_layer("branch"), None
-        for v in range(1 + self.trunk.views):
-            batches = ImageBatches(store, None, store.map_size, self.batch_size,
-                                   plain=lambda maps, v=v: np.asarray(maps[v], np.float32))
-            f = compute_features(branch, batches, n=len(store), progress=self.verbose)
-            total = f if total is None else total + f
-        return (total / (1 + self.trunk.views))[None, None]
+        store, n_views = self.trunk.store(paths, boxes, views=True), 1 + self.trunk.views
+        views = ChainedBatches([ImageBatches(store, None, store.map_size, self.batch_size,
+                                             plain=lambda maps, v=v: np.asarray(maps[v], np.float32))
+                                for v in range(n_views)])  # one pass, one progress bar
+        f = compute_features(self.model.get_layer("branch"), views, n=n_views * len(store), progress=self.verbose)
+        f = f.reshape(n_views, len(store), -1)
+        total = f[0]
+        for v in range(1, n_views):  # summed view by view, in order
+            total = total + f[v]
+        return (total / n_views)[None, None]
 
     def matrix(self, fq: np.ndarray, fg: np.ndarray) -> np.ndarray:
         """``[n_q, n_g] float16`` head scores of features from :meth:`features` (``[G, V, n, d]``;
@@ -195,9 +197,11 @@ def score_run(run_dir, comp, data, checkpoint: str = "best", log=print,
     rs = RunScorer.for_config(model, cfg, verbose=progress, trunk_cache=trunk_cache)
     written = {}
     known = ImageSet.known(comp)
-    f_known = rs.gallery_features(known.paths, known.boxes)
+    # The test's gallery is every known photo; without a test only the fold's gallery is scored as a gallery.
+    f_known = rs.gallery_features(known.paths, known.boxes) if comp.test_images else None
     if len(data.val):
-        f_gal = f_known[:, :, known.positions(data.gallery.names)]
+        f_gal = (rs.gallery_features(data.gallery.paths, data.gallery.boxes) if f_known is None
+                 else f_known[:, :, known.positions(data.gallery.names)])
         f_val = rs.features(data.val.paths, data.val.boxes)
         val = rs.matrix(f_val, f_gal)
         written["val"] = write_scores(out / "val.npz", val,
