@@ -203,8 +203,9 @@ def test_a_trunk_run_trains_scores_and_scores_again_from_the_cache(backend, comp
     shutil.copytree(tmp_path / "run", tmp_path / "views_run", ignore=shutil.ignore_patterns("scores*"))
     views.to_yaml(tmp_path / "views_run" / "config.yaml")
     run = RunFeatures(tmp_path / "views_run", verbose=False)
-    mine = run.scorer.trunk.store(known.paths[:3], known.boxes[:3], views=True)  # this test's trunk: no weights
-    by_hand = np.stack([np.asarray(branch(np.asarray(mine[i], np.float32))).mean(0) for i in range(3)])
+    mine = run.scorer.trunk.store(known.paths[:3], known.boxes[:3], views=True)  # no cache: computed again
+    for i in range(3):  # a trunk without pretrained weights is built from the run's seed: the cached maps again
+        np.testing.assert_allclose(np.asarray(mine[i], np.float32), np.asarray(store[i], np.float32), atol=1e-2)
     np.testing.assert_allclose(run.gallery_features(known.paths[:3], known.boxes[:3])[0, 0], by_hand, rtol=1e-4,
                                atol=1e-5)
     np.testing.assert_allclose(run.features(known.paths[:3], known.boxes[:3])[0, 0],

@@ -108,6 +108,10 @@ class TrunkMaps:
 
         size = input_size(cfg.stages[0].image_size, cfg.aspect)
         m = cfg.model
+        if m.weights is None:  # a frozen trunk of random weights: the same ones at every build (training, a resumed
+            import keras  # run, scoring, the catalogue), as the maps cached under its fingerprint are
+
+            keras.utils.set_random_seed(cfg.seed)
         branch = build_branch(m.branch, (*size, m.channels), weights=m.weights, options=m.branch_options())
         trunk, top = split_branch(branch, cfg.trunk.layer)
         weights = m.weights
