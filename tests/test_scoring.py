@@ -313,7 +313,7 @@ def test_compute_features_pads_short_batches_to_one_shape(backend):
     from whale.inference.features import ChainedBatches, ImageBatches
 
     # two passes as one (a gallery photo's views, whale.inference.runs): each part's short batch padded to 4
-    parts = [ImageBatches(list(images), None, (4, 4), 4, plain=lambda m: m) for images in (x, x[::-1])]
+    parts = [ImageBatches(list(images), None, (4, 4), 4, plain=lambda m: m) for images in (x, x[:0], x[::-1])]
     chain = ChainedBatches(parts)
     assert len(chain) == 6 and chain.batch_size == 4
     np.testing.assert_array_equal(chain[3], x[9::-1][:4])

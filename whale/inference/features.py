@@ -180,16 +180,14 @@ class ChainedBatches:
         if not parts:
             raise ValueError("ChainedBatches: expected at least one ImageBatches, received none")
         self.parts, self.batch_size = list(parts), parts[0].batch_size
+        self._starts = np.cumsum([0] + [len(p) for p in self.parts])  # each part's first batch in the chain
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
+        return int(self._starts[-1])
 
     def __getitem__(self, idx: int) -> np.ndarray:
         """Batch ``idx`` of the chain: the batch of the part it falls in."""
         if not 0 <= idx < len(self):
             raise IndexError(f"batch {idx} out of range for {len(self)} batches")
-        for part in self.parts:
-            if idx < len(part):
-                return part[idx]
-            idx -= len(part)
-        raise AssertionError("unreachable: idx was checked against the parts' total")
+        part = int(np.searchsorted(self._starts, idx, side="right")) - 1
+        return self.parts[part][idx - int(self._starts[part])]
