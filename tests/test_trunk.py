@@ -213,6 +213,42 @@ def test_a_trunk_run_trains_scores_and_scores_again_from_the_cache(backend, comp
                                          for i in range(3)]), rtol=1e-4, atol=1e-5)
 
 
+def test_a_weightless_trunk_is_built_from_the_runs_seed_leaving_the_callers_streams_alone(backend):
+    import random
+
+    import keras
+
+    from whale.config import config_from_dict
+    from whale.inference.trunk import TrunkMaps
+
+    cfg = config_from_dict(TRUNK_CONFIG)
+
+    def trunk_weights():
+        return [np.asarray(w) for w in TrunkMaps.for_config(cfg, progress=False)[0].trunk.weights]
+
+    random.seed(11)
+    np.random.seed(12)
+    first = trunk_weights()
+    after = random.random(), np.random.random()
+    random.seed(11)
+    np.random.seed(12)
+    assert after == (random.random(), np.random.random())  # the build drew nothing from the caller's streams
+    random.seed(99)  # another state: the same weights again
+    again = trunk_weights()
+    keras.utils.set_random_seed(cfg.seed)  # ... and the ones a trunk built after the global seed had
+    from whale.imagesize import input_size
+    from whale.models import build_branch
+    from whale.models.trunk import split_branch
+
+    size = input_size(cfg.stages[0].image_size, cfg.aspect)
+    branch = build_branch(cfg.model.branch, (*size, cfg.model.channels), weights=None,
+                          options=cfg.model.branch_options())
+    former = [np.asarray(w) for w in split_branch(branch, cfg.trunk.layer)[0].weights]
+    assert len(first) == len(again) == len(former) > 0
+    for a, b, c in zip(first, again, former):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
 def test_what_a_trunk_run_cannot_do_is_refused_by_name():
     from whale.config import config_from_dict
 

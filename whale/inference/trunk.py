@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +73,22 @@ class MapStore:
         return tuple(int(v) for v in self._maps[0].shape[1:3])
 
 
+@contextmanager
+def seeded_draws(seed: int | None):
+    """Python's ``random`` seeded with ``seed`` inside (None: left alone), its state given back after. Keras draws
+    the seed of every initializer given none from it, so a branch built inside has the same weights at each build
+    (those ``keras.utils.set_random_seed(seed)`` gives), while the caller's streams (Python's, NumPy's, the
+    backend's) go on as if nothing had been built."""
+    if seed is None:
+        yield
+        return
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
 class TrunkMaps:
     """The maps of photos through ``trunk`` (a frozen model, raw pixels -> maps).
 
@@ -108,11 +126,10 @@ class TrunkMaps:
 
         size = input_size(cfg.stages[0].image_size, cfg.aspect)
         m = cfg.model
-        if m.weights is None:  # a frozen trunk of random weights: the same ones at every build (training, a resumed
-            import keras  # run, scoring, the catalogue), as the maps cached under its fingerprint are
-
-            keras.utils.set_random_seed(cfg.seed)
-        branch = build_branch(m.branch, (*size, m.channels), weights=m.weights, options=m.branch_options())
+        # a frozen trunk of random weights: the same ones at every build (training, a resumed run, scoring, the
+        # catalogue), as the maps cached under its fingerprint are
+        with seeded_draws(cfg.seed if m.weights is None else None):
+            branch = build_branch(m.branch, (*size, m.channels), weights=m.weights, options=m.branch_options())
         trunk, top = split_branch(branch, cfg.trunk.layer)
         weights = m.weights
         if weights not in (None, "imagenet") and Path(weights).is_file():
