@@ -50,6 +50,33 @@ def test_a_row_describes_the_inliers_and_the_share_of_the_best_evidence():
     assert shares == pytest.approx([1.0, 0.5])
 
 
+def test_a_photos_own_span_is_sorted_once_and_gives_the_rows_the_former_spreads(monkeypatch):
+    """Each row divides its inliers' spans by the photos' own (Features.xy_span): computed at the first row a
+    photo is in, kept for the next, and the same spreads as ``np.percentile`` over all its keypoints each row."""
+    import pickle
+
+    from whale.keypoints import pairstats
+
+    q, g = photo(seed=1), photo(seed=2)
+    sorts = []
+    real = pairstats.percentile_span
+    monkeypatch.setattr(pairstats, "percentile_span", lambda x: sorts.append(len(x)) or real(x))
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        keep = rng.random(len(q)) < 0.5
+        src, dst = q.xy[keep], g.xy[keep]
+        mask = rng.random(len(src)) < 0.7
+        row = pair_row(q, g, src, dst, mask, np.ones(len(src), np.float32), 3.0, np.eye(3), 0.5)
+        for name, points, f in (("q", src[mask], q), ("g", dst[mask], g)):
+            span = np.percentile(f.xy, 90, axis=0) - np.percentile(f.xy, 10, axis=0)
+            want = (np.percentile(points, 90, axis=0) - np.percentile(points, 10, axis=0)) / np.maximum(span, 1.0)
+            got = row[[NAMES.index(f"{name}_spread_x"), NAMES.index(f"{name}_spread_y")]]
+            np.testing.assert_array_equal(got, want.astype(np.float32))
+    assert sorts.count(len(q)) == 2  # each photo's own keypoints sorted once; the inliers' at every row
+    assert len(sorts) == 2 + 4 * 2
+    assert "xy_span" in vars(pickle.loads(pickle.dumps(q)))  # kept with the photo it describes
+    assert (photo(seed=4).take(np.arange(1)).xy_span == 0).all()
+
 def test_a_percentile_span_from_one_sort_is_numpys_bit_for_bit():
     """pairstats.percentile_span (the rows' spreads, a million a run) against ``np.percentile``'s own: the same
     value and dtype on arrays of every size the rows meet, with ties, float32 and float64."""

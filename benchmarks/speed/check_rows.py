@@ -5,7 +5,8 @@
 Every candidate a checked matcher verifies is described by a row (:func:`whale.keypoints.pairstats.pair_row`) whose
 four spreads are 10th-90th percentile spans of the inliers and of each photo's keypoints. They were four
 ``np.percentile`` pairs a row; :func:`~whale.keypoints.pairstats.percentile_span` gives the same values, bit for bit,
-from one sort a span. This times the whole match that ``whale score`` runs on a fold's validation queries (votes,
+from one sort a span, and a photo's own span is sorted once, at its first verified pair
+(:attr:`~whale.keypoints.extract.Features.xy_span`), not again for every row it is in. This times the whole match that ``whale score`` runs on a fold's validation queries (votes,
 verification, the rows, ``check.both_ways``'s gallery matched back against the queries, the check's probabilities)
 on the first ``--queries`` validation photos of fold 0 of ``--data`` (a split folder, e.g. the one
 ``benchmarks/flukes/humpback.py --out runs/hbx`` writes), under ``--config`` (default the checked XFeat matcher),
@@ -32,8 +33,9 @@ quiet_unless_debugging()  # before anything imports the backend
 import numpy as np  # noqa: E402
 
 
-def former_spread(points: np.ndarray, every: np.ndarray) -> np.ndarray:
-    """The former ``pairstats._spread``: ``np.percentile`` four times."""
+def former_spread(points: np.ndarray, photo) -> np.ndarray:
+    """The former ``pairstats._spread``: ``np.percentile`` four times, all ``photo``'s keypoints each row."""
+    every = photo.xy
     if len(points) < 2 or len(every) < 2:
         return np.zeros(2)
     span = np.percentile(every, 90, axis=0) - np.percentile(every, 10, axis=0)

@@ -20,6 +20,7 @@ page draws matches on the photo a person sees.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -76,6 +77,15 @@ class Features:
 
     def __len__(self) -> int:
         return len(self.xy)
+
+    @cached_property
+    def xy_span(self) -> np.ndarray:
+        """``[2]``: the 10th-90th percentile span of the keypoints' (x, y) (``[0, 0]`` under two keypoints),
+        computed at the first ask and kept: every verified pair's row divides by it
+        (:func:`whale.keypoints.pairstats.pair_row`), a gallery photo's for each query that reaches it."""
+        from whale.keypoints.pairstats import percentile_span
+
+        return percentile_span(self.xy) if len(self.xy) >= 2 else np.zeros(2, self.xy.dtype)
 
     def take(self, keep) -> "Features":
         """The keypoints ``keep`` (indices or a ``[n] bool`` mask) of the same photo."""

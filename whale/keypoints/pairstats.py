@@ -59,11 +59,12 @@ def percentile_span(x: np.ndarray) -> np.ndarray:
     return _percentile(ordered, 0.9) - _percentile(ordered, 0.1)
 
 
-def _spread(points: np.ndarray, every: np.ndarray) -> np.ndarray:
-    """``[2]``: the 10th-90th percentile span of ``points`` over that of ``every`` (x, y), in [0, ~1]."""
-    if len(points) < 2 or len(every) < 2:
+def _spread(points: np.ndarray, photo: Features) -> np.ndarray:
+    """``[2]``: the 10th-90th percentile span of ``points`` over that of all ``photo``'s keypoints (x, y, its
+    :attr:`~whale.keypoints.extract.Features.xy_span`, sorted once a photo), in [0, ~1]."""
+    if len(points) < 2 or len(photo) < 2:
         return np.zeros(2)
-    return percentile_span(points) / np.maximum(percentile_span(every), 1.0)
+    return percentile_span(points) / np.maximum(photo.xy_span, 1.0)
 
 
 def _diagonal(f: Features) -> float:
@@ -98,7 +99,7 @@ def pair_row(q: Features, g: Features, src: np.ndarray, dst: np.ndarray, mask: n
     inliers = int(mask.sum())
     evidence = float(weight[mask].sum())
     return np.concatenate([[inliers, np.log1p(len(src)), inliers / max(len(src), 1), np.log1p(evidence),
-                            np.log1p(votes), 1.0], _spread(src[mask], q.xy), _spread(dst[mask], g.xy),
+                            np.log1p(votes), 1.0], _spread(src[mask], q), _spread(dst[mask], g),
                            transform_shape(model, q, g), [agreement]]).astype(np.float32)
 
 
