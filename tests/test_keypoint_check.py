@@ -55,12 +55,17 @@ def test_a_photos_own_span_is_sorted_once_and_gives_the_rows_the_former_spreads(
     photo is in, kept for the next, and the same spreads as ``np.percentile`` over all its keypoints each row."""
     import pickle
 
+    import importlib
+
     from whale.keypoints import pairstats
+
+    extract = importlib.import_module("whale.keypoints.extract")  # the package's `extract` is a function
 
     q, g = photo(seed=1), photo(seed=2)
     sorts = []
     real = pairstats.percentile_span
-    monkeypatch.setattr(pairstats, "percentile_span", lambda x: sorts.append(len(x)) or real(x))
+    for module in (pairstats, extract):
+        monkeypatch.setattr(module, "percentile_span", lambda x: sorts.append(len(x)) or real(x))
     rng = np.random.default_rng(3)
     for _ in range(4):
         keep = rng.random(len(q)) < 0.5
@@ -78,7 +83,7 @@ def test_a_photos_own_span_is_sorted_once_and_gives_the_rows_the_former_spreads(
     assert (photo(seed=4).take(np.arange(1)).xy_span == 0).all()
 
 def test_a_percentile_span_from_one_sort_is_numpys_bit_for_bit():
-    """pairstats.percentile_span (the rows' spreads, a million a run) against ``np.percentile``'s own: the same
+    """percentile_span (whale.core.percentile: the rows' spreads, a million a run) against ``np.percentile``'s own: the same
     value and dtype on arrays of every size the rows meet, with ties, float32 and float64."""
     rng = np.random.default_rng(0)
     for trial in range(3000):

@@ -24,6 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
+from whale.core.percentile import percentile_span
 from whale.data.images import content_box, load_image
 from whale.keypoints.config import FeatureConfig
 
@@ -83,8 +84,6 @@ class Features:
         """``[2]``: the 10th-90th percentile span of the keypoints' (x, y) (``[0, 0]`` under two keypoints),
         computed at the first ask and kept: every verified pair's row divides by it
         (:func:`whale.keypoints.pairstats.pair_row`), a gallery photo's for each query that reaches it."""
-        from whale.keypoints.pairstats import percentile_span
-
         return percentile_span(self.xy) if len(self.xy) >= 2 else np.zeros(2, self.xy.dtype)
 
     def take(self, keep) -> "Features":

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from whale.core.percentile import percentile_span
 from whale.keypoints.extract import Features
 
 NAMES = ("inliers", "log_correspondences", "inlier_ratio", "log_evidence", "log_votes", "evidence_share",
@@ -34,29 +35,6 @@ NAMES = ("inliers", "log_correspondences", "inlier_ratio", "log_evidence", "log_
 verified (:func:`share_of_best`)."""
 EVIDENCE_SHARE = NAMES.index("evidence_share")
 LOG_EVIDENCE = NAMES.index("log_evidence")
-
-
-def _percentile(ordered: np.ndarray, q: float) -> np.ndarray:
-    """The ``q`` quantile (0-1) of each column of ``ordered`` (``[n, d]``, n >= 1, each column sorted), as
-    ``np.percentile(x, 100 * q, axis=0)`` gives it for the unsorted ``x`` (its ``linear`` rule and its rounding:
-    the same value, bit for bit, in the array's dtype)."""
-    at = (len(ordered) - 1) * q
-    lo = int(at)
-    if at >= len(ordered) - 1:
-        return ordered[-1]
-    below, above = ordered[lo], ordered[lo + 1]
-    t = at - lo
-    step = above - below
-    return above - step * (1 - t) if t >= 0.5 else below + step * t
-
-
-def percentile_span(x: np.ndarray) -> np.ndarray:
-    """``[d]``: the 90th minus the 10th percentile of each column of ``x`` (``[n, d]``, n >= 1), equal to
-    ``np.percentile(x, 90, axis=0) - np.percentile(x, 10, axis=0)`` from one sort: the check describes about a
-    million candidates a run, four spans each, and ``np.percentile``'s own work around a small array is 10-20
-    times the sort's (``tests/test_keypoint_check.py`` compares the two on random arrays)."""
-    ordered = np.sort(x, axis=0)
-    return _percentile(ordered, 0.9) - _percentile(ordered, 0.1)
 
 
 def _spread(points: np.ndarray, photo: Features) -> np.ndarray:
