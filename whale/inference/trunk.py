@@ -89,6 +89,7 @@ def seeded_draws(seed: int | None):
     finally:
         random.setstate(state)
 
+
 class TrunkMaps:
     """The maps of photos through ``trunk`` (a frozen model, raw pixels -> maps).
 
