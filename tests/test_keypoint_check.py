@@ -53,9 +53,8 @@ def test_a_row_describes_the_inliers_and_the_share_of_the_best_evidence():
 def test_a_photos_own_span_is_sorted_once_and_gives_the_rows_the_former_spreads(monkeypatch):
     """Each row divides its inliers' spans by the photos' own (Features.xy_span): computed at the first row a
     photo is in, kept for the next, and the same spreads as ``np.percentile`` over all its keypoints each row."""
-    import pickle
-
     import importlib
+    import pickle
 
     from whale.keypoints import pairstats
 
@@ -83,8 +82,8 @@ def test_a_photos_own_span_is_sorted_once_and_gives_the_rows_the_former_spreads(
     assert (photo(seed=4).take(np.arange(1)).xy_span == 0).all()
 
 def test_a_percentile_span_from_one_sort_is_numpys_bit_for_bit():
-    """percentile_span (whale.core.percentile: the rows' spreads, a million a run) against ``np.percentile``'s own: the same
-    value and dtype on arrays of every size the rows meet, with ties, float32 and float64."""
+    """whale.core.percentile.percentile_span (the rows' spreads, a million a run) against ``np.percentile``'s own:
+    the same value and dtype on arrays of every size the rows meet, with ties, float32 and float64."""
     rng = np.random.default_rng(0)
     for trial in range(3000):
         n = int(rng.integers(1, 40)) if trial % 2 else int(rng.integers(40, 3000))
