@@ -8,11 +8,12 @@ four spreads are 10th-90th percentile spans of the inliers and of each photo's k
 from one sort a span, and a photo's own span is sorted once, at its first verified pair
 (:attr:`~whale.keypoints.extract.Features.xy_span`), not again for every row it is in. This times the whole match
 that ``whale score`` runs on a fold's validation queries (votes, verification, the rows, ``check.both_ways``'s
-gallery matched back against the queries, the check's probabilities) on the first ``--queries`` validation photos of fold 0 of ``--data`` (a split folder, e.g. the one
-``benchmarks/flukes/humpback.py --out runs/hbx`` writes), under ``--config`` (default the checked XFeat matcher),
-the former spreads (kept here) and today's alternated ``--repeats`` times in one process after one untimed pass
-with a few queries (reading the mapped descriptors). The fold's selector and check are read back from the store
-``--cache`` when a run of that split kept them there, else fitted first (tens of minutes at 6,000 photos).
+gallery matched back against the queries, the check's probabilities) on the first ``--queries`` validation photos of
+fold 0 of ``--data`` (a split folder, e.g. the one ``benchmarks/flukes/humpback.py --out runs/hbx`` writes), under
+``--config`` (default the checked XFeat matcher), the former spreads (kept here) and today's alternated
+``--repeats`` times in one process after one untimed pass with a few queries (reading the mapped descriptors). The
+fold's selector and check are read back from the store ``--cache`` when a run of that split kept them there, else
+fitted first (tens of minutes at 6,000 photos).
 Prints the machine reference, each way's seconds, the ratio, whether the two ways' scores and pair rows are equal,
 and as its last line one JSON object.
 """

@@ -6,9 +6,9 @@ queries never sees a known whale with a single gallery photo. **Thinning** draws
 each known validation query, with probability ``share``, keeps one random gallery photo of its individual; the others
 are hidden from that query (their pairs dropped, every rank and maximum of its rows computed again without them,
 each feature kind's vote rank lowered by the hidden photos shortlisted above it, its individual's photo count by
-them). ``share`` is what a test split drawn from the fold's gallery gives (:func:`mirror_share`). Measured in ``benchmarks/flukes/joint_thin.py``
-(docs/humpback.md, "A validation with one-photo whales"); this module is that benchmark's and
-:func:`whale.identify.score.score_joint`'s.
+them). ``share`` is what a test split drawn from the fold's gallery gives (:func:`mirror_share`). Measured in
+``benchmarks/flukes/joint_thin.py`` (docs/humpback.md, "A validation with one-photo whales"); this module is that
+benchmark's and :func:`whale.identify.score.score_joint`'s.
 
 :func:`write_view` writes a score folder's **thinned view**: its validation file with the same photos hidden
 (scored at their row's lowest) and its test file as it is, so ``whale ensemble`` calibrates and tunes the runs fused
