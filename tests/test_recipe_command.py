@@ -109,6 +109,26 @@ def test_the_full_data_recipe_is_the_joint_recipe_with_the_test_scored_by_a_netw
     assert steps["joint"] == joint["joint"][:at] + ["runs/best/lite0:runs/best/lite0-all"] + joint["joint"][at + 1:]
 
 
+def test_the_deep_recipe_is_the_joint_recipe_with_the_deeper_network_config_and_nothing_else():
+    """recipes/flukes_deep.yaml: flukes_joint.yaml's steps, word for word, but the network's config, which is
+    flukes_lite0_cpu_long.yaml's settings with the trunk cut at ``block6a_project_bn``."""
+    from dataclasses import replace
+
+    from whale.config import load_config
+    from whale.recipe.steps import placeholder_values
+
+    values = placeholder_values("data/humpback", "runs/best", configs=ROOT / "configs")
+    deep = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_deep.yaml").steps}
+    joint = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_joint.yaml").steps}
+    assert list(deep) == list(joint) and all(deep[k] == joint[k] for k in joint if k != "lite0")
+    at = joint["lite0"].index("--config") + 1
+    assert deep["lite0"][:at] + deep["lite0"][at + 1:] == joint["lite0"][:at] + joint["lite0"][at + 1:]
+    ours, theirs = load_config(deep["lite0"][at]), load_config(joint["lite0"][at])
+    assert ours.trunk.layer == "block6a_project_bn" != theirs.trunk.layer
+    assert replace(ours.trunk, layer=theirs.trunk.layer) == theirs.trunk
+    assert replace(ours, name=theirs.name, trunk=theirs.trunk) == theirs
+
+
 def test_the_dry_run_fills_every_placeholder_from_the_flags(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)  # outside the checkout: {configs} is the checkout's folder, absolute
     assert main(["--recipe", str(ROOT / "recipes" / "demo.yaml"), "--data", "my data", "--out", "o", "--fold", "2",
