@@ -64,17 +64,22 @@ def test_the_shipped_recipe_s_dry_run_prints_the_best_recipe_s_exact_commands(mo
     assert not (ROOT / "runs" / "best").exists()  # a dry run writes nothing
 
 
+def _commands(recipe: str) -> dict[str, list[str]]:
+    """Each step of ``recipes/RECIPE`` by name, its command filled as ``--data data/humpback --out runs/best``."""
+    from whale.recipe.steps import placeholder_values
+
+    values = placeholder_values("data/humpback", "runs/best", configs=ROOT / "configs")
+    return {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / recipe).steps}
+
+
 def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fuses_its_matchers():
     """recipes/flukes_joint.yaml: no standalone matcher run; its submission is flukes.yaml's (the joint alone), its
     other candidate fuses the joint run's thinned views of its kinds (named as configs/joint.yaml names its feature
     kinds) and of Lite0, and the joint itself, with flukes.yaml's fusion flags (its views thinned by the joint run,
     where flukes.yaml's ensemble thins its runs' own)."""
     from whale.identify.config import load_joint_config
-    from whale.recipe.steps import placeholder_values
-
-    values = placeholder_values("data/humpback", "runs/best", configs=ROOT / "configs")
-    steps = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_joint.yaml").steps}
-    best = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes.yaml").steps}
+    steps = _commands("flukes_joint.yaml")
+    best = _commands("flukes.yaml")
     assert not any(w[:3] == ["score", "--matcher", "keypoints"] for w in steps.values())
     assert steps["check"] == best["check"]
     assert steps["lite0"] == best["lite0"] and steps["joint"] == best["joint"]  # the check on the thinned validation
@@ -94,11 +99,8 @@ def test_the_joint_recipe_fuses_the_joint_run_s_own_kinds_as_the_best_recipe_fus
 def test_the_full_data_recipe_is_the_joint_recipe_with_the_test_scored_by_a_network_of_every_known_photo():
     """recipes/flukes_all.yaml: flukes_joint.yaml's steps, with a ``lite0_all`` step (the same training, ``--fold -1``,
     into its own folder, from the same trunk cache) whose test scores the joint reads (``--with-run RUN:ALL``)."""
-    from whale.recipe.steps import placeholder_values
-
-    values = placeholder_values("data/humpback", "runs/best", configs=ROOT / "configs")
-    steps = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_all.yaml").steps}
-    joint = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_joint.yaml").steps}
+    steps = _commands("flukes_all.yaml")
+    joint = _commands("flukes_joint.yaml")
     assert list(steps) == ["lite0", "lite0_all"] + list(joint)[1:]
     assert all(steps[k] == joint[k] for k in joint if k != "joint")
     lite, full = steps["lite0"], steps["lite0_all"]
@@ -115,11 +117,8 @@ def test_the_deep_recipe_is_the_joint_recipe_with_the_deeper_network_config_and_
     from dataclasses import replace
 
     from whale.config import load_config
-    from whale.recipe.steps import placeholder_values
-
-    values = placeholder_values("data/humpback", "runs/best", configs=ROOT / "configs")
-    deep = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_deep.yaml").steps}
-    joint = {s.name: s.command(values) for s in load_recipe(ROOT / "recipes" / "flukes_joint.yaml").steps}
+    deep = _commands("flukes_deep.yaml")
+    joint = _commands("flukes_joint.yaml")
     assert list(deep) == list(joint) and all(deep[k] == joint[k] for k in joint if k != "lite0")
     at = joint["lite0"].index("--config") + 1
     assert deep["lite0"][:at] + deep["lite0"][at + 1:] == joint["lite0"][:at] + joint["lite0"][at + 1:]
