@@ -128,6 +128,16 @@ def test_the_deep_recipe_is_the_joint_recipe_with_the_deeper_network_config_and_
     assert replace(ours, name=theirs.name, trunk=theirs.trunk) == theirs
 
 
+def test_the_deep_full_data_recipe_is_the_full_data_recipe_with_the_deep_recipe_s_config_in_both_trainings():
+    """recipes/flukes_deep_all.yaml: flukes_all.yaml's steps, word for word, but both trainings' config, which is
+    flukes_deep.yaml's network."""
+    ours, full, deep = _commands("flukes_deep_all.yaml"), _commands("flukes_all.yaml"), _commands("flukes_deep.yaml")
+    assert list(ours) == list(full) and all(ours[k] == full[k] for k in full if k not in ("lite0", "lite0_all"))
+    assert ours["lite0"] == deep["lite0"]
+    at = full["lite0_all"].index("--config") + 1
+    assert ours["lite0_all"] == full["lite0_all"][:at] + [deep["lite0"][at]] + full["lite0_all"][at + 1:]
+
+
 def test_the_dry_run_fills_every_placeholder_from_the_flags(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)  # outside the checkout: {configs} is the checkout's folder, absolute
     assert main(["--recipe", str(ROOT / "recipes" / "demo.yaml"), "--data", "my data", "--out", "o", "--fold", "2",
