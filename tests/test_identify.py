@@ -235,6 +235,32 @@ def test_a_trained_run_of_other_data_is_refused_by_name(data, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_run_trained_on_other_photos_under_the_same_names_is_refused_by_its_bytes(data, tmp_path, capsys):
+    """A split drawn again names its photos alike: the scores' names match, the run's record of the bytes does not."""
+    import json
+
+    from whale.data.fingerprint import DATA_IMAGES, image_hashes
+    from whale.identify.sources import TrainedRun, check_photo_bytes
+    from whale.inference.__main__ import main
+
+    hashes = image_hashes(data)
+    run = fake_run(tmp_path / "run", data)
+    (run / DATA_IMAGES).write_text(json.dumps(hashes))
+    check_photo_bytes([TrainedRun(run, run, str(run))], data)  # its own data: accepted
+    other = fake_run(tmp_path / "other", data)
+    drawn = sorted(hashes)[1]
+    (other / DATA_IMAGES).write_text(json.dumps({**hashes, drawn: hashes[drawn][:2] + ["0" * 32]}))
+    for source in (TrainedRun(other, other, str(other)), TrainedRun(run, other, f"{run}:{other}")):  # RUN, RUN:ALL
+        with pytest.raises(DataError, match=rf"{DATA_IMAGES}: --with-run .*other was trained on other photos under "
+                                            rf"--data's names: 1 of its images .*\(e\.g\. {drawn}\)"):
+            check_photo_bytes([source], data)
+    rc = main(["--matcher", "joint", "--config", str(joint_config(tmp_path)), "--with-run", str(other), "--data",
+               str(data), "--fold", "0", "--out", str(tmp_path / "out"), "--quiet", "--workers", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and str(other / DATA_IMAGES) in err and drawn in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_folder_of_two_runs_is_refused_and_a_full_data_run_is_checked(data, tmp_path, capsys):
     from whale.identify.sources import check_runs
     from whale.inference.__main__ import main

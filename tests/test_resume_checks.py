@@ -201,7 +201,8 @@ def test_resume_onto_the_same_names_with_other_pixels_is_refused_naming_the_imag
 
     import cv2
 
-    from whale.training.runlog import image_hashes, resume_changes
+    from whale.data.fingerprint import image_hashes
+    from whale.training.runlog import resume_changes
 
     data = tmp_path / "A"
     shutil.copytree(comps[0], data)

@@ -42,7 +42,7 @@ from whale.data import ImageSet, fold_data, load_competition
 from whale.identify.check import (JointCheck, KindEvidence, check_rows, column_names, identification_scores,
                                   pair_table, pairs_of, read_table, save_table)
 from whale.identify.config import JointConfig
-from whale.identify.sources import TrainedRun, check_runs, run_scores, shortlist_of
+from whale.identify.sources import TrainedRun, check_photo_bytes, check_runs, run_scores, shortlist_of
 from whale.inference.keypoints import (MATCHER, Photos, check_score_folder, gallery_matcher,
                                        identity as keypoint_identity)
 from whale.inference.scorefile import load_score_file, score_identity, score_path, write_scores
@@ -71,6 +71,7 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     check_score_folder(out, JOINT, "joint identification")
     runs = check_runs(runs)
     comp = load_competition(data_dir)
+    check_photo_bytes(runs, data_dir)
     known, test = ImageSet.known(comp), ImageSet.test(comp)
     data = fold_data(comp, fold, seed)
     if not len(data.val) or not len(data.gallery):

@@ -5,7 +5,10 @@ A trained run (``whale train ... --fold K``) wrote ``val.npz`` (fold ``K``'s val
 gallery) and ``test.npz`` (the test photos against every known training photo). Here they are read back
 (:func:`run_scores`) and put in the order of the split the joint identification scores; a run of other data, of
 another fold or seed, or one that trained on a validation query is refused with a line naming the run and the file,
-since its scores would describe other photos, or describe as held out photos the network learned.
+since its scores would describe other photos, or describe as held out photos the network learned. Names alone do
+not tell two folders apart when both name their photos alike (a split drawn again, ``tr00000.jpg``...), so the
+bytes are compared too (:func:`check_photo_bytes`): each run's record of its data's images (``data_images.json``,
+written by ``whale train``) against ``--data``'s.
 
 A run's two files must come from one writer (:func:`check_runs`): the check is fitted on the validation scores and
 applied to the test scores, so a folder holding one run's ``val.npz`` beside another's ``test.npz`` is refused. The
@@ -22,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import DataError
+from whale.data.fingerprint import DATA_IMAGES, image_hashes, read_data_images
 from whale.inference.scorefile import (different_writers, first_names, load_score_file, read_header,
                                       score_path)
 
@@ -55,6 +59,34 @@ def run_scores(run, split: str, query: Sequence[str], gallery: Sequence[str], fo
     rows = _positions(f.query, query)
     cols = _positions(f.gallery, gallery)
     return np.asarray(f.scores, np.float32)[np.ix_(rows, cols)]
+
+
+def check_photo_bytes(runs: Sequence[TrainedRun], data_dir) -> None:
+    """Refuse a run trained on other photos under ``--data``'s names: each run folder's record of its data's image
+    bytes (``data_images.json``, :mod:`whale.data.fingerprint`) against ``data_dir``'s, name by name. A folder
+    without the record (scores written by another tool) is checked by its score files' names only
+    (:func:`run_scores`).
+
+    Raises:
+        DataError: an image named alike in both with other bytes; names the record, the run and such images.
+    """
+    now = None
+    for r in runs:
+        for folder in dict.fromkeys((r.val, r.test)):
+            record = read_data_images(folder)
+            if not record:
+                continue
+            now = image_hashes(Path(data_dir)) if now is None else now
+            changed = [n for n in sorted(record) if n in now and _digest(record[n]) not in (None, now[n][2])]
+            if changed:
+                raise DataError(f"{folder / DATA_IMAGES}: --with-run {r.spec} was trained on other photos under "
+                                f"--data's names: {len(changed)} of its images differ in bytes from {data_dir}'s "
+                                f"(e.g. {first_names(changed)}); train it on this folder and fold")
+
+
+def _digest(entry) -> str | None:
+    """The digest of one ``data_images.json`` entry (``[size, mtime_ns, digest]``), None when malformed."""
+    return entry[2] if isinstance(entry, list) and len(entry) == 3 else None
 
 
 def _positions(names: np.ndarray, wanted: Sequence[str]) -> np.ndarray:

@@ -21,8 +21,9 @@ from pathlib import Path
 from whale.config import RunConfig
 from whale.core.errors import ConfigError, DataError
 from whale.core.files import atomic_write
+from whale.data.fingerprint import DATA_IMAGES
 from whale.data.folds import N_FOLDS
-from whale.training.runlog import DATA_IMAGES, read_log, read_run_json, record_resume_changes, resume_changes
+from whale.training.runlog import read_log, read_run_json, record_resume_changes, resume_changes
 
 
 

@@ -7,7 +7,8 @@ created (score files carry it, so ``ensemble.py`` can tell runs apart), with eve
 appended to its history. :func:`claim_run_dir` keeps runs from mixing: a folder that already
 holds a run is only entered with ``--resume`` (same fold and seed) or cleared with ``--overwrite``.
 ``run.json`` also records a fingerprint of the data (:func:`data_fingerprint`) and of its images' bytes
-(:func:`images_fingerprint`, from the per-image hashes kept in ``data_images.json``), so
+(:func:`images_fingerprint`, from the per-image hashes kept in ``data_images.json``; both of
+:mod:`whale.data.fingerprint`), so
 :func:`resume_changes` can tell a resume onto other data (other files, or the same names with other
 pixels), or under another config, from the paused run.
 """
@@ -15,9 +16,7 @@ pixels), or under another config, from the paused run.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
-import os
 import shutil
 import sys
 import time
@@ -27,6 +26,8 @@ from pathlib import Path
 from whale.config import RunConfig, config_hash, load_config
 from whale.core.errors import ConfigError
 from whale.core.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
+from whale.data.fingerprint import (DATA_IMAGES, data_fingerprint, data_format, image_hashes,
+                                    images_fingerprint, read_data_images)
 
 LOG_FIELDS = [
     "epoch", "stage", "epoch_in_stage", "image_size", "k", "lr", "freeze_branch", "dataset",
@@ -201,98 +202,6 @@ class TensorBoardLog:
         if self._writer:
             self._writer[0].close()
         self._writer = None
-
-
-def data_format(data_dir: Path):
-    """The :class:`whale.formats.Format` of a competition folder; 2019's when ``train.csv`` is missing or fits none."""
-    from whale.core.errors import DataError
-    from whale.formats import DEFAULT, detect_format
-
-    try:
-        return detect_format(data_dir)
-    except DataError:  # loading the folder reports the bad header; here it only names folders
-        return DEFAULT
-
-
-def data_fingerprint(data_dir: Path) -> str:
-    """A short hash (16 hex digits) of a competition folder: ``train.csv``'s bytes and the image lists.
-
-    The names of the files in ``train/`` and ``test/`` (the format's image folders:
-    :mod:`whale.formats`) count here, not their bytes: a folder with another ``train.csv`` or other
-    images is another competition. The bytes are :func:`images_fingerprint`'s (kept apart so that
-    runs recorded before it resume as before). ``'none'`` when there is no ``train.csv``.
-    """
-    data_dir = Path(data_dir)
-    csv_path = data_dir / "train.csv"
-    if not csv_path.is_file():
-        return "none"
-    fmt = data_format(data_dir)
-    digest = hashlib.sha256(csv_path.read_bytes())
-    for sub in (fmt.train_dir, fmt.test_dir):
-        folder = data_dir / sub
-        names = sorted(os.listdir(folder)) if folder.is_dir() else []
-        digest.update(f"\0{sub}\0{len(names)}\0".encode() + "\0".join(names).encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()[:16]
-
-
-DATA_IMAGES = "data_images.json"
-"""The run folder's record of the data's image bytes: ``{"train/a.jpg": [size, mtime_ns, digest], ...}``."""
-
-
-def _image_files(data_dir: Path) -> list[tuple[str, Path]]:
-    """``(name, path)`` of every file in the data's image folders, names as ``train/a.jpg``, sorted."""
-    fmt = data_format(data_dir)
-    out = []
-    for sub in (fmt.train_dir, fmt.test_dir):
-        folder = data_dir / sub
-        if folder.is_dir():
-            out += [(f"{sub}/{n}", folder / n) for n in sorted(os.listdir(folder))]
-    return out
-
-
-def image_hashes(data_dir: Path, known: dict | None = None) -> dict[str, list]:
-    """``{name: [size, mtime_ns, digest]}`` of every image of a competition folder (names as ``train/a.jpg``).
-
-    ``digest`` is 32 hex digits of BLAKE2b over the file's bytes. ``known``: an earlier result
-    (``data_images.json``); a file whose size and modification time it records unchanged keeps that
-    digest without being read again, so a resume reads only the files written since.
-    """
-    known = known or {}
-    out = {}
-    for name, path in _image_files(Path(data_dir)):
-        try:
-            st = path.stat()
-        except OSError:
-            continue  # gone since the listing, or a dangling link: not an image of the data
-        if not path.is_file():
-            continue
-        old = known.get(name)
-        if isinstance(old, list) and len(old) == 3 and old[:2] == [st.st_size, st.st_mtime_ns]:
-            out[name] = old
-            continue
-        h = hashlib.blake2b(digest_size=16)
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        out[name] = [st.st_size, st.st_mtime_ns, h.hexdigest()]
-    return out
-
-
-def images_fingerprint(hashes: dict[str, list]) -> str:
-    """16 hex digits over the names and digests of :func:`image_hashes` (sizes and times left out)."""
-    digest = hashlib.sha256()
-    for name in sorted(hashes):
-        digest.update(f"{name}\0{hashes[name][2]}\0".encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()[:16]
-
-
-def read_data_images(out_dir: Path) -> dict:
-    """The run folder's ``data_images.json`` (:data:`DATA_IMAGES`), or ``{}`` when missing or unreadable."""
-    try:
-        record = json.loads((Path(out_dir) / DATA_IMAGES).read_text())
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 def config_differences(before, after, path: str = "") -> list[str]:

@@ -1,0 +1,106 @@
+"""What a competition folder's images are, as a run records them: :func:`data_fingerprint` (``train.csv`` and the
+image names) and :func:`image_hashes` / :func:`images_fingerprint` (the images' bytes), kept in a run folder's
+``data_images.json`` (:data:`DATA_IMAGES`).
+
+``whale train`` writes them (:mod:`whale.training.runlog`) so a ``--resume`` onto other data is refused; the joint
+identification reads them back (:mod:`whale.identify.sources`) so a network trained on other photos under the same
+names (a split drawn again with the same file names) is refused too.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+
+def data_format(data_dir: Path):
+    """The :class:`whale.formats.Format` of a competition folder; 2019's when ``train.csv`` is missing or fits none."""
+    from whale.core.errors import DataError
+    from whale.formats import DEFAULT, detect_format
+
+    try:
+        return detect_format(data_dir)
+    except DataError:  # loading the folder reports the bad header; here it only names folders
+        return DEFAULT
+
+
+def data_fingerprint(data_dir: Path) -> str:
+    """A short hash (16 hex digits) of a competition folder: ``train.csv``'s bytes and the image lists.
+
+    The names of the files in ``train/`` and ``test/`` (the format's image folders:
+    :mod:`whale.formats`) count here, not their bytes: a folder with another ``train.csv`` or other
+    images is another competition. The bytes are :func:`images_fingerprint`'s (kept apart so that
+    runs recorded before it resume as before). ``'none'`` when there is no ``train.csv``.
+    """
+    data_dir = Path(data_dir)
+    csv_path = data_dir / "train.csv"
+    if not csv_path.is_file():
+        return "none"
+    fmt = data_format(data_dir)
+    digest = hashlib.sha256(csv_path.read_bytes())
+    for sub in (fmt.train_dir, fmt.test_dir):
+        folder = data_dir / sub
+        names = sorted(os.listdir(folder)) if folder.is_dir() else []
+        digest.update(f"\0{sub}\0{len(names)}\0".encode() + "\0".join(names).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:16]
+
+
+DATA_IMAGES = "data_images.json"
+"""The run folder's record of the data's image bytes: ``{"train/a.jpg": [size, mtime_ns, digest], ...}``."""
+
+
+def _image_files(data_dir: Path) -> list[tuple[str, Path]]:
+    """``(name, path)`` of every file in the data's image folders, names as ``train/a.jpg``, sorted."""
+    fmt = data_format(data_dir)
+    out = []
+    for sub in (fmt.train_dir, fmt.test_dir):
+        folder = data_dir / sub
+        if folder.is_dir():
+            out += [(f"{sub}/{n}", folder / n) for n in sorted(os.listdir(folder))]
+    return out
+
+
+def image_hashes(data_dir: Path, known: dict | None = None) -> dict[str, list]:
+    """``{name: [size, mtime_ns, digest]}`` of every image of a competition folder (names as ``train/a.jpg``).
+
+    ``digest`` is 32 hex digits of BLAKE2b over the file's bytes. ``known``: an earlier result
+    (``data_images.json``); a file whose size and modification time it records unchanged keeps that
+    digest without being read again, so a resume reads only the files written since.
+    """
+    known = known or {}
+    out = {}
+    for name, path in _image_files(Path(data_dir)):
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # gone since the listing, or a dangling link: not an image of the data
+        if not path.is_file():
+            continue
+        old = known.get(name)
+        if isinstance(old, list) and len(old) == 3 and old[:2] == [st.st_size, st.st_mtime_ns]:
+            out[name] = old
+            continue
+        h = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        out[name] = [st.st_size, st.st_mtime_ns, h.hexdigest()]
+    return out
+
+
+def images_fingerprint(hashes: dict[str, list]) -> str:
+    """16 hex digits over the names and digests of :func:`image_hashes` (sizes and times left out)."""
+    digest = hashlib.sha256()
+    for name in sorted(hashes):
+        digest.update(f"{name}\0{hashes[name][2]}\0".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:16]
+
+
+def read_data_images(out_dir: Path) -> dict:
+    """The run folder's ``data_images.json`` (:data:`DATA_IMAGES`), or ``{}`` when missing or unreadable."""
+    try:
+        record = json.loads((Path(out_dir) / DATA_IMAGES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
