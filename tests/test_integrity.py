@@ -156,6 +156,29 @@ def test_copies_of_one_run_scored_on_other_data_are_refused_naming_what_differs(
         assert says in str(err.value) and "\n" not in str(err.value)
 
 
+def test_runs_trained_on_other_photos_under_the_same_names_are_refused(tmp_path):
+    """Two split draws name their photos alike: the score files agree on names, the runs' records of bytes do not."""
+    import json
+
+    from whale.data.fingerprint import DATA_IMAGES
+
+    rng = np.random.default_rng(0)
+    gallery, gids = [f"g{i}.jpg" for i in range(8)], [f"w{i % 4}" for i in range(8)]
+    record = {f"train/{g}": [10, 1, f"{i:032x}"] for i, g in enumerate(gallery)}
+    runs = {}
+    for name, run_id, digests in (("a", "A", record), ("same", "S", record),
+                                  ("drawn", "D", {**record, "train/g3.jpg": [10, 1, "f" * 32]})):
+        runs[name] = _save_run(tmp_path, name, {"test": _scores(10, gallery, gids, "t", rng,
+                                                                  identity=_ident(run_id, 0, "test"))})
+        (runs[name] / DATA_IMAGES).write_text(json.dumps(digests))
+    out = tmp_path / "x.csv"
+    _ensemble([str(runs["a"]), str(runs["same"]), "--threshold", "0.5", "--out", str(out)], log=lambda *_: None)
+    assert out.is_file()  # one data folder: fused
+    with pytest.raises(DataError, match=r"drawn.*test\.npz: its run was trained on other photos than .*a.*test\.npz's "
+                                        r"under the same names \(1 images differ in bytes, e.g. train/g3\.jpg\)"):
+        _ensemble([str(runs["a"]), str(runs["drawn"]), "--threshold", "0.5", "--out", str(out)], log=lambda *_: None)
+
+
 def test_ensemble_refuses_validation_queries_the_model_trained_on(tmp_path):
     run = _ensemble  # ensemble.py's work on the parsed line, bad input raising
 

@@ -14,6 +14,8 @@ revision, Keras backend) and, for validation files, the images the model trained
   threshold tuned on the one would be applied to the other);
 - for ``--tune-weights``, validation files that do not score the same queries (:func:`check_same_queries`:
   runs of different folds or data).
+- trained runs whose records of their data's image bytes (``data_images.json``) disagree on an image of one name
+  (:func:`check_same_photos`: runs of two data folders that name their photos alike, e.g. two split draws).
 
 Files written before identities were recorded pass with a warning: they cannot be checked.
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import DataError
+from whale.data.fingerprint import read_data_images
 from whale.inference.scorefile import different_writers, first_names, read_header
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")
@@ -75,9 +78,41 @@ def check_inputs(paths: Sequence[Path], identities: Sequence[dict | None], log=p
             raise DataError(f"{path}: same run (run_id {ident['run_id']}) and fold {ident.get('fold')} as "
                             f"{seen[key]}; each run and fold (and each of its snapshots) may enter an ensemble once")
         seen[key] = path
+    check_same_photos(paths)
     if unknown:
         log(f"warning: {len(unknown)} score file(s) record no run identity, so mixes and leaks cannot be "
             f"checked: {first_names(unknown)}; re-score them with `run_fold.py ... --score-only`")
+
+
+def run_folder(path: Path) -> Path:
+    """The folder of the run that wrote a score file: ``RUN`` of ``RUN/scores/[SIZE/]SPLIT.npz``, else the file's."""
+    folder = Path(path).parent
+    if folder.name.isdigit() and folder.parent.name == "scores":
+        folder = folder.parent
+    return folder.parent if folder.name == "scores" else folder
+
+
+def check_same_photos(paths: Sequence[Path]) -> None:
+    """Refuse score files of trained runs whose data held other photos under the same names: each run folder's
+    record of its images' bytes (``data_images.json``, :mod:`whale.data.fingerprint`) against the earlier files',
+    name by name. Files of runs without the record (keypoint and joint runs) are checked by names only.
+
+    Raises:
+        DataError: naming both files and a few images whose bytes differ.
+    """
+    owner: dict[str, tuple[str, Path]] = {}
+    for path in paths:
+        changed: dict[Path, list[str]] = {}
+        for name, entry in read_data_images(run_folder(path)).items():
+            if not (isinstance(entry, list) and len(entry) == 3):
+                continue
+            digest, first = owner.setdefault(name, (entry[2], path))
+            if digest != entry[2]:
+                changed.setdefault(first, []).append(name)
+        for first, names in changed.items():
+            raise DataError(f"{path}: its run was trained on other photos than {first}'s under the same names "
+                            f"({len(names)} images differ in bytes, e.g. {first_names(sorted(names), 2)}); the runs "
+                            "of an ensemble score one data folder: train them on one")
 
 
 def data_differences(a: Path, b: Path) -> list[str]:
