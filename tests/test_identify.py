@@ -458,7 +458,7 @@ def test_the_individuals_columns_are_fitted_only_on_a_thinned_validation():
 def test_joint_recall_reads_each_source_from_the_pair_table():
     """benchmarks/flukes/joint_recall.py: a source's candidates are the pairs within its shortlist depth (a vote
     needed for a kind's), the merged shortlist every pair; a run's deeper recall comes from its full scores."""
-    from benchmarks.flukes.joint_recall import depth_recall, source_recall, top_ids_recall
+    from benchmarks.flukes.joint_recall import depth_recall, missed_evidence, source_recall, top_ids_recall
 
     ids, truth = np.array(["a", "a", "b", "c"]), np.array(["a", "b", "c"])
     columns = column_names(["k"], ["r0"])
@@ -474,6 +474,11 @@ def test_joint_recall_reads_each_source_from_the_pair_table():
     assert found["k votes (best 2)"].tolist() == [True, False, False]  # q1's b is at vote rank 2; q2's c had no vote
     assert found["r0 (best 2)"].tolist() == [False, True, False]
     assert found["merged shortlist"].tolist() == [True, True, True]
+    # q0 (a) and q1 (b) shortlisted but not among the five: q0's own photo verified (3 inliers), q1's not
+    rows[:, at["k.inliers"]] = [3, 9, 4, 0, 5]
+    missed, medians = missed_evidence(pairs, rows, columns, ids, truth, in_five=np.array([False, False, True]))
+    assert [v.tolist() for v in missed.values()] == [[True, False, False], [False, True, False]]
+    assert medians == {"k": (1.5, 6.5)}  # own photos' most inliers 3 and 0, the other individuals' 9 and 4
     hits = depth_recall(np.array([[0.1, 0.9, 0.5, 0.2]]), ids, ["b"], depths=(1, 2))
     assert hits[1].tolist() == [False] and hits[2].tolist() == [True]
     assert top_ids_recall(np.array([[0.1, 0.9, 0.5, 0.2]]), ids, ["b"], 1).tolist() == [False]

@@ -15,7 +15,10 @@ individual has a photo:
 - among the joint identification's five individuals (ids only, ``new_whale`` left out) and first.
 
 The gap between the merged shortlist and the five is the check's (it had the pair and ranked it below five others);
-what is missing from the merged shortlist no check can find. The last stdout line is
+what is missing from the merged shortlist no check can find. That gap is split by whether some feature kind verified
+a photo of the query's individual (:func:`missed_evidence`), and a second table gives, for those queries, the median
+of each kind's most inliers on a photo of their individual against those on the query's best-verified other
+individual's photo: how strong the evidence was that the check ranked low. The last stdout line is
 ``{"benchmark": "joint_recall", "rows": {...}}``.
 """
 from __future__ import annotations
@@ -66,6 +69,31 @@ def source_recall(pairs: np.ndarray, rows: np.ndarray, columns: list[str], galle
                                             & (rows[:, col[f"{run}.score"]] > 0))
     out["merged shortlist"] = hit(np.ones(len(pairs), bool))
     return out
+
+
+def missed_evidence(pairs: np.ndarray, rows: np.ndarray, columns: list[str], gallery_ids, truth,
+                    in_five: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float]]]:
+    """The queries whose individual was shortlisted but is not among the joint's five (``in_five`` ``[n_q] bool``),
+    by the evidence the check had (a photo verified: some kind's ``inliers`` above 0 on it): ``({row: [n_q] bool}, {kind: (median most inliers on a photo of their individual,
+    median most inliers on another individual's photo)})``, the medians over those queries (NaN when none)."""
+    ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
+    same = ids[pairs[:, 1]] == truth[pairs[:, 0]]
+    col = {c: i for i, c in enumerate(columns)}
+    n = len(truth)
+    shortlisted = np.zeros(n, bool)
+    shortlisted[pairs[same, 0]] = True
+    missed = shortlisted & ~np.asarray(in_five, bool)
+    verified = np.zeros(n, bool)
+    medians = {}
+    for kind in sorted({c.split(".")[0] for c in columns if c.endswith(".inliers")}):
+        inliers = rows[:, col[f"{kind}.inliers"]]
+        best = np.zeros((2, n), np.float32)  # [own individual's, others'] most inliers per query
+        np.maximum.at(best[0], pairs[same, 0], inliers[same])
+        np.maximum.at(best[1], pairs[~same, 0], inliers[~same])
+        verified |= best[0] > 0
+        medians[kind] = tuple(float(np.median(b[missed])) if missed.any() else float("nan") for b in best)
+    return ({"shortlisted, not among the five: a photo of it verified by some kind": missed & verified,
+             "shortlisted, not among the five: none verified": missed & ~verified}, medians)
 
 
 def depth_recall(scores: np.ndarray, gallery_ids, truth, depths=DEPTHS) -> dict[int, np.ndarray]:
@@ -124,19 +152,24 @@ def recall(run: Path, data: Path | None = None, depths=DEPTHS) -> dict[str, dict
             for d, hit in depth_recall(scores[known], sf.gallery_ids, truth[known], depths).items():
                 rows[f"{name} (best {d}, its own scores)"] = hit
         rows["joint: among the five ids"] = top_ids_recall(sf.scores[known], sf.gallery_ids, truth[known], 5)
+        in_five = np.zeros(len(truth), bool)
+        in_five[known] = rows["joint: among the five ids"]
+        missed, medians = missed_evidence(table.pairs, table.rows, table.columns, sf.gallery_ids, truth, in_five)
+        rows.update({k: v[known] for k, v in missed.items()})
         rows["joint: first"] = top_ids_recall(sf.scores[known], sf.gallery_ids, truth[known], 1)
         out[split] = {k: float(v.mean()) for k, v in rows.items()}
+        out[split]["inliers of the missed"] = medians
         out[split]["known queries"] = int(known.sum())
         out[split]["share of all queries known"] = float(known.mean())
     return out
 
 
-def _cell(values: list[float]) -> str:
+def _cell(values: list[float], digits: int = 3) -> str:
     if not values:
         return ""
     if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{np.mean(values):.3f} +- {np.std(values):.3f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{np.mean(values):.{digits}f} +- {np.std(values):.{digits}f}"
 
 
 def main(argv=None) -> int:
@@ -158,11 +191,21 @@ def main(argv=None) -> int:
         data = Path(args.data.replace("{S}", str(s))) if args.data else None
         per_seed[s] = recall(run, data, depths)
     splits = [sp for sp in ("val", "test") if all(sp in r for r in per_seed.values())]
-    names = [n for n in per_seed[seeds[0]]["val"] if n not in ("known queries", "share of all queries known")]
+    names = [n for n in per_seed[seeds[0]]["val"]
+             if n not in ("known queries", "share of all queries known", "inliers of the missed")]
     print("\n| known queries whose individual is ... | " + " | ".join(splits) + " |")
     print("| --- |" + " --- |" * len(splits))
     for name in names:
         print(f"| {name} | " + " | ".join(_cell([per_seed[s][sp][name] for s in seeds if name in per_seed[s][sp]])
+                                         for sp in splits) + " |")
+    kinds = list(per_seed[seeds[0]][splits[0]]["inliers of the missed"]) if splits else []
+    print("\nThe shortlisted queries not among the five, median of each kind's most inliers on a photo of their "
+          "individual / on another individual's photo:")
+    print("| feature kind | " + " | ".join(splits) + " |")
+    print("| --- |" + " --- |" * len(splits))
+    for kind in kinds:
+        print(f"| {kind} | " + " | ".join(" / ".join(_cell([per_seed[s][sp]["inliers of the missed"][kind][i]
+                                                              for s in seeds], 1) for i in (0, 1))
                                          for sp in splits) + " |")
     for sp in splits:
         counts = [per_seed[s][sp]["known queries"] for s in seeds]
