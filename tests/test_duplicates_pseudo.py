@@ -172,6 +172,25 @@ def test_pseudo_rounds_add_confident_test_images_once(planted, tmp_path):
     assert final.loc[t[0], "Id"] == known["Id"].iloc[0]
 
 
+def test_pseudo_refuses_runs_trained_on_other_photos_under_the_same_names(planted, tmp_path):
+    from whale.core.errors import DataError
+    from whale.data import load_competition
+    from whale.data.fingerprint import DATA_IMAGES, image_hashes
+    from whale.pseudo import pseudo_round
+
+    comp = load_competition(planted)
+    _scores(comp, tmp_path / "r1", np.random.default_rng(0), {})
+    hashes = image_hashes(planted)
+    drawn = sorted(hashes)[0]
+    (tmp_path / "r1" / DATA_IMAGES).write_text(json.dumps({**hashes, drawn: hashes[drawn][:2] + ["0" * 32]}))
+    with pytest.raises(DataError, match=rf"{DATA_IMAGES}: --runs .*r1 was trained on other photos under the names "
+                                        rf"of .*: 1 images differ in bytes \(e\.g\. {drawn}\)"):
+        pseudo_round([tmp_path / "r1"], planted, 0.9, tmp_path / "round1", log=lambda *_: None)
+    assert not (tmp_path / "round1").exists()
+    (tmp_path / "r1" / DATA_IMAGES).write_text(json.dumps(hashes))  # its own data's bytes: the round runs
+    pseudo_round([tmp_path / "r1"], planted, 0.9, tmp_path / "round1", log=lambda *_: None)
+
+
 def test_pseudo_refuses_a_score_outside_0_1(planted):
     from whale.data import load_competition
     from whale.pseudo import pseudo_rows

@@ -252,7 +252,7 @@ def test_a_run_trained_on_other_photos_under_the_same_names_is_refused_by_its_by
     (other / DATA_IMAGES).write_text(json.dumps({**hashes, drawn: hashes[drawn][:2] + ["0" * 32]}))
     for source in (TrainedRun(other, other, str(other)), TrainedRun(run, other, f"{run}:{other}")):  # RUN, RUN:ALL
         with pytest.raises(DataError, match=rf"{DATA_IMAGES}: --with-run .*other was trained on other photos under "
-                                            rf"--data's names: 1 of its images .*\(e\.g\. {drawn}\)"):
+                                            rf"the names of .*: 1 images differ in bytes \(e\.g\. {drawn}\)"):
             check_photo_bytes([source], data)
     rc = main(["--matcher", "joint", "--config", str(joint_config(tmp_path)), "--with-run", str(other), "--data",
                str(data), "--fold", "0", "--out", str(tmp_path / "out"), "--quiet", "--workers", "1"])

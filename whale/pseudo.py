@@ -76,6 +76,7 @@ def pseudo_round(runs, data, min_score: float, out, log=print) -> pd.DataFrame:
     from whale.data import load_competition
     from whale.data.competition import ORIGIN
     from whale.data.derive import derive_competition
+    from whale.data.fingerprint import refuse_other_photos
     from whale.ensemble.combine import average_score_files
     from whale.core.files import write_json_atomic
     from whale.inference.scorefile import score_path
@@ -83,6 +84,7 @@ def pseudo_round(runs, data, min_score: float, out, log=print) -> pd.DataFrame:
     comp = load_competition(data)
     if not comp.test_images:
         raise DataError(f"{Path(data) / 'test'}: no test images to pseudo-label")
+    refuse_other_photos([(f"--runs {r}", Path(r)) for r in runs], data)
     sf = average_score_files([score_path(r, "test") for r in runs])
     missing = sorted(set(comp.test_images) - set(sf.query))
     if missing:

@@ -2,15 +2,18 @@
 image names) and :func:`image_hashes` / :func:`images_fingerprint` (the images' bytes), kept in a run folder's
 ``data_images.json`` (:data:`DATA_IMAGES`).
 
-``whale train`` writes them (:mod:`whale.training.runlog`) so a ``--resume`` onto other data is refused; the joint
-identification reads them back (:mod:`whale.identify.sources`) so a network trained on other photos under the same
-names (a split drawn again with the same file names) is refused too.
+``whale train`` writes them (:mod:`whale.training.runlog`) so a ``--resume`` onto other data is refused; the
+commands that read a trained run's scores beside a data folder or beside other runs read them back
+(:func:`refuse_other_photos`, :func:`digest`), so a network trained on other photos under the same names (a split
+drawn again with the same file names) is refused too: the joint identification's ``--with-run``, ``whale
+ensemble``, pseudo-label rounds.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -104,3 +107,33 @@ def read_data_images(out_dir: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def digest(entry) -> str | None:
+    """The digest of one :data:`DATA_IMAGES` entry (``[size, mtime_ns, digest]``), None when malformed."""
+    return entry[2] if isinstance(entry, list) and len(entry) == 3 else None
+
+
+def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> None:
+    """Refuse a run trained on other photos under ``data_dir``'s names: each run folder's record of its data's
+    image bytes (:data:`DATA_IMAGES`) against ``data_dir``'s, name by name; ``runs``: ``(how the command line named
+    it, its folder)``. A folder without the record (a run of another tool, a keypoint run) passes: the names in its
+    score files are all that is checked there.
+
+    Raises:
+        DataError: an image named alike in both with other bytes; names the record, the run and a few images.
+    """
+    from whale.core.errors import DataError
+
+    now = None
+    for label, folder in runs:
+        record = read_data_images(folder)
+        if not record:
+            continue
+        now = image_hashes(Path(data_dir)) if now is None else now
+        changed = sorted(n for n, e in record.items() if n in now and digest(e) not in (None, now[n][2]))
+        if changed:
+            shown = ", ".join(changed[:3]) + (f" ... ({len(changed)} in all)" if len(changed) > 3 else "")
+            raise DataError(f"{Path(folder) / DATA_IMAGES}: {label} was trained on other photos under the names of "
+                            f"{data_dir}'s: {len(changed)} images differ in bytes (e.g. {shown}); train it on this "
+                            "folder")

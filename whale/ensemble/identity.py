@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import DataError
-from whale.data.fingerprint import read_data_images
+from whale.data.fingerprint import digest, read_data_images
 from whale.inference.scorefile import different_writers, first_names, read_header
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")
@@ -104,10 +104,10 @@ def check_same_photos(paths: Sequence[Path]) -> None:
     for path in paths:
         changed: dict[Path, list[str]] = {}
         for name, entry in read_data_images(run_folder(path)).items():
-            if not (isinstance(entry, list) and len(entry) == 3):
+            if digest(entry) is None:
                 continue
-            digest, first = owner.setdefault(name, (entry[2], path))
-            if digest != entry[2]:
+            known, first = owner.setdefault(name, (digest(entry), path))
+            if known != digest(entry):
                 changed.setdefault(first, []).append(name)
         for first, names in changed.items():
             raise DataError(f"{path}: its run was trained on other photos than {first}'s under the same names "

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import DataError
-from whale.data.fingerprint import DATA_IMAGES, image_hashes, read_data_images
+from whale.data.fingerprint import refuse_other_photos
 from whale.inference.scorefile import (different_writers, first_names, load_score_file, read_header,
                                       score_path)
 
@@ -62,31 +62,13 @@ def run_scores(run, split: str, query: Sequence[str], gallery: Sequence[str], fo
 
 
 def check_photo_bytes(runs: Sequence[TrainedRun], data_dir) -> None:
-    """Refuse a run trained on other photos under ``--data``'s names: each run folder's record of its data's image
-    bytes (``data_images.json``, :mod:`whale.data.fingerprint`) against ``data_dir``'s, name by name. A folder
-    without the record (scores written by another tool) is checked by its score files' names only
-    (:func:`run_scores`).
+    """Refuse a run trained on other photos under ``--data``'s names (:func:`whale.data.fingerprint.
+    refuse_other_photos`: each run folder's ``data_images.json`` against ``data_dir``'s bytes).
 
     Raises:
         DataError: an image named alike in both with other bytes; names the record, the run and such images.
     """
-    now = None
-    for r in runs:
-        for folder in dict.fromkeys((r.val, r.test)):
-            record = read_data_images(folder)
-            if not record:
-                continue
-            now = image_hashes(Path(data_dir)) if now is None else now
-            changed = [n for n in sorted(record) if n in now and _digest(record[n]) not in (None, now[n][2])]
-            if changed:
-                raise DataError(f"{folder / DATA_IMAGES}: --with-run {r.spec} was trained on other photos under "
-                                f"--data's names: {len(changed)} of its images differ in bytes from {data_dir}'s "
-                                f"(e.g. {first_names(changed)}); train it on this folder and fold")
-
-
-def _digest(entry) -> str | None:
-    """The digest of one ``data_images.json`` entry (``[size, mtime_ns, digest]``), None when malformed."""
-    return entry[2] if isinstance(entry, list) and len(entry) == 3 else None
+    refuse_other_photos([(f"--with-run {r.spec}", f) for r in runs for f in dict.fromkeys((r.val, r.test))], data_dir)
 
 
 def _positions(names: np.ndarray, wanted: Sequence[str]) -> np.ndarray:
