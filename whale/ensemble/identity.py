@@ -109,7 +109,8 @@ def check_same_photos(paths: Sequence[Path]) -> None:
             known, first = owner.setdefault(name, (digest(entry), path))
             if known != digest(entry):
                 changed.setdefault(first, []).append(name)
-        for first, names in changed.items():
+        if changed:  # the first earlier file it disagrees with
+            first, names = next(iter(changed.items()))
             raise DataError(f"{path}: its run was trained on other photos than {first}'s under the same names "
                             f"({len(names)} images differ in bytes, e.g. {first_names(sorted(names), 2)}); the runs "
                             "of an ensemble score one data folder: train them on one")
