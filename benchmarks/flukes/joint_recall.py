@@ -74,8 +74,9 @@ def source_recall(pairs: np.ndarray, rows: np.ndarray, columns: list[str], galle
 def missed_evidence(pairs: np.ndarray, rows: np.ndarray, columns: list[str], gallery_ids, truth,
                     in_five: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, tuple[float, float]]]:
     """The queries whose individual was shortlisted but is not among the joint's five (``in_five`` ``[n_q] bool``),
-    by the evidence the check had (a photo verified: some kind's ``inliers`` above 0 on it): ``({row: [n_q] bool}, {kind: (median most inliers on a photo of their individual,
-    median most inliers on another individual's photo)})``, the medians over those queries (NaN when none)."""
+    by the evidence the check had (a photo verified: some kind's ``inliers`` above 0 on it): ``({row: [n_q] bool},
+    {kind: (median most inliers on a photo of their individual, median most inliers on another individual's
+    photo)})``, the medians over those queries (NaN when none)."""
     ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
     same = ids[pairs[:, 1]] == truth[pairs[:, 0]]
     col = {c: i for i, c in enumerate(columns)}
