@@ -261,6 +261,35 @@ def test_a_run_trained_on_other_photos_under_the_same_names_is_refused_by_its_by
     assert not (tmp_path / "out").exists()
 
 
+def test_score_runs_record_their_photos_so_runs_of_other_photos_under_the_same_names_are_refused(data, tmp_path,
+                                                                                                   capsys):
+    """Keypoint score runs record the bytes they scored: one of a copy of the data with a photo changed (its names
+    alike) is refused beside a run of the data, by ``whale ensemble`` and by the joint's ``--with-run``."""
+    import cv2
+
+    from whale.ensemble.cli import main as ensemble_main
+    from whale.identify.sources import TrainedRun, check_photo_bytes
+    from whale.inference.__main__ import main
+
+    other = tmp_path / "other"
+    shutil.copytree(data, other)
+    photo = sorted((other / "train").iterdir())[0]
+    cv2.imwrite(str(photo), cv2.flip(cv2.imread(str(photo)), 1))
+    joint_config(tmp_path)
+    for name, folder in (("a", data), ("b", other)):
+        assert main(["--matcher", "keypoints", "--config", str(tmp_path / f"{name}.yaml"), "--data", str(folder),
+                     "--fold", "0", "--out", str(tmp_path / name), "--quiet", "--workers", "1"]) == 0
+    check_photo_bytes([TrainedRun(tmp_path / "a", tmp_path / "a", "a")], data)  # its own data: accepted
+    with pytest.raises(DataError, match=rf"b was scored on other photos under the names of .*: 1 images differ in "
+                                        rf"bytes \(e\.g\. train/{photo.name}\); score it on this folder"):
+        check_photo_bytes([TrainedRun(tmp_path / "b", tmp_path / "b", "b")], data)
+    capsys.readouterr()
+    assert ensemble_main([str(tmp_path / "a"), str(tmp_path / "b"), "--tune", "--out", str(tmp_path / "s.csv")]) == 2
+    err = capsys.readouterr().err
+    assert f"its run used other photos than {tmp_path / 'a'}" in err and f"train/{photo.name}" in err
+    assert not (tmp_path / "s.csv").exists()
+
+
 def test_a_folder_of_two_runs_is_refused_and_a_full_data_run_is_checked(data, tmp_path, capsys):
     from whale.identify.sources import check_runs
     from whale.inference.__main__ import main
@@ -319,6 +348,11 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     assert meta["matcher"] == "joint" and sum(meta["check_pairs"]) > 0 and meta["with_runs"] == [str(run)]
     for kind in ("a", "b"):  # each kind's own scores of the same pairs: the late fusion measured beside it
         assert (out / "kinds" / kind / "val.npz").is_file() and (out / "kinds" / kind / "test.npz").is_file()
+    from whale.data.fingerprint import image_hashes, read_data_images
+
+    photos = {n: h[2] for n, h in image_hashes(data).items()}  # the bytes it scored, as the checks read them
+    for folder in (out, out / "kinds" / "a", out / "kinds" / "b"):
+        assert {n: h[2] for n, h in read_data_images(folder).items()} == photos
     sub = tmp_path / "s.csv"
     assert ensemble_main([str(out), "--tune", "--out", str(sub)]) == 0
     assert check_submission(sub) == []

@@ -174,7 +174,7 @@ def test_runs_trained_on_other_photos_under_the_same_names_are_refused(tmp_path)
     out = tmp_path / "x.csv"
     _ensemble([str(runs["a"]), str(runs["same"]), "--threshold", "0.5", "--out", str(out)], log=lambda *_: None)
     assert out.is_file()  # one data folder: fused
-    with pytest.raises(DataError, match=r"drawn.*test\.npz: its run was trained on other photos than .*a.*test\.npz's "
+    with pytest.raises(DataError, match=r"drawn.*test\.npz: its run used other photos than .*a.*test\.npz's "
                                         r"under the same names \(1 images differ in bytes, e.g. train/g3\.jpg\)"):
         _ensemble([str(runs["a"]), str(runs["drawn"]), "--threshold", "0.5", "--out", str(out)], log=lambda *_: None)
 

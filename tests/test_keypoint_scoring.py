@@ -84,7 +84,7 @@ def test_a_new_score_run_removes_the_stale_validation_file_and_the_ensemble_refu
     capsys.readouterr()
     assert score(data, x) == 0
     assert f"removed {x / 'val.npz'}: an earlier score run's" in capsys.readouterr().out
-    assert sorted(p.name for p in x.iterdir()) == ["keypoints.yaml", "run.json", "test.npz"]
+    assert sorted(p.name for p in x.iterdir()) == ["data_images.json", "keypoints.yaml", "run.json", "test.npz"]
     sub = tmp_path / "sub.csv"
     assert ensemble_main([str(x), "--tune", "--out", str(sub)], log=lambda m: None) == 2
     assert "missing" in one_line(capsys) and not sub.exists()
@@ -172,4 +172,5 @@ def test_a_fold_with_an_empty_test_folder_says_it_writes_only_the_validation_fil
     (bare / "sample_submission.csv").unlink(missing_ok=True)
     assert score(bare, tmp_path / "out", "--fold", "0") == 0
     assert f"{bare / 'test'} holds no test images: writing val.npz only, no test.npz" in capsys.readouterr().out
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["keypoints.yaml", "run.json", "val.npz"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["data_images.json", "keypoints.yaml", "run.json",
+                                                                     "val.npz"]

@@ -1,12 +1,12 @@
 """What a competition folder's images are, as a run records them: :func:`data_fingerprint` (``train.csv`` and the
 image names) and :func:`image_hashes` / :func:`images_fingerprint` (the images' bytes), kept in a run folder's
-``data_images.json`` (:data:`DATA_IMAGES`).
+``data_images.json`` (:data:`DATA_IMAGES`, :func:`write_data_images`).
 
-``whale train`` writes them (:mod:`whale.training.runlog`) so a ``--resume`` onto other data is refused; the
-commands that read a trained run's scores beside a data folder or beside other runs read them back
-(:func:`refuse_other_photos`, :func:`digest`), so a network trained on other photos under the same names (a split
-drawn again with the same file names) is refused too: the joint identification's ``--with-run``, ``whale
-ensemble``, pseudo-label rounds.
+``whale train`` writes them (:mod:`whale.training.runlog`) so a ``--resume`` onto other data is refused, and so do
+the keypoint and joint score runs (``whale score``); the commands that read a run's scores beside a data folder or
+beside other runs read them back (:func:`refuse_other_photos`, :func:`digest`), so a run of other photos under the
+same names (a split drawn again with the same file names) is refused too: the joint identification's
+``--with-run``, ``whale ensemble``, pseudo-label rounds.
 """
 from __future__ import annotations
 
@@ -92,6 +92,18 @@ def image_hashes(data_dir: Path, known: dict | None = None) -> dict[str, list]:
     return out
 
 
+def write_data_images(out_dir: Path, data_dir: Path, known: dict | None = None) -> dict[str, list]:
+    """Record ``data_dir``'s image bytes in ``out_dir``'s :data:`DATA_IMAGES` and return them
+    (:func:`image_hashes`; the files whose size and time ``known``, else the folder's earlier record, holds are not
+    read again)."""
+    from whale.core.files import write_text_atomic
+
+    hashes = image_hashes(Path(data_dir), read_data_images(out_dir) if known is None else known)
+    write_text_atomic(Path(out_dir) / DATA_IMAGES, "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}"
+                                                                     for k, v in sorted(hashes.items())) + "\n}\n")
+    return hashes
+
+
 def images_fingerprint(hashes: dict[str, list]) -> str:
     """16 hex digits over the names and digests of :func:`image_hashes` (sizes and times left out)."""
     digest = hashlib.sha256()
@@ -117,8 +129,9 @@ def digest(entry) -> str | None:
 def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> None:
     """Refuse a run trained on other photos under ``data_dir``'s names: each run folder's record of its data's
     image bytes (:data:`DATA_IMAGES`) against ``data_dir``'s, name by name; ``runs``: ``(how the command line named
-    it, its folder)``. A folder without the record (a run of another tool, a keypoint run) passes: the names in its
-    score files are all that is checked there.
+    it, its folder): a trained run, or a keypoint or joint score run (they record their data too). A folder
+    without the record (a run of another tool, or one written before the record) passes: the names in its score
+    files are all that is checked there.
 
     Raises:
         DataError: an image named alike in both with other bytes; names the record, the run and a few images.
@@ -134,6 +147,16 @@ def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> None:
         changed = sorted(n for n, e in record.items() if n in now and digest(e) not in (None, now[n][2]))
         if changed:
             shown = ", ".join(changed[:3]) + (f" ... ({len(changed)} in all)" if len(changed) > 3 else "")
-            raise DataError(f"{Path(folder) / DATA_IMAGES}: {label} was trained on other photos under the names of "
-                            f"{data_dir}'s: {len(changed)} images differ in bytes (e.g. {shown}); train it on this "
+            verb, made = ("score", "scored") if _score_run(folder) else ("train", "trained")
+            raise DataError(f"{Path(folder) / DATA_IMAGES}: {label} was {made} on other photos under the names of "
+                            f"{data_dir}'s: {len(changed)} images differ in bytes (e.g. {shown}); {verb} it on this "
                             "folder")
+
+
+def _score_run(folder) -> bool:
+    """Whether ``folder`` is a keypoint or joint score run's (its ``run.json`` names a matcher), not a trained run's."""
+    try:
+        meta = json.loads((Path(folder) / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and bool(meta.get("matcher"))

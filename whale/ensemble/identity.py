@@ -14,8 +14,9 @@ revision, Keras backend) and, for validation files, the images the model trained
   threshold tuned on the one would be applied to the other);
 - for ``--tune-weights``, validation files that do not score the same queries (:func:`check_same_queries`:
   runs of different folds or data).
-- trained runs whose records of their data's image bytes (``data_images.json``) disagree on an image of one name
-  (:func:`check_same_photos`: runs of two data folders that name their photos alike, e.g. two split draws).
+- runs (trained, keypoint or joint) whose records of their data's image bytes (``data_images.json``) disagree on
+  an image of one name (:func:`check_same_photos`: runs of two data folders that name their photos alike, e.g. two
+  split draws).
 
 Files written before identities were recorded pass with a warning: they cannot be checked.
 """
@@ -95,7 +96,8 @@ def run_folder(path: Path) -> Path:
 def check_same_photos(paths: Sequence[Path]) -> None:
     """Refuse score files of trained runs whose data held other photos under the same names: each run folder's
     record of its images' bytes (``data_images.json``, :mod:`whale.data.fingerprint`) against the earlier files',
-    name by name. Files of runs without the record (keypoint and joint runs) are checked by names only.
+    name by name: trained runs, keypoint and joint score runs. Files of runs without the record (of other tools, or
+    written before it) are checked by names only.
 
     Raises:
         DataError: naming both files and a few images whose bytes differ.
@@ -111,9 +113,9 @@ def check_same_photos(paths: Sequence[Path]) -> None:
                 changed.setdefault(first, []).append(name)
         if changed:  # the first earlier file it disagrees with
             first, names = next(iter(changed.items()))
-            raise DataError(f"{path}: its run was trained on other photos than {first}'s under the same names "
+            raise DataError(f"{path}: its run used other photos than {first}'s under the same names "
                             f"({len(names)} images differ in bytes, e.g. {first_names(sorted(names), 2)}); the runs "
-                            "of an ensemble score one data folder: train them on one")
+                            "of an ensemble score one data folder: train or score them on one")
 
 
 def data_differences(a: Path, b: Path) -> list[str]:

@@ -39,6 +39,7 @@ from whale.core.errors import ConfigError, DataError
 from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
 from whale.data import ImageSet, fold_data, load_competition
+from whale.data.fingerprint import write_data_images
 from whale.identify.check import (JointCheck, KindEvidence, check_rows, column_names, identification_scores,
                                   pair_table, pairs_of, read_table, save_table)
 from whale.identify.config import JointConfig
@@ -143,6 +144,9 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     import yaml
 
     write_text_atomic(out / "joint.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    hashes = write_data_images(out, data_dir)  # the photos it scored, for the ensemble's and the joint's checks
+    for kind in sorted((out / "kinds").glob("*/run.json")):
+        write_data_images(kind.parent, data_dir, hashes)
     write_json_atomic(out / "run.json", {"matcher": JOINT, "data": str(Path(data_dir).resolve()),
                                          "format": comp.format.name, "fold": fold, "seed": seed,
                                          "config_hash": digest, "with_runs": [str(r.val) for r in runs],

@@ -38,6 +38,7 @@ from whale.data.folds import N_FOLDS
 from whale.core.errors import ConfigError, DataError, OutputError
 from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
+from whale.data.fingerprint import DATA_IMAGES, write_data_images
 from whale.inference.scorefile import read_header, score_identity, write_scores
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.matcher import KeypointMatcher
@@ -45,7 +46,7 @@ from whale.keypoints.selectcache import SelectorCache
 from whale.keypoints.store import FeatureStore
 
 MATCHER = "keypoints"
-RECORD = ("run.json", "val.npz", "test.npz", "keypoints.yaml")
+RECORD = ("run.json", "val.npz", "test.npz", "keypoints.yaml", DATA_IMAGES)
 """What a score run writes into its folder; ``run.json`` first among what an earlier one's removal takes."""
 TRAINED = ("config.yaml", "checkpoints")
 """What a trained run's folder holds besides its ``run.json``."""
@@ -170,7 +171,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     target = out if single else out / "test.npz"
     folder = _Folder(out, log)
     writes = {name for name, yes in (("val.npz", data is not None), ("test.npz", bool(comp.test_images))) if yes}
-    writes |= {"run.json", "keypoints.yaml"}
+    writes |= {"run.json", "keypoints.yaml", DATA_IMAGES}
     selector = check = None  # the validation fold's, reused by the test
     if data is not None:
         def write_val(scores):
@@ -198,6 +199,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
         import yaml
 
         write_text_atomic(out / "keypoints.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_data_images(out, data_dir)  # so the ensemble and the joint refuse it beside other photos of these names
         write_json_atomic(out / "run.json", {"matcher": MATCHER, "data": str(Path(data_dir).resolve()),
                                              "format": comp.format.name, "fold": fold, "seed": seed,
                                              "config_hash": cfg.config_hash(), "seconds": times,

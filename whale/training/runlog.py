@@ -26,8 +26,8 @@ from pathlib import Path
 from whale.config import RunConfig, config_hash, load_config
 from whale.core.errors import ConfigError
 from whale.core.files import atomic_write, git_revision, write_json_atomic, write_text_atomic
-from whale.data.fingerprint import (DATA_IMAGES, data_fingerprint, data_format, image_hashes,
-                                    images_fingerprint, read_data_images)
+from whale.data.fingerprint import (data_fingerprint, data_format, image_hashes, images_fingerprint,
+                                    read_data_images, write_data_images)
 
 LOG_FIELDS = [
     "epoch", "stage", "epoch_in_stage", "image_size", "k", "lr", "freeze_branch", "dataset",
@@ -148,9 +148,7 @@ def write_run_metadata(out_dir: Path, cfg: RunConfig, fold: int | str, data_dir:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out_dir / "config.yaml", cfg.to_yaml())
     old = read_run_json(out_dir) or {}
-    hashes = image_hashes(Path(data_dir), read_data_images(out_dir))
-    write_text_atomic(out_dir / DATA_IMAGES, "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}"
-                                                                for k, v in sorted(hashes.items())) + "\n}\n")
+    hashes = write_data_images(out_dir, data_dir)
     meta = {"fold": fold, "seed": cfg.seed, "git_revision": git_revision(), "data": str(data_dir),
             "data_fingerprint": data_fingerprint(data_dir), "images_fingerprint": images_fingerprint(hashes),
             "format": data_format(data_dir).name,
