@@ -94,7 +94,7 @@ def run_folder(path: Path) -> Path:
 
 
 def check_same_photos(paths: Sequence[Path]) -> None:
-    """Refuse score files of trained runs whose data held other photos under the same names: each run folder's
+    """Refuse score files of runs whose data held other photos under the same names: each run folder's
     record of its images' bytes (``data_images.json``, :mod:`whale.data.fingerprint`) against the earlier files',
     name by name: trained runs, keypoint and joint score runs. Files of runs without the record (of other tools, or
     written before it) are checked by names only.
