@@ -334,7 +334,10 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     from whale.inference.scorefile import load_score_file
     from whale.submission import check_submission
 
+    from whale.data.fingerprint import DATA_IMAGES, image_hashes, read_data_images
+
     run = fake_run(tmp_path / "lite0", data)
+    (run / DATA_IMAGES).write_text(json.dumps(image_hashes(data)))  # as `whale train` records its photos
     out = tmp_path / "joint"
     assert main(["--matcher", "joint", "--config", str(joint_config(tmp_path, "aggregate: noisy_or\n")), "--with-run",
                  str(run), "--data", str(data), "--fold", "0", "--out", str(out), "--quiet", "--workers", "1"]) == 0
@@ -348,8 +351,6 @@ def test_the_joint_command_writes_score_files_that_ensemble_and_submission_read(
     assert meta["matcher"] == "joint" and sum(meta["check_pairs"]) > 0 and meta["with_runs"] == [str(run)]
     for kind in ("a", "b"):  # each kind's own scores of the same pairs: the late fusion measured beside it
         assert (out / "kinds" / kind / "val.npz").is_file() and (out / "kinds" / kind / "test.npz").is_file()
-    from whale.data.fingerprint import image_hashes, read_data_images
-
     photos = {n: h[2] for n, h in image_hashes(data).items()}  # the bytes it scored, as the checks read them
     for folder in (out, out / "kinds" / "a", out / "kinds" / "b"):
         assert {n: h[2] for n, h in read_data_images(folder).items()} == photos

@@ -126,12 +126,15 @@ def digest(entry) -> str | None:
     return entry[2] if isinstance(entry, list) and len(entry) == 3 else None
 
 
-def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> None:
+def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> dict[str, list] | None:
     """Refuse a run trained on other photos under ``data_dir``'s names: each run folder's record of its data's
     image bytes (:data:`DATA_IMAGES`) against ``data_dir``'s, name by name; ``runs``: ``(how the command line named
     it, its folder): a trained run, or a keypoint or joint score run (they record their data too). A folder
     without the record (a run of another tool, or one written before the record) passes: the names in its score
     files are all that is checked there.
+
+    Returns:
+        ``data_dir``'s :func:`image_hashes` when some run had a record to compare (a caller's ``known``), else None.
 
     Raises:
         DataError: an image named alike in both with other bytes; names the record, the run and a few images.
@@ -151,6 +154,7 @@ def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> None:
             raise DataError(f"{Path(folder) / DATA_IMAGES}: {label} was {made} on other photos under the names of "
                             f"{data_dir}'s: {len(changed)} images differ in bytes (e.g. {shown}); {verb} it on this "
                             "folder")
+    return now
 
 
 def _score_run(folder) -> bool:

@@ -72,7 +72,7 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     check_score_folder(out, JOINT, "joint identification")
     runs = check_runs(runs)
     comp = load_competition(data_dir)
-    check_photo_bytes(runs, data_dir)
+    image_bytes = check_photo_bytes(runs, data_dir)  # the data's bytes when read, so its own record reads them once
     known, test = ImageSet.known(comp), ImageSet.test(comp)
     data = fold_data(comp, fold, seed)
     if not len(data.val) or not len(data.gallery):
@@ -144,7 +144,7 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     import yaml
 
     write_text_atomic(out / "joint.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    hashes = write_data_images(out, data_dir)  # the photos it scored, for the ensemble's and the joint's checks
+    hashes = write_data_images(out, data_dir, image_bytes)  # for the ensemble and the joint
     for kind in sorted((out / "kinds").glob("*/run.json")):
         write_data_images(kind.parent, data_dir, hashes)
     write_json_atomic(out / "run.json", {"matcher": JOINT, "data": str(Path(data_dir).resolve()),

@@ -61,14 +61,16 @@ def run_scores(run, split: str, query: Sequence[str], gallery: Sequence[str], fo
     return np.asarray(f.scores, np.float32)[np.ix_(rows, cols)]
 
 
-def check_photo_bytes(runs: Sequence[TrainedRun], data_dir) -> None:
+def check_photo_bytes(runs: Sequence[TrainedRun], data_dir) -> dict | None:
     """Refuse a run trained on other photos under ``--data``'s names (:func:`whale.data.fingerprint.
-    refuse_other_photos`: each run folder's ``data_images.json`` against ``data_dir``'s bytes).
+    refuse_other_photos`: each run folder's ``data_images.json`` against ``data_dir``'s bytes); returns the data's
+    image hashes when it read them, else None.
 
     Raises:
         DataError: an image named alike in both with other bytes; names the record, the run and such images.
     """
-    refuse_other_photos([(f"--with-run {r.spec}", f) for r in runs for f in dict.fromkeys((r.val, r.test))], data_dir)
+    return refuse_other_photos([(f"--with-run {r.spec}", f) for r in runs for f in dict.fromkeys((r.val, r.test))],
+                               data_dir)
 
 
 def _positions(names: np.ndarray, wanted: Sequence[str]) -> np.ndarray:
