@@ -594,7 +594,7 @@ def test_add_index_match_accept_through_the_command(trained, tmp_path, capsys):
     match = ["catalogue", "match", str(cat), "--photos", str(data / "test"), "--top", "2", "--batch", "t1", *common]
     assert main(match) == 2
     err = capsys.readouterr().err
-    assert f"batch 't1' exists already" in err and f"{len(props.photos)} decisions" in err and "--rematch" in err
+    assert "batch 't1' exists already" in err and f"{len(props.photos)} decisions" in err and "--rematch" in err
     assert _state(cat) == before
     assert main([*match, "--rematch"]) == 0
     assert f"re-matched: its {len(props.photos)} decisions are kept" in capsys.readouterr().out

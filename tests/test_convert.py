@@ -189,7 +189,7 @@ def test_missing_weights_file_names_it_and_the_converter_command(tmp_path):
     with pytest.raises(FileNotFoundError) as err:
         build_branch("seresnext50", (64, 64, 3), weights=str(missing))
     assert str(missing) in str(err.value)
-    assert f"python -m whale.models.convert --branch seresnext50 --from" in str(err.value)
+    assert "python -m whale.models.convert --branch seresnext50 --from" in str(err.value)
     assert f"--out {missing}" in str(err.value)
 
 

@@ -7,7 +7,6 @@ import pytest
 
 from whale import NEW_WHALE
 from whale.core.errors import ConfigError
-from whale.ensemble.cli import main
 from whale.ensemble.combine import average_score_files
 from whale.ensemble.fusion import read_fusion
 from whale.metrics import map_at_k

@@ -264,7 +264,8 @@ def test_a_run_trained_on_other_photos_under_the_same_names_is_refused_by_its_by
 def test_score_runs_record_their_photos_so_runs_of_other_photos_under_the_same_names_are_refused(data, tmp_path,
                                                                                                    capsys):
     """Keypoint score runs record the bytes they scored: one of a copy of the data with a photo changed (its names
-    alike) is refused beside a run of the data, by ``whale ensemble`` and by the joint's ``--with-run``."""
+    alike) is refused beside a run of the data, by ``whale ensemble`` and by the joint's ``--with-run``; a score file
+    written alone into a run's folder, whose record the ensemble reads for it, is refused when the record differs."""
     import cv2
 
     from whale.ensemble.cli import main as ensemble_main
@@ -288,6 +289,37 @@ def test_score_runs_record_their_photos_so_runs_of_other_photos_under_the_same_n
     err = capsys.readouterr().err
     assert f"its run used other photos than {tmp_path / 'a'}" in err and f"train/{photo.name}" in err
     assert not (tmp_path / "s.csv").exists()
+    # a score file written alone records nothing: beside a record of other photos it is refused, beside its own written
+    single = ["--matcher", "keypoints", "--config", str(tmp_path / "a.yaml"), "--quiet", "--workers", "1"]
+    assert main(single + ["--data", str(other), "--out", str(tmp_path / "a" / "alone.npz")]) == 2
+    assert (f"{tmp_path / 'a' / 'data_images.json'} records other photos under the names of {other}'s (1 images "
+            f"differ in bytes, e.g. train/{photo.name})") in capsys.readouterr().err
+    assert not (tmp_path / "a" / "alone.npz").exists()
+    assert main(single + ["--data", str(data), "--out", str(tmp_path / "a" / "alone.npz")]) == 0
+
+
+def test_a_kept_pair_table_is_verified_again_when_the_photos_under_its_names_change(data, tmp_path, capsys):
+    """The joint's kept pair tables name the data's photo bytes: a rerun on the same photos reads them back, one with
+    a photo changed under its name verifies its pairs again."""
+    import cv2
+
+    from whale.inference.__main__ import main
+
+    other = tmp_path / "other"
+    shutil.copytree(data, other)
+    run = fake_run(tmp_path / "lite0", other)
+    argv = ["--matcher", "joint", "--config", str(joint_config(tmp_path)), "--with-run", str(run), "--data",
+            str(other), "--fold", "0", "--out", str(tmp_path / "out"), "--workers", "1"]
+    assert main(argv) == 0
+    assert "read back" not in capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("verified by an earlier run of these settings read back") == 2
+    photo = sorted((other / "train").iterdir())[0]
+    cv2.imwrite(str(photo), cv2.flip(cv2.imread(str(photo)), 1))
+    assert main(argv) == 0
+    assert "verified by an earlier run" not in capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("verified by an earlier run of these settings read back") == 2
 
 
 def test_a_folder_of_two_runs_is_refused_and_a_full_data_run_is_checked(data, tmp_path, capsys):

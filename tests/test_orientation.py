@@ -1,6 +1,5 @@
 """EXIF orientation: a camera's photo saved sideways (``Orientation 6``) is read upright wherever a photo is
 read: decoding, box labels, keypoint features and scores, the catalogue's review page."""
-import io
 
 import numpy as np
 import pytest

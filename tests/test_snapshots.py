@@ -1,6 +1,5 @@
 """snapshot: true stages: one schedule, several models, each scored into scores/<size>/ and ensembled."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -79,7 +79,6 @@ IMAGENET_CONFIG = "configs/flukes_lite0_cpu.yaml"
 
 def run_seed(args, seed: int, log=print) -> list[dict]:
     """Every method of ``args.methods`` on split ``seed``; one result row per method."""
-    from whale.ensemble.combine import average_score_files
     from whale.inference.scorefile import load_score_file
 
     work = Path(args.out) / f"seed{seed}"

@@ -76,7 +76,6 @@ def _diff(got, want) -> dict:
 def check(timm_name: str, images, seed: int, workdir: Path) -> dict:
     """Convert random-init ``timm_name`` and compare features; returns a result row."""
     import keras
-    import numpy as np
     import timm
     import torch
 

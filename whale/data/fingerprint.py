@@ -147,7 +147,7 @@ def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> dict[str,
         if not record:
             continue
         now = image_hashes(Path(data_dir)) if now is None else now
-        changed = sorted(n for n, e in record.items() if n in now and digest(e) not in (None, now[n][2]))
+        changed = changed_names(record, now)
         if changed:
             shown = ", ".join(changed[:3]) + (f" ... ({len(changed)} in all)" if len(changed) > 3 else "")
             verb, made = ("score", "scored") if _score_run(folder) else ("train", "trained")
@@ -155,6 +155,12 @@ def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> dict[str,
                             f"{data_dir}'s: {len(changed)} images differ in bytes (e.g. {shown}); {verb} it on this "
                             "folder")
     return now
+
+
+def changed_names(record: dict, now: dict[str, list]) -> list[str]:
+    """The names, sorted, that a :data:`DATA_IMAGES` ``record`` and :func:`image_hashes`' ``now`` both hold with other
+    bytes (a malformed entry of the record counts as unknown, not changed)."""
+    return sorted(n for n, e in record.items() if n in now and digest(e) not in (None, now[n][2]))
 
 
 def _score_run(folder) -> bool:

@@ -30,7 +30,7 @@ import numpy as np
 
 from whale.core.errors import DataError
 from whale.data.fingerprint import digest, read_data_images
-from whale.inference.scorefile import different_writers, first_names, read_header
+from whale.inference.scorefile import different_writers, first_names, read_header, run_folder
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")
 """The identity table's columns: fields of :data:`whale.inference.scorefile.IDENTITY_FIELDS`, in the table's order."""
@@ -83,14 +83,6 @@ def check_inputs(paths: Sequence[Path], identities: Sequence[dict | None], log=p
     if unknown:
         log(f"warning: {len(unknown)} score file(s) record no run identity, so mixes and leaks cannot be "
             f"checked: {first_names(unknown)}; re-score them with `run_fold.py ... --score-only`")
-
-
-def run_folder(path: Path) -> Path:
-    """The folder of the run that wrote a score file: ``RUN`` of ``RUN/scores/[SIZE/]SPLIT.npz``, else the file's."""
-    folder = Path(path).parent
-    if folder.name.isdigit() and folder.parent.name == "scores":
-        folder = folder.parent
-    return folder.parent if folder.name == "scores" else folder
 
 
 def check_same_photos(paths: Sequence[Path]) -> None:

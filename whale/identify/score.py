@@ -39,7 +39,7 @@ from whale.core.errors import ConfigError, DataError
 from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
 from whale.data import ImageSet, fold_data, load_competition
-from whale.data.fingerprint import write_data_images
+from whale.data.fingerprint import image_hashes, images_fingerprint, read_data_images, write_data_images
 from whale.identify.check import (JointCheck, KindEvidence, check_rows, column_names, identification_scores,
                                   pair_table, pairs_of, read_table, save_table)
 from whale.identify.config import JointConfig
@@ -73,6 +73,9 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     runs = check_runs(runs)
     comp = load_competition(data_dir)
     image_bytes = check_photo_bytes(runs, data_dir)  # the data's bytes when read, so its own record reads them once
+    if image_bytes is None:  # no run records its photos: read them here (a rerun only those changed since its record)
+        image_bytes = image_hashes(Path(data_dir), read_data_images(out))
+    photo_bytes = images_fingerprint(image_bytes)
     known, test = ImageSet.known(comp), ImageSet.test(comp)
     data = fold_data(comp, fold, seed)
     if not len(data.val) or not len(data.gallery):
@@ -94,7 +97,7 @@ def score_joint(data_dir, out, cfg: JointConfig, runs=(), fold: int | None = Non
     for split, gallery, queries in splits:
         t0 = time.perf_counter()
         path = out / f"pairs_{split}.npz"
-        key = verification_key(cfg, identities[split], split, queries, gallery)
+        key = verification_key(cfg, identities[split], split, queries, gallery, photo_bytes)
         table = read_table(path, key)
         if table is not None:
             tables[split] = (table.pairs, table.rows, table.fallback)
@@ -171,13 +174,14 @@ def run_identities(runs: list[TrainedRun], split: str) -> list[dict]:
     return out
 
 
-def verification_key(cfg: JointConfig, runs: list[dict], split: str, queries, gallery) -> str:
+def verification_key(cfg: JointConfig, runs: list[dict], split: str, queries, gallery, photo_bytes: str) -> str:
     """16 hex digits naming what a split's pair table depends on: every feature kind's settings, the shortlist's,
-    the trained runs' identities and the split's photos and individuals (not the check nor the aggregation, which
-    a table serves again: a run changing only those verifies nothing)."""
+    the trained runs' identities, the split's photos and individuals, and ``photo_bytes`` (the data's
+    :func:`whale.data.fingerprint.images_fingerprint`: other photos under the same names are verified again); not
+    the check nor the aggregation, which a table serves again: a run changing only those verifies nothing."""
     payload = json.dumps({"kinds": [(n, k.config_hash()) for n, k in cfg.kinds], "votes": cfg.votes, "runs": cfg.runs,
                           "with": runs, "split": split, "query": list(queries.names), "gallery": list(gallery.names),
-                          "ids": [str(i) for i in gallery.ids]}, sort_keys=True, default=str)
+                          "ids": [str(i) for i in gallery.ids], "bytes": photo_bytes}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

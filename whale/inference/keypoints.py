@@ -38,8 +38,8 @@ from whale.data.folds import N_FOLDS
 from whale.core.errors import ConfigError, DataError, OutputError
 from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
-from whale.data.fingerprint import DATA_IMAGES, write_data_images
-from whale.inference.scorefile import read_header, score_identity, write_scores
+from whale.data.fingerprint import DATA_IMAGES, changed_names, image_hashes, read_data_images, write_data_images
+from whale.inference.scorefile import first_names, read_header, run_folder, score_identity, write_scores
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.matcher import KeypointMatcher
 from whale.keypoints.selectcache import SelectorCache
@@ -128,7 +128,8 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
         ``{"test": path, "val": path}`` of what was written.
 
     Raises:
-        DataError: no test images and no fold, a bad folder or photo (named).
+        DataError: no test images and no fold, a bad folder or photo (named), a ``FILE.npz`` beside a record of
+            other photos (:func:`check_folder_record`).
     """
     out = Path(out)
     single = out.suffix == ".npz"
@@ -140,6 +141,8 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     if not single:
         check_score_folder(out)
     comp = load_competition(data_dir)
+    if single:
+        check_folder_record(out, data_dir)
     if not comp.test_images and fold is None:
         raise DataError(f"{Path(data_dir) / 'test'}: no test images to score (the folder is empty or missing); "
                         "give --fold K to score a validation fold")
@@ -207,6 +210,23 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     for path in written.values():
         log(f"wrote {path}")
     return written
+
+
+def check_folder_record(out: Path, data_dir) -> None:
+    """A score file written alone (``--out FILE.npz``) records no photos of its own: ``whale ensemble`` reads its
+    run folder's record (:func:`whale.inference.scorefile.run_folder`, ``data_images.json``) for it. Refuse to write it
+    beside a record of other photos under ``data_dir``'s names; beside none, its names are all that is checked.
+
+    Raises:
+        DataError: naming the record and a few images whose bytes differ.
+    """
+    folder = run_folder(out)
+    record = read_data_images(folder)
+    changed = changed_names(record, image_hashes(Path(data_dir))) if record else []
+    if changed:
+        raise DataError(f"--out {out}: {folder / DATA_IMAGES} records other photos under the names of {data_dir}'s "
+                        f"({len(changed)} images differ in bytes, e.g. {first_names(changed, 2)}), and whale ensemble "
+                        "takes that record for every score file of the folder: write it to another folder")
 
 
 class Photos:

@@ -107,6 +107,14 @@ def score_path(run_dir, split: str) -> Path:
     return run_dir / "scores" / f"{split}.npz"
 
 
+def run_folder(path: Path) -> Path:
+    """The folder of the run that wrote a score file: ``RUN`` of ``RUN/scores/[SIZE/]SPLIT.npz``, else the file's."""
+    folder = Path(path).parent
+    if folder.name.isdigit() and folder.parent.name == "scores":
+        folder = folder.parent
+    return folder.parent if folder.name == "scores" else folder
+
+
 def first_names(names, n: int = _NAMES_SHOWN) -> str:
     """The first ``n`` names, comma-separated, with the total when there are more (for error messages)."""
     names = [str(x) for x in names]

@@ -1,6 +1,7 @@
 """Steps ``rates_*``: model-only, pipeline-only and end-to-end training pairs/s of a branch, size and precision."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from benchmarks.gpu.steps import ROOT
