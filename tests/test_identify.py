@@ -269,8 +269,10 @@ def test_score_runs_record_their_photos_so_runs_of_other_photos_under_the_same_n
     import cv2
 
     from whale.ensemble.cli import main as ensemble_main
+    from whale.ensemble.identity import check_same_photos
     from whale.identify.sources import TrainedRun, check_photo_bytes
     from whale.inference.__main__ import main
+    from whale.inference.scorefile import file_photos
 
     other = tmp_path / "other"
     shutil.copytree(data, other)
@@ -296,6 +298,17 @@ def test_score_runs_record_their_photos_so_runs_of_other_photos_under_the_same_n
             f"differ in bytes, e.g. train/{photo.name})") in capsys.readouterr().err
     assert not (tmp_path / "a" / "alone.npz").exists()
     assert main(single + ["--data", str(data), "--out", str(tmp_path / "a" / "alone.npz")]) == 0
+    assert file_photos(tmp_path / "a" / "alone.npz") == {}  # the folder's record is its
+    # written alone where nothing records its photos, the file holds them: the ensemble compares them too
+    for name, folder in (("c", data), ("d", other)):
+        (tmp_path / name).mkdir()
+        assert main(single + ["--data", str(folder), "--out", str(tmp_path / name / "alone.npz")]) == 0
+    assert file_photos(tmp_path / "d" / "alone.npz")[f"train/{photo.name}"] != \
+        file_photos(tmp_path / "c" / "alone.npz")[f"train/{photo.name}"]
+    check_same_photos([tmp_path / "a" / "test.npz", tmp_path / "c" / "alone.npz"])
+    with pytest.raises(DataError, match=rf"d/alone\.npz: its run used other photos than .*a/test\.npz's under the "
+                                        rf"same names \(1 images differ in bytes, e\.g\. train/{photo.name}\)"):
+        check_same_photos([tmp_path / "a" / "test.npz", tmp_path / "d" / "alone.npz"])
 
 
 def test_a_kept_pair_table_is_verified_again_when_the_photos_under_its_names_change(data, tmp_path, capsys):

@@ -30,7 +30,7 @@ import numpy as np
 
 from whale.core.errors import DataError
 from whale.data.fingerprint import digest, read_data_images
-from whale.inference.scorefile import different_writers, first_names, read_header, run_folder
+from whale.inference.scorefile import different_writers, file_photos, first_names, read_header, run_folder
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")
 """The identity table's columns: fields of :data:`whale.inference.scorefile.IDENTITY_FIELDS`, in the table's order."""
@@ -87,9 +87,10 @@ def check_inputs(paths: Sequence[Path], identities: Sequence[dict | None], log=p
 
 def check_same_photos(paths: Sequence[Path]) -> None:
     """Refuse score files of runs whose data held other photos under the same names: each run folder's
-    record of its images' bytes (``data_images.json``, :mod:`whale.data.fingerprint`) against the earlier files',
-    name by name: trained runs, keypoint and joint score runs. Files of runs without the record (of other tools, or
-    written before it) are checked by names only.
+    record of its images' bytes (``data_images.json``, :mod:`whale.data.fingerprint`), or the file's own record when
+    it was written alone (:func:`whale.inference.scorefile.file_photos`), against the earlier files', name by name:
+    trained runs, keypoint and joint score runs. Files without either (of other tools, or written before them) are
+    checked by names only.
 
     Raises:
         DataError: naming both files and a few images whose bytes differ.
@@ -97,11 +98,12 @@ def check_same_photos(paths: Sequence[Path]) -> None:
     owner: dict[str, tuple[str, Path]] = {}
     for path in paths:
         changed: dict[Path, list[str]] = {}
-        for name, entry in read_data_images(run_folder(path)).items():
-            if digest(entry) is None:
+        photos = file_photos(path) or {name: digest(e) for name, e in read_data_images(run_folder(path)).items()}
+        for name, bytes_digest in photos.items():
+            if bytes_digest is None:
                 continue
-            known, first = owner.setdefault(name, (digest(entry), path))
-            if known != digest(entry):
+            known, first = owner.setdefault(name, (bytes_digest, path))
+            if known != bytes_digest:
                 changed.setdefault(first, []).append(name)
         if changed:  # the first earlier file it disagrees with
             first, names = next(iter(changed.items()))

@@ -38,7 +38,8 @@ from whale.data.folds import N_FOLDS
 from whale.core.errors import ConfigError, DataError, OutputError
 from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
-from whale.data.fingerprint import DATA_IMAGES, changed_names, image_hashes, read_data_images, write_data_images
+from whale.data.fingerprint import (DATA_IMAGES, changed_names, digest, image_hashes, read_data_images,
+                                    write_data_images)
 from whale.inference.scorefile import first_names, read_header, run_folder, score_identity, write_scores
 from whale.keypoints.config import KeypointConfig
 from whale.keypoints.matcher import KeypointMatcher
@@ -141,8 +142,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     if not single:
         check_score_folder(out)
     comp = load_competition(data_dir)
-    if single:
-        check_folder_record(out, data_dir)
+    lone_photos = check_folder_record(out, data_dir) if single else None
     if not comp.test_images and fold is None:
         raise DataError(f"{Path(data_dir) / 'test'}: no test images to score (the folder is empty or missing); "
                         "give --fold K to score a validation fold")
@@ -193,7 +193,7 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
             if not single:
                 folder.clear(writes)
             return write_scores(target, scores, test.names, known.names, known.ids,
-                                identity=identity(cfg, "test", fold, seed))
+                                identity=identity(cfg, "test", fold, seed), photos=lone_photos)
 
         written["test"], _ = _score(of(known), known.ids, keys(known), of(test), keys(test), cfg, progress, times,
                                     "test", log, write_test, fitted_on if data is not None else cache(known),
@@ -212,21 +212,29 @@ def score_competition(data_dir, out, cfg: KeypointConfig, fold: int | None = Non
     return written
 
 
-def check_folder_record(out: Path, data_dir) -> None:
-    """A score file written alone (``--out FILE.npz``) records no photos of its own: ``whale ensemble`` reads its
-    run folder's record (:func:`whale.inference.scorefile.run_folder`, ``data_images.json``) for it. Refuse to write it
-    beside a record of other photos under ``data_dir``'s names; beside none, its names are all that is checked.
+def check_folder_record(out: Path, data_dir) -> dict[str, str] | None:
+    """A score file written alone (``--out FILE.npz``) into a run folder: ``whale ensemble`` reads the folder's record
+    (:func:`whale.inference.scorefile.run_folder`, ``data_images.json``) for it. Refuse to write it beside a record of
+    other photos under ``data_dir``'s names.
+
+    Returns:
+        None beside such a record (the file's photos are the record's); else ``{name: digest}`` of ``data_dir``'s
+        images, for the file to hold itself (:func:`whale.inference.scorefile.file_photos`).
 
     Raises:
         DataError: naming the record and a few images whose bytes differ.
     """
     folder = run_folder(out)
     record = read_data_images(folder)
-    changed = changed_names(record, image_hashes(Path(data_dir))) if record else []
+    hashes = image_hashes(Path(data_dir))
+    if not record:
+        return {name: digest(entry) for name, entry in hashes.items()}
+    changed = changed_names(record, hashes)
     if changed:
         raise DataError(f"--out {out}: {folder / DATA_IMAGES} records other photos under the names of {data_dir}'s "
                         f"({len(changed)} images differ in bytes, e.g. {first_names(changed, 2)}), and whale ensemble "
                         "takes that record for every score file of the folder: write it to another folder")
+    return None
 
 
 class Photos:

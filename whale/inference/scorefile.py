@@ -16,6 +16,9 @@ JSON object describing the run that wrote them (:data:`IDENTITY_FIELDS`: ``run_i
 builds it with :func:`score_identity`), and validation files
 ``trained_on`` (``[n]`` str, the images the model trained on), so ``ensemble.py`` can refuse
 mixed or leaking inputs. Files without them (older versions) still load, with ``identity`` None.
+A file written alone, outside a run folder that records its data's image bytes (``whale score --matcher keypoints
+--out FILE.npz``), holds them itself: ``photos``, ``[n, 2]`` str (image name as ``train/a.jpg``, digest;
+:func:`file_photos`).
 :func:`write_scores` writes one atomically, :func:`load_score_file` reads and checks one;
 every problem raises :class:`ScoreFileError` naming the file.
 """
@@ -244,7 +247,7 @@ def load_score_file(path, need_query_ids: bool = False) -> ScoreFile:
 
 
 def write_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_ids=None,
-                 identity: dict | None = None, trained_on=None) -> Path:
+                 identity: dict | None = None, trained_on=None, photos: dict[str, str] | None = None) -> Path:
     """Write a score file atomically; float64 scores are stored as float16, float16/32 as they are.
 
     Args:
@@ -253,6 +256,8 @@ def write_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_id
         query, gallery, gallery_ids, query_ids: sequences of str (``query_ids`` for validation).
         identity: JSON-able dict describing the run (module docstring), stored as ``identity``.
         trained_on: sequence of str, the images the model trained on (validation files).
+        photos: ``{name: digest}`` of the data's images (:func:`whale.data.fingerprint.image_hashes`' digests), for a
+            file written alone (:func:`file_photos`).
 
     Raises:
         ScoreFileError: the matrix does not have one row per query and one column per gallery image.
@@ -272,8 +277,32 @@ def write_scores(path, scores: np.ndarray, query, gallery, gallery_ids, query_id
         arrays["identity"] = np.asarray([json.dumps(identity, sort_keys=True)], dtype=str)
     if trained_on is not None:
         arrays["trained_on"] = np.asarray(list(trained_on), dtype=str)
+    if photos is not None:
+        arrays["photos"] = np.asarray(sorted(photos.items()), dtype=str).reshape(-1, 2)
+
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:  # a file object: np.savez appends .npz to a path without it
             np.savez(fh, **arrays)
 
     return atomic_write(path, write)
+
+
+def file_photos(path) -> dict[str, str]:
+    """``{name: digest}`` of the data's images a score file written alone records (:func:`write_scores`'
+    ``photos``); ``{}`` for a file without them (its run folder's ``data_images.json`` records them, or nothing does).
+
+    Raises:
+        ScoreFileError: the file is unreadable, or its ``photos`` is not ``[n, 2]`` str.
+    """
+    path = Path(path)
+    with _open_npz(path) as z:
+        if "photos" not in z.files:
+            return {}
+        try:
+            arr = z["photos"]
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise ScoreFileError(f"{path}: 'photos' is truncated or corrupt ({type(e).__name__}: {e})") from None
+    if arr.dtype.kind != "U" or arr.ndim != 2 or arr.shape[1] != 2:
+        raise ScoreFileError(f"{path}: 'photos' must be [n, 2] str (image name, digest), got shape {arr.shape} "
+                             f"dtype {arr.dtype}")
+    return dict(arr.tolist())
