@@ -126,6 +126,11 @@ def digest(entry) -> str | None:
     return entry[2] if isinstance(entry, list) and len(entry) == 3 else None
 
 
+def digests(record: dict) -> dict[str, str | None]:
+    """``{name: digest}`` of a :data:`DATA_IMAGES` record or :func:`image_hashes`' result (:func:`digest` of each)."""
+    return {name: digest(entry) for name, entry in record.items()}
+
+
 def refuse_other_photos(runs: Sequence[tuple[str, Path]], data_dir) -> dict[str, list] | None:
     """Refuse a run trained on other photos under ``data_dir``'s names: each run folder's record of its data's
     image bytes (:data:`DATA_IMAGES`) against ``data_dir``'s, name by name; ``runs``: ``(how the command line named

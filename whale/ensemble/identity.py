@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from whale.core.errors import DataError
-from whale.data.fingerprint import digest, read_data_images
+from whale.data.fingerprint import digests, read_data_images
 from whale.inference.scorefile import different_writers, file_photos, first_names, read_header, run_folder
 
 COLUMNS = ("run_id", "config_hash", "fold", "seed", "checkpoint", "epoch", "init_from", "git_revision", "backend")
@@ -98,7 +98,7 @@ def check_same_photos(paths: Sequence[Path]) -> None:
     owner: dict[str, tuple[str, Path]] = {}
     for path in paths:
         changed: dict[Path, list[str]] = {}
-        photos = file_photos(path) or {name: digest(e) for name, e in read_data_images(run_folder(path)).items()}
+        photos = file_photos(path) or digests(read_data_images(run_folder(path)))
         for name, bytes_digest in photos.items():
             if bytes_digest is None:
                 continue

@@ -38,7 +38,7 @@ from whale.data.folds import N_FOLDS
 from whale.core.errors import ConfigError, DataError, OutputError
 from whale.core.files import write_json_atomic, write_text_atomic
 from whale.core.memory import peak_memory_mb
-from whale.data.fingerprint import (DATA_IMAGES, changed_names, digest, image_hashes, read_data_images,
+from whale.data.fingerprint import (DATA_IMAGES, changed_names, digests, image_hashes, read_data_images,
                                     write_data_images)
 from whale.inference.scorefile import first_names, read_header, run_folder, score_identity, write_scores
 from whale.keypoints.config import KeypointConfig
@@ -228,7 +228,7 @@ def check_folder_record(out: Path, data_dir) -> dict[str, str] | None:
     record = read_data_images(folder)
     hashes = image_hashes(Path(data_dir))
     if not record:
-        return {name: digest(entry) for name, entry in hashes.items()}
+        return digests(hashes)
     changed = changed_names(record, hashes)
     if changed:
         raise DataError(f"--out {out}: {folder / DATA_IMAGES} records other photos under the names of {data_dir}'s "
