@@ -36,6 +36,14 @@ def test_the_mask_keeps_the_fluke_and_drops_the_water():
     assert mask[~fluke].mean() < 0.2
 
 
+def test_the_outline_kept_as_it_is_lies_inside_the_grown_mask():
+    """``grow=0`` (the trailing-edge benchmark's setting) drops the band the default grows around the fluke."""
+    rgb, fluke = fluke_photo(3)
+    grown, tight = fluke_mask(rgb), fluke_mask(rgb, grow=0)
+    assert tight[fluke].mean() > 0.9 and not (tight & ~grown).any()
+    assert tight.sum() < grown.sum()
+
+
 def test_the_mask_is_the_same_whatever_ran_before():
     rgb, _ = fluke_photo(1)
     first = fluke_mask(rgb)

@@ -26,16 +26,19 @@ SEED = 0
 """OpenCV's random generator's seed before each photo."""
 
 
-def fluke_mask(rgb: np.ndarray) -> np.ndarray:
-    """``[H, W] bool``: the fluke (and what GrabCut could not tell from it) in the ``[H, W, 3] uint8`` photo."""
+def fluke_mask(rgb: np.ndarray, side: int = SIDE, inset: float = INSET, grow: int = GROW) -> np.ndarray:
+    """``[H, W] bool``: the fluke (and what GrabCut could not tell from it) in the ``[H, W, 3] uint8`` photo;
+    ``side``, ``inset``, ``grow``: :data:`SIDE`, :data:`INSET`, :data:`GROW` by default (the trailing-edge benchmark,
+    ``benchmarks/flukes/edge_curves.py``, keeps the outline as it is: a finer photo, the rectangle nearer the
+    border, nothing grown)."""
     import cv2
 
     h, w = rgb.shape[:2]
     keep_all = np.ones((h, w), bool)
-    shrink = min(1.0, SIDE / max(h, w))
+    shrink = min(1.0, side / max(h, w))
     small = cv2.resize(rgb, (max(1, round(w * shrink)), max(1, round(h * shrink))), interpolation=cv2.INTER_AREA)
     sh, sw = small.shape[:2]
-    x0, y0 = int(sw * INSET), int(sh * INSET)
+    x0, y0 = int(sw * inset), int(sh * inset)
     if sw - 2 * x0 < 8 or sh - 2 * y0 < 8:
         return keep_all
     labels = np.zeros((sh, sw), np.uint8)
@@ -49,5 +52,6 @@ def fluke_mask(rgb: np.ndarray) -> np.ndarray:
     fluke = ((labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD)).astype(np.uint8)
     if fluke.mean() < LEAST:
         return keep_all
-    fluke = cv2.dilate(fluke, np.ones((2 * GROW + 1, 2 * GROW + 1), np.uint8))
+    if grow:
+        fluke = cv2.dilate(fluke, np.ones((2 * grow + 1, 2 * grow + 1), np.uint8))
     return cv2.resize(fluke, (w, h), interpolation=cv2.INTER_NEAREST).astype(bool)
