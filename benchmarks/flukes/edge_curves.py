@@ -40,6 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.flukes.joint_recall import shortlisted  # noqa: E402
 from benchmarks.flukes.shared import read_solution  # noqa: E402
 from whale.identify.check import load_table  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
@@ -174,10 +175,7 @@ def one_seed(run: Path, data: Path, cache: Path) -> dict:
     gallery_ids = np.asarray(sf.gallery_ids, str)
     qi = np.array([at[f"test/{n}"] for n in sf.query])
     gi = np.array([at[f"train/{n}"] for n in sf.gallery])
-    table = load_table(run / "pairs_test.npz")
-    same = gallery_ids[table.pairs[:, 1]] == truth[table.pairs[:, 0]]
-    shortlisted = np.zeros(len(truth), bool)
-    shortlisted[table.pairs[same, 0]] = True
+    in_table = shortlisted(load_table(run / "pairs_test.npz").pairs, gallery_ids, truth)
     x = descriptors(c, best[0], best[1])
     s = similarity(x[qi], x[gi], best[2])
     s[:, ~ok[gi]] = -np.inf
@@ -185,8 +183,8 @@ def one_seed(run: Path, data: Path, cache: Path) -> dict:
     known = np.isin(truth, gallery_ids) & ok[qi]
     photos = Counter(gallery_ids.tolist())
     rows["test"] = {}
-    for what, m in (("known queries", known), ("known, shortlisted by the joint", known & shortlisted),
-                    ("known, never shortlisted by the joint", known & ~shortlisted)):
+    for what, m in (("known queries", known), ("known, shortlisted by the joint", known & in_table),
+                    ("known, never shortlisted by the joint", known & ~in_table)):
         rows["test"][f"{what} ({int(m.sum())})"] = shares(first[m])
         rows["test"][f"{what}, a random order"] = random_shares(gallery_ids, truth[m])
         rows.setdefault("one-photo whales' share", {})[what] = round(float(np.mean(

@@ -44,14 +44,26 @@ from whale.ranking import per_id_scores  # noqa: E402
 DEPTHS = (5, 10, 20, 50, 100, 200)
 
 
+def same_whale(pairs: np.ndarray, gallery_ids, truth) -> np.ndarray:
+    """``[m] bool``: whether the pair table's pair ``(query, gallery photo)`` of ``pairs`` ``[m, 2]`` is of the query's
+    individual (``truth`` ``[n_q]``)."""
+    return np.asarray(gallery_ids, str)[pairs[:, 1]] == np.asarray(truth, str)[pairs[:, 0]]
+
+
+def shortlisted(pairs: np.ndarray, gallery_ids, truth) -> np.ndarray:
+    """``[n_q] bool``: whether the pair table holds a photo of query ``q``'s individual (its merged shortlist)."""
+    out = np.zeros(len(truth), bool)
+    out[pairs[same_whale(pairs, gallery_ids, truth), 0]] = True
+    return out
+
+
 def source_recall(pairs: np.ndarray, rows: np.ndarray, columns: list[str], gallery_ids, truth, n_votes: int,
                   n_runs: int) -> dict[str, np.ndarray]:
     """Per source of the shortlist (each kind's votes, each run's scores) and for the merged shortlist
     (``"merged shortlist"``):
     ``[n_q] bool``, whether query ``q``'s individual (``truth`` ``[n_q]``) has a photo among that source's
     candidates in the pair table ``pairs`` ``[m, 2]`` / ``rows`` ``[m, f]`` (columns ``columns``)."""
-    ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
-    same = ids[pairs[:, 1]] == truth[pairs[:, 0]]
+    same = same_whale(pairs, gallery_ids, truth)
     col = {c: i for i, c in enumerate(columns)}
 
     def hit(mask: np.ndarray) -> np.ndarray:
@@ -77,13 +89,10 @@ def missed_evidence(pairs: np.ndarray, rows: np.ndarray, columns: list[str], gal
     by the evidence the check had (a photo verified: some kind's ``inliers`` above 0 on it): ``({row: [n_q] bool},
     {kind: (median most inliers on a photo of their individual, median most inliers on another individual's
     photo)})``, the medians over those queries (NaN when none)."""
-    ids, truth = np.asarray(gallery_ids, str), np.asarray(truth, str)
-    same = ids[pairs[:, 1]] == truth[pairs[:, 0]]
+    same = same_whale(pairs, gallery_ids, truth)
     col = {c: i for i, c in enumerate(columns)}
     n = len(truth)
-    shortlisted = np.zeros(n, bool)
-    shortlisted[pairs[same, 0]] = True
-    missed = shortlisted & ~np.asarray(in_five, bool)
+    missed = shortlisted(pairs, gallery_ids, truth) & ~np.asarray(in_five, bool)
     verified = np.zeros(n, bool)
     medians = {}
     for kind in sorted({c.split(".")[0] for c in columns if c.endswith(".inliers")}):
