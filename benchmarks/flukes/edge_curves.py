@@ -1,4 +1,4 @@
-"""Do the fluke's trailing edge find the known whales the joint never shortlists? A lead, measured; not a matcher.
+"""Does the fluke's trailing edge find the known whales the joint never shortlists? A lead, measured; not a matcher.
 Not a test; reads kept joint runs and chooses nothing in the toolkit.
 
     python benchmarks/flukes/edge_curves.py --runs 'runs/views16j/seed{S}' --data 'runs/cut/seed{S}/data' \\
@@ -40,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.flukes.joint_recall import shortlisted  # noqa: E402
+from benchmarks.flukes.joint_recall import same_whale, shortlisted  # noqa: E402
 from benchmarks.flukes.shared import read_solution  # noqa: E402
 from whale.identify.check import load_table  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
@@ -175,7 +175,8 @@ def one_seed(run: Path, data: Path, cache: Path) -> dict:
     gallery_ids = np.asarray(sf.gallery_ids, str)
     qi = np.array([at[f"test/{n}"] for n in sf.query])
     gi = np.array([at[f"train/{n}"] for n in sf.gallery])
-    in_table = shortlisted(load_table(run / "pairs_test.npz").pairs, gallery_ids, truth)
+    pairs = load_table(run / "pairs_test.npz").pairs
+    in_table = shortlisted(pairs, same_whale(pairs, gallery_ids, truth), len(truth))
     x = descriptors(c, best[0], best[1])
     s = similarity(x[qi], x[gi], best[2])
     s[:, ~ok[gi]] = -np.inf

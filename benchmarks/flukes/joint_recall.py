@@ -50,10 +50,11 @@ def same_whale(pairs: np.ndarray, gallery_ids, truth) -> np.ndarray:
     return np.asarray(gallery_ids, str)[pairs[:, 1]] == np.asarray(truth, str)[pairs[:, 0]]
 
 
-def shortlisted(pairs: np.ndarray, gallery_ids, truth) -> np.ndarray:
-    """``[n_q] bool``: whether the pair table holds a photo of query ``q``'s individual (its merged shortlist)."""
-    out = np.zeros(len(truth), bool)
-    out[pairs[same_whale(pairs, gallery_ids, truth), 0]] = True
+def shortlisted(pairs: np.ndarray, same: np.ndarray, n_queries: int) -> np.ndarray:
+    """``[n_q] bool``: whether the pair table holds a photo of query ``q``'s individual (its merged shortlist);
+    ``same``: :func:`same_whale` of ``pairs``."""
+    out = np.zeros(n_queries, bool)
+    out[pairs[same, 0]] = True
     return out
 
 
@@ -92,7 +93,7 @@ def missed_evidence(pairs: np.ndarray, rows: np.ndarray, columns: list[str], gal
     same = same_whale(pairs, gallery_ids, truth)
     col = {c: i for i, c in enumerate(columns)}
     n = len(truth)
-    missed = shortlisted(pairs, gallery_ids, truth) & ~np.asarray(in_five, bool)
+    missed = shortlisted(pairs, same, n) & ~np.asarray(in_five, bool)
     verified = np.zeros(n, bool)
     medians = {}
     for kind in sorted({c.split(".")[0] for c in columns if c.endswith(".inliers")}):
