@@ -57,12 +57,11 @@ def edge_curve(bgr: np.ndarray) -> np.ndarray | None:
     docstring); None where there is no outline to read."""
     import cv2
 
+    from whale.data.images import content_box
     from whale.keypoints.mask import fluke_mask
 
-    ink = bgr.min(axis=2) < 245  # the letterbox is white
-    rows, cols = np.flatnonzero(ink.mean(1) > 0.02), np.flatnonzero(ink.mean(0) > 0.02)
-    if len(rows) > 10 and len(cols) > 10:
-        bgr = bgr[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    x0, y0, x1, y1 = content_box(bgr)  # the white letterbox cut
+    bgr = bgr[y0:y1, x0:x1]
     mask = fluke_mask(np.ascontiguousarray(bgr[:, :, ::-1]), side=SIDE, inset=INSET, grow=0)
     if mask.all():
         return None
