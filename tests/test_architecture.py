@@ -31,6 +31,7 @@ LAYERS = {
     "whale.boxes": 3,
     "whale.inference": 4,
     "whale.identify": 4.5,  # one identification from every source's evidence (whale score --matcher joint)
+    "whale.outline": 4.5,  # the trailing edge's outline, learned (whale score --matcher outline; uses inference)
     "whale.keypoints": 3.5,  # the training-free keypoint matcher (uses whale.data); its score files: whale.inference.keypoints
     "whale.training": 5,
     "whale.ensemble": 5,
@@ -46,8 +47,8 @@ LAYERS = {
 # whale.cli may point at any module, but only lazily (imports inside functions: `whale --help`
 # loads no package), and no module of whale points at an entry point.
 ENTRY_POINTS = {"whale.cli", "whale.__main__", "whale.inference.__main__", "whale.recipe.__main__"}
-"""``whale.inference.__main__`` is ``python -m whale.inference`` (``whale score``), whose ``--matcher joint`` reaches
-whale.identify above it, lazily; ``whale.recipe.__main__`` (``whale recipe``) checks each step's line with whale.cli's
+"""``whale.inference.__main__`` is ``python -m whale.inference`` (``whale score``), whose ``--matcher joint`` and
+``--matcher outline`` reach whale.identify and whale.outline above it, lazily; ``whale.recipe.__main__`` (``whale recipe``) checks each step's line with whale.cli's
 parser tree, lazily."""
 
 

@@ -71,8 +71,8 @@ def test_round_trip(tmp_path):
 
 
 NOT_TRAINING = {"boxes", "keypoints", "keypoints_checked", "keypoints_xfeat", "keypoints_xfeat_checked", "joint",
-                "joint_sift", "keypoints_demo", "keypoints_xfeat_demo", "joint_demo"}
-"""whale.boxes's, whale.keypoints's and whale.identify's own configs, tested there (the *_demo ones: by
+                "joint_sift", "keypoints_demo", "keypoints_xfeat_demo", "joint_demo", "outline"}
+"""whale.boxes's, whale.keypoints's, whale.identify's and whale.outline's own configs, tested there (the *_demo ones: by
 tests/test_recipe_command.py, through recipes/demo.yaml)."""
 
 

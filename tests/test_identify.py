@@ -680,6 +680,27 @@ def test_the_centre_columns_leave_out_what_the_test_never_has():
     np.testing.assert_array_equal(left[:3], cols[:3])
 
 
+
+def test_the_outline_columns_leave_out_hidden_photos_and_photos_without_a_curve():
+    """benchmarks/flukes/edge_columns.py: a pair's outline cosine, its rank among the query's visible photos and the
+    gap to the query's best; missing (NaN) where either photo has no curve, a hidden photo out of the ranks."""
+    from benchmarks.flukes.edge_columns import edge_columns, similarities
+
+    eq = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    eg = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [0.8, 0.6]], np.float32)
+    s = similarities(eq, eg, np.array([True, True]), np.array([True, True, True, False]), {1: np.array([2])})
+    pairs = np.array([[0, 0], [0, 1], [0, 3], [1, 1], [1, 0]])
+    cols = edge_columns(pairs, s)
+    np.testing.assert_allclose(cols[:2, 0], [1.0, 0.6])
+    np.testing.assert_allclose(cols[:2, 1], np.log1p([0, 1]))
+    np.testing.assert_allclose(cols[:2, 2], [0.0, 0.4], atol=1e-6)
+    assert np.isnan(cols[2]).all()  # photo 3 has no curve
+    # query 1's best photo (2) is hidden from it: photo 1 ranks first and is its best
+    np.testing.assert_allclose(cols[3], [0.8, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(cols[4], [0.0, np.log1p(1), 0.8], atol=1e-6)
+    none = similarities(eq, eg, np.array([False, True]), np.ones(4, bool))
+    assert np.isnan(edge_columns(pairs[:1], none)).all()
+
 def test_a_kept_table_takes_a_run_s_new_scores_in_its_run_columns_alone():
     """benchmarks/flukes/joint_refit.py: the same pairs with a trained run's columns computed from other scores, every
     other column as kept."""

@@ -5,14 +5,11 @@ Not a test; reads kept joint runs and chooses nothing in the toolkit.
         --seeds 0 --out runs/edges
 
 Photo-ID catalogues of humpbacks match the trailing edge's outline when a fluke has little pigment to match (dark
-flukes, the queries no keypoint kind verifies). Each photo's outline here, with no training: the white letterbox
-cropped, :func:`whale.keypoints.mask.fluke_mask` (GrabCut) on the photo at :data:`SIDE` px with the rectangle
-:data:`INSET` from the border and nothing grown, its largest component, the highest fluke pixel of each column
-(the trailing edge of an upright fluke), turned so the two ends (the tips) are level, scaled by the tip-to-tip span
-and resampled to :data:`POINTS` points. A curve's descriptor is its slope after Gaussian smoothing (``sigma``
-points; or the curve itself less its mean, ``shape``, or its detail above the smoothing, ``detail``), unit length;
-two curves' similarity the best dot product over shifts of up to ``shift`` points. A photo whose mask is the whole
-photo (GrabCut's failure) or whose fluke spans under 40 px has no curve, and is left out.
+flukes, the queries no keypoint kind verifies). Each photo's outline here, with no training, is
+:func:`whale.outline.curve.edge_curve`'s (GrabCut's mask, the top profile, the tips levelled, :data:`POINTS` points
+in spans). A curve's descriptor is its slope after Gaussian smoothing (``sigma`` points; or the curve itself less
+its mean, ``shape``, or its detail above the smoothing, ``detail``), unit length; two curves' similarity the best
+dot product over shifts of up to ``shift`` points. A photo without a curve is left out.
 
 Printed, per split seed:
 
@@ -44,41 +41,12 @@ from benchmarks.flukes.joint_recall import same_whale, shortlisted  # noqa: E402
 from benchmarks.flukes.shared import read_solution  # noqa: E402
 from whale.identify.check import load_table  # noqa: E402
 from whale.inference.scorefile import load_score_file, score_path  # noqa: E402
+from whale.outline.curve import POINTS, edge_curve  # noqa: E402
 
-SIDE, INSET, POINTS, LEAST_SPAN = 200, 0.01, 256, 40
 KS = (1, 5, 20, 50, 100)
 VARIANTS = (("shape", 0, 0), ("detail", 6, 0), ("slope", 2, 0), ("slope", 4, 0), ("slope", 8, 0),
             ("slope", 4, 12), ("slope", 8, 12))
 """(descriptor, sigma in points, largest shift in points)."""
-
-
-def edge_curve(bgr: np.ndarray) -> np.ndarray | None:
-    """``[POINTS] float32``: the trailing edge's height at evenly spaced points from tip to tip, in spans (module
-    docstring); None where there is no outline to read."""
-    import cv2
-
-    from whale.data.images import content_box
-    from whale.keypoints.mask import fluke_mask
-
-    x0, y0, x1, y1 = content_box(bgr)  # the white letterbox cut
-    bgr = bgr[y0:y1, x0:x1]
-    mask = fluke_mask(np.ascontiguousarray(bgr[:, :, ::-1]), side=SIDE, inset=INSET, grow=0)
-    if mask.all():
-        return None
-    n, labels, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8))
-    if n < 2:
-        return None
-    fluke = labels == 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
-    xs = np.flatnonzero(fluke.any(axis=0))
-    if xs[-1] - xs[0] < LEAST_SPAN:
-        return None
-    pts = np.stack([xs - xs[0], fluke[:, xs].argmax(axis=0)], 1).astype(np.float64)
-    pts -= pts[0]
-    a = -np.arctan2(pts[-1, 1], pts[-1, 0])
-    pts = pts @ np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]).T  # the tips level
-    span = pts[-1, 0]
-    order = np.argsort(pts[:, 0], kind="stable")
-    return (np.interp(np.linspace(0, span, POINTS), pts[order, 0], pts[order, 1]) / span).astype(np.float32)
 
 
 def curves(data: Path, cache: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

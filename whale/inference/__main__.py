@@ -14,6 +14,10 @@ geometric verification (:mod:`whale.keypoints`, settings ``--config configs/keyp
 ``--matcher joint --config configs/joint.yaml --with-run RUN --fold K``: one identification from all the evidence
 (:mod:`whale.identify`): every source's candidates (both keypoint feature kinds' votes, each trained run's scores)
 verified by every feature kind, one check of all of it; its ``--out`` folder is read by ``whale ensemble`` as any.
+
+``--matcher outline [--config configs/outline.yaml] --fold K``: the trailing edge's outline, learned
+(:mod:`whale.outline`): a score folder (``val.npz`` with ``--fold``, ``test.npz``) that ``whale ensemble`` reads and
+the joint takes as ``--with-run``.
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="output score file (the .npz format; written under exactly this name); with "
                         "--matcher keypoints also a folder (test.npz, val.npz with --fold, run.json)")
     p.add_argument("--checkpoint", default="best", help="best, last, or a path to a .keras file")
-    p.add_argument("--matcher", choices=("run", "keypoints", "joint"), default="run",
+    p.add_argument("--matcher", choices=("run", "keypoints", "joint", "outline"), default="run",
                    help="run: a trained run's model (default); keypoints: the training-free keypoint matcher; "
-                        "joint: every source's candidates verified by every feature kind, one check (--fold needed)")
-    kp = p.add_argument_group("--matcher keypoints / joint")
+                        "joint: every source's candidates verified by every feature kind, one check (--fold needed); "
+                        "outline: the trailing edge's outline, a net trained on it (a folder)")
+    kp = p.add_argument_group("--matcher keypoints / joint / outline")
     kp.add_argument("--config", help="keypoint settings (YAML, e.g. configs/keypoints.yaml; default: built in); with "
-                                     "--matcher joint the joint settings (e.g. configs/joint.yaml, required)")
+                                     "--matcher joint the joint settings (e.g. configs/joint.yaml, required); with "
+                                     "--matcher outline its settings (configs/outline.yaml; default: built in)")
     kp.add_argument("--with-run", action="append", default=[], metavar="RUN[:ALL]",
                     help="--matcher joint: a trained run of the same --data and --fold whose val/test scores propose "
                          "candidates and join the check (repeatable); RUN:ALL takes the test scores of ALL, RUN's "
@@ -87,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         return _keypoints(args)
     if args.matcher == "joint":
         return _joint(args)
+    if args.matcher == "outline":
+        return _outline(args)
     check_output(args.out)  # before the model loads: a folder or a read-only place is refused now
     from whale.inference.runs import score_folder
 
@@ -126,6 +134,22 @@ def _joint(args) -> int:
     cfg = load_joint_config(args.config, overrides(args.set))
     score_joint(args.data, args.out, cfg, runs=args.with_run, fold=args.fold, seed=args.seed,
                 store_root=args.cache, workers=args.workers, progress=not args.quiet)
+    return 0
+
+
+def _outline(args) -> int:
+    """``--matcher outline``: :func:`whale.outline.score.score_outline`."""
+    from whale.config.overrides import overrides
+    from whale.core.files import check_output
+    from whale.keypoints.store import default_root
+    from whale.outline.net import load_outline_config
+    from whale.outline.score import score_outline
+
+    check_output(args.out, folder=True)
+    check_output(args.cache or default_root(), "--cache", folder=True)
+    cfg = load_outline_config(args.config, overrides(args.set))
+    score_outline(args.data, args.out, cfg, fold=args.fold, seed=args.seed, store_root=args.cache,
+                  progress=not args.quiet)
     return 0
 
 
