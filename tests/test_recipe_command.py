@@ -138,6 +138,28 @@ def test_the_deep_full_data_recipe_is_the_full_data_recipe_with_the_deep_recipe_
     assert ours["lite0_all"] == full["lite0_all"][:at] + [deep["lite0"][at]] + full["lite0_all"][at + 1:]
 
 
+def test_the_outline_recipe_is_the_deep_full_data_recipe_with_the_outline_as_the_joint_s_second_source():
+    """recipes/flukes_outline.yaml: flukes_deep_all.yaml's steps, word for word, with an ``outline`` step before the
+    joint (``whale score --matcher outline``, the fold's and the recipe's store), its folder the joint's second
+    ``--with-run`` and its thinned view among the other candidate's runs."""
+    ours, deep = _commands("flukes_outline.yaml"), _commands("flukes_deep_all.yaml")
+    at = list(deep).index("joint")
+    assert list(ours) == list(deep)[:at] + ["outline"] + list(deep)[at:]
+    assert all(ours[k] == deep[k] for k in deep if k not in ("joint", "fused_csv"))
+    outline = cli.build_parser(only=["score"]).parse_args(ours["outline"])
+    joint = cli.build_parser(only=["score"]).parse_args(ours["joint"])
+    assert outline.matcher == "outline" and (ROOT / outline.config).is_file()
+    assert (outline.fold, outline.data, outline.cache) == (joint.fold, joint.data, joint.cache)
+    at = ours["joint"].index("--with-run") + 2
+    assert ours["joint"] == deep["joint"][:at] + ["--with-run", str(outline.out)] + deep["joint"][at:]
+    ensemble = cli.build_parser(only=["ensemble"])
+    mine, theirs = ensemble.parse_args(ours["fused_csv"]), ensemble.parse_args(deep["fused_csv"])
+    assert [str(r) for r in mine.runs] == [str(r) for r in theirs.runs][:-1] + [
+        "runs/best/joint/thinned/outline", "runs/best/joint"]
+    assert {k: v for k, v in vars(mine).items() if k != "runs"} == \
+        {k: v for k, v in vars(theirs).items() if k != "runs"}
+
+
 def test_the_dry_run_fills_every_placeholder_from_the_flags(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)  # outside the checkout: {configs} is the checkout's folder, absolute
     assert main(["--recipe", str(ROOT / "recipes" / "demo.yaml"), "--data", "my data", "--out", "o", "--fold", "2",
@@ -404,14 +426,15 @@ def test_the_demo_recipe_makes_a_checked_submission_and_a_rerun_the_same_bytes(t
 
 
 @pytest.mark.slow  # the network and the joint on a small competition: about a minute of CPU
-@pytest.mark.parametrize("shape", ["joint", "all"])
+@pytest.mark.parametrize("shape", ["joint", "all", "outline"])
 def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_kinds(tmp_path, monkeypatch, capsys,
                                                                                    shape):
     """recipes/flukes_joint.yaml's shape on the demo's configs (recipes/demo.yaml without its standalone matchers, the
     joint's check on the thinned validation with each individual's columns, the submission the joint's, the other
     candidate fusing its views of the kinds and the network, and the joint): checked submissions. ``all``:
     recipes/flukes_all.yaml's, the same network trained again on every known photo (``--fold -1``) scoring the
-    joint's test (``--with-run RUN:ALL``)."""
+    joint's test (``--with-run RUN:ALL``). ``outline``: recipes/flukes_outline.yaml's, the learned outline (a short
+    training, photos of 128 px: at 96 the synthetic flukes give no edge) as the joint's second source."""
     pytest.importorskip("cv2")
     import yaml
 
@@ -436,9 +459,17 @@ def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_ki
         steps.insert(at + 1, {"name": "network_all", "about": "the same network on every known photo", "run": train})
         joint = next(s for s in steps if s["name"] == "joint")
         joint["run"] = joint["run"].replace("--with-run {out}/network", "--with-run {out}/network:{out}/network-all")
+    if shape == "outline":
+        at = next(i for i, s in enumerate(steps) if s["name"] == "joint")
+        steps.insert(at, {"name": "outline", "about": "the learned outline", "run": "whale score --matcher outline "
+                          "--data {data} --fold {fold} --out {out}/outline --cache {store} --set steps=30"})
+        for s in steps:
+            s["run"] = s["run"].replace("--with-run {out}/network", "--with-run {out}/network --with-run {out}/outline"
+                                        ).replace("{out}/joint/thinned/network", "{out}/joint/thinned/network "
+                                                  "{out}/joint/thinned/outline")
     recipe = tmp_path / "joint_demo.yaml"
     recipe.write_text(yaml.safe_dump({**raw, "steps": steps}))
-    data = generate(tmp_path / "data", n_ids=12, seed=3, size=96, progress=False)
+    data = generate(tmp_path / "data", n_ids=12, seed=3, size=128 if shape == "outline" else 96, progress=False)
     out = tmp_path / "out"
     assert main(["--recipe", str(recipe), "--data", str(data), "--out", str(out), "--quiet"]) == 0
     assert set(statuses(out).values()) == {"ran"} and "sift" not in statuses(out)
@@ -449,3 +480,7 @@ def test_the_joint_recipe_s_shape_makes_a_checked_submission_from_the_joint_s_ki
         meta = json.loads((out / "joint" / "run.json").read_text())
         assert meta["with_runs"] == [str(out / "network")] and meta["test_runs"] == [str(out / "network-all")]
         assert json.loads((out / "network-all" / "run.json").read_text())["fold"] == -1
+    if shape == "outline":  # the outline's photos in the joint's shortlists, its thinned view fused beside it
+        meta = json.loads((out / "joint" / "run.json").read_text())
+        assert meta["with_runs"] == [str(out / "network"), str(out / "outline")]
+        assert (out / "joint" / "thinned" / "outline" / "val.npz").is_file()

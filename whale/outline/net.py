@@ -122,6 +122,8 @@ def train_embedding(curves: np.ndarray, labels, steps: int, seed: int = 0, on_ch
     ``progress``: a bar over the chunks."""
     import keras
 
+    from whale.core.progress import progress_bar
+
     keras.utils.set_random_seed(seed)
     classes = {c: i for i, c in enumerate(sorted(set(map(str, labels))))}
     y = np.array([classes[str(c)] for c in labels], np.int32)
@@ -129,8 +131,6 @@ def train_embedding(curves: np.ndarray, labels, steps: int, seed: int = 0, on_ch
     embed, train = _networks(x.shape[1], len(classes))
     rng = np.random.default_rng(seed)
     order = np.zeros(0, np.int64)
-    from whale.core.progress import progress_bar
-
     for done in progress_bar(range(CHUNK, steps + CHUNK, CHUNK), desc="outline net, batches / 250", enabled=progress):
         n = (min(done, steps) - (done - CHUNK)) * BATCH
         while len(order) < n:
