@@ -3,7 +3,7 @@
     whale catalogue add CAT --photos DIR --labels LABELS.csv [--boxes BOXES.csv]
     whale catalogue match CAT --run RUN --photos NEW_DIR [--top 10] [--batch NAME] [--rematch]
     whale catalogue match CAT --method keypoints --photos NEW_DIR       # no training: the keypoint matcher
-    whale catalogue match CAT --method joint --photos NEW_DIR [--run RUN]   # every keypoint kind, one check
+    whale catalogue match CAT --method joint --photos NEW_DIR [--run RUN] [--outline]   # every keypoint kind, one check
     whale catalogue review CAT --batch NAME [--heatmaps]      # HTML report; exports decisions.csv
     whale catalogue review CAT --batch NAME --serve [--port P] # keyboard review, each decision saved at once
     whale catalogue accept CAT --batch NAME --decisions decisions.csv [--date D --location L]
@@ -116,8 +116,9 @@ def _match(args) -> str:
     with _open(args) as cat:
         batch = check_batch(cat, args.photos, args.batch, args.rematch)  # before the backend loads (seconds)
         kept = sql.decision_count(cat.conn, batch)
-        if args.joint_config is not None and args.method != "joint":
-            raise DataError("--joint-config goes with --method joint")
+        for flag, given in (("--joint-config", args.joint_config), ("--outline", args.outline)):
+            if given is not None and args.method != "joint":
+                raise DataError(f"{flag} goes with --method joint")
         if args.method == "keypoints":
             from whale.catalogue.keypoints import match_keypoints
             from whale.keypoints import load_keypoint_config
@@ -137,8 +138,13 @@ def _match(args) -> str:
             cfg = joint_config(args.joint_config)
             run = None if args.run is None else RunFeatures(Path(args.run), args.checkpoint or "best",
                                                             verbose=not args.quiet)
+            outline = None
+            if args.outline is not None:
+                from whale.catalogue.outline import outline_config
+
+                outline = outline_config(None if args.outline is True else args.outline)
             proposals, path = match_joint(cat, cfg, args.photos, batch, args.top, args.threshold, args.boxes,
-                                          args.rematch, run, not args.quiet, log=log)
+                                          args.rematch, run, not args.quiet, log=log, outline=outline)
         else:
             proposals, path = match_batch(cat, _run_of(args, cat), args.photos, batch, args.top, args.method,
                                           args.threshold, args.boxes, args.pool, rematch=args.rematch, log=log)
@@ -289,6 +295,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--joint-config",
                    help="with --method joint: the joint identification's settings (default configs/joint.yaml, "
                         "relative to the folder the command runs in)")
+    s.add_argument("--outline", nargs="?", const=True, metavar="FILE",
+                   help="with --method joint: the trailing edge's learned outline proposes candidates too (its net "
+                        "trained on the catalogue, kept until it changes; FILE: its settings, default "
+                        "configs/outline.yaml); like --run it only proposes")
     s.add_argument("--pool", type=int, default=300, help="images re-scored per photo by prune/faiss")
     s.add_argument("--threshold", type=probability_arg,
                    help="possibly new when the best candidate's probability of being the same whale is below this "

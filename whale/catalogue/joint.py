@@ -1,15 +1,17 @@
 """``match --method joint``: a batch of new photos against the catalogue by the joint identification.
 
-``whale catalogue match CAT --method joint --photos NEW [--joint-config configs/joint.yaml] [--run RUN]`` does for
-a catalogue what ``whale score --matcher joint`` does for a competition fold (:mod:`whale.identify`):
+``whale catalogue match CAT --method joint --photos NEW [--joint-config configs/joint.yaml] [--run RUN] [--outline]``
+does for a catalogue what ``whale score --matcher joint`` does for a competition fold (:mod:`whale.identify`):
 
 1. **every feature kind** of the joint config (its ``keypoints:`` list: RootSIFT, XFeat) builds its matcher on the
    catalogue's photos, as ``--method keypoints`` builds its one (features per kind in ``CAT/keypoints/``, its
    keypoint selection and its own check fitted on the catalogue: :mod:`whale.catalogue.keypoints`);
 2. **one shortlist per new photo**: each kind's best ``shortlist.votes`` catalogue photos by LNBNN votes and, with
    ``--run``, the run's best ``shortlist.runs`` by its scores (its features indexed and scored as ``match --run``
-   scores them: :mod:`whale.catalogue.match`), merged (:func:`whale.identify.sources.shortlist_of`); **every
-   shortlisted pair verified by every kind** (``KeypointMatcher.match``'s ``also``);
+   scores them: :mod:`whale.catalogue.match`), with ``--outline``, the learned trailing edge's best
+   ``shortlist.runs`` by its cosine (its net trained on the catalogue: :mod:`whale.catalogue.outline`), merged
+   (:func:`whale.identify.sources.shortlist_of`); **every shortlisted pair verified by every kind**
+   (``KeypointMatcher.match``'s ``also``);
 3. **one check** (:class:`whale.identify.check.JointCheck` over :func:`whale.identify.check.pair_table`'s rows)
    gives each pair P(same whale), aggregated to the individual (the config's ``aggregate``): a photo's candidates,
    best first, carry that probability, and a photo is possibly new when its best one's is below ``--threshold``
@@ -87,6 +89,8 @@ RUN = "joint"
 """What a joint batch's row and proposals record as the run that matched it."""
 CONFIG_NAME = "joint.yaml"
 """The joint config kept beside a joint batch's proposals."""
+OUTLINE_NAME = "outline.yaml"
+"""The outline's settings kept beside a joint batch's proposals when ``--outline`` proposed candidates."""
 DEFAULT_CONFIG = Path("configs") / "joint.yaml"
 """``--joint-config``'s default, relative to the folder the command runs in (the toolkit's)."""
 MIN_PAIRS = 2
@@ -184,12 +188,14 @@ def left_out_table(kinds: list[Kind], rows: np.ndarray, individuals: np.ndarray,
 
 def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None = None, top: int = 10,
                 threshold: float | None = None, boxes_csv=None, rematch: bool = False, run=None,
-                progress: bool = True, log=None) -> tuple[Proposals, Path]:
+                progress: bool = True, log=None, outline=None) -> tuple[Proposals, Path]:
     """Propose individuals for every photo of ``photos_dir`` by the joint identification (module docstring).
 
     ``run``: a :class:`whale.catalogue.features.RunFeatures` whose best catalogue photos join each new photo's
-    shortlist (None: the feature kinds' alone); ``threshold``: the P(same whale) below which a photo is possibly new
-    (None: :data:`whale.catalogue.match.DEFAULT_PROBABILITY`); ``log``: told how the check was had.
+    shortlist (None: the feature kinds' alone); ``outline``: the learned outline's settings
+    (:class:`whale.outline.net.OutlineConfig`), whose best catalogue photos join it too
+    (:mod:`whale.catalogue.outline`; None: no outline); ``threshold``: the P(same whale) below which a photo is
+    possibly new (None: :data:`whale.catalogue.match.DEFAULT_PROBABILITY`); ``log``: told how the check was had.
 
     Holds the catalogue's write lock for the whole match and records the run's new features (with ``run``) and the
     proposals in one transaction, as :func:`whale.catalogue.match.match_batch` does; refuses an existing batch unless
@@ -214,6 +220,12 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
         individuals = np.array([r[1] for r in rows], dtype=str)
         _check_size(cat, individuals)
         paths = [image_path(cat, r[2]) for r in rows]
+        outlined = None
+        if outline is not None:  # a proposer as the run is (whale.catalogue.outline); refused before any keypoint
+            from whale.catalogue.outline import outline_scores
+
+            outlined = outline_scores(cat.root, outline, paths, hashes, [_box(r[3]) for r in rows], individuals,
+                                      photos, [boxes.get(p.name) for p in photos], progress, say)
         kinds = []
         for name, kcfg in cfg.kinds:
             store = store_of(cat.root, kcfg)
@@ -233,6 +245,8 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
             if pending is not None:
                 pending.record(db)
                 trained.append(_run_scores(cat, run, fq, hashes))
+            if outlined is not None:
+                trained.append(outlined)
             names, cols, vals = _propose(kinds, trained, check, individuals, cfg, top, progress)
             flag = Flagging.of(Probabilities(), threshold, 0.0,
                                f"the joint check ({check.pairs[0]:,} same-whale and {check.pairs[1]:,} other pairs "
@@ -242,7 +256,9 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
             folder = cat.root / "batches" / batch
             write_text_atomic(folder / KEYPOINT_CONFIG, yaml.safe_dump(kinds[0].cfg.to_dict(), sort_keys=False))
             write_text_atomic(folder / CONFIG_NAME, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-            return record_proposals(cat, db, batch, photos_dir, photos, RUN, _fingerprint(cfg, run), flag,
+            if outline is not None:
+                write_text_atomic(folder / OUTLINE_NAME, yaml.safe_dump(outline.to_dict(), sort_keys=False))
+            return record_proposals(cat, db, batch, photos_dir, photos, RUN, _fingerprint(cfg, run, outline), flag,
                                     names, cols, vals, groups, paths, hashes)
 
 
@@ -352,9 +368,10 @@ def _groups(cat, kinds: list[Kind], cfg: JointConfig, hashes, individuals, thres
     return flag.groups(scores)
 
 
-def _fingerprint(cfg: JointConfig, run) -> str:
-    """12 hex digits naming the joint settings and the run (:func:`whale.identify.score.config_hash`)."""
+def _fingerprint(cfg: JointConfig, run, outline=None) -> str:
+    """12 hex digits naming the joint settings, the run and the outline's settings
+    (:func:`whale.identify.score.config_hash`)."""
     from whale.identify.score import config_hash
 
-    return config_hash(cfg, [] if run is None else [{"run": str(Path(run.run_dir).resolve()),
-                                                     "fingerprint": run.fingerprint}])
+    sources = [] if run is None else [{"run": str(Path(run.run_dir).resolve()), "fingerprint": run.fingerprint}]
+    return config_hash(cfg, sources + ([] if outline is None else [{"outline": outline.config_hash()}]))

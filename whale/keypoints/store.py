@@ -129,6 +129,12 @@ def read_entry(path: Path, key: str, width: int | None = None) -> tuple[Features
     return f, ""
 
 
+def boxed_key(digest: str, box: tuple | None) -> str:
+    """A photo's key in a store by content: its ``digest``, and with a ``box`` ``(x0, y0, x1, y1)`` that box too (a
+    boxed photo is kept apart from the same photo unboxed or with another box)."""
+    return digest if box is None else f"{digest}-{'_'.join(str(round(float(v), 1)) for v in box)}"
+
+
 class FeatureStore:
     """Features by photo content under ``root`` for one :class:`KeypointConfig`'s feature settings.
     ``redone``: stored files found not to hold their photo's features (:func:`read_entry`), extracted again."""
@@ -188,8 +194,7 @@ class FeatureStore:
                     raise DataError(f"{p}: photo not found")
                 digests.append(file_hash(p))
         boxes = list(boxes) if boxes is not None else [None] * len(paths)
-        digests = [d if b is None else f"{d}-{'_'.join(str(round(float(v), 1)) for v in b)}"
-                   for d, b in zip(digests, boxes)]
+        digests = [boxed_key(d, b) for d, b in zip(digests, boxes)]
         self.keys = list(digests)
         redone = self.redone
         pack = MappedDescriptors(self.folder) if mapped else None

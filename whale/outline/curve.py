@@ -70,14 +70,21 @@ class CurveStore:
             if curves.shape[1:] == (POINTS,):
                 self.curves = {str(k): (c if o else None) for k, c, o in zip(keys, curves, ok)}
 
-    def of(self, paths, keys, progress: bool = True, log=print) -> tuple[np.ndarray, np.ndarray]:
+    def of(self, paths, keys, progress: bool = True, log=print, boxes=None) -> tuple[np.ndarray, np.ndarray]:
         """``(curves [n, POINTS] float32, ok [n] bool)`` of the photos ``paths`` whose digests are ``keys``; the
-        photos not yet in the store read (a progress bar) and the store written once they are."""
+        photos not yet in the store read (a progress bar) and the store written once they are. ``boxes``: per
+        photo ``(x0, y0, x1, y1)`` or None (the whole photo; the default for all): the edge read inside the box,
+        kept apart from the same photo's other boxes."""
         import cv2
 
         from whale.core.errors import DataError
         from whale.core.progress import progress_bar
+        from whale.data.images import crop_to_box
+        from whale.keypoints.store import boxed_key
 
+        boxes = list(boxes) if boxes is not None else [None] * len(keys)
+        keys = [boxed_key(k, b) for k, b in zip(keys, boxes)]
+        box_of = dict(zip(keys, boxes))
         todo = {k: p for k, p in zip(keys, paths) if k not in self.curves}  # a photo twice in the data: read once
         if todo:
             log(f"outline: reading the trailing edge of {len(todo)} photos (GrabCut, about 0.1-0.25 s a photo; "
@@ -87,7 +94,7 @@ class CurveStore:
                 bgr = cv2.imread(str(path))
                 if bgr is None:
                     raise DataError(f"{path}: not a readable image")
-                self.curves[key] = edge_curve(bgr)
+                self.curves[key] = edge_curve(crop_to_box(bgr, box_of[key], margin=0.0))
                 if i % self.EVERY == 0:
                     self.save()  # a killed run keeps what it read
             self.save()

@@ -142,6 +142,35 @@ def train_embedding(curves: np.ndarray, labels, steps: int, seed: int = 0, on_ch
     return embed
 
 
+def save_embedding(embed, path, flag: str = "--out") -> Path:
+    """The embedding net's weights written to ``path`` (``.npz``, atomically; ``flag``: the option that chose where,
+    named when the write is refused); :func:`load_embedding` builds the net again from them."""
+    from whale.core.files import atomic_write
+
+    weights = [np.asarray(w) for w in embed.get_weights()]
+    points = int(embed.inputs[0].shape[1])
+    return atomic_write(path, lambda tmp: np.savez(tmp, *weights, points=np.int64(points)), flag=flag)
+
+
+def load_embedding(path):
+    """The embedding net kept by :func:`save_embedding` in ``path``.
+
+    Raises:
+        DataError: ``path`` is not such a file (naming it).
+    """
+    from whale.core.errors import DataError
+
+    try:
+        with np.load(path) as z:
+            points = int(z["points"])
+            weights = [z[f"arr_{i}"] for i in range(len(z.files) - 1)]
+        embed, _ = _networks(points, 2)
+        embed.set_weights(weights)
+    except (OSError, ValueError, KeyError) as e:
+        raise DataError(f"{path}: not an outline net's weights ({e}); remove it to train the net again") from e
+    return embed
+
+
 def embeddings(embed, curves: np.ndarray) -> np.ndarray:
     """``[n, 128] float32``, unit length."""
     e = np.asarray(embed.predict(curve_inputs(curves), batch_size=512, verbose=0), np.float32)

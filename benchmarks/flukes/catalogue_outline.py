@@ -1,0 +1,156 @@
+"""A catalogue of real flukes matched by the joint identification, with and without the learned outline. Not a test.
+
+    python benchmarks/flukes/catalogue_outline.py --out runs/catol --seeds 0,1,2 --data 'runs/cut/seed{S}/data' \
+        [--batch 300] [--store runs/kpstore]
+
+Per split seed (a folder ``benchmarks/flukes/humpback.py`` writes: its ``train.csv`` the known photos): fold 0's
+gallery (:func:`whale.data.fold_data`) is the catalogue (``whale catalogue add``; a photo whose bytes another
+gallery photo already brought is left out) and a seeded draw of ``--batch`` of fold 0's validation photos the batch
+(none whose bytes the catalogue holds). The batch is matched twice, ``whale catalogue match --method joint``
+(``configs/joint.yaml``), then the same with ``--outline configs/outline.yaml`` (the second match reads the
+catalogue's pair table back). Reported per match: of the batch photos whose whale is catalogued, its share ranked
+first and among the five first candidates, and the share flagged possibly new; of the others (new whales and
+whales outside the catalogue) the share flagged; wall seconds and peak resident memory.
+
+``--store``: a keypoint store of the same photos (``whale score --cache``), linked as the catalogue's
+``keypoints/`` (the features are keyed by the photo's sha256 in both), and its ``outline-curves.npz`` copied into
+the catalogue's ``outline/`` under the catalogue's keys: what would be read again is read back. The last stdout line
+is ``{"benchmark": "catalogue_outline", "metrics": {...}, ...}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from benchmarks.common import final_json, mean_sd, run_measured  # noqa: E402
+
+METHODS = {"joint": [], "joint+outline": ["--outline", "configs/outline.yaml"]}
+
+
+def build(data: Path, out: Path, seed: int, batch: int, store: Path | None) -> tuple[Path, Path, dict, set]:
+    """The catalogue (added) and the batch folder under ``out``: ``(catalogue, batch, truth by batch file name,
+    catalogued individuals)``."""
+    import pandas as pd
+
+    from whale.core.files import file_hash
+    from whale.data import fold_data, load_competition
+
+    fd = fold_data(load_competition(data), 0, 0)
+    train = data / "train"
+    rows, held = [], {}
+    for name, ind in zip(fd.gallery.names, fd.gallery.ids):
+        h = file_hash(train / name)
+        if h not in held:
+            held[h] = name
+            rows.append((name, ind))
+    labels = out / "catalogue.csv"
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=["image", "individual"]).to_csv(labels, index=False)
+    cat = out / "cat"
+    whale("catalogue", "add", str(cat), "--photos", str(train), "--labels", str(labels))
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(fd.val))
+    folder, truth = out / "batch", {}
+    folder.mkdir(exist_ok=True)
+    for i in order:
+        name, ind = fd.val.names[i], str(fd.val.ids[i])
+        if file_hash(train / name) in held:
+            continue
+        (folder / name).symlink_to((train / name).resolve())
+        truth[name] = ind
+        if len(truth) == batch:
+            break
+    if store is not None:
+        seed_store(cat, store, [train / n for _, n in sorted(held.items())] + [train / n for n in truth], data)
+    return cat, folder, truth, {ind for _, ind in rows}
+
+
+def seed_store(cat: Path, store: Path, paths: list[Path], data: Path) -> None:
+    """``store``'s keypoint features linked as the catalogue's, its curves of ``paths`` kept under the catalogue's
+    keys (module docstring)."""
+    from whale.core.files import file_hash
+    from whale.data.fingerprint import digests, image_hashes
+    from whale.outline.curve import CurveStore
+
+    (cat / "keypoints").symlink_to(store.resolve())
+    competition = CurveStore(store)
+    named = digests(image_hashes(data))
+    mine = CurveStore(cat / "outline")
+    for p in paths:
+        key = named[f"train/{p.name}"]
+        if key in competition.curves:
+            mine.curves[file_hash(p)] = competition.curves[key]
+    mine.save()
+
+
+def whale(*argv: str) -> None:
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "whale", *argv, "--quiet"], cwd=ROOT, check=True, capture_output=True)
+
+
+def measure(proposals: dict, truth: dict, known: set) -> dict:
+    """The figures of one match (module docstring)."""
+    photos = {Path(p["photo"]).name: p for p in proposals["photos"]}
+    inside = [n for n in truth if truth[n] in known]
+    outside = [n for n in truth if truth[n] not in known]
+
+    def ranked(n):
+        return [c["individual"] for c in photos[n]["candidates"]]
+
+    return {"catalogued": len(inside), "others": len(outside),
+            "top1": float(np.mean([ranked(n)[:1] == [truth[n]] for n in inside])),
+            "top5": float(np.mean([truth[n] in ranked(n)[:5] for n in inside])),
+            "catalogued_flagged": float(np.mean([photos[n]["possibly_new"] for n in inside])),
+            "others_flagged": float(np.mean([photos[n]["possibly_new"] for n in outside])) if outside else None}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--data", required=True, help="split folders, {S} the split seed")
+    p.add_argument("--batch", type=int, default=300, help="validation photos matched")
+    p.add_argument("--store", help="a keypoint store of the same photos (module docstring)")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    results = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        out = Path(args.out) / f"seed{seed}"
+        shutil.rmtree(out, ignore_errors=True)
+        cat, batch, truth, known = build(Path(args.data.format(S=seed)), out, seed, args.batch,
+                                         Path(args.store) if args.store else None)
+        row = {"seed": seed}
+        for name, extra in METHODS.items():
+            cmd = [sys.executable, "-m", "whale", "catalogue", "match", str(cat), "--method", "joint", "--photos",
+                   str(batch), "--batch", name, "--top", "5", "--joint-config", "configs/joint.yaml", *extra]
+            rc, seconds, memory = run_measured(cmd, out / f"{name}.log", cwd=ROOT)
+            if rc:
+                raise SystemExit(f"{' '.join(cmd)}: exit {rc}; see {out / f'{name}.log'}")
+            written = (out / f"{name}.log").read_text().split("wrote ")[-1].split(": ")[0]
+            m = measure(json.loads(Path(written).read_text()), truth, known)
+            row[name] = {**m, "seconds": round(seconds), "peak_resident_mb": round(memory["resident"])}
+            print(f"seed {seed} {name}: {json.dumps(row[name])}", flush=True)
+        results.append(row)
+    metrics = {}
+    for name in METHODS:
+        for k in ("top1", "top5", "catalogued_flagged", "others_flagged"):
+            metrics[f"{name}_{k}"] = mean_sd([r[name][k] for r in results])["mean"]
+    for k in ("top1", "top5"):
+        gain = mean_sd([r["joint+outline"][k] - r["joint"][k] for r in results])
+        metrics[f"outline_gain_{k}"], metrics[f"outline_gain_{k}_sd"] = gain["mean"], gain["sd"]
+        print(f"outline's gain, {k}: {gain['mean']:+.3f} +- {gain['sd']:.3f} over {gain['n']} split seed(s)")
+    print(final_json("catalogue_outline", metrics, time.time() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
