@@ -220,17 +220,18 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
         individuals = np.array([r[1] for r in rows], dtype=str)
         _check_size(cat, individuals)
         paths = [image_path(cat, r[2]) for r in rows]
+        cat_boxes, photo_boxes = [_box(r[3]) for r in rows], [boxes.get(p.name) for p in photos]
         outlined = None
         if outline is not None:  # a proposer as the run is (whale.catalogue.outline); refused before any keypoint
             from whale.catalogue.outline import outline_scores
 
-            outlined = outline_scores(cat.root, outline, paths, hashes, [_box(r[3]) for r in rows], individuals,
-                                      photos, [boxes.get(p.name) for p in photos], progress, say)
+            outlined = outline_scores(cat.root, outline, paths, hashes, cat_boxes, individuals, photos, photo_boxes,
+                                      progress, say)
         kinds = []
         for name, kcfg in cfg.kinds:
             store = store_of(cat.root, kcfg)
-            gallery = store.features(paths, progress=progress, digests=hashes, boxes=[_box(r[3]) for r in rows])
-            queries = store.features(photos, progress=progress, boxes=[boxes.get(p.name) for p in photos])
+            gallery = store.features(paths, progress=progress, digests=hashes, boxes=cat_boxes)
+            queries = store.features(photos, progress=progress, boxes=photo_boxes)
             kinds.append(Kind(name, kcfg, gallery, queries,
                               KeypointMatcher.build(kcfg, gallery, individuals, progress=progress, strict=True)))
         check, first_left_out = _fitted_check(cat, kinds, hashes, individuals, cfg, progress, say)
@@ -239,7 +240,7 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
             from whale.catalogue.features import prepare_index
 
             pending = prepare_index(cat, run)  # the catalogue's new features: recorded with the proposals
-            fq = run.features(photos, [boxes.get(p.name) for p in photos])
+            fq = run.features(photos, photo_boxes)
         with cat.transaction() as db:
             trained = []
             if pending is not None:
