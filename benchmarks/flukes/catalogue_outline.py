@@ -62,27 +62,27 @@ def build(data: Path, out: Path, seed: int, batch: int, store: Path | None) -> t
     whale("catalogue", "add", str(cat), "--photos", str(train), "--labels", str(labels))
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(fd.val))
-    folder, truth = out / "batch", {}
+    folder, truth, drawn = out / "batch", {}, {}
     folder.mkdir(exist_ok=True)
     for i in order:
         name, ind = fd.val.names[i], str(fd.val.ids[i])
-        if file_hash(train / name) in held:
+        h = file_hash(train / name)
+        if h in held:
             continue
         (folder / name).symlink_to((train / name).resolve())
-        truth[name] = ind
+        truth[name], drawn[h] = ind, name
         if len(truth) == batch:
             break
     if store is not None:
-        seed_store(cat, store, [train / n for _, n in sorted(held.items())] + [train / n for n in truth], data)
+        seed_store(cat, store, {**held, **drawn}, data)
     known = sorted({ind for _, ind in rows})
     (out / "truth.json").write_text(json.dumps({"truth": truth, "known": known}))  # last: the seed is built
     return cat, folder, truth, set(known)
 
 
-def seed_store(cat: Path, store: Path, paths: list[Path], data: Path) -> None:
-    """``store``'s keypoint features linked as the catalogue's, its curves of ``paths`` kept under the catalogue's
-    keys (module docstring)."""
-    from whale.core.files import file_hash
+def seed_store(cat: Path, store: Path, names: dict[str, str], data: Path) -> None:
+    """``store``'s keypoint features linked as the catalogue's, its curves of the photos ``names`` (``{sha256: file
+    name in data/train}``) kept under the catalogue's keys, their sha256 (module docstring)."""
     from whale.data.fingerprint import digests, image_hashes
     from whale.outline.curve import CurveStore
 
@@ -90,10 +90,10 @@ def seed_store(cat: Path, store: Path, paths: list[Path], data: Path) -> None:
     competition = CurveStore(store)
     named = digests(image_hashes(data))
     mine = CurveStore(cat / "outline")
-    for p in paths:
-        key = named[f"train/{p.name}"]
+    for h, name in names.items():  # the sha256 of each photo, read once by build()
+        key = named[f"train/{name}"]
         if key in competition.curves:
-            mine.curves[file_hash(p)] = competition.curves[key]
+            mine.curves[h] = competition.curves[key]
     mine.save()
 
 
