@@ -313,3 +313,52 @@ def test_bad_joint_configs_runs_and_catalogues_are_refused_by_name(matched, tmp_
             str(small), "two photos of one whale", "--method keypoints")
     assert not (small / "keypoints").exists() and not list((small / "batches").glob("*/proposals-*.json"))
     assert not (cat / "batches" / "x4").exists()
+
+
+SELECTING = ("features: {n_features: 400}\nsearch: {k: 4}\nverify: {shortlist: 3}\nselect: {keep: 0.3}\n"
+             "check: {model: gbm, rounds: 20}\n")
+"""A feature kind that selects its keypoints (the real configs do; :data:`KINDS` keep every one) with a check."""
+
+
+def test_each_kinds_selector_and_check_are_kept_beside_the_catalogue_and_read_back_until_it_changes(
+        tmp_path, monkeypatch, capsys):
+    """A catalogue match fits each kind's keypoint selector and check once (``CAT/keypoints/<kind>/selectors/``):
+    a second match reads both back and proposes the same; ``--method keypoints`` shares the selector with its own
+    check; a photo added makes a new catalogue, whose match fits them again and drops the earlier catalogue's."""
+    from whale.keypoints.check import MatchCheck
+    from whale.keypoints.selection import KeypointSelector
+
+    cat, new, _ = drawn_catalogue(tmp_path)
+    (tmp_path / "s.yaml").write_text(SELECTING)
+    (tmp_path / "one.yaml").write_text("keypoints: [s.yaml]\nshortlist: {votes: 4}\ncheck: {rounds: 30, folds: 3}\n")
+    joint = ["catalogue", "match", str(cat), "--method", "joint", "--joint-config", str(tmp_path / "one.yaml"),
+             "--photos", str(new), "--top", "3"]
+    kept = lambda: sorted(p.name for p in (cat / "keypoints").glob("*/selectors/*.npz"))  # noqa: E731
+    assert main(joint + ["--batch", "a", "--quiet"]) == 0
+    first = kept()
+    assert len(first) == 2 and first[0].endswith("-check-strict.npz") != first[1].endswith("-check-strict.npz")
+
+    def never(*args, **kwargs):
+        raise AssertionError("fitted again")
+
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(KeypointSelector, "fit", never)
+        m.setattr(MatchCheck, "fit", never)
+        assert main(joint + ["--batch", "b"]) == 0
+        out = capsys.readouterr().out
+        assert "joint s: the selector read back from" in out and "its check from" in out, out
+    assert [ph.candidates for ph in proposals(cat, "b").photos] == [ph.candidates for ph in proposals(cat, "a").photos]
+    with monkeypatch.context() as m:  # the keypoint method: the same selector, its own check (not strict) fitted
+        m.setattr(KeypointSelector, "fit", never)
+        assert main(["catalogue", "match", str(cat), "--method", "keypoints", "--keypoint-config",
+                     str(tmp_path / "s.yaml"), "--photos", str(new), "--batch", "k"]) == 0
+    assert "keypoints: the selector read back from" in capsys.readouterr().out
+    assert len(kept()) == 3 and set(first) < set(kept())
+
+    added = write(tmp_path / "more" / "w7_1.png", photo(7, 1))
+    labels = _csv(tmp_path / "more.csv", ["image", "individual"], [[added.name, "w7"]])
+    assert main(["catalogue", "add", str(cat), "--photos", str(added.parent), "--labels", str(labels), "--quiet"]) == 0
+    assert main(joint + ["--batch", "c", "--quiet"]) == 0
+    now = kept()
+    assert len(now) == 2 and not set(now) & set(first)  # fitted on the new catalogue, the earlier one's dropped

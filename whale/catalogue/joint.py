@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,7 +72,8 @@ from whale.catalogue.calibration import (catalogue_calibration, catalogue_key, d
                                          left_out_queries)
 from whale.catalogue.db import Catalogue
 from whale.catalogue.ingest import image_path
-from whale.catalogue.keypoints import CONFIG_NAME as KEYPOINT_CONFIG, SCORE_THRESHOLD, best_individuals, store_of
+from whale.catalogue.keypoints import (CONFIG_NAME as KEYPOINT_CONFIG, SCORE_THRESHOLD, best_individuals, kept_matcher,
+                                       store_of)
 from whale.catalogue.match import Flagging, batch_photos, check_batch, record_proposals
 from whale.catalogue.proposals import Proposals
 from whale.core.errors import ConfigError, DataError
@@ -84,6 +85,7 @@ from whale.keypoints.config import KeypointConfig
 
 if TYPE_CHECKING:
     from whale.keypoints.matcher import KeypointMatcher
+    from whale.keypoints.selectcache import SelectorCache
 
 RUN = "joint"
 """What a joint batch's row and proposals record as the run that matched it."""
@@ -136,13 +138,18 @@ def batch_config_hash(cat_root, batch: str) -> str | None:
 @dataclass
 class Kind:
     """One feature kind on the catalogue: its ``name`` and settings ``cfg``, the catalogue's photos' features
-    ``gallery`` (in the catalogue's order, by hash), the batch's ``queries``, and its ``matcher`` of the catalogue."""
+    ``gallery`` (in the catalogue's order, by hash), the batch's ``queries``, and its ``matcher`` of the catalogue;
+    ``keys``, ``query_keys``: the catalogue's and the batch's photos' store keys (content hash and box), by which
+    the matcher's selector knows them, and ``cache`` where it keeps its selector and check."""
 
     name: str
     cfg: KeypointConfig
     gallery: list
     queries: list
     matcher: KeypointMatcher
+    keys: list = field(default_factory=list)
+    query_keys: list | None = None
+    cache: SelectorCache | None = None
 
 
 def columns(cfg: JointConfig) -> list[str]:
@@ -167,13 +174,13 @@ def left_out_table(kinds: list[Kind], rows: np.ndarray, individuals: np.ndarray,
     calibration's, for the batch's groups)."""
     rows = np.asarray(rows, np.int64)
     asked = individuals[rows]
-    votes = [k.matcher.votes([k.gallery[i] for i in rows], progress, keys=rows, leave_out=rows, strict=True)
-             for k in kinds]
+    votes = [k.matcher.votes([k.gallery[i] for i in rows], progress, keys=_keys(k, rows), leave_out=rows,
+                             strict=True) for k in kinds]
     shortlist = shortlist_of(votes, [], cfg.votes, 0)  # the kinds' votes alone: no run (module docstring)
     evidence = []
     for k in kinds:
-        result = k.matcher.match([k.gallery[i] for i in rows], progress=progress, leave_out=rows, keys=rows,
-                                 also=shortlist, strict=True)
+        result = k.matcher.match([k.gallery[i] for i in rows], progress=progress, leave_out=rows,
+                                 keys=_keys(k, rows), also=shortlist, strict=True)
         scores = result.scores
         check = k.matcher.check
         if check is not None and check.active:
@@ -208,7 +215,6 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
     import yaml
 
     from whale.core.files import write_text_atomic
-    from whale.keypoints import KeypointMatcher
 
     say = log or (lambda line: None)
     photos_dir = Path(photos_dir)
@@ -227,13 +233,8 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
 
             outlined = outline_scores(cat.root, outline, paths, hashes, cat_boxes, individuals, photos, photo_boxes,
                                       progress, say)
-        kinds = []
-        for name, kcfg in cfg.kinds:
-            store = store_of(cat.root, kcfg)
-            gallery = store.features(paths, progress=progress, digests=hashes, boxes=cat_boxes)
-            queries = store.features(photos, progress=progress, boxes=photo_boxes)
-            kinds.append(Kind(name, kcfg, gallery, queries,
-                              KeypointMatcher.build(kcfg, gallery, individuals, progress=progress, strict=True)))
+        kinds = [_kind(cat, name, kcfg, paths, hashes, cat_boxes, photos, photo_boxes, individuals, progress, say)
+                 for name, kcfg in cfg.kinds]
         check, first_left_out = _fitted_check(cat, kinds, hashes, individuals, cfg, progress, say)
         pending = None
         if run is not None:
@@ -249,6 +250,8 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
             if outlined is not None:
                 trained.append(outlined)
             names, cols, vals = _propose(kinds, trained, check, individuals, cfg, top, progress)
+            for k in kinds:
+                k.cache.keep(k.matcher)  # with the batch's photos it scored
             flag = Flagging.of(Probabilities(), threshold, 0.0,
                                f"the joint check ({check.pairs[0]:,} same-whale and {check.pairs[1]:,} other pairs "
                                "of the catalogue's own photos, each left out of its own row)")
@@ -261,6 +264,26 @@ def match_joint(cat: Catalogue, cfg: JointConfig, photos_dir, batch: str | None 
                 write_text_atomic(folder / OUTLINE_NAME, yaml.safe_dump(outline.to_dict(), sort_keys=False))
             return record_proposals(cat, db, batch, photos_dir, photos, RUN, _fingerprint(cfg, run, outline), flag,
                                     names, cols, vals, groups, paths, hashes)
+
+
+def _kind(cat, name: str, kcfg: KeypointConfig, paths, hashes, cat_boxes, photos, photo_boxes, individuals,
+          progress: bool, say) -> Kind:
+    """The feature kind ``name`` on the catalogue: its features (extracted where the store lacks them) and its
+    matcher (:func:`whale.catalogue.keypoints.kept_matcher`: its selector and check, fitted on the catalogue's
+    photos each left out strictly, read back when this catalogue kept them)."""
+    store = store_of(cat.root, kcfg)
+    gallery = store.features(paths, progress=progress, digests=hashes, boxes=cat_boxes)
+    keys = list(store.keys)
+    queries = store.features(photos, progress=progress, boxes=photo_boxes)
+    query_keys = list(store.keys)
+    matcher, cache = kept_matcher(store, kcfg, gallery, keys, individuals, progress,
+                                  lambda line: say(line.replace("keypoints:", f"joint {name}:", 1)), strict=True)
+    return Kind(name, kcfg, gallery, queries, matcher, keys, query_keys, cache)
+
+
+def _keys(kind: Kind, rows: np.ndarray) -> list:
+    """The store keys of the catalogue's photos ``rows``."""
+    return [kind.keys[i] for i in rows]
 
 
 def _box(text: str | None):
@@ -328,11 +351,11 @@ def _propose(kinds: list[Kind], trained: list[np.ndarray], check: JointCheck, in
              cfg: JointConfig, top: int, progress: bool):
     """``(names, cols, vals)`` ``[n_photos, k]`` of :func:`whale.catalogue.keypoints.best_individuals`: the
     individuals by the check's aggregated P(same whale), each with its photo of the best pair."""
-    votes = [k.matcher.votes(k.queries, progress) for k in kinds]
+    votes = [k.matcher.votes(k.queries, progress, keys=k.query_keys) for k in kinds]
     shortlist = shortlist_of(votes, trained, cfg.votes, cfg.runs)
     evidence = []
     for k in kinds:
-        result = k.matcher.match(k.queries, progress=progress, also=shortlist)
+        result = k.matcher.match(k.queries, progress=progress, also=shortlist, keys=k.query_keys)
         evidence.append(KindEvidence(result.scores, result.votes, result.inliers))
     pairs = pairs_of(shortlist)
     p = check.predict(pair_table(pairs, evidence, [], individuals, photos=False))
@@ -364,7 +387,8 @@ def _groups(cat, kinds: list[Kind], cfg: JointConfig, hashes, individuals, thres
     n = len(kind.queries)
     if n < 2:
         return [None] * n
-    within = KeypointMatcher(kind.cfg, kind.queries, selector=kind.matcher.selector, check=kind.matcher.check)
+    within = KeypointMatcher(kind.cfg, kind.queries, selector=kind.matcher.selector, check=kind.matcher.check,
+                             keys=kind.query_keys)
     scores = within.match(within.gallery, progress=False, leave_out=np.arange(n), selected=True, strict=True).scores
     return flag.groups(scores)
 

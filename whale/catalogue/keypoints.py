@@ -92,18 +92,22 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
         paths = [image_path(cat, r[2]) for r in rows]
         store = store_of(cat.root, cfg)
         gallery = store.features(paths, progress=progress, digests=hashes, boxes=[_box(r[3]) for r in rows])
+        keys = list(store.keys)
         queries = store.features(photos, progress=progress, boxes=[boxes.get(p.name) for p in photos])
-        matcher = KeypointMatcher.build(cfg, gallery, individuals, progress=progress)
-        scores = matcher.match(queries, progress=progress).scores
+        query_keys = list(store.keys)
+        matcher, cache = kept_matcher(store, cfg, gallery, keys, individuals, progress, log)
+        scores = matcher.match(queries, progress=progress, keys=query_keys).scores
         names, cols, vals = best_individuals(scores, individuals, top)
 
         def left_out(rows):  # catalogue photos as new photos: each its own gallery selection, itself left out
-            return matcher.match([gallery[i] for i in rows], progress=progress, leave_out=rows, keys=rows).scores
+            return matcher.match([gallery[i] for i in rows], progress=progress, leave_out=rows,
+                                 keys=[keys[i] for i in rows]).scores
 
         cal, how = catalogue_calibration(cat.root, f"keypoints {cfg.config_hash()}", hashes, individuals, left_out,
                                          log)
-        within = KeypointMatcher(cfg, queries, selector=matcher.selector)  # the keypoints the catalogue taught it
-        pairs = within.match(queries, progress=False).scores
+        within = KeypointMatcher(cfg, queries, selector=matcher.selector, keys=query_keys)  # what the catalogue taught
+        pairs = within.match(queries, progress=False, keys=query_keys).scores
+        cache.keep(matcher)  # with the batch's photos it scored
         flag = Flagging.of(cal, threshold, SCORE_THRESHOLD, how)
         if log:
             log(flag.how)
@@ -111,6 +115,30 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
         with cat.transaction() as db:
             return record_proposals(cat, db, batch, photos_dir, photos, RUN, cfg.fingerprint(), flag,
                                     names, cols, vals, flag.groups(pairs), paths, hashes)
+
+
+def kept_matcher(store, cfg, gallery, keys, individuals, progress: bool = False, log=None, strict: bool = False):
+    """``(matcher, cache)``: the matcher of the catalogue's photos ``gallery`` (store ``keys``, ``individuals``)
+    under ``cfg``, its keypoint selector and check read back from ``store`` when this catalogue kept them
+    (:class:`whale.keypoints.selectcache.SelectorCache`), else fitted now and kept there, the files of an earlier
+    catalogue dropped; ``strict``: the check's photos each left out strictly (the joint check's). ``log``: told
+    which, and of a kept file that could not be used."""
+    from whale import NEW_WHALE
+    from whale.keypoints.selectcache import SelectorCache
+
+    say = log or (lambda line: None)
+    cache = SelectorCache(store.folder, cfg, keys, individuals, NEW_WHALE, strict=strict)
+    matcher, read_back = cache.matcher(gallery, individuals, progress=progress)
+    if cache.note:
+        say(f"keypoints: {cache.note}")
+    if read_back:
+        kept = matcher.check is not None and matcher.check.kept
+        say(f"keypoints: the selector read back from {cache.path.name}" +
+            (f", its check from {cache.check_path.name}" if kept else ""))
+    else:
+        cache.keep(matcher)  # kept before the catalogue is matched against itself: a killed match loses none of it
+        cache.drop_others()
+    return matcher, cache
 
 
 def best_individuals(scores: np.ndarray, individuals: np.ndarray, top: int, images: np.ndarray | None = None):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,14 +73,20 @@ class SelectorCache:
         >>> cache.keep(matcher)                                               # kept with every photo it scored
     """
 
-    def __init__(self, folder, cfg: KeypointConfig, keys: Sequence[str], ids: Sequence[str], open_label: str = ""):
+    def __init__(self, folder, cfg: KeypointConfig, keys: Sequence[str], ids: Sequence[str], open_label: str = "",
+                 strict: bool = False):
         """``keys``: the gallery photos' store keys (:attr:`whale.keypoints.store.FeatureStore.keys`), which the
-        selector is given as its photos' keys; ``ids`` their individuals."""
+        selector is given as its photos' keys; ``ids`` their individuals. ``strict``: the check learns from the
+        gallery's photos each left out strictly (:meth:`KeypointMatcher.build
+        <whale.keypoints.matcher.KeypointMatcher.build>`'s ``strict``, a catalogue's joint check's), kept in a
+        file of its own (``...-check-strict.npz``)."""
         self.cfg = cfg
         self.keys = list(keys)
+        self.strict = strict
         gallery = gallery_hash(self.keys, ids, open_label)
         self.path = Path(folder) / "selectors" / f"{cfg.selection_hash()}-{gallery}.npz"
-        self.check_path = Path(folder) / "selectors" / f"{cfg.config_hash()}-{gallery}-check.npz"
+        tail = "-strict" if strict else ""
+        self.check_path = Path(folder) / "selectors" / f"{cfg.config_hash()}-{gallery}-check{tail}.npz"
         self._notes = {"selector": "", "check": ""}  # what the last load and load_check could not use
         self._fitted: MatchCheck | None = None  # the check :meth:`matcher` fitted on this gallery, for :meth:`keep`
 
@@ -149,9 +156,10 @@ class SelectorCache:
             if check is not None:
                 matcher.check = check
             else:
-                self._fitted = matcher.fit_check(ids, open_label, progress).check
+                self._fitted = matcher.fit_check(ids, open_label, progress, self.strict).check
             return matcher, True
-        matcher = KeypointMatcher.build(self.cfg, gallery, ids, keys=self.keys, progress=progress, open_label=open_label)
+        matcher = KeypointMatcher.build(self.cfg, gallery, ids, keys=self.keys, progress=progress, open_label=open_label,
+                                        strict=self.strict)
         if matcher.selector is not None:
             matcher.selector.memo = {}
         self._fitted = matcher.check
@@ -165,6 +173,19 @@ class SelectorCache:
             if matcher.check is not None and matcher.check is self._fitted:
                 self.save_check(matcher.check)
                 self._fitted = None
+
+
+    def drop_others(self) -> None:
+        """Delete the selectors and checks (strict or not) this cache's settings fitted on other galleries (for a
+        store of one gallery that changes, a catalogue's: each photo added or moved makes a new gallery, and the
+        files of the earlier ones would never be read again)."""
+        folder = self.path.parent
+        own = {self.path, self.check_path}
+        selection, config = self.cfg.selection_hash(), self.cfg.config_hash()
+        for pattern in (rf"{selection}-[0-9a-f]{{16}}\.npz", rf"{config}-[0-9a-f]{{16}}-check(-strict)?\.npz"):
+            for old in folder.glob("*.npz"):
+                if old not in own and re.fullmatch(pattern, old.name):
+                    old.unlink(missing_ok=True)
 
 
 def _model_arrays(model) -> dict[str, np.ndarray]:
