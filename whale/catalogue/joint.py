@@ -5,7 +5,8 @@ does for a catalogue what ``whale score --matcher joint`` does for a competition
 
 1. **every feature kind** of the joint config (its ``keypoints:`` list: RootSIFT, XFeat) builds its matcher on the
    catalogue's photos, as ``--method keypoints`` builds its one (features per kind in ``CAT/keypoints/``, its
-   keypoint selection and its own check fitted on the catalogue: :mod:`whale.catalogue.keypoints`);
+   keypoint selection and its own check fitted on the catalogue and kept beside its features, read back by the next
+   match until the catalogue changes: :func:`whale.catalogue.keypoints.kept_matcher`);
 2. **one shortlist per new photo**: each kind's best ``shortlist.votes`` catalogue photos by LNBNN votes and, with
    ``--run``, the run's best ``shortlist.runs`` by its scores (its features indexed and scored as ``match --run``
    scores them: :mod:`whale.catalogue.match`), with ``--outline``, the learned trailing edge's best
@@ -272,7 +273,7 @@ def _kind(cat, name: str, kcfg: KeypointConfig, paths, hashes, cat_boxes, photos
     matcher (:func:`whale.catalogue.keypoints.kept_matcher`: its selector and check, fitted on the catalogue's
     photos each left out strictly, read back when this catalogue kept them)."""
     store = store_of(cat.root, kcfg)
-    gallery = store.features(paths, progress=progress, digests=hashes, boxes=cat_boxes)
+    gallery = store.features(paths, progress=progress, digests=hashes, boxes=cat_boxes, mapped=True)  # not held
     keys = list(store.keys)
     queries = store.features(photos, progress=progress, boxes=photo_boxes)
     query_keys = list(store.keys)

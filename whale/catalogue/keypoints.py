@@ -12,8 +12,11 @@ batch whose calibrated probability of one whale reaches the threshold are groupe
 :func:`whale.catalogue.match.groups_of` does (complete linkage: no chain through weak links). Each photo keeps
 the keypoints that the catalogue's own verified same-whale matches taught a classifier to keep (``select``,
 :mod:`whale.keypoints.selection`; all of them in a catalogue with too few such matches), the batch matched within
-itself with the same choice. The settings used are kept beside the proposals (``batches/<batch>/keypoints.yaml``),
-so the review page draws the matches the same way.
+itself with the same choice. The selection's classifiers and the matcher's check are kept beside the features
+(``CAT/keypoints/<fingerprint>/selectors/``, :class:`whale.keypoints.selectcache.SelectorCache`), read back by the
+next match of an unchanged catalogue (fitting them is most of a match's time on thousands of photos), fitted again
+after a change, the earlier catalogue's deleted. The settings used are kept beside the proposals
+(``batches/<batch>/keypoints.yaml``), so the review page draws the matches the same way.
 """
 from __future__ import annotations
 
@@ -91,7 +94,8 @@ def match_keypoints(cat: Catalogue, cfg, photos_dir, batch: str | None = None, t
         individuals = np.array([r[1] for r in rows], dtype=str)
         paths = [image_path(cat, r[2]) for r in rows]
         store = store_of(cat.root, cfg)
-        gallery = store.features(paths, progress=progress, digests=hashes, boxes=[_box(r[3]) for r in rows])
+        gallery = store.features(paths, progress=progress, digests=hashes, boxes=[_box(r[3]) for r in rows],
+                                 mapped=True)  # the descriptors memory-mapped, not held
         keys = list(store.keys)
         queries = store.features(photos, progress=progress, boxes=[boxes.get(p.name) for p in photos])
         query_keys = list(store.keys)

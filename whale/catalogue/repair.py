@@ -3,8 +3,8 @@
 :func:`check` reads every stored photo (its bytes against the sha256 it is named and recorded by, and
 that it decodes) and every feature row (its file's bytes against the sha256 the file is named by, the
 row inside the array, finite values), every keypoint feature file (``CAT/keypoints/``: the photo it
-records against the photo its name says, :func:`whale.keypoints.store.read_entry`) and every batch's
-proposals file;
+records against the photo its name says, :func:`whale.keypoints.store.read_entry`; not the selectors kept beside
+them, which are checked whenever read and fitted again when damaged) and every batch's proposals file;
 it lists what is wrong, each with the command that removes it. :func:`removal` says what ``remove`` would take (a photo, by hash,
 hash prefix, catalogue file or the path it was added from; or an individual with all its photos) and
 :func:`remove` takes it in one transaction: the photos' rows, sightings and features, and an individual
@@ -99,7 +99,8 @@ def _keypoint_files(cat: Catalogue, problems: list) -> int:
     from whale.keypoints.store import UNTIED, read_entry
 
     root = cat.root / STORE_DIR
-    paths = sorted(p for p in root.glob("*/*/*.npz") if not p.name.startswith(".")) if root.is_dir() else []
+    paths = sorted(p for p in root.glob("*/*/*.npz")  # not selectors/: sealed caches, checked whenever read
+                   if not p.name.startswith(".") and p.parent.name != "selectors") if root.is_dir() else []
     again = f"the next `whale catalogue match {cat.root} --method keypoints` extracts it again"
     untied = []
     for path in paths:

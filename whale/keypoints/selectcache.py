@@ -158,8 +158,8 @@ class SelectorCache:
             else:
                 self._fitted = matcher.fit_check(ids, open_label, progress, self.strict).check
             return matcher, True
-        matcher = KeypointMatcher.build(self.cfg, gallery, ids, keys=self.keys, progress=progress, open_label=open_label,
-                                        strict=self.strict)
+        matcher = KeypointMatcher.build(self.cfg, gallery, ids, keys=self.keys, progress=progress,
+                                        open_label=open_label, strict=self.strict)
         if matcher.selector is not None:
             matcher.selector.memo = {}
         self._fitted = matcher.check
