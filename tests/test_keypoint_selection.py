@@ -142,6 +142,35 @@ def test_an_exact_search_without_a_photo_is_the_search_of_the_gallery_without_it
     np.testing.assert_allclose(deep[0], dist, rtol=1e-6)
 
 
+def test_a_deeper_search_without_a_photo_takes_its_descriptors_in_parts_and_finds_the_same_rows(gallery,
+                                                                                               monkeypatch):
+    """The deeper a FAISS search goes, the fewer descriptors per call (memory held in bounds): the same rows as one
+    call for all of them, including descriptors that search the whole index."""
+    import whale.keypoints.matcher as matcher_mod
+    from whale.keypoints.extract import as_float
+    from whale.keypoints.index import DescriptorIndex
+
+    cfg, feats, _ = gallery
+    index = _NotExact(DescriptorIndex(feats, dataclasses.replace(cfg.search, index="exact")))
+    desc = np.concatenate([as_float(f.desc[:40]) for f in feats[:6]])
+    skip = np.repeat(np.arange(6), 40)
+    skip[::7] = -1
+    whole = matcher_mod.search_without(index, desc, 5, skip)
+    calls = []
+    real = index.search
+    monkeypatch.setattr(index, "search", lambda d, k: calls.append((len(d), k)) or real(d, k))
+    monkeypatch.setattr(matcher_mod, "_DEEP_ENTRIES", 50)
+    parts = matcher_mod.search_without(index, desc, 5, skip)
+    assert all(n * k <= 50 or n == 1 for n, k in calls)  # one descriptor at a time when deeper than the bound
+    assert len(calls) > 2 * len(desc) * 6 // 50
+    np.testing.assert_array_equal(parts[1], whole[1])
+    np.testing.assert_array_equal(parts[0], whole[0])
+    deepest = matcher_mod.search_without(index, desc[:3], 10 ** 6, np.array([0, 1, -1]))  # the whole index, no more
+    found = (deepest[1] >= 0).sum(axis=1)
+    assert found.tolist() == [len(index) - len(feats[0]), len(index) - len(feats[1]), len(index)]
+    assert np.isinf(deepest[0][deepest[1] < 0]).all()
+
+
 class _NotExact:
     """An exact index seen as a FAISS one: :func:`search_without` searches it deeper instead of skipping."""
 

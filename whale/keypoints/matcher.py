@@ -52,6 +52,10 @@ from whale.keypoints.votes import LnbnnVotes
 from whale.core.progress import progress_bar
 
 _QUERY_BLOCK = 64  # query photos searched per FAISS call: large enough for its threads, small for memory
+_DEEP_ENTRIES = 1 << 21
+"""Neighbour entries (descriptors times depth) :func:`search_without` holds per FAISS call: a deeper search takes
+fewer descriptors at a time (a photo matched against a gallery holding it, the batch's within itself, drives the
+depth into the thousands; all its descriptors at once took 6-7 GB), about 60 MB of distances, rows and order."""
 
 
 @dataclass
@@ -291,16 +295,27 @@ def search_without(index: DescriptorIndex, desc: np.ndarray, depth: int, skip: n
     todo = np.arange(m)
     k = depth + 1
     while len(todo):
-        d, r = index.search(desc[todo], k)
-        other = (r >= 0) & (index.owner[np.maximum(r, 0)] != skip[todo, None])
-        done = (other.sum(axis=1) >= depth) | (k >= len(index))
-        order = np.argsort(~other, axis=1, kind="stable")[:, :depth]  # the other photos' rows, nearest first
-        keep = np.take_along_axis(other, order, 1)
-        dist[todo[done]] = np.where(keep, np.take_along_axis(d, order, 1), np.inf)[done]
-        rows[todo[done]] = np.where(keep, np.take_along_axis(r, order, 1), -1)[done]
-        todo = todo[~done]
+        step = max(1, _DEEP_ENTRIES // k)  # each descriptor's search is its own: in parts, the same rows
+        left = [part[~_deepest(index, desc, part, k, depth, skip, dist, rows)]
+                for part in np.array_split(todo, -(-len(todo) // step))]
+        todo = np.concatenate(left)
         k = min(2 * k, len(index))
     return dist, rows
+
+
+def _deepest(index: DescriptorIndex, desc: np.ndarray, todo: np.ndarray, k: int, depth: int, skip: np.ndarray,
+             dist: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """One round of :func:`search_without` for the descriptors ``todo``, searched ``k`` deep: those that found
+    ``depth`` rows of other photos (or searched the whole index) written into ``dist`` and ``rows``; returns which
+    (``[len(todo)] bool``)."""
+    d, r = index.search(desc[todo], k)
+    other = (r >= 0) & (index.owner[np.maximum(r, 0)] != skip[todo, None])
+    done = (other.sum(axis=1) >= depth) | (k >= len(index))
+    order = np.argsort(~other, axis=1, kind="stable")[:, :depth]  # the other photos' rows, nearest first
+    keep = np.take_along_axis(other, order, 1)
+    dist[todo[done]] = np.where(keep, np.take_along_axis(d, order, 1), np.inf)[done]
+    rows[todo[done]] = np.where(keep, np.take_along_axis(r, order, 1), -1)[done]
+    return done
 
 
 def _neighbours(index: DescriptorIndex, desc: np.ndarray, depth: int, skip: np.ndarray | None,
