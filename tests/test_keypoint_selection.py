@@ -171,6 +171,23 @@ def test_a_deeper_search_without_a_photo_takes_its_descriptors_in_parts_and_find
     assert np.isinf(deepest[0][deepest[1] < 0]).all()
 
 
+def test_an_exact_search_takes_fewer_rows_at_a_time_against_a_larger_gallery_and_finds_the_same(gallery,
+                                                                                                monkeypatch):
+    import whale.keypoints.index as index_mod
+    from whale.keypoints.extract import as_float
+
+    cfg, feats, _ = gallery
+    index = index_mod.DescriptorIndex(feats, dataclasses.replace(cfg.search, index="exact"))
+    desc = np.concatenate([as_float(f.desc[:30]) for f in feats[:5]])
+    skip = np.repeat(np.arange(5), 30)
+    whole = [index.search(desc, 6), index.search(desc, 6, skip=skip)]
+    monkeypatch.setattr(index_mod, "_EXACT_ENTRIES", 7 * len(index))  # 7 rows a block
+    blocks = [index.search(desc, 6), index.search(desc, 6, skip=skip)]
+    for (d1, r1), (d2, r2) in zip(whole, blocks):
+        np.testing.assert_array_equal(r2, r1)
+        np.testing.assert_array_equal(d2, d1)
+
+
 class _NotExact:
     """An exact index seen as a FAISS one: :func:`search_without` searches it deeper instead of skipping."""
 

@@ -33,6 +33,10 @@ from whale.keypoints.config import AUTO_IVF_FROM, AUTO_IVF_PAIRS, SearchConfig
 from whale.keypoints.extract import DESCRIPTOR_WIDTH, Features, as_float, byte_step
 
 _BLOCK = 4096  # query rows per exact block: bounds the [block, n] distance matrix
+_EXACT_ENTRIES = 1 << 24
+"""Distances an exact block holds at most (its rows fewer against a larger gallery): with their order and
+temporaries about 400 MB. A fixed :data:`_BLOCK` against a batch's 300 photos as their own gallery (strict, the
+catalogue's groups) held 7-8 GB."""
 REFINE_FACTOR = 4
 """IVF candidates per neighbour asked for, re-ranked with exact distances."""
 ADD_ROWS = 262_144
@@ -193,11 +197,12 @@ class DescriptorIndex:
             return dist, rows
         kk = min(k, len(g))
         g_sq = (g * g).sum(axis=1)
-        for start in range(0, m, _BLOCK):
-            q = desc[start:start + _BLOCK]
+        block = max(1, min(_BLOCK, _EXACT_ENTRIES // len(g)))  # each row's search is its own: the same rows
+        for start in range(0, m, block):
+            q = desc[start:start + block]
             d2 = np.maximum((q * q).sum(axis=1, keepdims=True) - 2 * (q @ g.T) + g_sq, 0)
             if skip is not None:
-                d2[self.owner[None, :] == np.asarray(skip)[start:start + _BLOCK, None]] = np.inf
+                d2[self.owner[None, :] == np.asarray(skip)[start:start + block, None]] = np.inf
             part = np.argpartition(d2, kk - 1, axis=1)[:, :kk] if kk < len(g) else \
                 np.broadcast_to(np.arange(len(g)), (len(q), len(g))).copy()
             pd = np.take_along_axis(d2, part, axis=1)
