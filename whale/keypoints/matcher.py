@@ -54,8 +54,8 @@ from whale.core.progress import progress_bar
 _QUERY_BLOCK = 64  # query photos searched per FAISS call: large enough for its threads, small for memory
 _DEEP_ENTRIES = 1 << 21
 """Neighbour entries (descriptors times depth) :func:`search_without` holds per FAISS call: a deeper search takes
-fewer descriptors at a time (a photo matched against a gallery holding it, the batch's within itself, drives the
-depth into the thousands; all its descriptors at once took 6-7 GB), about 60 MB of distances, rows and order."""
+fewer descriptors at a time (a photo matched against a gallery holding it, a dense photo's alike keypoints, drives
+the depth into the thousands), about 60 MB of distances, rows and order."""
 
 
 @dataclass
