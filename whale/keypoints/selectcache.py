@@ -179,12 +179,12 @@ class SelectorCache:
         """Delete the selectors and checks (strict or not) this cache's settings fitted on other galleries (for a
         store of one gallery that changes, a catalogue's: each photo added or moved makes a new gallery, and the
         files of the earlier ones would never be read again)."""
-        folder = self.path.parent
-        own = {self.path, self.check_path}
+        gallery = self.path.stem.rsplit("-", 1)[1]  # this gallery's: its checks of either kind stay
         selection, config = self.cfg.selection_hash(), self.cfg.config_hash()
-        for pattern in (rf"{selection}-[0-9a-f]{{16}}\.npz", rf"{config}-[0-9a-f]{{16}}-check(-strict)?\.npz"):
-            for old in folder.glob("*.npz"):
-                if old not in own and re.fullmatch(pattern, old.name):
+        for pattern in (rf"{selection}-([0-9a-f]{{16}})\.npz", rf"{config}-([0-9a-f]{{16}})-check(-strict)?\.npz"):
+            for old in self.path.parent.glob("*.npz"):
+                found = re.fullmatch(pattern, old.name)
+                if found and found.group(1) != gallery:
                     old.unlink(missing_ok=True)
 
 
