@@ -98,3 +98,20 @@ def test_the_outline_command_writes_a_score_folder_that_ensemble_and_the_joint_r
     assert whale_main(["ensemble", str(out), "--tune", "--out", str(tmp_path / "s.csv")]) == 0
     assert check_submission(tmp_path / "s.csv") == []
     assert "photos without a curve" in capsys.readouterr().out
+
+
+def test_a_warped_curve_keeps_its_tips_and_reads_its_span_in_order():
+    from whale.outline.net import warped
+
+    rng = np.random.default_rng(0)
+    t = np.linspace(0, 1, 64, dtype=np.float32)
+    ramp = np.tile(t, (50, 1))  # a curve whose height is where along the span it is read
+    out = warped(ramp, 0.5, rng)
+    assert out.shape == ramp.shape and out.dtype == np.float32
+    assert np.allclose(out[:, 0], 0) and np.allclose(out[:, -1], 1, atol=1e-6)  # the tips stay
+    assert (np.diff(out, axis=1) > 0).all()  # read in order: a monotone reparametrisation
+    moved = np.abs(out - ramp).max(axis=1)
+    assert moved.max() > 0.05 and moved.max() <= 0.5 / 4 + 1e-6  # at most a/4 of the span, at its middle
+    assert len(np.unique(np.round(moved, 4))) > 40  # each curve its own draw
+    bump = np.tile(np.sin(np.pi * t), (50, 1))
+    assert np.allclose(warped(bump, 1e-9, rng), bump, atol=1e-5)  # no warp: the same curve

@@ -82,6 +82,19 @@ def curve_inputs(curves: np.ndarray) -> np.ndarray:
     return np.stack([c * 5, slope * 50], -1).astype(np.float32)
 
 
+def warped(curves: np.ndarray, warp: float, rng: np.random.Generator) -> np.ndarray:
+    """``curves`` ``[n, points]`` each read along a random monotone reparametrisation of its span, ``t + a t (1 - t)``
+    with ``a`` uniform in ``[-warp, warp]`` (``warp`` < 1): one tip's half stretched and the other's shrunk, as a fluke
+    seen from one side is; the tips stay where they are."""
+    t = np.linspace(0.0, 1.0, curves.shape[1])
+    a = rng.uniform(-warp, warp, (len(curves), 1))
+    w = (t + a * t * (1 - t)) * (curves.shape[1] - 1)
+    lo = np.minimum(np.floor(w).astype(np.int64), curves.shape[1] - 2)
+    f = w - lo
+    rows = np.arange(len(curves))[:, None]
+    return (curves[rows, lo] * (1 - f) + curves[rows, lo + 1] * f).astype(np.float32)
+
+
 def _augment(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     shifts = rng.integers(-SHIFT, SHIFT + 1, len(x))
     x = np.stack([np.roll(v, s, axis=0) for v, s in zip(x, shifts)])
@@ -116,10 +129,11 @@ def _networks(points: int, n_classes: int):
     return embed, train
 
 
-def train_embedding(curves: np.ndarray, labels, steps: int, seed: int = 0, on_chunk=None, progress: bool = False):
+def train_embedding(curves: np.ndarray, labels, steps: int, seed: int = 0, on_chunk=None, progress: bool = False,
+                    warp: float = 0.0):
     """The embedding net trained ``steps`` batches on ``curves`` ``[n, points]`` of individuals ``labels`` (the
     curves in shuffled passes, each batch freshly augmented); ``on_chunk(steps done, embed)`` every :data:`CHUNK`;
-    ``progress``: a bar over the chunks."""
+    ``progress``: a bar over the chunks; ``warp``: each training curve also :func:`warped` (0: not)."""
     import keras
 
     from whale.core.progress import progress_bar
@@ -136,7 +150,8 @@ def train_embedding(curves: np.ndarray, labels, steps: int, seed: int = 0, on_ch
         while len(order) < n:
             order = np.r_[order, rng.permutation(len(x))]
         take, order = order[:n], order[n:]
-        train.fit([_augment(x[take], rng), y[take]], y[take], batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        batch = curve_inputs(warped(curves[take], warp, rng)) if warp else x[take]
+        train.fit([_augment(batch, rng), y[take]], y[take], batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
         if on_chunk is not None:
             on_chunk(min(done, steps), embed)
     return embed
@@ -187,15 +202,17 @@ def left_out_top20(e: np.ndarray, labels: np.ndarray) -> float:
     return float((best == labels[q, None]).any(axis=1).mean())
 
 
-def choose_steps(curves: np.ndarray, labels, seed: int = 0) -> tuple[int, dict[int, float]]:
-    """``(batches, {batches: held-out half's top-20})``: the module docstring's choice, on training photos only."""
+def choose_steps(curves: np.ndarray, labels, seed: int = 0, warp: float = 0.0,
+                 checked: tuple[int, ...] = CHECKED) -> tuple[int, dict[int, float]]:
+    """``(batches, {batches: held-out half's top-20})``: the module docstring's choice among ``checked`` (multiples
+    of :data:`CHUNK`), on training photos only; ``warp``: :func:`train_embedding`'s."""
     labels = np.asarray(labels, str)
     half = np.array([zlib.crc32(c.encode()) % 2 for c in labels])
     held = {}
 
     def on_chunk(done, embed):
-        if done in CHECKED:
+        if done in checked:
             held[done] = round(left_out_top20(embeddings(embed, curves[half == 1]), labels[half == 1]), 4)
 
-    train_embedding(curves[half == 0], labels[half == 0], max(CHECKED), seed, on_chunk=on_chunk)
+    train_embedding(curves[half == 0], labels[half == 0], max(checked), seed, on_chunk=on_chunk, warp=warp)
     return max(held, key=lambda k: (held[k], -k)), held
