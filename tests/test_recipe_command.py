@@ -64,6 +64,20 @@ def test_the_shipped_recipe_s_dry_run_prints_the_best_recipe_s_exact_commands(mo
     assert not (ROOT / "runs" / "best").exists()  # a dry run writes nothing
 
 
+def test_a_shared_trunk_cache_is_given_to_every_network_step_and_the_default_stays_under_out(monkeypatch, capsys):
+    """``--trunk-cache DIR`` (``{trunk}``) reaches each training step of a recipe that trains two networks; without
+    it the lines are those of ``OUT/trunk-cache``, so a recipe run before the flag existed finds its steps done."""
+    monkeypatch.chdir(ROOT)
+    args = ["--data", "data/humpback", "--out", "runs/best", "--recipe", "recipes/flukes_outline.yaml", "--dry-run"]
+    assert main([*args, "--trunk-cache", "runs/shared-trunk"]) == 0
+    shared = [line for line in capsys.readouterr().out.splitlines() if "whale train" in line]
+    assert len(shared) == 2 and all("--trunk-cache runs/shared-trunk --resume" in line for line in shared)
+    assert main(args) == 0
+    plain = [line for line in capsys.readouterr().out.splitlines() if "whale train" in line]
+    assert plain == [line.replace("runs/shared-trunk", "runs/best/trunk-cache") for line in shared]
+    assert not (ROOT / "runs" / "shared-trunk").exists()
+
+
 def _commands(recipe: str) -> dict[str, list[str]]:
     """Each step of ``recipes/RECIPE`` by name, its command filled as ``--data data/humpback --out runs/best``."""
     from whale.recipe.steps import placeholder_values

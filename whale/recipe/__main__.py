@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="recipe YAML (default: recipes/flukes.yaml, the best submission on real flukes)")
     p.add_argument("--fold", type=int, default=0, help="validation fold of the steps ({fold}; default 0)")
     p.add_argument("--store", default=None, help="keypoint feature store ({store}; default OUT/store)")
+    p.add_argument("--trunk-cache", default=None,
+                   help="the networks' trunk maps ({trunk}; default OUT/trunk-cache): kept by photo content, so recipes "
+                        "and split seeds on the same photos may share one")
     p.add_argument("--configs", default=None, help="the configs folder ({configs}; default the toolkit's configs/)")
     p.add_argument("--steps", default=None, metavar="A,B", help="run only these steps (comma-separated names)")
     p.add_argument("--redo", action="store_true", help="run the chosen steps even when done with the same command")
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"no --recipe given and no {path} (an installed wheel holds no recipes/): give --recipe FILE")
     recipe = load_recipe(path)
     chosen = recipe.chosen(args.steps)
-    values = placeholder_values(args.data, args.out, args.fold, args.store, args.configs)
+    values = placeholder_values(args.data, args.out, args.fold, args.store, args.configs, args.trunk_cache)
     check_lines(recipe, values)
     if args.dry_run:
         print(dry_run(recipe, values, chosen))

@@ -34,6 +34,7 @@ PLACEHOLDERS = {
     "data": "--data: the competition folder",
     "out": "--out: the recipe's folder (each step's output under it)",
     "store": "--store: the keypoint feature store (default {out}/store)",
+    "trunk": "--trunk-cache: the networks' trunk maps (default {out}/trunk-cache)",
     "fold": "--fold: the validation fold (default 0)",
     "configs": "--configs: the toolkit's configs/ folder",
 }
@@ -112,13 +113,14 @@ def near(path: Path) -> Path:
     return Path(relative) if not relative.startswith("..") else Path(path)
 
 
-def placeholder_values(data, out, fold: int = 0, store=None, configs=None) -> dict[str, str]:
+def placeholder_values(data, out, fold: int = 0, store=None, configs=None, trunk=None) -> dict[str, str]:
     """``{placeholder: value}`` for ``whale recipe``'s flags: paths as given (``{store}`` defaults to
-    ``{out}/store``), ``{configs}`` the checkout's ``configs/`` (relative to the working folder when it is under it,
+    ``{out}/store``, ``{trunk}`` to ``{out}/trunk-cache``), ``{configs}`` the checkout's ``configs/`` (relative to the working folder when it is under it,
     so the dry run prints what a user types)."""
     configs = near(TOOLKIT / "configs") if configs is None else configs
     return {"data": str(Path(data)), "out": str(Path(out)), "fold": str(int(fold)),
-            "store": str(Path(store) if store is not None else Path(out) / "store"), "configs": str(Path(configs))}
+            "store": str(Path(store) if store is not None else Path(out) / "store"), "configs": str(Path(configs)),
+            "trunk": str(Path(trunk) if trunk is not None else Path(out) / "trunk-cache")}
 
 
 def load_recipe(path) -> Recipe:
