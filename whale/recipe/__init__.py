@@ -2,9 +2,9 @@
 
 A recipe file (``recipes/flukes.yaml``: the best submission on real flukes; ``recipes/demo.yaml``: the same shape on
 the synthetic demo data) lists steps, each a ``whale`` command line with placeholders (``{data}``, ``{out}``,
-``{store}``, ``{fold}``, ``{configs}``). ``whale recipe`` runs them in order, each as a process of its own with
-its log under ``--out``, and records each finished step with its command, so that a killed recipe goes on from the
-first unfinished step and a step whose command changed runs again with every step after it.
+``{store}``, ``{trunk}``, ``{fold}``, ``{configs}``). ``whale recipe`` runs them in order, each as a process of its
+own with its log under ``--out``, and records each finished step with its command, so that a killed recipe goes on
+from the first unfinished step and a step whose command changed runs again with every step after it.
 
 :mod:`whale.recipe.steps` (the recipe file and its placeholders), :mod:`whale.recipe.state` (which steps are done,
 and which to run), :mod:`whale.recipe.runner` (one step as a measured, logged process),

@@ -46,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fold", type=int, default=0, help="validation fold of the steps ({fold}; default 0)")
     p.add_argument("--store", default=None, help="keypoint feature store ({store}; default OUT/store)")
     p.add_argument("--trunk-cache", default=None,
-                   help="the networks' trunk maps ({trunk}; default OUT/trunk-cache): kept by photo content, so recipes "
-                        "and split seeds on the same photos may share one")
+                   help="the networks' trunk maps ({trunk}; default OUT/trunk-cache): kept by photo content, so "
+                        "recipes and split seeds on the same photos may share one")
     p.add_argument("--configs", default=None, help="the configs folder ({configs}; default the toolkit's configs/)")
     p.add_argument("--steps", default=None, metavar="A,B", help="run only these steps (comma-separated names)")
     p.add_argument("--redo", action="store_true", help="run the chosen steps even when done with the same command")

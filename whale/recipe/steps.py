@@ -10,10 +10,10 @@
         run: whale score --matcher keypoints --config {configs}/keypoints_checked.yaml --data {data} --out {out}/sift
 
 A ``run`` line is split into words as a shell splits it (quotes keep a word with spaces together), then each
-placeholder in a word is replaced (:data:`PLACEHOLDERS`): a folder with spaces stays one word. A ``{name}`` must
-be a placeholder (a typo is refused); braces around anything else (``--set "stages=[{epochs: 2}]"``) stay.
-Relative paths are relative to the folder ``whale recipe`` runs in, as on the command line; ``{configs}`` is the
-toolkit's own ``configs/``, so a recipe runs from any folder. A bad value raises :class:`whale.core.errors.ConfigError` naming the
+placeholder in a word is replaced (:data:`PLACEHOLDERS`): a folder with spaces stays one word. A ``{name}`` must be a
+placeholder (a typo is refused); braces around anything else (``--set "stages=[{epochs: 2}]"``) stay. Relative paths
+are relative to the folder ``whale recipe`` runs in, as on the command line; ``{configs}`` is the toolkit's own
+``configs/``, so a recipe runs from any folder. A bad value raises :class:`whale.core.errors.ConfigError` naming the
 file and the key (``steps[2].run``). Whether each line is a command ``whale`` accepts is checked by the command
 (:mod:`whale.recipe.__main__`), with ``whale``'s own parsers, before any step runs.
 """
@@ -115,8 +115,8 @@ def near(path: Path) -> Path:
 
 def placeholder_values(data, out, fold: int = 0, store=None, configs=None, trunk=None) -> dict[str, str]:
     """``{placeholder: value}`` for ``whale recipe``'s flags: paths as given (``{store}`` defaults to
-    ``{out}/store``, ``{trunk}`` to ``{out}/trunk-cache``), ``{configs}`` the checkout's ``configs/`` (relative to the working folder when it is under it,
-    so the dry run prints what a user types)."""
+    ``{out}/store``, ``{trunk}`` to ``{out}/trunk-cache``), ``{configs}`` the checkout's ``configs/`` (relative to
+    the working folder when it is under it, so the dry run prints what a user types)."""
     configs = near(TOOLKIT / "configs") if configs is None else configs
     return {"data": str(Path(data)), "out": str(Path(out)), "fold": str(int(fold)),
             "store": str(Path(store) if store is not None else Path(out) / "store"), "configs": str(Path(configs)),
