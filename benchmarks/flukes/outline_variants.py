@@ -30,7 +30,7 @@ from whale.command import quiet_unless_debugging  # noqa: E402
 
 quiet_unless_debugging()
 
-from whale.outline.net import CHECKED, CHUNK, choose_steps  # noqa: E402
+from whale.outline.net import CHECKED, CHUNK, OutlineConfig, choose_steps  # noqa: E402
 
 
 def parse_variant(text: str) -> float:
@@ -67,8 +67,6 @@ def table(rows: list[dict], variants: list[str]) -> None:
     (the baseline)."""
     def stats(v: np.ndarray) -> str:
         return f"{v.mean():+.4f} +- {v.std(ddof=1) if len(v) > 1 else 0.0:.4f}"
-
-    from whale.outline.net import OutlineConfig
 
     shipped = str(OutlineConfig().steps)
     seeds = sorted({r["split_seed"] for r in rows})
